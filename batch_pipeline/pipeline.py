@@ -1,0 +1,187 @@
+"""One collection's pipeline, stage by stage, in plain Python.
+
+`CollectionPipeline` binds a collection's configuration to the storage locations and runs the
+five stages; the Dagster assets, the CLI and the tests all go through it. Each stage reads the
+previous stage's Parquet file and writes its own under `staging/<collection>/<run_id>/`.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from batch_pipeline.chunking import ChunkSettings
+from batch_pipeline.collect import CollectSummary, collect_documents
+from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
+from batch_pipeline.execute import ExecuteSummary, execute_plan
+from batch_pipeline.fingerprint import model_fingerprint
+from batch_pipeline.inference import EmbeddingRunner
+from batch_pipeline.landing import LandingContext, LandSummary, land_documents
+from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
+from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
+from batch_pipeline.prepare import PrepareSummary, prepare_chunks
+from batch_pipeline.sources import DocumentSource, make_source
+from batch_pipeline.staging import prune_runs, stage_path
+from batch_pipeline.storage import StorageLocations
+from batch_pipeline.tracking import TrackingStore
+from batch_pipeline.vector_store import VectorStore
+
+STAGES = ("collected", "chunks", "plan", "embeddings")
+KEEP_STAGING_RUNS = 3
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    path: Path
+    summary: object
+
+
+class CollectionPipeline:
+    """The engine for one collection (one partition)."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        storage: StorageLocations,
+        collection: str,
+        tracking: TrackingStore | None = None,
+        store: VectorStore | None = None,
+    ) -> None:
+        try:
+            self.collection: CollectionConfig = config.collection(collection)
+        except KeyError as error:
+            raise ConfigError(str(error.args[0])) from None
+        self.config = config
+        self.storage = storage
+        self.tracking = tracking or TrackingStore(storage.tracking_url)
+        self.store = store or VectorStore(storage.lancedb_uri)
+
+    @property
+    def name(self) -> str:
+        return self.collection.name
+
+    @cached_property
+    def model(self) -> ResolvedModel:
+        return resolve_model(self.config.model)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return model_fingerprint(self.model, self.collection.chunking)
+
+    @cached_property
+    def source(self) -> DocumentSource:
+        return make_source(self.collection.source)
+
+    def chunk_settings(self) -> ChunkSettings:
+        chunking = self.collection.chunking
+        max_tokens = chunking.max_tokens or self.model.max_seq_length
+        if max_tokens > self.model.max_seq_length:
+            raise ConfigError(
+                f"collections[{self.name}].chunking.max_tokens: {max_tokens} exceeds the model's "
+                f"max sequence length {self.model.max_seq_length}"
+            )
+        return ChunkSettings(
+            max_tokens=max_tokens,
+            overlap_tokens=chunking.overlap_tokens,
+            include_title=chunking.include_title,
+            include_headings=chunking.include_headings,
+            document_prefix=self.model.document_prefix,
+        )
+
+    def path(self, run_id: str, stage: str) -> Path:
+        return stage_path(self.storage.staging_dir, self.name, run_id, stage)
+
+    # ------------------------------------------------------------------- stages
+
+    def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
+        out = self.path(run_id, "collected")
+        landed = self.tracking.landed_documents(self.name)
+        summary: CollectSummary = collect_documents(
+            self.source, landed, self.fingerprint, out, doc_ids
+        )
+        self.tracking.record_failures(self.name, summary.failures, run_id)
+        return StageOutput(out, summary)
+
+    def prepare(self, run_id: str, collected: Path) -> StageOutput:
+        out = self.path(run_id, "chunks")
+        summary: PrepareSummary = prepare_chunks(
+            collected,
+            out,
+            load_tokenizer(self.model.path),
+            self.chunk_settings(),
+            self.fingerprint,
+            lambda ids: self.store.chunk_keys(self.name, ids),
+        )
+        self.tracking.record_failures(self.name, summary.failures, run_id)
+        return StageOutput(out, summary)
+
+    def plan(
+        self, run_id: str, chunks: Path, settings: PlanSettings, dtype_bytes: int = 4
+    ) -> StageOutput:
+        out = self.path(run_id, "plan")
+        summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
+        return StageOutput(out, summary)
+
+    def execute(self, run_id: str, plan: Path, runner: EmbeddingRunner) -> StageOutput:
+        out = self.path(run_id, "embeddings")
+        summary: ExecuteSummary = execute_plan(plan, out, runner)
+        return StageOutput(out, summary)
+
+    def land(
+        self,
+        run_id: str,
+        collected: Path,
+        chunks: Path,
+        embeddings: Path,
+        dimension: int,
+        partition: str | None = None,
+    ) -> LandSummary:
+        ctx = LandingContext(
+            collection=self.name,
+            partition=partition or self.name,
+            run_id=run_id,
+            model_name=self.model.name,
+            fingerprint=self.fingerprint,
+            dimension=dimension,
+        )
+        summary: LandSummary = land_documents(
+            self.store, self.tracking, ctx, collected, chunks, embeddings
+        )
+        self.tracking.record_failures(self.name, summary.failures, run_id)
+        self.tracking.record_run(
+            run_id=run_id,
+            collection=self.name,
+            model_name=self.model.name,
+            fingerprint=self.fingerprint,
+            docs_landed=summary.documents_landed,
+            docs_deleted=summary.documents_deleted,
+            docs_failed=len(summary.failures),
+            chunks_embedded=summary.chunks_embedded,
+            chunks_reused=summary.chunks_reused,
+            chunks_removed=summary.chunks_removed,
+            table_version=summary.table_version,
+        )
+        prune_runs(self.storage.staging_dir, self.name, {run_id}, KEEP_STAGING_RUNS)
+        return summary
+
+    def run(
+        self,
+        run_id: str,
+        runner: EmbeddingRunner,
+        plan_settings: PlanSettings | None = None,
+        doc_ids: list[str] | None = None,
+    ) -> dict[str, object]:
+        """All five stages in order (what a Dagster run of one partition does); summaries."""
+        collected = self.collect(run_id, doc_ids)
+        chunks = self.prepare(run_id, collected.path)
+        plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
+        embeddings = self.execute(run_id, plan.path, runner)
+        landed = self.land(
+            run_id, collected.path, chunks.path, embeddings.path, runner.dimension
+        )
+        return {
+            "collect": collected.summary,
+            "prepare": chunks.summary,
+            "plan": plan.summary,
+            "execute": embeddings.summary,
+            "land": landed,
+        }

@@ -1,0 +1,197 @@
+"""Stage 3, the batch plan: pack stale model inputs into batches under a padded-token budget.
+
+Inputs are de-duplicated (identical inputs are embedded once), sorted by token length and
+packed greedily: a batch grows while `batch_size x longest_input <= token_budget` and
+`batch_size <= max_batch_size`. Sorting makes the longest input of a batch its last, so padding
+stays small, and long inputs end up in small batches of their own.
+
+On CUDA the budget is derived from free device memory and the model's shape
+(`budget_from_memory`); on CPU it is a setting.
+"""
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from batch_pipeline.models import ResolvedModel
+from batch_pipeline.staging import StageWriter, read_table
+
+PLAN_SCHEMA = pa.schema(
+    [
+        pa.field("batch_index", pa.int32(), nullable=False),
+        pa.field("input_hash", pa.string(), nullable=False),
+        pa.field("input_text", pa.large_string(), nullable=False),
+        pa.field("token_count", pa.int32(), nullable=False),
+    ]
+)
+
+DEFAULT_TOKEN_BUDGET = 4096
+DEFAULT_MAX_BATCH_SIZE = 128
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1 or self.max_batch_size < 1:
+            raise ValueError("token_budget and max_batch_size must be positive")
+
+
+def activation_bytes(batch_size: int, seq_len: int, model: ResolvedModel, dtype_bytes: int) -> int:
+    """Estimated peak activation memory of one forward pass of a batch, in bytes.
+
+    Per layer the live tensors are the hidden states and their projections (about
+    4 x hidden + intermediate values per token) and, per head, the attention scores and
+    probabilities, which grow with the square of the sequence length.
+    """
+    per_token = 4 * model.hidden_size + model.intermediate_size
+    attention = 2 * model.num_heads * seq_len * seq_len
+    return dtype_bytes * batch_size * (seq_len * per_token + attention)
+
+
+def budget_from_memory(
+    free_bytes: int, model: ResolvedModel, dtype_bytes: int, fraction: float = 0.5
+) -> int:
+    """The padded-token budget that keeps a worst-case batch within `fraction` of free memory."""
+    seq = model.max_seq_length
+    per_padded_token = activation_bytes(1, seq, model, dtype_bytes) / seq
+    return max(seq, int(free_bytes * fraction / per_padded_token))
+
+
+@dataclass
+class Batch:
+    indices: list[int]
+    max_tokens: int
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.indices) * self.max_tokens
+
+
+def pack_batches(token_counts: list[int], settings: PlanSettings) -> list[Batch]:
+    """Greedy packing of inputs sorted by length; returns batches of indices into the input."""
+    order = sorted(range(len(token_counts)), key=lambda i: token_counts[i])
+    batches: list[Batch] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        length = max(1, token_counts[i])
+        if current and (
+            (len(current) + 1) * max(longest, length) > settings.token_budget
+            or len(current) >= settings.max_batch_size
+        ):
+            batches.append(Batch(current, longest))
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(Batch(current, longest))
+    return batches
+
+
+@dataclass
+class PlanSummary:
+    inputs: int = 0
+    duplicates_folded: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+    largest_batch_bytes: int = 0
+    token_budget: int = 0
+    max_batch_size: int = 0
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+    def metadata(self) -> dict[str, object]:
+        sizes = self.batch_sizes or [0]
+        histogram = Counter(
+            next(f"<={b}" for b in (1, 4, 16, 32, 64, 128, 256, 10**9) if s <= b)
+            for s in self.batch_sizes
+        )
+        return {
+            "inputs_planned": self.inputs,
+            "duplicates_folded": self.duplicates_folded,
+            "batch_count": self.batches,
+            "real_tokens": self.real_tokens,
+            "padded_tokens": self.padded_tokens,
+            "padding_efficiency": round(self.padding_efficiency, 4),
+            "batch_size_min": min(sizes),
+            "batch_size_median": float(statistics.median(sizes)),
+            "batch_size_max": max(sizes),
+            "batch_size_histogram": dict(sorted(histogram.items())),
+            "largest_batch_estimated_mib": round(self.largest_batch_bytes / 2**20, 2),
+            "token_budget": self.token_budget,
+            "max_batch_size": self.max_batch_size,
+        }
+
+
+def plan_inputs(
+    input_hashes: list[str],
+    token_counts: list[int],
+    settings: PlanSettings,
+    model: ResolvedModel,
+    dtype_bytes: int = 4,
+) -> tuple[list[int], list[Batch], PlanSummary]:
+    """De-duplicate by input hash and pack. Returns (unique indices, batches over them, summary)."""
+    first: dict[str, int] = {}
+    for i, key in enumerate(input_hashes):
+        first.setdefault(key, i)
+    unique = sorted(first.values())
+    counts = [token_counts[i] for i in unique]
+    batches = pack_batches(counts, settings)
+    summary = PlanSummary(
+        inputs=len(unique),
+        duplicates_folded=len(input_hashes) - len(unique),
+        batches=len(batches),
+        real_tokens=sum(counts),
+        padded_tokens=sum(b.padded_tokens for b in batches),
+        batch_sizes=[len(b.indices) for b in batches],
+        largest_batch_bytes=max(
+            (activation_bytes(len(b.indices), b.max_tokens, model, dtype_bytes) for b in batches),
+            default=0,
+        ),
+        token_budget=settings.token_budget,
+        max_batch_size=settings.max_batch_size,
+    )
+    return unique, batches, summary
+
+
+def plan_stale_chunks(
+    chunks_path: Path,
+    out_path: Path,
+    settings: PlanSettings,
+    model: ResolvedModel,
+    dtype_bytes: int = 4,
+) -> PlanSummary:
+    """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`."""
+    stale = read_table(
+        chunks_path, columns=["input_hash", "input_text", "token_count", "stale"]
+    ).filter(pc.field("stale"))
+    hashes = stale["input_hash"].to_pylist()
+    unique, batches, summary = plan_inputs(
+        hashes, stale["token_count"].to_pylist(), settings, model, dtype_bytes
+    )
+    order = [unique[i] for batch in batches for i in batch.indices]
+    batch_index = [n for n, batch in enumerate(batches) for _ in batch.indices]
+    rows = stale.take(pa.array(order, pa.int64()))
+    with StageWriter(out_path, PLAN_SCHEMA) as writer:
+        writer.write_table(
+            pa.table(
+                {
+                    "batch_index": pa.array(batch_index, pa.int32()),
+                    "input_hash": rows["input_hash"],
+                    "input_text": rows["input_text"],
+                    "token_count": rows["token_count"],
+                }
+            )
+        )
+    return summary

@@ -1,0 +1,87 @@
+"""Documents in a local folder. The doc id is the POSIX path relative to the folder.
+
+Symlinks are never followed and no path may leave the root, so a link or a `../` id cannot
+make the pipeline read files outside the collection.
+"""
+
+import os
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from batch_pipeline.sources.base import (
+    DocumentReadError,
+    DocumentSource,
+    SourceEntry,
+    SourceUnavailableError,
+)
+
+
+def file_version(stat: os.stat_result) -> str:
+    return f"{stat.st_mtime_ns}:{stat.st_size}"
+
+
+class FilesystemSource(DocumentSource):
+    def __init__(self, root: Path, glob: str = "**/*.md") -> None:
+        self.root = Path(root)
+        self.glob = glob
+
+    def describe(self) -> str:
+        return f"{self.root} ({self.glob})"
+
+    def _require_root(self) -> None:
+        if not self.root.is_dir():
+            raise SourceUnavailableError(
+                f"source folder {self.root} does not exist or is not a folder; "
+                "fix the collection's source.path in the configuration"
+            )
+
+    def list_entries(self) -> Iterator[SourceEntry]:
+        self._require_root()
+        for path in sorted(self.root.glob(self.glob)):
+            if not self._inside_root(path) or path.is_symlink() or not path.is_file():
+                continue
+            rel = path.relative_to(self.root).as_posix()
+            if any(part.startswith(".") for part in PurePosixPath(rel).parts):
+                continue  # hidden files and folders, editor swap files
+            stat = path.lstat()
+            yield SourceEntry(rel, file_version(stat), stat.st_size)
+
+    def _inside_root(self, path: Path) -> bool:
+        # No symlinked folder on the way down either.
+        current = path.parent
+        while current != self.root and current != current.parent:
+            if current.is_symlink():
+                return False
+            current = current.parent
+        return current == self.root
+
+    def _path(self, doc_id: str) -> Path:
+        rel = PurePosixPath(doc_id)
+        if rel.is_absolute() or ".." in rel.parts or "\x00" in doc_id:
+            raise DocumentReadError(f"refusing doc id {doc_id!r}: it points outside the source")
+        path = self.root.joinpath(*rel.parts)
+        if path.is_symlink() or not self._inside_root(path):
+            raise DocumentReadError(f"refusing {doc_id!r}: symlinks are not followed")
+        return path
+
+    def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
+        self._require_root()
+        for doc_id in doc_ids:
+            try:
+                path = self._path(doc_id)
+                stat = path.lstat()
+            except (DocumentReadError, OSError):
+                continue
+            if path.is_file():
+                yield SourceEntry(doc_id, file_version(stat), stat.st_size)
+
+    def read(self, doc_id: str) -> bytes:
+        path = self._path(doc_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
+        except OSError as error:
+            raise DocumentReadError(f"cannot read {doc_id!r}: {error.strerror}") from None

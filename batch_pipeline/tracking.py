@@ -1,0 +1,232 @@
+"""The tracking store: what has landed, what failed, and each run's summary.
+
+SQLAlchemy Core over any URL: SQLite under the pipeline home by default, PostgreSQL in
+production. Every value is a bound parameter, never formatted into SQL.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+
+documents = sa.Table(
+    "documents",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("source_version", sa.String(256), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("chunk_count", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("landed_at", sa.Float, nullable=False),
+)
+
+failures = sa.Table(
+    "failures",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("stage", sa.String(32), nullable=False),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("error_class", sa.String(128), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.String(64)),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("failed_at", sa.Float, nullable=False),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("finished_at", sa.Float, nullable=False),
+    sa.Column("model_name", sa.Text, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("docs_landed", sa.Integer, nullable=False),
+    sa.Column("docs_deleted", sa.Integer, nullable=False),
+    sa.Column("docs_failed", sa.Integer, nullable=False),
+    sa.Column("chunks_embedded", sa.Integer, nullable=False),
+    sa.Column("chunks_reused", sa.Integer, nullable=False),
+    sa.Column("chunks_removed", sa.Integer, nullable=False),
+    sa.Column("table_version", sa.Integer),
+)
+
+
+@dataclass(frozen=True)
+class LandedDocument:
+    doc_id: str
+    content_hash: str
+    source_version: str
+    fingerprint: str
+    run_id: str
+    landed_at: float
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    doc_id: str
+    stage: str
+    reason: str
+    error_class: str
+    message: str
+    content_hash: str | None = None
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 60})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(conn, _record) -> None:  # noqa: ANN001
+            cursor = conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class TrackingStore:
+    """Document, failure and run records for every collection."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite:///"):
+            from pathlib import Path
+
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine = _engine(url)
+        metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ documents
+
+    def landed_documents(self, collection: str) -> dict[str, LandedDocument]:
+        query = sa.select(
+            documents.c.doc_id,
+            documents.c.content_hash,
+            documents.c.source_version,
+            documents.c.fingerprint,
+            documents.c.run_id,
+            documents.c.landed_at,
+        ).where(documents.c.collection == collection)
+        with self.engine.connect() as conn:
+            return {row.doc_id: LandedDocument(*row) for row in conn.execute(query)}
+
+    def record_landed(
+        self,
+        collection: str,
+        landed: list[dict[str, Any]],
+        deleted: list[str],
+        run_id: str,
+    ) -> None:
+        """Upsert landed documents, forget deleted ones and clear their failures, atomically."""
+        now = time.time()
+        ids = [doc["doc_id"] for doc in landed] + list(deleted)
+        with self.engine.begin() as conn:
+            for start in range(0, len(ids), 500):
+                batch = ids[start : start + 500]
+                conn.execute(
+                    documents.delete().where(
+                        documents.c.collection == collection, documents.c.doc_id.in_(batch)
+                    )
+                )
+                conn.execute(
+                    failures.delete().where(
+                        failures.c.collection == collection, failures.c.doc_id.in_(batch)
+                    )
+                )
+            if landed:
+                conn.execute(
+                    documents.insert(),
+                    [
+                        {
+                            "collection": collection,
+                            "run_id": run_id,
+                            "landed_at": now,
+                            **doc,
+                        }
+                        for doc in landed
+                    ],
+                )
+
+    def update_source_versions(self, collection: str, versions: dict[str, str]) -> None:
+        """Remember new versions of documents whose content did not change (touched files)."""
+        if not versions:
+            return
+        with self.engine.begin() as conn:
+            for doc_id, version in versions.items():
+                conn.execute(
+                    documents.update()
+                    .where(documents.c.collection == collection, documents.c.doc_id == doc_id)
+                    .values(source_version=version)
+                )
+
+    def document_count(self, collection: str) -> int:
+        query = sa.select(sa.func.count()).where(documents.c.collection == collection)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    # ------------------------------------------------------------------- failures
+
+    def record_failures(self, collection: str, records: list[FailureRecord], run_id: str) -> None:
+        """Record (or count again) each document's failure with its reason."""
+        if not records:
+            return
+        now = time.time()
+        with self.engine.begin() as conn:
+            for record in records:
+                key = (failures.c.collection == collection, failures.c.doc_id == record.doc_id)
+                previous = conn.execute(sa.select(failures.c.attempts).where(*key)).scalar()
+                conn.execute(failures.delete().where(*key))
+                conn.execute(
+                    failures.insert().values(
+                        collection=collection,
+                        doc_id=record.doc_id,
+                        stage=record.stage,
+                        reason=record.reason,
+                        error_class=record.error_class,
+                        message=record.message[:4000],
+                        content_hash=record.content_hash,
+                        run_id=run_id,
+                        attempts=(previous or 0) + 1,
+                        failed_at=now,
+                    )
+                )
+
+    def list_failures(self, collection: str | None = None) -> list[dict[str, Any]]:
+        query = sa.select(failures).order_by(failures.c.collection, failures.c.doc_id)
+        if collection is not None:
+            query = query.where(failures.c.collection == collection)
+        with self.engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    # ----------------------------------------------------------------------- runs
+
+    def record_run(self, **values: Any) -> None:
+        key = (runs.c.run_id == values["run_id"], runs.c.collection == values["collection"])
+        with self.engine.begin() as conn:
+            conn.execute(runs.delete().where(*key))
+            conn.execute(runs.insert().values(finished_at=time.time(), **values))
+
+    def last_run(self, collection: str) -> dict[str, Any] | None:
+        query = (
+            sa.select(runs)
+            .where(runs.c.collection == collection)
+            .order_by(runs.c.finished_at.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return dict(row._mapping) if row else None

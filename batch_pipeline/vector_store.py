@@ -1,0 +1,153 @@
+"""The LanceDB index: one table per collection, one row per chunk, with its lineage.
+
+All writes go through `replace_documents()`: a single `merge_insert` commit that upserts the
+documents' new chunks and deletes their stale chunks (and all chunks of deleted documents), so
+a reader never sees half a document. Every value in a filter string goes through `sql_literal`.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+
+ID_BATCH = 500  # ids per IN (...) filter
+
+
+def sql_literal(value: str) -> str:
+    """A string as a quoted SQL literal for a LanceDB filter: quotes doubled, NUL refused."""
+    if "\x00" in value:
+        raise ValueError("NUL characters cannot be used in a filter value")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def in_filter(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
+
+
+def chunk_schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("collection", pa.string(), nullable=False),
+            pa.field("partition", pa.string(), nullable=False),
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("chunk_index", pa.int32(), nullable=False),
+            pa.field("title", pa.string()),
+            pa.field("section", pa.string()),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            pa.field("input_hash", pa.string(), nullable=False),
+            pa.field("model_name", pa.string(), nullable=False),
+            pa.field("model_fingerprint", pa.string(), nullable=False),
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("embedded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field("source_version", pa.string(), nullable=False),
+            pa.field("content_hash", pa.string(), nullable=False),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class TableStats:
+    rows: int
+    documents: int
+    version: int
+    oldest_embedded_at: Any
+    newest_embedded_at: Any
+    models: list[str]
+    run_ids: int
+
+
+class VectorStore:
+    """A LanceDB database holding one chunk table per collection."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.db = lancedb.connect(uri, storage_options=storage_options)
+
+    def table_uri(self, collection: str) -> str:
+        return f"{self.uri.rstrip('/')}/{collection}.lance"
+
+    def has_table(self, collection: str) -> bool:
+        return collection in self.db.list_tables().tables
+
+    def open(self, collection: str):
+        return self.db.open_table(collection) if self.has_table(collection) else None
+
+    def ensure_table(self, collection: str, dim: int):
+        table = self.open(collection)
+        if table is None:
+            table = self.db.create_table(collection, schema=chunk_schema(dim), exist_ok=True)
+        return table
+
+    def _scan(self, collection: str, where: str, columns: list[str]) -> pa.Table:
+        table = self.open(collection)
+        if table is None:
+            return pa.table({c: [] for c in columns})
+        return table.search().where(where).select(columns).limit(None).to_arrow()
+
+    def chunk_keys(self, collection: str, doc_ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """chunk_id -> (doc_id, input_hash, model_fingerprint) for these documents' rows."""
+        keys: dict[str, tuple[str, str, str]] = {}
+        for start in range(0, len(doc_ids), ID_BATCH):
+            rows = self._scan(
+                collection,
+                in_filter("doc_id", doc_ids[start : start + ID_BATCH]),
+                ["chunk_id", "doc_id", "input_hash", "model_fingerprint"],
+            ).to_pylist()
+            for row in rows:
+                keys[row["chunk_id"]] = (row["doc_id"], row["input_hash"], row["model_fingerprint"])
+        return keys
+
+    def fetch_chunks(self, collection: str, chunk_ids: list[str]) -> pa.Table:
+        """Full rows for these chunk ids (to carry unchanged vectors over)."""
+        table = self.open(collection)
+        if table is None or not chunk_ids:
+            return pa.Table.from_pylist([], schema=table.schema if table else None)
+        parts = [
+            table.search().where(in_filter("chunk_id", chunk_ids[s : s + ID_BATCH]))
+            .limit(None)
+            .to_arrow()
+            for s in range(0, len(chunk_ids), ID_BATCH)
+        ]
+        return pa.concat_tables(parts)
+
+    def replace_documents(
+        self, collection: str, rows: list[dict], doc_ids: list[str], dim: int
+    ) -> int:
+        """Make `doc_ids`' rows exactly `rows`, in one commit. Returns the new table version."""
+        table = self.ensure_table(collection, dim)
+        if not doc_ids:
+            return table.version
+        data = pa.Table.from_pylist(rows, schema=table.schema)
+        (
+            table.merge_insert("chunk_id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
+            .execute(data)
+        )
+        return table.version
+
+    def stats(self, collection: str) -> TableStats | None:
+        table = self.open(collection)
+        if table is None:
+            return None
+        data = table.search().select(
+            ["doc_id", "embedded_at", "model_name", "run_id"]
+        ).limit(None).to_arrow()
+        import pyarrow.compute as pc
+
+        if data.num_rows == 0:
+            return TableStats(0, 0, table.version, None, None, [], 0)
+        return TableStats(
+            rows=data.num_rows,
+            documents=len(pc.unique(data["doc_id"])),
+            version=table.version,
+            oldest_embedded_at=pc.min(data["embedded_at"]).as_py(),
+            newest_embedded_at=pc.max(data["embedded_at"]).as_py(),
+            models=sorted(pc.unique(data["model_name"]).to_pylist()),
+            run_ids=len(pc.unique(data["run_id"])),
+        )
