@@ -50,14 +50,19 @@ def _section_key(headings: tuple[str, ...], occurrence: int) -> str:
     return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:10]
 
 
+def section_path(title: str, headings: tuple[str, ...]) -> str:
+    """The heading path under the title, e.g. `Steps > On mobile` (the H1 title left out)."""
+    return " > ".join(headings[1:] if headings and headings[0] == title else headings)
+
+
 def _header(title: str, headings: tuple[str, ...], settings: ChunkSettings) -> str:
     parts = []
     if settings.include_title and title:
         parts.append(title)
     if settings.include_headings:
-        path = list(headings[1:] if headings and headings[0] == title else headings)
+        path = section_path(title, headings)
         if path:
-            parts.append(" > ".join(path))
+            parts.append(path)
     header = "\n".join(parts)
     return settings.document_prefix + (header + "\n\n" if header else "")
 
@@ -99,9 +104,10 @@ def split_by_tokens(text: str, offsets: list[tuple[int, int]], budget: int, over
         if end >= n:
             return
         next_start = max(end - overlap, start + 1)
-        while next_start < end and _break_priority(
-            text, offsets[next_start - 1][1], offsets[next_start][0]
-        ) == _NONE:
+        while (
+            next_start < end
+            and _break_priority(text, offsets[next_start - 1][1], offsets[next_start][0]) == _NONE
+        ):
             next_start += 1
         start = next_start
 
@@ -124,8 +130,8 @@ def chunk_document(
         budget = settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(tokenizer, header)
         if budget < settings.max_tokens // 4:  # absurdly long headings: keep the text instead
             header = _header(parsed.title, (), settings)
-            budget = settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(
-                tokenizer, header
+            budget = (
+                settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(tokenizer, header)
             )
         encoding = tokenizer(
             section.text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
@@ -138,7 +144,7 @@ def chunk_document(
             if len(offsets) <= budget
             else split_by_tokens(section.text, offsets, budget, settings.overlap_tokens)
         )
-        label = " > ".join(section.headings)
+        label = section_path(parsed.title, section.headings)
         for n, (start, end) in enumerate(windows):
             text = section.text[start:end].strip()
             if text:

@@ -7,6 +7,7 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 """
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,40 @@ class CollectSummary:
         return {f"documents_{status}": self.counts.get(status, 0) for status in STATUSES}
 
 
+def classify_documents(
+    source: DocumentSource,
+    landed: dict[str, LandedDocument],
+    fingerprint: str,
+    summary: CollectSummary,
+    doc_ids: list[str] | None = None,
+) -> Iterator[dict]:
+    """One row per document (see `COLLECTED_SCHEMA`), counted into `summary`.
+
+    With `doc_ids`, only those documents are looked at (a targeted run): ids that no longer
+    exist at the source are `deleted`, and nothing else is listed or read.
+    """
+    seen: set[str] = set()
+    entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)
+    for entry in entries:
+        seen.add(entry.doc_id)
+        previous = landed.get(entry.doc_id)
+        row = {"doc_id": entry.doc_id, "source_version": entry.version, "size": entry.size}
+        if (
+            previous is not None
+            and previous.source_version == entry.version
+            and previous.fingerprint == fingerprint
+        ):
+            row.update(status=UNCHANGED, content_hash=previous.content_hash)
+        else:
+            row.update(_read(source, entry.doc_id, previous, fingerprint, summary))
+        summary.counts[row["status"]] += 1
+        yield row
+    candidates = landed.keys() if doc_ids is None else [d for d in doc_ids if d in landed]
+    for doc_id in sorted(set(candidates) - seen):
+        summary.counts[DELETED] += 1
+        yield {"doc_id": doc_id, "status": DELETED, "content_hash": landed[doc_id].content_hash}
+
+
 def collect_documents(
     source: DocumentSource,
     landed: dict[str, LandedDocument],
@@ -54,35 +89,11 @@ def collect_documents(
     out_path: Path,
     doc_ids: list[str] | None = None,
 ) -> CollectSummary:
-    """Classify the source's documents against `landed` and write them to `out_path`.
-
-    With `doc_ids`, only those documents are looked at (a targeted run): ids that no longer
-    exist at the source are `deleted`, and nothing else is listed or read.
-    """
+    """Classify the source's documents against `landed` and write them to `out_path`."""
     summary = CollectSummary()
-    seen: set[str] = set()
-    entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)
     with StageWriter(out_path, COLLECTED_SCHEMA) as writer:
-        for entry in entries:
-            seen.add(entry.doc_id)
-            previous = landed.get(entry.doc_id)
-            row = {"doc_id": entry.doc_id, "source_version": entry.version, "size": entry.size}
-            if (
-                previous is not None
-                and previous.source_version == entry.version
-                and previous.fingerprint == fingerprint
-            ):
-                row.update(status=UNCHANGED, content_hash=previous.content_hash)
-            else:
-                row.update(_read(source, entry.doc_id, previous, fingerprint, summary))
-            summary.counts[row["status"]] += 1
+        for row in classify_documents(source, landed, fingerprint, summary, doc_ids):
             writer.write(row)
-        candidates = landed.keys() if doc_ids is None else [d for d in doc_ids if d in landed]
-        for doc_id in sorted(set(candidates) - seen):
-            summary.counts[DELETED] += 1
-            writer.write(
-                {"doc_id": doc_id, "status": DELETED, "content_hash": landed[doc_id].content_hash}
-            )
     return summary
 
 
@@ -103,8 +114,10 @@ def _read(
         text = decode_document(raw)
     except DocumentError as error:
         return _failed(summary, doc_id, error.reason, error, digest)
-    if previous is not None and previous.content_hash == digest and (
-        previous.fingerprint == fingerprint
+    if (
+        previous is not None
+        and previous.content_hash == digest
+        and (previous.fingerprint == fingerprint)
     ):
         return {"status": UNCHANGED, "content_hash": digest}
     fmt = detect_format(doc_id)

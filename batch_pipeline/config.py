@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
-from pydantic import model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
@@ -136,6 +143,10 @@ class PipelineConfig(_Strict):
                 raise ValueError(f"collection name {collection.name!r} is used twice")
             seen.add(collection.name)
         return value
+
+    def partition_keys(self) -> list[str]:
+        """One Dagster partition per collection."""
+        return [collection.name for collection in self.collections]
 
     def collection(self, name: str) -> CollectionConfig:
         for collection in self.collections:

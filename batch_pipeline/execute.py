@@ -4,7 +4,7 @@ The output holds one row per planned input (`input_hash`, `vector`, `embedded_at
 failed on their own are listed in the summary with their reason instead.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from batch_pipeline.inference import EmbeddingRunner, RunStats
-from batch_pipeline.staging import StageWriter, read_batches
+from batch_pipeline.staging import StageWriter, read_batches, row_count
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -71,8 +71,22 @@ def _planned_batches(plan_path: Path) -> Iterator[tuple[list[str], list[str]]]:
         yield hashes, texts
 
 
-def execute_plan(plan_path: Path, out_path: Path, runner: EmbeddingRunner) -> ExecuteSummary:
+def execute_plan(
+    plan_path: Path, out_path: Path, get_runner: Callable[[], EmbeddingRunner], dimension: int
+) -> ExecuteSummary:
+    """Embed the plan; an empty plan writes an empty file without loading the model."""
     stats = RunStats()
+    if row_count(plan_path) == 0:
+        with StageWriter(out_path, embeddings_schema(dimension)):
+            pass
+        return ExecuteSummary(
+            stats=stats, device="none (nothing to embed)", dtype="none", dimension=dimension
+        )
+    runner = get_runner()
+    if runner.dimension != dimension:
+        raise RuntimeError(
+            f"the loaded model embeds into {runner.dimension} dimensions, its files say {dimension}"
+        )
     keys: list[str] = []  # input hash by position in the plan
 
     def batches() -> Iterator[tuple[list[int], list[str]]]:

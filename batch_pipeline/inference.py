@@ -129,7 +129,9 @@ class EmbeddingRunner:
     def _load(self, resolved: ResolvedModel, quantize_int8: bool):
         import torch
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
+        transformers_logging.disable_progress_bar()
         try:
             model = SentenceTransformer(
                 str(resolved.path),

@@ -72,9 +72,11 @@ def land_documents(
     chunks = read_table(chunks_path).drop_columns(["input_text"])
     embeddings = read_table(embeddings_path)
     vector_of = {key: i for i, key in enumerate(embeddings["input_hash"].to_pylist())}
-    vectors = embeddings["vector"].combine_chunks().flatten().to_numpy().reshape(
-        -1, ctx.dimension
-    ) if embeddings.num_rows else np.zeros((0, ctx.dimension), np.float32)
+    vectors = (
+        embeddings["vector"].combine_chunks().flatten().to_numpy().reshape(-1, ctx.dimension)
+        if embeddings.num_rows
+        else np.zeros((0, ctx.dimension), np.float32)
+    )
     embedded_at = embeddings["embedded_at"].to_pylist()
 
     rows_by_doc: dict[str, list[dict]] = defaultdict(list)
@@ -118,9 +120,7 @@ def land_documents(
         if not scope:
             continue
         before = store.chunk_keys(ctx.collection, scope)
-        summary.table_version = store.replace_documents(
-            ctx.collection, rows, scope, ctx.dimension
-        )
+        summary.table_version = store.replace_documents(ctx.collection, rows, scope, ctx.dimension)
         kept = {r["chunk_id"] for r in rows}
         summary.chunks_removed += len(set(before) - kept)
         summary.chunks_written += len(rows)
@@ -210,4 +210,3 @@ def table_metadata(store: VectorStore, collection: str) -> dict[str, object]:
         "newest_embedded_at": str(stats.newest_embedded_at),
         "models": stats.models,
     }
-

@@ -32,6 +32,7 @@ class ResolvedModel:
     document_prefix: str
     query_prefix: str
     files_hash: str
+    embedding_dimension: int
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -90,12 +91,8 @@ def _hash_files(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
 
 def files_hash(path: Path) -> str:
     """SHA-256 over the model's weights and config files (cached while they are unchanged)."""
-    files = sorted(
-        p for p in path.rglob("*") if p.is_file() and p.name not in _IGNORED_FILES
-    )
-    stamp = tuple(
-        (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files
-    )
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _IGNORED_FILES)
+    stamp = tuple((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
     return _hash_files(path, stamp)
 
 
@@ -115,6 +112,13 @@ def resolve_model(config: ModelConfig) -> ResolvedModel:
             f"model.max_seq_length {config.max_seq_length} exceeds the model's own limit {own_max}"
         )
     has_normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    dimension = int(hf_config.get("hidden_size", 768))
+    for module in modules:  # Pooling (and any Dense layers) set the output width
+        module_config = _read_json(path / module.get("path", "") / "config.json")
+        if str(module.get("type", "")).endswith("Pooling"):
+            dimension = int(module_config.get("word_embedding_dimension", dimension))
+        elif str(module.get("type", "")).endswith("Dense"):
+            dimension = int(module_config.get("out_features", dimension))
     return ResolvedModel(
         name=config.name if config.path is None else str(config.path),
         path=path,
@@ -123,6 +127,7 @@ def resolve_model(config: ModelConfig) -> ResolvedModel:
         document_prefix=config.document_prefix,
         query_prefix=config.query_prefix,
         files_hash=files_hash(path),
+        embedding_dimension=dimension,
         hidden_size=int(hf_config.get("hidden_size", 768)),
         num_layers=int(hf_config.get("num_hidden_layers", 12)),
         num_heads=int(hf_config.get("num_attention_heads", 12)),

@@ -233,7 +233,11 @@ def _parse_rst(text: str) -> tuple[str | None, list[Section]]:
             if name not in {"code-block", "code", "note", "warning", "tip", "important"}:
                 i += 1
                 while i < len(lines) and (not lines[i].strip() or lines[i].startswith(" ")):
-                    if not lines[i].strip() and i + 1 < len(lines) and not lines[i + 1].startswith(" "):
+                    if (
+                        not lines[i].strip()
+                        and i + 1 < len(lines)
+                        and not lines[i + 1].startswith(" ")
+                    ):
                         break
                     i += 1
                 continue
@@ -252,9 +256,32 @@ def _parse_rst(text: str) -> tuple[str | None, list[Section]]:
 # --------------------------------------------------------------------------- HTML
 
 _HTML_BLOCKS = {
-    "p", "div", "li", "ul", "ol", "br", "tr", "table", "section", "article", "pre",
-    "blockquote", "dd", "dt", "dl", "header", "footer", "main", "nav", "aside", "hr",
-    "figure", "figcaption", "form", "td", "th",
+    "p",
+    "div",
+    "li",
+    "ul",
+    "ol",
+    "br",
+    "tr",
+    "table",
+    "section",
+    "article",
+    "pre",
+    "blockquote",
+    "dd",
+    "dt",
+    "dl",
+    "header",
+    "footer",
+    "main",
+    "nav",
+    "aside",
+    "hr",
+    "figure",
+    "figcaption",
+    "form",
+    "td",
+    "th",
 }
 _HTML_SKIP = {"script", "style", "head", "noscript", "template", "svg"}
 

@@ -5,6 +5,7 @@ five stages; the Dagster assets, the CLI and the tests all go through it. Each s
 previous stage's Parquet file and writes its own under `staging/<collection>/<run_id>/`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -121,9 +122,14 @@ class CollectionPipeline:
         summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
         return StageOutput(out, summary)
 
-    def execute(self, run_id: str, plan: Path, runner: EmbeddingRunner) -> StageOutput:
+    def execute(
+        self, run_id: str, plan: Path, get_runner: Callable[[], EmbeddingRunner]
+    ) -> StageOutput:
+        """Run the plan; the model is only loaded (by `get_runner`) if there is work."""
         out = self.path(run_id, "embeddings")
-        summary: ExecuteSummary = execute_plan(plan, out, runner)
+        summary: ExecuteSummary = execute_plan(
+            plan, out, get_runner, self.model.embedding_dimension
+        )
         return StageOutput(out, summary)
 
     def land(
@@ -174,9 +180,9 @@ class CollectionPipeline:
         collected = self.collect(run_id, doc_ids)
         chunks = self.prepare(run_id, collected.path)
         plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
-        embeddings = self.execute(run_id, plan.path, runner)
+        embeddings = self.execute(run_id, plan.path, lambda: runner)
         landed = self.land(
-            run_id, collected.path, chunks.path, embeddings.path, runner.dimension
+            run_id, collected.path, chunks.path, embeddings.path, self.model.embedding_dimension
         )
         return {
             "collect": collected.summary,

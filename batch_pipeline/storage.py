@@ -36,11 +36,11 @@ def resolve_storage(
     home_path = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
     lance = lancedb_uri or os.environ.get(LANCEDB_URI_ENV) or str(home_path / "lancedb")
     tracking = (
-        tracking_url
-        or os.environ.get(TRACKING_URL_ENV)
-        or f"sqlite:///{home_path / 'tracking.db'}"
+        tracking_url or os.environ.get(TRACKING_URL_ENV) or f"sqlite:///{home_path / 'tracking.db'}"
     )
-    staging = Path(
-        staging_dir or os.environ.get(STAGING_DIR_ENV) or home_path / "staging"
-    ).expanduser().resolve()
+    staging = (
+        Path(staging_dir or os.environ.get(STAGING_DIR_ENV) or home_path / "staging")
+        .expanduser()
+        .resolve()
+    )
     return StorageLocations(home_path, lance, tracking, staging)

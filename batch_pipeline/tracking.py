@@ -173,6 +173,13 @@ class TrackingStore:
                     .values(source_version=version)
                 )
 
+    def chunk_counts(self, collection: str) -> dict[str, int]:
+        query = sa.select(documents.c.doc_id, documents.c.chunk_count).where(
+            documents.c.collection == collection
+        )
+        with self.engine.connect() as conn:
+            return {row.doc_id: row.chunk_count for row in conn.execute(query)}
+
     def document_count(self, collection: str) -> int:
         query = sa.select(sa.func.count()).where(documents.c.collection == collection)
         with self.engine.connect() as conn:

@@ -11,6 +11,7 @@ from typing import Any
 
 import lancedb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 ID_BATCH = 500  # ids per IN (...) filter
 
@@ -82,20 +83,24 @@ class VectorStore:
             table = self.db.create_table(collection, schema=chunk_schema(dim), exist_ok=True)
         return table
 
-    def _scan(self, collection: str, where: str, columns: list[str]) -> pa.Table:
+    def scan(self, collection: str, columns: list[str], where: str | None = None) -> pa.Table:
+        """These columns of the rows matching `where` (all rows without it)."""
         table = self.open(collection)
         if table is None:
-            return pa.table({c: [] for c in columns})
-        return table.search().where(where).select(columns).limit(None).to_arrow()
+            return pa.table({c: pa.array([], pa.string()) for c in columns})
+        query = table.search()
+        if where is not None:
+            query = query.where(where)
+        return query.select(columns).limit(None).to_arrow()
 
     def chunk_keys(self, collection: str, doc_ids: list[str]) -> dict[str, tuple[str, str, str]]:
         """chunk_id -> (doc_id, input_hash, model_fingerprint) for these documents' rows."""
         keys: dict[str, tuple[str, str, str]] = {}
         for start in range(0, len(doc_ids), ID_BATCH):
-            rows = self._scan(
+            rows = self.scan(
                 collection,
-                in_filter("doc_id", doc_ids[start : start + ID_BATCH]),
                 ["chunk_id", "doc_id", "input_hash", "model_fingerprint"],
+                in_filter("doc_id", doc_ids[start : start + ID_BATCH]),
             ).to_pylist()
             for row in rows:
                 keys[row["chunk_id"]] = (row["doc_id"], row["input_hash"], row["model_fingerprint"])
@@ -107,7 +112,8 @@ class VectorStore:
         if table is None or not chunk_ids:
             return pa.Table.from_pylist([], schema=table.schema if table else None)
         parts = [
-            table.search().where(in_filter("chunk_id", chunk_ids[s : s + ID_BATCH]))
+            table.search()
+            .where(in_filter("chunk_id", chunk_ids[s : s + ID_BATCH]))
             .limit(None)
             .to_arrow()
             for s in range(0, len(chunk_ids), ID_BATCH)
@@ -135,10 +141,7 @@ class VectorStore:
         table = self.open(collection)
         if table is None:
             return None
-        data = table.search().select(
-            ["doc_id", "embedded_at", "model_name", "run_id"]
-        ).limit(None).to_arrow()
-        import pyarrow.compute as pc
+        data = self.scan(collection, ["doc_id", "embedded_at", "model_name", "run_id"])
 
         if data.num_rows == 0:
             return TableStats(0, 0, table.version, None, None, [], 0)

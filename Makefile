@@ -1,0 +1,48 @@
+SHELL := /bin/bash
+# batch-pipeline: `make demo` builds the sample index, `make test` runs the test suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# The CPU build of torch (on these machines it lies on local disk); GPU users install
+# their own CUDA build of torch first and set TORCH_SPEC= to keep it.
+TORCH_SPEC ?= torch==2.13.0
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup demo test lint bench clean-state
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	@for partition in $$($(BIN)/python -m batch_pipeline.partitions); do \
+		echo "== materialising partition $$partition"; \
+		$(BIN)/dagster asset materialize -m batch_pipeline.definitions --select '*' \
+			--partition $$partition 2>&1 | grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
+	$(BIN)/batch-pipeline status
+	@echo "== sample search"
+	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
+
+test: setup
+	$(BIN)/pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python -m batch_pipeline.bench
+
+clean-state:
+	rm -rf .batch_pipeline

@@ -1,0 +1,40 @@
+"""Stage 4: the planned inputs embedded by the inference resource."""
+
+import dagster as dg
+
+from assets.partitions import GROUP_NAME, OWNERS
+from assets.stage_io import parquet_metadata, upstream_path
+from resources.inference import InferenceResource
+from resources.pipeline import PipelineResource
+
+
+def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="chunk_embeddings",
+        deps=["batch_plan"],
+        partitions_def=partitions,
+        group_name=GROUP_NAME,
+        owners=OWNERS,
+        kinds={"pytorch", "parquet"},
+    )
+    def chunk_embeddings(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        inference: InferenceResource,
+    ) -> dg.MaterializeResult:
+        """One vector per planned input, computed batch by batch on the best device present
+        (CUDA, then MPS, then CPU), in the plan's order."""
+        engine = pipeline.collection(context.partition_key)
+        plan = upstream_path(context, dg.AssetKey("batch_plan"))
+        output = engine.execute(context.run_id, plan, lambda: inference.runner(engine.model))
+        for input_hash, reason in output.summary.failed_inputs.items():
+            context.log.warning(f"input {input_hash[:12]} failed: {reason}")
+        return dg.MaterializeResult(
+            metadata={
+                **parquet_metadata(output.path),
+                **output.summary.metadata(),
+                "model": engine.model.name,
+            }
+        )
+
+    return chunk_embeddings

@@ -1,0 +1,40 @@
+"""Stage 2: normalised, chunked text with the exact model input of every chunk."""
+
+import dagster as dg
+
+from assets.partitions import GROUP_NAME, OWNERS
+from assets.stage_io import parquet_metadata, upstream_path
+from resources.pipeline import PipelineResource
+
+
+def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="document_chunks",
+        deps=["source_documents"],
+        partitions_def=partitions,
+        group_name=GROUP_NAME,
+        owners=OWNERS,
+        kinds={"python", "parquet"},
+    )
+    def document_chunks(
+        context: dg.AssetExecutionContext, pipeline: PipelineResource
+    ) -> dg.MaterializeResult:
+        """Chunks of new and changed documents, cut with the model's tokenizer along headings
+        and paragraphs, each with its stable id, exact model input and staleness flag."""
+        engine = pipeline.collection(context.partition_key)
+        collected = upstream_path(context, dg.AssetKey("source_documents"))
+        output = engine.prepare(context.run_id, collected)
+        for failure in output.summary.failures:
+            context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
+        settings = engine.chunk_settings()
+        return dg.MaterializeResult(
+            metadata={
+                **parquet_metadata(output.path),
+                **output.summary.metadata(),
+                "max_tokens": settings.max_tokens,
+                "overlap_tokens": settings.overlap_tokens,
+                "model_fingerprint": engine.fingerprint,
+            }
+        )
+
+    return document_chunks

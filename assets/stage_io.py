@@ -1,0 +1,53 @@
+"""How stage assets find each other's Parquet files and describe them in the UI.
+
+Each stage records the file it wrote as `dagster/uri` on its materialisation; the next stage
+reads the latest materialisation of the same partition. So a stage re-run on its own (or a
+retry from failure in a new run) reads exactly what its upstream last produced.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class MissingUpstreamError(RuntimeError):
+    """A stage ran before its upstream stage ever materialised this partition."""
+
+
+def upstream_path(context: dg.AssetExecutionContext, asset_key: dg.AssetKey) -> Path:
+    result = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]),
+        limit=1,
+    )
+    if not result.records:
+        raise MissingUpstreamError(
+            f"{asset_key.to_user_string()} has no materialisation for partition "
+            f"{context.partition_key!r}; materialise it first"
+        )
+    materialization = result.records[0].asset_materialization
+    uri = materialization.metadata.get("dagster/uri") if materialization else None
+    if uri is None:
+        raise MissingUpstreamError(f"{asset_key.to_user_string()} recorded no dagster/uri")
+    path = Path(str(uri.value))
+    if not path.is_file():
+        raise MissingUpstreamError(
+            f"{path} from {asset_key.to_user_string()} no longer exists (staging was pruned); "
+            "re-materialise the upstream stage"
+        )
+    return path
+
+
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
+
+
+def parquet_metadata(path: Path) -> dict[str, object]:
+    """`dagster/uri`, `dagster/row_count` and `dagster/column_schema` of a stage file."""
+    meta = pq.ParquetFile(path).metadata
+    return {
+        "dagster/uri": dg.MetadataValue.path(str(path)),
+        "dagster/row_count": meta.num_rows,
+        "dagster/column_schema": column_schema(meta.schema.to_arrow_schema()),
+    }

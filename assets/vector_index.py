@@ -1,0 +1,74 @@
+"""Stage 5: the collection's LanceDB table, with per-row lineage and per-partition freshness."""
+
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.partitions import GROUP_NAME, OWNERS
+from assets.stage_io import column_schema, upstream_path
+from batch_pipeline.landing import table_metadata
+from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.vector_store import chunk_schema
+from resources.pipeline import PipelineResource
+
+INDEX_MATCHES_TRACKING = "index_matches_tracking"
+
+
+def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="vector_index",
+        deps=["chunk_embeddings", "document_chunks", "source_documents"],
+        partitions_def=partitions,
+        group_name=GROUP_NAME,
+        owners=OWNERS,
+        kinds={"lancedb"},
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
+        ),
+        check_specs=[dg.AssetCheckSpec(INDEX_MATCHES_TRACKING, asset="vector_index")],
+    )
+    def vector_index(
+        context: dg.AssetExecutionContext, pipeline: PipelineResource
+    ) -> dg.MaterializeResult:
+        """The collection's chunks and vectors in LanceDB, one row per chunk, each carrying
+        its doc id, chunk id, input hash, model and fingerprint, run id, embedding time and
+        source version. Stale and deleted chunks are removed in the same commit."""
+        engine = pipeline.collection(context.partition_key)
+        paths = {
+            stage: upstream_path(context, dg.AssetKey(stage))
+            for stage in ("source_documents", "document_chunks", "chunk_embeddings")
+        }
+        dimension = engine.model.embedding_dimension
+        summary = engine.land(
+            context.run_id,
+            paths["source_documents"],
+            paths["document_chunks"],
+            paths["chunk_embeddings"],
+            dimension,
+            partition=context.partition_key,
+        )
+        table = table_metadata(engine.store, engine.name)
+        failures = engine.tracking.list_failures(engine.name)
+        report = reconcile_index(engine.store, engine.tracking, engine.name)
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.name)),
+                "dagster/row_count": table["rows"],
+                "dagster/column_schema": column_schema(chunk_schema(dimension)),
+                **summary.metadata(),
+                **{k: v for k, v in table.items() if k != "rows"},
+                "documents_failing": len(failures),
+                "run_id": context.run_id,
+                "model": engine.model.name,
+                "model_fingerprint": engine.fingerprint,
+            },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=INDEX_MATCHES_TRACKING,
+                    passed=report.ok,
+                    metadata=report.metadata(),
+                )
+            ],
+        )
+
+    return vector_index

@@ -1,0 +1,112 @@
+"""The `batch-pipeline` command line: search the index and see each collection's status.
+
+    batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
+    batch-pipeline status [--collection C] [--json]
+
+Configuration and state come from the same places as the Dagster code location:
+`BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
+"""
+
+import argparse
+import json
+import sys
+import textwrap
+
+from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.models import ModelNotAvailableError
+from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.search import CollectionNotIndexedError, search
+from batch_pipeline.status import collection_status
+from batch_pipeline.storage import resolve_storage
+from batch_pipeline.tracking import TrackingStore
+from batch_pipeline.vector_store import VectorStore
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batch-pipeline", description="Keep a LanceDB vector index fresh; query it."
+    )
+    parser.add_argument("--config", help="pipeline YAML (default $BATCH_PIPELINE_CONFIG)")
+    parser.add_argument("--home", help="state folder (default $BATCH_PIPELINE_HOME)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    find = commands.add_parser("search", help="the chunks nearest to a query")
+    find.add_argument("query")
+    find.add_argument("--collection", required=True)
+    find.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    find.add_argument("--json", action="store_true", help="print JSON")
+
+    status = commands.add_parser("status", help="rows, last run, model and staleness")
+    status.add_argument("--collection", help="only this collection")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+class _Context:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.config = load_config(args.config)
+        self.storage = resolve_storage(args.home)
+        self.tracking = TrackingStore(self.storage.tracking_url)
+        self.store = VectorStore(self.storage.lancedb_uri)
+
+    def pipeline(self, name: str) -> CollectionPipeline:
+        return CollectionPipeline(self.config, self.storage, name, self.tracking, self.store)
+
+
+def _search(ctx: _Context, args: argparse.Namespace) -> int:
+    hits = search(ctx.pipeline(args.collection), args.query, args.k)
+    if args.json:
+        print(json.dumps([h.as_dict() for h in hits], indent=2))
+        return 0
+    if not hits:
+        print("no results")
+    for hit in hits:
+        print(f"{hit.rank}. {hit.score:.4f}  {hit.doc_id}  [{hit.chunk_id}]")
+        where = " > ".join(p for p in (hit.title, hit.section) if p)
+        if where:
+            print(f"   {where}")
+        snippet = textwrap.shorten(hit.text.replace("\n", " "), width=220, placeholder=" ...")
+        print(textwrap.indent(textwrap.fill(snippet, 96), "   "))
+    return 0
+
+
+def _status(ctx: _Context, args: argparse.Namespace) -> int:
+    names = [args.collection] if args.collection else [c.name for c in ctx.config.collections]
+    rows = [collection_status(ctx.pipeline(name)) for name in names]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    columns = [
+        ("collection", "COLLECTION"),
+        ("rows", "ROWS"),
+        ("documents", "DOCS"),
+        ("stale_documents", "STALE"),
+        ("failing_documents", "FAILING"),
+        ("last_landed_at", "LAST LANDED"),
+        ("last_run_id", "LAST RUN"),
+        ("model", "MODEL"),
+    ]
+    table = [[h for _, h in columns]] + [
+        ["-" if r[k] is None else str(r[k]) for k, _ in columns] for r in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    for r in rows:
+        if r["source_error"]:
+            print(f"{r['collection']}: source unavailable: {r['source_error']}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        ctx = _Context(args)
+        return {"search": _search, "status": _status}[args.command](ctx, args)
+    except (ConfigError, ModelNotAvailableError, CollectionNotIndexedError, ValueError) as error:
+        print(f"batch-pipeline: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

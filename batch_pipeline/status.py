@@ -1,0 +1,46 @@
+"""Per-collection status: what is in the index, when it landed, and what is stale."""
+
+from datetime import UTC, datetime
+
+from batch_pipeline.collect import CHANGED, DELETED, NEW, CollectSummary, classify_documents
+from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.sources import SourceUnavailableError
+
+
+def _iso(timestamp: float | None) -> str | None:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat() if timestamp else None
+
+
+def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
+    """Rows, documents, last run and landing time, model, and stale source documents.
+
+    Stale means changed at the source (new, edited or deleted) but not yet landed; found by
+    listing the source and reading only what looks changed, as the collect stage does.
+    """
+    stats = pipeline.store.stats(pipeline.name)
+    last = pipeline.tracking.last_run(pipeline.name)
+    summary = CollectSummary()
+    source_error = None
+    try:
+        landed = pipeline.tracking.landed_documents(pipeline.name)
+        for _ in classify_documents(pipeline.source, landed, pipeline.fingerprint, summary):
+            pass
+    except SourceUnavailableError as error:
+        source_error = str(error)
+    stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED))
+    return {
+        "collection": pipeline.name,
+        "rows": stats.rows if stats else 0,
+        "documents": stats.documents if stats else 0,
+        "last_run_id": last["run_id"] if last else None,
+        "last_landed_at": _iso(last["finished_at"]) if last else None,
+        "newest_embedded_at": stats.newest_embedded_at.isoformat()
+        if stats and stats.newest_embedded_at
+        else None,
+        "model": pipeline.model.name,
+        "model_fingerprint": pipeline.fingerprint,
+        "models_in_index": stats.models if stats else [],
+        "stale_documents": None if source_error else stale,
+        "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
+        "source_error": source_error,
+    }

@@ -1,0 +1,6 @@
+"""Thin Dagster resources over the engine in `batch_pipeline`."""
+
+from resources.inference import InferenceResource
+from resources.pipeline import PipelineResource
+
+__all__ = ["InferenceResource", "PipelineResource"]

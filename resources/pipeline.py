@@ -1,0 +1,64 @@
+"""The pipeline resource: configuration, storage locations and the per-collection engine."""
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from batch_pipeline.config import PipelineConfig, load_config
+from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.storage import StorageLocations, resolve_storage
+from batch_pipeline.tracking import TrackingStore
+from batch_pipeline.vector_store import VectorStore
+
+
+class PipelineResource(dg.ConfigurableResource):
+    """Loads the YAML configuration and opens the tracking store and the LanceDB index.
+
+    Unset fields fall back to the environment (`BATCH_PIPELINE_CONFIG`, `BATCH_PIPELINE_HOME`,
+    `BATCH_PIPELINE_LANCEDB_URI`, `BATCH_PIPELINE_TRACKING_URL`, `BATCH_PIPELINE_STAGING_DIR`)
+    and then to folders under the pipeline home.
+    """
+
+    config_path: str | None = Field(
+        default=None,
+        description="Pipeline YAML file; default $BATCH_PIPELINE_CONFIG or pipeline.yaml.",
+    )
+    home: str | None = Field(
+        default=None, description="State folder; default $BATCH_PIPELINE_HOME or .batch_pipeline."
+    )
+    lancedb_uri: str | None = Field(
+        default=None, description="LanceDB URI (a folder or s3://...); default <home>/lancedb."
+    )
+    tracking_url: str | None = Field(
+        default=None, description="SQLAlchemy URL of the tracking store; default SQLite in home."
+    )
+    staging_dir: str | None = Field(
+        default=None, description="Folder for the stages' Parquet files; default <home>/staging."
+    )
+
+    _config: PipelineConfig = PrivateAttr()
+    _storage: StorageLocations = PrivateAttr()
+    _tracking: TrackingStore = PrivateAttr()
+    _store: VectorStore = PrivateAttr()
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._config = load_config(self.config_path)
+        self._storage = resolve_storage(
+            self.home, self.lancedb_uri, self.tracking_url, self.staging_dir
+        )
+        self._tracking = TrackingStore(self._storage.tracking_url)
+        self._store = VectorStore(self._storage.lancedb_uri)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._tracking.dispose()
+
+    @property
+    def config(self) -> PipelineConfig:
+        return self._config
+
+    @property
+    def storage(self) -> StorageLocations:
+        return self._storage
+
+    def collection(self, name: str) -> CollectionPipeline:
+        """The engine for one collection (one partition)."""
+        return CollectionPipeline(self._config, self._storage, name, self._tracking, self._store)

@@ -1,0 +1,1 @@
+"""Sensors and schedules that trigger the pipeline."""
