@@ -27,7 +27,7 @@ def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         engine = pipeline.collection(context.partition_key)
         chunks = upstream_path(context, dg.AssetKey("document_chunks"))
         settings, width = inference.plan_settings(engine.model)
-        output = engine.plan(context.run_id, chunks, settings, width)
+        output = engine.plan(context.run.run_id, chunks, settings, width)
         return dg.MaterializeResult(
             metadata={**parquet_metadata(output.path), **output.summary.metadata()}
         )

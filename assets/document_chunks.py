@@ -23,7 +23,7 @@ def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         and paragraphs, each with its stable id, exact model input and staleness flag."""
         engine = pipeline.collection(context.partition_key)
         collected = upstream_path(context, dg.AssetKey("source_documents"))
-        output = engine.prepare(context.run_id, collected)
+        output = engine.prepare(context.run.run_id, collected)
         for failure in output.summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
         settings = engine.chunk_settings()

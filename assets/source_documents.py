@@ -29,7 +29,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         """Every document of the collection with its content hash, source version and title,
         classified as new, changed, unchanged, deleted or failed (with the reason)."""
         engine = pipeline.collection(context.partition_key)
-        output = engine.collect(context.run_id, config.doc_ids or None)
+        output = engine.collect(context.run.run_id, config.doc_ids or None)
         summary = output.summary
         for failure in summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")

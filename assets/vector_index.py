@@ -40,7 +40,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         }
         dimension = engine.model.embedding_dimension
         summary = engine.land(
-            context.run_id,
+            context.run.run_id,
             paths["source_documents"],
             paths["document_chunks"],
             paths["chunk_embeddings"],
@@ -58,7 +58,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 **summary.metadata(),
                 **{k: v for k, v in table.items() if k != "rows"},
                 "documents_failing": len(failures),
-                "run_id": context.run_id,
+                "run_id": context.run.run_id,
                 "model": engine.model.name,
                 "model_fingerprint": engine.fingerprint,
             },

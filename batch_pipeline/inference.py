@@ -244,6 +244,15 @@ class EmbeddingRunner:
                 )
             return results
 
+    def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
+        """The batch itself, or slices of at most `limit` inputs after an out-of-memory."""
+        if limit is None or len(prepared.texts) <= limit:
+            yield prepared
+            return
+        for start in range(0, len(prepared.texts), limit):
+            texts = prepared.texts[start : start + limit]
+            yield _Prepared(prepared.positions[start : start + limit], texts, self._tokenize(texts))
+
     def _free_cache(self) -> None:
         import torch
 
@@ -262,25 +271,19 @@ class EmbeddingRunner:
         import torch
 
         stats = stats if stats is not None else RunStats()
-        limit: list[int | None] = [None]
-
-        def capped() -> Iterator[tuple[list[int], list[str]]]:
-            for positions, texts in batches:
-                size = limit[0] or len(texts)
-                for start in range(0, len(texts), size):
-                    yield positions[start : start + size], texts[start : start + size]
-
+        limit: int | None = None
         started = time.perf_counter()
         with torch.inference_mode():
-            for prepared in self._prefetch(capped()):
-                splits_before = stats.oom_splits
-                results = self._run_batch(prepared, stats)
-                if stats.oom_splits > splits_before:  # lower the budget for the rest of the run
-                    limit[0] = max(1, len(prepared.texts) // 2)
-                stats.inputs += len(results)
-                if results:
-                    positions = [p for p, _ in results]
-                    yield positions, np.stack([v for _, v in results])
+            for prepared in self._prefetch(batches):
+                for part in self._capped(prepared, limit):
+                    splits_before = stats.oom_splits
+                    results = self._run_batch(part, stats)
+                    if stats.oom_splits > splits_before:  # lower the budget for the rest
+                        limit = max(1, len(part.texts) // 2)
+                    stats.inputs += len(results)
+                    if results:
+                        positions = [p for p, _ in results]
+                        yield positions, np.stack([v for _, v in results])
         stats.seconds += time.perf_counter() - started
 
     def embed(self, texts: list[str], token_budget: int = 4096, max_batch_size: int = 128):

@@ -1,0 +1,87 @@
+"""The batch-pipeline CLI as a user runs it: a real subprocess on a real index."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def cli(workspace, *args):
+    env = {
+        **os.environ,
+        "BATCH_PIPELINE_CONFIG": str(workspace["config"]),
+        "BATCH_PIPELINE_HOME": str(workspace["home"]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "batch_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture()
+def indexed(workspace, make_pipeline, runner):
+    make_pipeline().run("run-1", runner)
+    return workspace
+
+
+def test_search_prints_ranked_chunks(indexed):
+    result = cli(
+        indexed, "search", "how do I reset my password", "--collection", "handbook", "-k", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1. ")
+    assert "account/reset-password.md" in lines[0]
+    assert "#" in lines[0]  # the chunk id
+
+
+def test_search_json(indexed):
+    result = cli(
+        indexed,
+        "search",
+        "refund for an annual plan",
+        "--collection",
+        "handbook",
+        "-k",
+        "3",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert len(hits) == 3
+    assert hits[0]["doc_id"] == "refunds.md"
+    assert {"doc_id", "chunk_id", "score", "text"} <= set(hits[0])
+    assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+
+
+def test_status_counts_stale_documents(indexed):
+    (indexed["docs"] / "refunds.md").write_text("# Refund policy\n\nNo refunds at all.\n")
+    (indexed["docs"] / "new.md").write_text("# New\n\nA new page.\n")
+    result = cli(indexed, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    (status,) = json.loads(result.stdout)
+    assert status["collection"] == "handbook"
+    assert status["documents"] == 3
+    assert status["rows"] > 3
+    assert status["last_run_id"] == "run-1"
+    assert status["last_landed_at"]
+    assert status["model"] == "all-MiniLM-L6-v2"
+    assert status["stale_documents"] == 2
+    table = cli(indexed, "status")
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[0].split()[:4] == ["COLLECTION", "ROWS", "DOCS", "STALE"]
+    assert "run-1" in table.stdout
+
+
+def test_unknown_collection_and_empty_index_are_clear_errors(workspace):
+    result = cli(workspace, "search", "x", "--collection", "nope")
+    assert result.returncode == 2
+    assert "unknown collection 'nope'" in result.stderr
+    result = cli(workspace, "search", "x", "--collection", "handbook")
+    assert result.returncode == 2
+    assert "has no index yet" in result.stderr

@@ -1,0 +1,151 @@
+"""The code location: five stage assets materialised by Dagster, their metadata, validation."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from batch_pipeline.definitions import build_definitions
+from resources import InferenceResource, PipelineResource
+
+REPO = Path(__file__).resolve().parent.parent
+STAGES = ["source_documents", "document_chunks", "batch_plan", "chunk_embeddings", "vector_index"]
+
+
+def materialize(workspace, instance, partition="handbook"):
+    defs = build_definitions(workspace["config"])
+    assets = [defs.get_assets_def(name) for name in STAGES]
+    return dg.materialize(
+        assets,
+        partition_key=partition,
+        instance=instance,
+        resources={
+            "pipeline": PipelineResource(
+                config_path=str(workspace["config"]), home=str(workspace["home"])
+            ),
+            "inference": InferenceResource(device="cpu"),
+        },
+    )
+
+
+def metadata_of(result, asset):
+    (event,) = result.asset_materializations_for_node(asset)
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def test_stage_assets_share_group_partitions_owners_and_kinds(workspace):
+    defs = build_definitions(workspace["config"])
+    for name in STAGES:
+        spec = defs.get_assets_def(name).specs_by_key[dg.AssetKey(name)]
+        assert spec.group_name == "embedding_pipeline"
+        assert spec.description and len(spec.description) > 40
+        assert spec.owners == ["team:search-platform"]
+        assert spec.kinds
+        assert spec.partitions_def.get_partition_keys() == ["handbook"]
+
+
+def test_materialising_every_stage_records_metadata_per_partition(workspace):
+    with dg.instance_for_test() as instance:
+        result = materialize(workspace, instance)
+        assert result.success
+        collect = metadata_of(result, "source_documents")
+        assert collect["documents_new"] == 3
+        assert collect["dagster/row_count"] == 3
+        assert "doc_id" in [c.name for c in collect["dagster/column_schema"].columns]
+        plan = metadata_of(result, "batch_plan")
+        assert 0 < plan["padding_efficiency"] <= 1
+        assert plan["batch_count"] >= 1
+        execute = metadata_of(result, "chunk_embeddings")
+        assert execute["device"] == "cpu" and execute["dtype"] == "float32"
+        assert execute["chunks_embedded"] == plan["inputs_planned"]
+        assert execute["tokens_per_second"] > 0
+        land = metadata_of(result, "vector_index")
+        assert land["dagster/row_count"] == land["chunks_written"] == execute["chunks_embedded"]
+        assert land["dagster/uri"].endswith("handbook.lance")
+        assert land["table_version"] >= 1
+        assert land["run_id"] == result.run_id
+        assert land["oldest_embedded_at"] <= land["newest_embedded_at"]
+        (check,) = result.get_asset_check_evaluations()
+        assert check.passed
+
+        again = materialize(workspace, instance)
+        assert metadata_of(again, "source_documents")["documents_unchanged"] == 3
+        assert metadata_of(again, "chunk_embeddings")["chunks_embedded"] == 0
+        assert metadata_of(again, "vector_index")["dagster/row_count"] == land["dagster/row_count"]
+
+
+def test_a_stage_rerun_alone_reads_its_upstreams_latest_output(workspace):
+    with dg.instance_for_test() as instance:
+        assert materialize(workspace, instance).success
+        (workspace["docs"] / "refunds.md").unlink()
+        defs = build_definitions(workspace["config"])
+        resources = {
+            "pipeline": PipelineResource(
+                config_path=str(workspace["config"]), home=str(workspace["home"])
+            ),
+            "inference": InferenceResource(device="cpu"),
+        }
+        first = dg.materialize(
+            [defs.get_assets_def(n) for n in STAGES[:2]],
+            partition_key="handbook",
+            instance=instance,
+            resources=resources,
+        )
+        assert first.success
+        rest = dg.materialize(
+            [defs.get_assets_def(n) for n in STAGES],
+            selection=STAGES[2:],
+            partition_key="handbook",
+            instance=instance,
+            resources=resources,
+        )
+        assert rest.success
+        assert metadata_of(rest, "vector_index")["documents_deleted"] == 1
+
+
+def test_dagster_definitions_validate_passes():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "definitions",
+            "validate",
+            "-m",
+            "batch_pipeline.definitions",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation successful" in result.stdout + result.stderr
+
+
+def test_a_bad_config_fails_code_location_load_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("collections:\n  - name: Bad Name\n    source: {kind: filesystem, path: d}\n")
+    env = {**os.environ, "BATCH_PIPELINE_CONFIG": str(bad)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "definitions",
+            "validate",
+            "-m",
+            "batch_pipeline.definitions",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "collections[0].name" in result.stdout + result.stderr
