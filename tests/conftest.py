@@ -81,8 +81,8 @@ def model():
 
 @pytest.fixture(scope="session")
 def runner(model):
-    """The real all-MiniLM-L6-v2, loaded once for the whole session."""
-    return EmbeddingRunner(model, device="cpu")
+    """The real all-MiniLM-L6-v2 in fp32 (exact comparisons), loaded once per session."""
+    return EmbeddingRunner(model, device="cpu", dtype="float32")
 
 
 @pytest.fixture()

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from batch_pipeline.definitions import build_definitions
+from batch_pipeline.inference import pick_dtype
 from resources import InferenceResource, PipelineResource
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +59,7 @@ def test_materialising_every_stage_records_metadata_per_partition(workspace):
         assert 0 < plan["padding_efficiency"] <= 1
         assert plan["batch_count"] >= 1
         execute = metadata_of(result, "chunk_embeddings")
-        assert execute["device"] == "cpu" and execute["dtype"] == "float32"
+        assert execute["device"] == "cpu" and execute["dtype"] == pick_dtype("cpu")
         assert execute["chunks_embedded"] == plan["inputs_planned"]
         assert execute["tokens_per_second"] > 0
         land = metadata_of(result, "vector_index")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from batch_pipeline.inference import RunStats
+from batch_pipeline.inference import EmbeddingRunner, RunStats
 
 TEXTS = [
     "Reset links expire after 30 minutes.",
@@ -34,6 +34,15 @@ def test_embed_matches_sentence_transformers_encode(runner):
         np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1)
     )
     assert cosine.min() > 0.9999
+
+
+def test_bf16_on_cpu_stays_within_the_fidelity_bar(model, runner):
+    bf16 = EmbeddingRunner(model, device="cpu", dtype="bfloat16")
+    ours = bf16.embed(TEXTS)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    cosine = (ours * reference).sum(axis=1)
+    assert cosine.min() > 0.9999
+    assert not np.allclose(ours, reference, atol=1e-7)  # it really ran in reduced precision
 
 
 def test_results_do_not_depend_on_batching(runner):

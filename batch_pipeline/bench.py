@@ -1,0 +1,292 @@
+"""Throughput benchmark: the project's scheduler + runner against `SentenceTransformer.encode`.
+
+    python -m batch_pipeline.bench [--rounds 5] [--device auto] [--json-out bench.json]
+
+On the fixed chunk set `benchmarks/chunks.jsonl`, in one process, with one loaded model, it
+alternates (a) `model.encode(texts, batch_size=32)` and (b) the batch plan (token counting,
+de-duplication, sorting, packing under a padded-token budget) run through `EmbeddingRunner`,
+over several rounds (ABBA order). It prints chunks/s, tokens/s, padding efficiency and peak RSS
+for each, the median ratio b/a of their throughputs, and the minimum cosine of (b) against (a).
+On CUDA it also prints the fraction of the bf16 roofline reached.
+
+It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow), so it runs
+on a bare GPU machine.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from batch_pipeline.inference import EmbeddingRunner, RunStats
+from batch_pipeline.models import ResolvedModel, resolve_model
+from batch_pipeline.planning import PlanSettings, plan_inputs
+
+CHUNK_SET = Path(__file__).resolve().parent.parent / "benchmarks" / "chunks.jsonl"
+BASELINE_BATCH_SIZE = 32
+BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, as measured on these machines (roughly)
+
+
+class PeakRss:
+    """Samples this process's resident memory while a phase runs; `.peak` in bytes."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def _rss(self) -> int:
+        try:
+            with open("/proc/self/statm") as handle:
+                return int(handle.read().split()[1]) * self._page
+        except OSError:  # pragma: no cover - not Linux
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakRss":
+        self.peak = self._rss()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:  # noqa: ANN002
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+
+@dataclass
+class Measurement:
+    seconds: float
+    peak_rss: int
+    vectors: np.ndarray
+
+
+def load_chunks(path: Path = CHUNK_SET) -> list[str]:
+    with path.open() as handle:
+        return [json.loads(line)["text"] for line in handle if line.strip()]
+
+
+def baseline_padding(texts: list[str], token_counts: list[int]) -> tuple[int, int]:
+    """Real and padded tokens of encode(batch_size=32): it sorts by character length."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    padded = 0
+    for start in range(0, len(order), BASELINE_BATCH_SIZE):
+        batch = [token_counts[i] for i in order[start : start + BASELINE_BATCH_SIZE]]
+        padded += len(batch) * max(batch)
+    return sum(token_counts), padded
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
+    _sync(runner.device)
+    with PeakRss() as rss:
+        start = time.perf_counter()
+        vectors = runner.model.encode(
+            texts, batch_size=BASELINE_BATCH_SIZE, convert_to_numpy=True, show_progress_bar=False
+        )
+        _sync(runner.device)
+        seconds = time.perf_counter() - start
+    return Measurement(seconds, rss.peak, np.asarray(vectors, dtype=np.float32))
+
+
+def run_engine(
+    runner: EmbeddingRunner, texts: list[str], settings: PlanSettings, model: ResolvedModel
+) -> tuple[Measurement, dict]:
+    """The pipeline's path: count tokens, plan (dedupe, sort, pack), run; all inside the timer."""
+    _sync(runner.device)
+    with PeakRss() as rss:
+        start = time.perf_counter()
+        counts = runner.token_counts(texts)
+        unique, batches, summary = plan_inputs(texts, counts, settings, model)
+        planned = time.perf_counter() - start
+        out = np.zeros((len(texts), runner.dimension), dtype=np.float32)
+        stats = RunStats()
+        jobs = (
+            ([unique[i] for i in b.indices], [texts[unique[i]] for i in b.indices]) for b in batches
+        )
+        for positions, vectors in runner.run(jobs, stats):
+            out[positions] = vectors
+        _sync(runner.device)
+        seconds = time.perf_counter() - start
+    info = {
+        "plan_seconds": planned,
+        "padding_efficiency": summary.padding_efficiency,
+        "batches": summary.batches,
+        "oom_splits": stats.oom_splits,
+    }
+    return Measurement(seconds, rss.peak, out), info
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(((a * b).sum(axis=1) / np.maximum(norms, 1e-12)).min())
+
+
+def flops(token_counts: list[int], model: ResolvedModel) -> float:
+    """Model FLOPs for the real tokens: 2 x parameters-per-token plus attention (QK^T and AV)."""
+    per_token_params = model.num_layers * (
+        4 * model.hidden_size**2 + 2 * model.hidden_size * model.intermediate_size
+    )
+    return float(
+        sum(
+            2 * per_token_params * n + 4 * n * n * model.hidden_size * model.num_layers
+            for n in token_counts
+        )
+    )
+
+
+def _model_config(args: argparse.Namespace):  # noqa: ANN202
+    """A ModelConfig look-alike, so the benchmark needs no pydantic."""
+    return SimpleNamespace(
+        name="all-MiniLM-L6-v2",
+        path=Path(args.model_path).resolve() if args.model_path else None,
+        normalize=None,
+        max_seq_length=None,
+        document_prefix="",
+        query_prefix="",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--token-budget", type=int, default=None, help="default: by device")
+    parser.add_argument("--max-batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--chunks", default=str(CHUNK_SET))
+    parser.add_argument("--model-path", default=os.environ.get("BATCH_PIPELINE_MODEL_PATH"))
+    parser.add_argument("--json-out", default=None)
+    args = parser.parse_args(argv)
+
+    texts = load_chunks(Path(args.chunks))
+    model = resolve_model(_model_config(args))
+    runner = EmbeddingRunner(model, device=args.device, dtype=args.dtype, num_threads=args.threads)
+    budget = args.token_budget
+    if budget is None:
+        if runner.device.startswith("cuda"):
+            from batch_pipeline.planning import budget_from_memory
+
+            budget = budget_from_memory(runner.cuda_free_bytes(), model, 2)
+        else:
+            budget = 4096
+    settings = PlanSettings(token_budget=budget, max_batch_size=args.max_batch_size)
+    counts = runner.token_counts(texts)
+    real, padded_a = baseline_padding(texts, counts)
+
+    # warm-up: kernels, allocator, thread pools
+    run_baseline(runner, texts[:64])
+    run_engine(runner, texts[:64], settings, model)
+
+    a_runs: list[Measurement] = []
+    b_runs: list[tuple[Measurement, dict]] = []
+    for round_index in range(args.rounds):
+        order = ("a", "b") if round_index % 2 == 0 else ("b", "a")
+        for which in order:
+            if which == "a":
+                a_runs.append(run_baseline(runner, texts))
+            else:
+                b_runs.append(run_engine(runner, texts, settings, model))
+        print(
+            f"round {round_index + 1}/{args.rounds}: a {a_runs[-1].seconds:.2f}s  "
+            f"b {b_runs[-1][0].seconds:.2f}s",
+            file=sys.stderr,
+        )
+
+    ratios = [a.seconds / b.seconds for a, (b, _) in zip(a_runs, b_runs, strict=True)]
+    a_med = statistics.median(m.seconds for m in a_runs)
+    b_med = statistics.median(m.seconds for m, _ in b_runs)
+    info = b_runs[-1][1]
+    result = {
+        "chunks": len(texts),
+        "real_tokens": real,
+        "device": runner.device,
+        "dtype": runner.dtype,
+        "threads": runner.num_threads,
+        "token_budget": settings.token_budget,
+        "max_batch_size": settings.max_batch_size,
+        "rounds": args.rounds,
+        "a": {
+            "name": f"SentenceTransformer.encode(batch_size={BASELINE_BATCH_SIZE})",
+            "seconds_median": round(a_med, 4),
+            "chunks_per_s": round(len(texts) / a_med, 1),
+            "tokens_per_s": round(real / a_med, 1),
+            "padding_efficiency": round(real / padded_a, 4),
+            "peak_rss_mib": round(max(m.peak_rss for m in a_runs) / 2**20, 1),
+        },
+        "b": {
+            "name": "batch_pipeline plan + EmbeddingRunner",
+            "seconds_median": round(b_med, 4),
+            "plan_seconds": round(info["plan_seconds"], 4),
+            "chunks_per_s": round(len(texts) / b_med, 1),
+            "tokens_per_s": round(real / b_med, 1),
+            "padding_efficiency": round(info["padding_efficiency"], 4),
+            "batches": info["batches"],
+            "peak_rss_mib": round(max(m.peak_rss for m, _ in b_runs) / 2**20, 1),
+        },
+        "ratio_b_over_a_median": round(statistics.median(ratios), 3),
+        "ratio_b_over_a_rounds": [round(r, 3) for r in ratios],
+        "min_cosine_b_vs_a": round(min_cosine(b_runs[-1][0].vectors, a_runs[-1].vectors), 7),
+    }
+    if runner.device.startswith("cuda"):
+        work = flops(counts, model)
+        result["roofline_fraction_bf16"] = {
+            "a": round(work / a_med / BF16_PEAK_FLOPS, 5),
+            "b": round(work / b_med / BF16_PEAK_FLOPS, 5),
+        }
+    _print_table(result)
+    print(json.dumps(result, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _print_table(result: dict) -> None:
+    print(
+        f"\n{result['chunks']} chunks, {result['real_tokens']} tokens, device {result['device']} "
+        f"({result['dtype']}, {result['threads']} threads), {result['rounds']} rounds, "
+        f"budget {result['token_budget']} padded tokens / {result['max_batch_size']} inputs"
+    )
+    header = f"{'':<52}{'chunks/s':>10}{'tokens/s':>11}{'padding eff':>13}{'peak RSS MiB':>14}"
+    print(header)
+    for key in ("a", "b"):
+        row = result[key]
+        print(
+            f"({key}) {row['name']:<48}{row['chunks_per_s']:>10}{row['tokens_per_s']:>11}"
+            f"{row['padding_efficiency']:>13.1%}{row['peak_rss_mib']:>14}"
+        )
+    print(
+        f"median ratio b/a: {result['ratio_b_over_a_median']}   "
+        f"min cosine b vs a: {result['min_cosine_b_vs_a']}"
+    )
+    if "roofline_fraction_bf16" in result:
+        roof = result["roofline_fraction_bf16"]
+        print(f"bf16 roofline fraction: a {roof['a']:.2%}  b {roof['b']:.2%}")
+    print()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
