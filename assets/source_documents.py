@@ -1,6 +1,7 @@
 """Stage 1: the collection's documents, each classified against what has landed."""
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS
@@ -9,10 +10,18 @@ from resources.pipeline import PipelineResource
 
 
 class CollectConfig(dg.Config):
-    doc_ids: list[str] = Field(
-        default_factory=list,
-        description="Look only at these doc ids (a targeted run); empty means the whole source.",
+    """Empty for a full pass over the source; the publish sensor names doc ids instead."""
+
+    changed_doc_ids: list[str] = Field(
+        default_factory=list, description="Read only these documents (a targeted run)."
     )
+    deleted_doc_ids: list[str] = Field(
+        default_factory=list, description="Documents deleted at the source (a targeted run)."
+    )
+
+    def targeted_ids(self) -> list[str] | None:
+        ids = self.changed_doc_ids + self.deleted_doc_ids
+        return ids or None
 
 
 def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -24,12 +33,16 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         kinds={"python", "parquet"},
     )
     def source_documents(
-        context: dg.AssetExecutionContext, config: CollectConfig, pipeline: PipelineResource
+        context: dg.AssetExecutionContext,
+        config: CollectConfig,
+        pipeline: PipelineResource,
+        s3: S3Resource,
     ) -> dg.MaterializeResult:
         """Every document of the collection with its content hash, source version and title,
-        classified as new, changed, unchanged, deleted or failed (with the reason)."""
-        engine = pipeline.collection(context.partition_key)
-        output = engine.collect(context.run.run_id, config.doc_ids or None)
+        classified as new, changed, unchanged, deleted or failed (with the reason). A targeted
+        run (from the publish sensor) looks only at the documents it names."""
+        engine = pipeline.collection(context.partition_key, s3)
+        output = engine.collect(context.run.run_id, config.targeted_ids())
         summary = output.summary
         for failure in summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
@@ -38,7 +51,8 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                 **parquet_metadata(output.path),
                 **summary.metadata(),
                 "source": engine.source.describe(),
-                "targeted_doc_ids": len(config.doc_ids),
+                "mode": "targeted" if config.targeted_ids() else "full",
+                "targeted_doc_ids": len(config.targeted_ids() or []),
                 "bytes_read": summary.bytes_read,
                 "model": engine.model.name,
                 "model_fingerprint": engine.fingerprint,

@@ -6,12 +6,16 @@ import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
 from assets.stage_io import column_schema, upstream_path
+from batch_pipeline.freshness import partition_freshness
 from batch_pipeline.landing import table_metadata
 from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.vector_store import chunk_schema
 from resources.pipeline import PipelineResource
 
 INDEX_MATCHES_TRACKING = "index_matches_tracking"
+FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
+MODE_TAG = "batch_pipeline/mode"
+RECONCILE = "reconcile"
 
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -25,31 +29,48 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
         ),
-        check_specs=[dg.AssetCheckSpec(INDEX_MATCHES_TRACKING, asset="vector_index")],
+        check_specs=[
+            dg.AssetCheckSpec(INDEX_MATCHES_TRACKING, asset="vector_index"),
+            dg.AssetCheckSpec(FRESHNESS_WITHIN_BUDGET, asset="vector_index"),
+        ],
     )
     def vector_index(
         context: dg.AssetExecutionContext, pipeline: PipelineResource
     ) -> dg.MaterializeResult:
         """The collection's chunks and vectors in LanceDB, one row per chunk, each carrying
         its doc id, chunk id, input hash, model and fingerprint, run id, embedding time and
-        source version. Stale and deleted chunks are removed in the same commit."""
+        source version. Stale and deleted chunks are removed in the same commit. The nightly
+        reconciliation also compacts the table and cleans up old versions."""
         engine = pipeline.collection(context.partition_key)
+        run_id = context.run.run_id
         paths = {
             stage: upstream_path(context, dg.AssetKey(stage))
             for stage in ("source_documents", "document_chunks", "chunk_embeddings")
         }
         dimension = engine.model.embedding_dimension
         summary = engine.land(
-            context.run.run_id,
+            run_id,
             paths["source_documents"],
             paths["document_chunks"],
             paths["chunk_embeddings"],
             dimension,
             partition=context.partition_key,
         )
+        maintenance = {}
+        if context.run.tags.get(MODE_TAG) == RECONCILE:
+            retention = timedelta(hours=pipeline.config.maintenance.version_retention_hours)
+            maintenance = engine.store.maintain(engine.name, retention)
         table = table_metadata(engine.store, engine.name)
-        failures = engine.tracking.list_failures(engine.name)
+        freshness = partition_freshness(engine.tracking, engine.name)
         report = reconcile_index(engine.store, engine.tracking, engine.name)
+        worst = max(
+            (
+                (partition_freshness(engine.tracking, key)["lag_seconds"], key)
+                for key in pipeline.config.partition_keys()
+            ),
+            default=(0.0, context.partition_key),
+        )
+        budget = pipeline.config.freshness.lag_budget_seconds
         return dg.MaterializeResult(
             metadata={
                 "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.name)),
@@ -57,8 +78,10 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "dagster/column_schema": column_schema(chunk_schema(dimension)),
                 **summary.metadata(),
                 **{k: v for k, v in table.items() if k != "rows"},
-                "documents_failing": len(failures),
-                "run_id": context.run.run_id,
+                **freshness,
+                **{f"maintenance_{k}": v for k, v in maintenance.items()},
+                "documents_failing": len(engine.tracking.list_failures(engine.name)),
+                "run_id": run_id,
                 "model": engine.model.name,
                 "model_fingerprint": engine.fingerprint,
             },
@@ -67,7 +90,17 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     check_name=INDEX_MATCHES_TRACKING,
                     passed=report.ok,
                     metadata=report.metadata(),
-                )
+                ),
+                dg.AssetCheckResult(
+                    check_name=FRESHNESS_WITHIN_BUDGET,
+                    passed=worst[0] <= budget,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={
+                        "worst_partition": worst[1],
+                        "worst_lag_seconds": worst[0],
+                        "lag_budget_seconds": budget,
+                    },
+                ),
             ],
         )
 

@@ -53,7 +53,61 @@ class FilesystemSourceConfig(_Strict):
         return value.resolve()
 
 
-SourceConfig = Annotated[FilesystemSourceConfig, Field(discriminator="kind")]
+class S3SourceConfig(_Strict):
+    """Objects in an S3 bucket; the doc id is the object key, the version its ETag.
+
+    Credentials come from the environment (or the Dagster `S3Resource`), never from here.
+    """
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3, description="Bucket name.")
+    prefix: str = Field(default="", description="Only keys under this prefix.")
+    glob: str = Field(default="*", description="fnmatch pattern on the key below the prefix.")
+    endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint URL.")
+    region: str | None = Field(default=None, description="AWS region name.")
+
+
+class SqlSourceConfig(_Strict):
+    """Rows of a SQL table or query; the doc id is the id column, the version updated-at."""
+
+    kind: Literal["sql"]
+    url: str | None = Field(default=None, description="SQLAlchemy URL (no password: use url_env).")
+    url_env: str | None = Field(
+        default=None, description="Name of an environment variable holding the SQLAlchemy URL."
+    )
+    table: str | None = Field(default=None, description="Table name (schema.table allowed).")
+    query: str | None = Field(default=None, description="A SELECT used instead of a table.")
+    id_column: str = "id"
+    title_column: str | None = "title"
+    body_column: str = "body"
+    updated_at_column: str = "updated_at"
+    deleted_column: str | None = Field(
+        default=None, description="Boolean column; true rows count as deleted."
+    )
+    format: Literal["markdown", "rst", "html", "text"] = Field(
+        default="text", description="Markup of the body column."
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "SqlSourceConfig":
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("set exactly one of url and url_env")
+        if (self.table is None) == (self.query is None):
+            raise ValueError("set exactly one of table and query")
+        return self
+
+    def resolved_url(self) -> str:
+        if self.url is not None:
+            return self.url
+        value = os.environ.get(self.url_env or "")
+        if not value:
+            raise ConfigError(f"source.url_env: environment variable {self.url_env} is not set")
+        return value
+
+
+SourceConfig = Annotated[
+    FilesystemSourceConfig | S3SourceConfig | SqlSourceConfig, Field(discriminator="kind")
+]
 
 
 class ChunkingConfig(_Strict):
@@ -128,11 +182,64 @@ class CollectionConfig(_Strict):
         return value
 
 
+class SensorConfig(_Strict):
+    """The document-publish sensor (one per collection)."""
+
+    enabled: bool = Field(default=True, description="Start the sensor running by default.")
+    interval_seconds: int = Field(default=15, ge=1, description="Seconds between sensor ticks.")
+    window_seconds: int = Field(
+        default=30, ge=0, description="Changes arriving within this window go into one run."
+    )
+    max_docs_per_run: int = Field(default=200, ge=1, description="Cap on documents per run.")
+
+
+class ScheduleConfig(_Strict):
+    """The nightly full reconciliation of every partition."""
+
+    enabled: bool = Field(default=True, description="Start the schedule running by default.")
+    cron: str = Field(default="0 2 * * *", description="Cron expression.")
+    timezone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError("cron must have five fields, e.g. '0 2 * * *'")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
+class FreshnessConfig(_Strict):
+    lag_budget_seconds: int = Field(
+        default=3600, ge=1, description="The freshness check fails when any partition lags more."
+    )
+
+
+class MaintenanceConfig(_Strict):
+    version_retention_hours: float = Field(
+        default=168, ge=0, description="LanceDB versions older than this are cleaned up nightly."
+    )
+
+
 class PipelineConfig(_Strict):
     """The whole configuration file."""
 
     model: ModelConfig = ModelConfig()
     collections: list[CollectionConfig] = Field(min_length=1)
+    sensor: SensorConfig = SensorConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    freshness: FreshnessConfig = FreshnessConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     @field_validator("collections")
     @classmethod
@@ -161,7 +268,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("filesystem",):  # discriminated-union tags are not part of the file
+        elif part in ("filesystem", "s3", "sql"):  # union tags are not part of the file
             continue
         else:
             path += f".{part}" if path else str(part)

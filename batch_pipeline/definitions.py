@@ -5,26 +5,46 @@ Steps run in-process: the stages of one partition are sequential, and a run then
 model and imports torch once instead of once per step. Partitions run as separate runs.
 """
 
+import os
 from pathlib import Path
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 
 from assets import build_stage_assets
 from assets.partitions import collection_partitions
 from batch_pipeline.config import load_config
 from resources import InferenceResource, PipelineResource
+from sensors import build_triggers
+
+# Optional S3 settings, read by dagster-aws's S3Resource from the environment when set;
+# credentials come from the usual AWS variables or profiles, never from code or config.
+S3_ENV = {
+    "endpoint_url": "BATCH_PIPELINE_S3_ENDPOINT_URL",
+    "region_name": "AWS_DEFAULT_REGION",
+    "profile_name": "AWS_PROFILE",
+}
+
+
+def s3_resource() -> S3Resource:
+    return S3Resource(**{k: dg.EnvVar(v) for k, v in S3_ENV.items() if os.environ.get(v)})
 
 
 def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
     config = load_config(config_path)
     partitions = collection_partitions(config)
+    job, sensors, schedules = build_triggers(config, partitions)
     return dg.Definitions(
         assets=build_stage_assets(partitions),
+        jobs=[job],
+        sensors=sensors,
+        schedules=schedules,
         resources={
             "pipeline": PipelineResource(
                 config_path=str(config_path) if config_path is not None else None
             ),
             "inference": InferenceResource(),
+            "s3": s3_resource(),
         },
         executor=dg.in_process_executor,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batch_pipeline.collect import DELETED, UNCHANGED
+from batch_pipeline.collect import DELETED, FAILED, UNCHANGED
 from batch_pipeline.staging import read_table
 from batch_pipeline.tracking import FailureRecord, TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -66,8 +66,10 @@ def land_documents(
 ) -> LandSummary:
     summary = LandSummary()
     collected = read_table(
-        collected_path, ["doc_id", "status", "source_version", "content_hash", "title"]
+        collected_path,
+        ["doc_id", "status", "source_version", "content_hash", "title", "source_changed_at"],
     ).to_pylist()
+    changed_at = {d["doc_id"]: d["source_changed_at"] for d in collected}
     deleted = [d["doc_id"] for d in collected if d["status"] == DELETED]
     chunks = read_table(chunks_path).drop_columns(["input_text"])
     embeddings = read_table(embeddings_path)
@@ -112,6 +114,7 @@ def land_documents(
                     "title": first["title"] or "",
                     "fingerprint": ctx.fingerprint,
                     "chunk_count": len(doc_rows),
+                    "source_changed_at": changed_at.get(doc_id),
                 }
             )
             summary.chunks_embedded += sum(r["stale"] for r in rows_by_doc[doc_id])
@@ -130,7 +133,10 @@ def land_documents(
         table = store.open(ctx.collection)
         summary.table_version = table.version if table is not None else None
 
-    tracking.record_landed(ctx.collection, landed_docs, deleted, ctx.run_id)
+    settled = [f.doc_id for f in summary.failures] + [
+        d["doc_id"] for d in collected if d["status"] == FAILED
+    ]
+    tracking.record_landed(ctx.collection, landed_docs, deleted, ctx.run_id, settled)
     tracking.update_source_versions(
         ctx.collection,
         {

@@ -20,7 +20,7 @@ from batch_pipeline.landing import LandingContext, LandSummary, land_documents
 from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
 from batch_pipeline.prepare import PrepareSummary, prepare_chunks
-from batch_pipeline.sources import DocumentSource, make_source
+from batch_pipeline.sources import DocumentSource, S3ClientFactory, make_source
 from batch_pipeline.staging import prune_runs, stage_path
 from batch_pipeline.storage import StorageLocations
 from batch_pipeline.tracking import TrackingStore
@@ -46,6 +46,7 @@ class CollectionPipeline:
         collection: str,
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
+        s3_client: S3ClientFactory | None = None,
     ) -> None:
         try:
             self.collection: CollectionConfig = config.collection(collection)
@@ -55,6 +56,7 @@ class CollectionPipeline:
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)
         self.store = store or VectorStore(storage.lancedb_uri)
+        self.s3_client = s3_client
 
     @property
     def name(self) -> str:
@@ -70,7 +72,7 @@ class CollectionPipeline:
 
     @cached_property
     def source(self) -> DocumentSource:
-        return make_source(self.collection.source)
+        return make_source(self.collection.source, self.s3_client)
 
     def chunk_settings(self) -> ChunkSettings:
         chunking = self.collection.chunking
@@ -100,6 +102,7 @@ class CollectionPipeline:
             self.source, landed, self.fingerprint, out, doc_ids
         )
         self.tracking.record_failures(self.name, summary.failures, run_id)
+        self.tracking.record_pending(self.name, summary.changes)
         return StageOutput(out, summary)
 
     def prepare(self, run_id: str, collected: Path) -> StageOutput:

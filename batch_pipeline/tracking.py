@@ -25,6 +25,17 @@ documents = sa.Table(
     sa.Column("chunk_count", sa.Integer, nullable=False),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("landed_at", sa.Float, nullable=False),
+    sa.Column("source_changed_at", sa.Float),
+)
+
+# Source changes seen (by the publish sensor or a collect) and not yet landed.
+pending = sa.Table(
+    "pending_changes",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("changed_at", sa.Float, nullable=False),
+    sa.Column("detected_at", sa.Float, nullable=False),
 )
 
 failures = sa.Table(
@@ -106,6 +117,20 @@ class TrackingStore:
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.engine = _engine(url)
         metadata.create_all(self.engine)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Forward-only migration: add nullable columns that newer versions introduced."""
+        inspector = sa.inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table in metadata.sorted_tables:
+                present = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name not in present and column.nullable:
+                        kind = column.type.compile(dialect=self.engine.dialect)
+                        conn.execute(
+                            sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                        )
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -130,10 +155,15 @@ class TrackingStore:
         landed: list[dict[str, Any]],
         deleted: list[str],
         run_id: str,
+        settled: list[str] = (),
     ) -> None:
-        """Upsert landed documents, forget deleted ones and clear their failures, atomically."""
+        """Upsert landed documents, forget deleted ones and clear their failures, atomically.
+
+        Pending changes of landed, deleted and `settled` (failed, recorded) documents are done.
+        """
         now = time.time()
         ids = [doc["doc_id"] for doc in landed] + list(deleted)
+        done = ids + list(settled)
         with self.engine.begin() as conn:
             for start in range(0, len(ids), 500):
                 batch = ids[start : start + 500]
@@ -145,6 +175,13 @@ class TrackingStore:
                 conn.execute(
                     failures.delete().where(
                         failures.c.collection == collection, failures.c.doc_id.in_(batch)
+                    )
+                )
+            for start in range(0, len(done), 500):
+                conn.execute(
+                    pending.delete().where(
+                        pending.c.collection == collection,
+                        pending.c.doc_id.in_(done[start : start + 500]),
                     )
                 )
             if landed:
@@ -172,6 +209,52 @@ class TrackingStore:
                     .where(documents.c.collection == collection, documents.c.doc_id == doc_id)
                     .values(source_version=version)
                 )
+
+    # ------------------------------------------------------------ pending changes
+
+    def record_pending(self, collection: str, changes: dict[str, float | None]) -> None:
+        """Remember source changes not yet landed (the earliest change time wins)."""
+        if not changes:
+            return
+        now = time.time()
+        with self.engine.begin() as conn:
+            known = {
+                row.doc_id: row.changed_at
+                for start in range(0, len(changes), 500)
+                for row in conn.execute(
+                    sa.select(pending.c.doc_id, pending.c.changed_at).where(
+                        pending.c.collection == collection,
+                        pending.c.doc_id.in_(list(changes)[start : start + 500]),
+                    )
+                )
+            }
+            new = [
+                {
+                    "collection": collection,
+                    "doc_id": doc_id,
+                    "changed_at": changed_at or now,
+                    "detected_at": now,
+                }
+                for doc_id, changed_at in changes.items()
+                if doc_id not in known
+            ]
+            if new:
+                conn.execute(pending.insert(), new)
+
+    def freshness(self, collection: str) -> dict[str, float | int | None]:
+        """Newest source change landed, oldest change pending, and how many are pending."""
+        with self.engine.connect() as conn:
+            newest = conn.execute(
+                sa.select(sa.func.max(documents.c.source_changed_at)).where(
+                    documents.c.collection == collection
+                )
+            ).scalar()
+            oldest, count = conn.execute(
+                sa.select(sa.func.min(pending.c.changed_at), sa.func.count()).where(
+                    pending.c.collection == collection
+                )
+            ).one()
+        return {"newest_landed": newest, "oldest_pending": oldest, "pending": int(count)}
 
     def chunk_counts(self, collection: str) -> dict[str, int]:
         query = sa.select(documents.c.doc_id, documents.c.chunk_count).where(

@@ -7,6 +7,7 @@ a reader never sees half a document. Every value in a filter string goes through
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import lancedb
@@ -136,6 +137,24 @@ class VectorStore:
             .execute(data)
         )
         return table.version
+
+    def maintain(self, collection: str, retention: timedelta) -> dict[str, int]:
+        """Compact small fragments and remove versions older than `retention`."""
+        table = self.open(collection)
+        if table is None:
+            return {}
+        fragments, versions = self.fragment_count(collection), len(table.list_versions())
+        table.optimize(cleanup_older_than=retention)
+        return {
+            "fragments_before": fragments,
+            "fragments_after": self.fragment_count(collection),
+            "versions_before": versions,
+            "versions_after": len(table.list_versions()),
+        }
+
+    def fragment_count(self, collection: str) -> int:
+        table = self.open(collection)
+        return int(table.stats()["fragment_stats"]["num_fragments"]) if table is not None else 0
 
     def stats(self, collection: str) -> TableStats | None:
         table = self.open(collection)

@@ -1,9 +1,10 @@
 """The pipeline resource: configuration, storage locations and the per-collection engine."""
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.config import PipelineConfig, load_config
+from batch_pipeline.config import PipelineConfig, S3SourceConfig, load_config
 from batch_pipeline.pipeline import CollectionPipeline
 from batch_pipeline.storage import StorageLocations, resolve_storage
 from batch_pipeline.tracking import TrackingStore
@@ -59,6 +60,20 @@ class PipelineResource(dg.ConfigurableResource):
     def storage(self) -> StorageLocations:
         return self._storage
 
-    def collection(self, name: str) -> CollectionPipeline:
-        """The engine for one collection (one partition)."""
-        return CollectionPipeline(self._config, self._storage, name, self._tracking, self._store)
+    def collection(self, name: str, s3: S3Resource | None = None) -> CollectionPipeline:
+        """The engine for one collection (one partition); S3 sources read through `s3`."""
+
+        def s3_client(source: S3SourceConfig):  # noqa: ANN202
+            resource = s3 or S3Resource()
+            overrides = {
+                k: v
+                for k, v in (("endpoint_url", source.endpoint_url), ("region_name", source.region))
+                if v
+            }
+            if overrides:
+                resource = S3Resource(**{**resource.model_dump(), **overrides})
+            return resource.get_client()
+
+        return CollectionPipeline(
+            self._config, self._storage, name, self._tracking, self._store, s3_client=s3_client
+        )

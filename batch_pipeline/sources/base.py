@@ -1,8 +1,8 @@
-"""The one interface every document source implements."""
+"""The one interface every document source implements: folder, S3 bucket, SQL table."""
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 
 class SourceUnavailableError(RuntimeError):
@@ -20,10 +20,31 @@ class SourceEntry:
     doc_id: str
     version: str  # changes whenever the content may have changed: mtime+size, ETag, updated-at
     size: int | None = None
+    changed_at: float | None = None  # when the source says it last changed (epoch seconds)
+
+
+@dataclass(frozen=True)
+class RawDocument:
+    """A document's bytes, with the title and format where the source knows them."""
+
+    data: bytes
+    title: str | None = None
+    fmt: str | None = None
+
+
+@dataclass
+class ChangeSet:
+    """What changed since a sensor's last look, and the state to remember for next time."""
+
+    changed: list[SourceEntry] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    state: dict = field(default_factory=dict)
 
 
 class DocumentSource(ABC):
     """Lists documents cheaply and reads one document's bytes on demand."""
+
+    kind: str = "source"
 
     @abstractmethod
     def describe(self) -> str:
@@ -34,10 +55,44 @@ class DocumentSource(ABC):
         """Every document currently in the source. Raises `SourceUnavailableError`."""
 
     @abstractmethod
-    def read(self, doc_id: str) -> bytes:
-        """One document's bytes. Raises `DocumentReadError` if it cannot be read."""
+    def read(self, doc_id: str) -> RawDocument:
+        """One document. Raises `DocumentReadError` if it cannot be read."""
+
+    def read_many(
+        self, doc_ids: Iterable[str]
+    ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
+        """Several documents; sources that can fetch in bulk override this."""
+        for doc_id in doc_ids:
+            try:
+                yield doc_id, self.read(doc_id)
+            except DocumentReadError as error:
+                yield doc_id, error
 
     def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
         """Entries for just these ids (those that still exist); sources may do this cheaper."""
         wanted = set(doc_ids)
         return (entry for entry in self.list_entries() if entry.doc_id in wanted)
+
+    # ------------------------------------------------------------ change detection
+
+    def change_token(self, entry: SourceEntry, previous: object) -> object:
+        """What the sensor remembers per document; by default the source version."""
+        return entry.version
+
+    def is_change(self, previous: object, token: object) -> bool:
+        return previous != token
+
+    def changes_since(self, state: dict | None) -> ChangeSet:
+        """Documents added, changed or deleted since `state` (None: everything is new)."""
+        previous = state or {}
+        current: dict = {}
+        result = ChangeSet()
+        for entry in self.list_entries():
+            old = previous.get(entry.doc_id)
+            token = self.change_token(entry, old)
+            current[entry.doc_id] = token
+            if old is None or self.is_change(old, token):
+                result.changed.append(entry)
+        result.deleted = sorted(set(previous) - set(current))
+        result.state = current
+        return result

@@ -4,6 +4,7 @@ Symlinks are never followed and no path may leave the root, so a link or a `../`
 make the pipeline read files outside the collection.
 """
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -11,16 +12,19 @@ from pathlib import Path, PurePosixPath
 from batch_pipeline.sources.base import (
     DocumentReadError,
     DocumentSource,
+    RawDocument,
     SourceEntry,
     SourceUnavailableError,
 )
 
 
-def file_version(stat: os.stat_result) -> str:
-    return f"{stat.st_mtime_ns}:{stat.st_size}"
+def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
+    return SourceEntry(doc_id, f"{stat.st_mtime_ns}:{stat.st_size}", stat.st_size, stat.st_mtime)
 
 
 class FilesystemSource(DocumentSource):
+    kind = "filesystem"
+
     def __init__(self, root: Path, glob: str = "**/*.md") -> None:
         self.root = Path(root)
         self.glob = glob
@@ -43,8 +47,7 @@ class FilesystemSource(DocumentSource):
             rel = path.relative_to(self.root).as_posix()
             if any(part.startswith(".") for part in PurePosixPath(rel).parts):
                 continue  # hidden files and folders, editor swap files
-            stat = path.lstat()
-            yield SourceEntry(rel, file_version(stat), stat.st_size)
+            yield _entry(rel, path.lstat())
 
     def _inside_root(self, path: Path) -> bool:
         # No symlinked folder on the way down either.
@@ -73,15 +76,30 @@ class FilesystemSource(DocumentSource):
             except (DocumentReadError, OSError):
                 continue
             if path.is_file():
-                yield SourceEntry(doc_id, file_version(stat), stat.st_size)
+                yield _entry(doc_id, stat)
 
-    def read(self, doc_id: str) -> bytes:
+    def read(self, doc_id: str) -> RawDocument:
         path = self._path(doc_id)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             with os.fdopen(fd, "rb") as handle:
-                return handle.read()
+                return RawDocument(handle.read())
         except FileNotFoundError:
             raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
         except OSError as error:
             raise DocumentReadError(f"cannot read {doc_id!r}: {error.strerror}") from None
+
+    # The sensor remembers [mtime:size, sha256] and hashes only files whose mtime or size moved.
+    def change_token(self, entry: SourceEntry, previous: object) -> object:
+        if isinstance(previous, list) and len(previous) == 2 and previous[0] == entry.version:
+            return previous
+        try:
+            digest = hashlib.sha256(self.read(entry.doc_id).data).hexdigest()
+        except DocumentReadError:
+            digest = None
+        return [entry.version, digest]
+
+    def is_change(self, previous: object, token: object) -> bool:
+        if not (isinstance(previous, list) and len(previous) == 2):
+            return True
+        return previous[1] != token[1] or token[1] is None

@@ -1,0 +1,119 @@
+"""The publish sensor's logic, without Dagster: detect changes, micro-batch, decide runs.
+
+The cursor is JSON: `{"v": 1, "state": <the source's change state>, "pending": {...}}`.
+Changes seen within `window_seconds` of the first pending one go into one run; at most
+`max_docs` documents per run. A source that cannot be reached leaves the cursor as it was.
+A missing or unreadable cursor starts over with a full reconciliation run.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from batch_pipeline.sources import DocumentSource, SourceUnavailableError
+
+CURSOR_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    run_key: str
+    changed_doc_ids: list[str]
+    deleted_doc_ids: list[str]
+
+    @property
+    def full(self) -> bool:
+        return not (self.changed_doc_ids or self.deleted_doc_ids)
+
+
+@dataclass
+class PublishDecision:
+    cursor: str | None
+    runs: list[PlannedRun] = field(default_factory=list)
+    skip_reason: str | None = None
+    pending_changes: dict[str, float | None] = field(default_factory=dict)  # doc id -> time
+    cursor_reset: bool = False
+
+
+def _parse(cursor: str | None) -> dict | None:
+    if not cursor:
+        return None
+    try:
+        data = json.loads(cursor)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+        return None
+    if not isinstance(data.get("state"), dict) or not isinstance(data.get("pending"), dict):
+        return None
+    return data
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
+
+
+def evaluate_publish(
+    collection: str,
+    source: DocumentSource,
+    cursor: str | None,
+    now: float,
+    window_seconds: float,
+    max_docs: int,
+) -> PublishDecision:
+    previous = _parse(cursor)
+    try:
+        changes = source.changes_since(previous["state"] if previous else None)
+    except SourceUnavailableError as error:
+        return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
+
+    if previous is None:  # first tick, or a cursor from an older version: start over
+        new_cursor = json.dumps({"v": CURSOR_VERSION, "state": changes.state, "pending": {}})
+        state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
+        return PublishDecision(
+            cursor=new_cursor,
+            runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
+            cursor_reset=cursor is not None,
+        )
+
+    pending: dict = previous["pending"]
+    for entry in changes.changed:
+        first_seen = pending.get(entry.doc_id, {}).get("seen_at", now)
+        pending[entry.doc_id] = {
+            "version": entry.version,
+            "deleted": False,
+            "changed_at": entry.changed_at,
+            "seen_at": first_seen,
+        }
+    for doc_id in changes.deleted:
+        first_seen = pending.get(doc_id, {}).get("seen_at", now)
+        pending[doc_id] = {"version": "", "deleted": True, "changed_at": now, "seen_at": first_seen}
+    found = {
+        d: pending[d]["changed_at"] for d in [e.doc_id for e in changes.changed] + changes.deleted
+    }
+
+    decision = PublishDecision(cursor=None, pending_changes=found)
+    oldest_seen = min((p["seen_at"] for p in pending.values()), default=None)
+    due = oldest_seen is not None and (
+        now - oldest_seen >= window_seconds or len(pending) >= max_docs
+    )
+    if due:
+        ids = sorted(pending)
+        for start in range(0, len(ids), max_docs):
+            batch = ids[start : start + max_docs]
+            signature = [f"{d}@{pending[d]['version']}" for d in batch]
+            decision.runs.append(
+                PlannedRun(
+                    run_key=f"{collection}:{_key(collection, *signature)}",
+                    changed_doc_ids=[d for d in batch if not pending[d]["deleted"]],
+                    deleted_doc_ids=[d for d in batch if pending[d]["deleted"]],
+                )
+            )
+        pending = {}
+    elif pending:
+        wait = window_seconds - (now - oldest_seen)
+        decision.skip_reason = f"{len(pending)} changed documents pending; run in {wait:.0f}s"
+    else:
+        decision.skip_reason = "no source changes"
+    decision.cursor = json.dumps({"v": CURSOR_VERSION, "state": changes.state, "pending": pending})
+    return decision

@@ -1,0 +1,94 @@
+"""Documents in an S3 bucket under a prefix. The doc id is the object key; the version its ETag.
+
+The boto3 client comes from the caller: dagster-aws's `S3Resource` in Dagster, a plain boto3
+client in the CLI. Credentials, region and endpoint are never part of this module.
+"""
+
+import fnmatch
+from collections.abc import Iterator
+
+from batch_pipeline.sources.base import (
+    DocumentReadError,
+    DocumentSource,
+    RawDocument,
+    SourceEntry,
+    SourceUnavailableError,
+)
+
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+
+
+def _error_code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__))
+
+
+class S3Source(DocumentSource):
+    kind = "s3"
+
+    def __init__(self, client, bucket: str, prefix: str = "", glob: str = "*") -> None:  # noqa: ANN001
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix
+        self.glob = glob
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix} ({self.glob})"
+
+    def _wanted(self, key: str) -> bool:
+        return not key.endswith("/") and fnmatch.fnmatchcase(key[len(self.prefix) :], self.glob)
+
+    def list_entries(self) -> Iterator[SourceEntry]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix
+            )
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    if self._wanted(obj["Key"]):
+                        yield SourceEntry(
+                            obj["Key"],
+                            obj["ETag"].strip('"'),
+                            obj.get("Size"),
+                            obj["LastModified"].timestamp(),
+                        )
+        except (BotoCoreError, ClientError) as error:
+            raise SourceUnavailableError(
+                f"cannot list {self.describe()}: {_error_code(error)}: {error}"
+            ) from None
+
+    def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for key in doc_ids:
+            if not key.startswith(self.prefix) or not self._wanted(key):
+                continue
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as error:
+                if _error_code(error) in _MISSING:
+                    continue
+                raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+            except BotoCoreError as error:
+                raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+            yield SourceEntry(
+                key,
+                head["ETag"].strip('"'),
+                head.get("ContentLength"),
+                head["LastModified"].timestamp(),
+            )
+
+    def read(self, doc_id: str) -> RawDocument:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=doc_id)["Body"]
+            return RawDocument(body.read())
+        except ClientError as error:
+            code = _error_code(error)
+            if code in _MISSING:
+                raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
+            raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {code}") from None
+        except BotoCoreError as error:
+            raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {error}") from None

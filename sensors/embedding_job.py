@@ -1,0 +1,16 @@
+"""The job the sensors and the schedule launch: all five stages of one partition."""
+
+import dagster as dg
+
+from assets.partitions import GROUP_NAME
+
+EMBEDDING_JOB = "embedding_job"
+
+
+def build_embedding_job(partitions: dg.PartitionsDefinition):
+    return dg.define_asset_job(
+        EMBEDDING_JOB,
+        selection=dg.AssetSelection.groups(GROUP_NAME),
+        partitions_def=partitions,
+        description="Collect, prepare, plan, execute and land one collection.",
+    )

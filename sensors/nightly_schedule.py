@@ -1,0 +1,37 @@
+"""The nightly schedule: a full reconciliation of every partition, then table maintenance."""
+
+import dagster as dg
+
+from assets.vector_index import MODE_TAG, RECONCILE
+from batch_pipeline.config import PipelineConfig
+
+NIGHTLY_SCHEDULE = "nightly_reconciliation"
+
+
+def build_nightly_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:
+    settings = config.schedule
+    partitions = config.partition_keys()
+
+    @dg.schedule(
+        name=NIGHTLY_SCHEDULE,
+        job=job,
+        cron_schedule=settings.cron,
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING
+        if settings.enabled
+        else dg.DefaultScheduleStatus.STOPPED,
+        description=(
+            "Full reconciliation of every collection: detect deletions, re-embed anything "
+            "stale, compact the LanceDB table and clean up old versions."
+        ),
+    )
+    def nightly_reconciliation(context: dg.ScheduleEvaluationContext):  # noqa: ANN202
+        stamp = context.scheduled_execution_time.isoformat()
+        for partition in partitions:
+            yield dg.RunRequest(
+                run_key=f"nightly:{partition}:{stamp}",
+                partition_key=partition,
+                tags={MODE_TAG: RECONCILE, "batch_pipeline/trigger": "nightly_schedule"},
+            )
+
+    return nightly_reconciliation

@@ -1,0 +1,74 @@
+"""Document-publish sensors: one per collection, turning source changes into targeted runs."""
+
+import time
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from batch_pipeline.config import PipelineConfig
+from batch_pipeline.publish import evaluate_publish
+from resources.pipeline import PipelineResource
+
+TRIGGER_TAG = "batch_pipeline/trigger"
+
+
+def publish_sensor_name(collection: str) -> str:
+    return f"{collection}_publish_sensor"
+
+
+def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.SensorDefinition:
+    settings = config.sensor
+
+    @dg.sensor(
+        name=publish_sensor_name(collection),
+        job=job,
+        minimum_interval_seconds=settings.interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if settings.enabled
+        else dg.DefaultSensorStatus.STOPPED,
+        description=(
+            f"Watches collection {collection!r} for added, changed and deleted documents and "
+            f"launches a run that embeds only those, batching changes within "
+            f"{settings.window_seconds}s (at most {settings.max_docs_per_run} documents a run)."
+        ),
+    )
+    def publish_sensor(
+        context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
+    ) -> dg.SensorResult:
+        engine = pipeline.collection(collection, s3)
+        decision = evaluate_publish(
+            collection,
+            engine.source,
+            context.cursor,
+            now=time.time(),
+            window_seconds=settings.window_seconds,
+            max_docs=settings.max_docs_per_run,
+        )
+        if decision.cursor_reset:
+            context.log.warning("unreadable cursor: starting over with a full reconciliation")
+        engine.tracking.record_pending(collection, decision.pending_changes)
+        run_requests = [
+            dg.RunRequest(
+                run_key=run.run_key,
+                partition_key=collection,
+                run_config={
+                    "ops": {
+                        "source_documents": {
+                            "config": {
+                                "changed_doc_ids": run.changed_doc_ids,
+                                "deleted_doc_ids": run.deleted_doc_ids,
+                            }
+                        }
+                    }
+                },
+                tags={TRIGGER_TAG: "publish_sensor_full" if run.full else "publish_sensor"},
+            )
+            for run in decision.runs
+        ]
+        if run_requests:
+            return dg.SensorResult(run_requests=run_requests, cursor=decision.cursor)
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(decision.skip_reason), cursor=decision.cursor
+        )
+
+    return publish_sensor
