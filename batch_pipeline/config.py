@@ -203,7 +203,10 @@ class ScheduleConfig(_Strict):
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
-        if len(value.split()) != 5:
+        item = r"(\*|\d+(-\d+)?|[A-Za-z]{3}(-[A-Za-z]{3})?)(/\d+)?"
+        field_re = re.compile(rf"^{item}(,{item})*$")
+        fields = value.split()
+        if len(fields) != 5 or not all(field_re.match(f) for f in fields):
             raise ValueError("cron must have five fields, e.g. '0 2 * * *'")
         return value
 

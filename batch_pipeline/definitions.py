@@ -33,7 +33,7 @@ def s3_resource() -> S3Resource:
 def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
     config = load_config(config_path)
     partitions = collection_partitions(config)
-    job, sensors, schedules = build_triggers(config, partitions)
+    job, sensors, schedules = build_triggers(config)
     return dg.Definitions(
         assets=build_stage_assets(partitions),
         jobs=[job],

@@ -1,15 +1,13 @@
 """Sensors and schedules that trigger the pipeline."""
 
-import dagster as dg
-
 from batch_pipeline.config import PipelineConfig
 from sensors.embedding_job import build_embedding_job
 from sensors.nightly_schedule import build_nightly_schedule
 from sensors.publish_sensor import build_publish_sensor
 
 
-def build_triggers(config: PipelineConfig, partitions: dg.PartitionsDefinition):  # noqa: ANN201
+def build_triggers(config: PipelineConfig):  # noqa: ANN201
     """The embedding job, one publish sensor per collection, and the nightly schedule."""
-    job = build_embedding_job(partitions)
+    job = build_embedding_job()
     sensors = [build_publish_sensor(name, config, job) for name in config.partition_keys()]
     return job, sensors, [build_nightly_schedule(config, job)]

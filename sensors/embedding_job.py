@@ -7,10 +7,9 @@ from assets.partitions import GROUP_NAME
 EMBEDDING_JOB = "embedding_job"
 
 
-def build_embedding_job(partitions: dg.PartitionsDefinition):
+def build_embedding_job():
     return dg.define_asset_job(
         EMBEDDING_JOB,
         selection=dg.AssetSelection.groups(GROUP_NAME),
-        partitions_def=partitions,
         description="Collect, prepare, plan, execute and land one collection.",
     )

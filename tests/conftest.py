@@ -100,3 +100,105 @@ def make_pipeline(workspace):
         return CollectionPipeline(config, storage, config.collections[0].name)
 
     return make
+
+
+# ----------------------------------------------------------------- S3 and SQL servers
+
+POSTGRES_URL = os.environ.get(
+    "BATCH_PIPELINE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto in server mode on a loopback port, spoken to over HTTP (no in-process patching)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+            break
+        except OSError:
+            if time.time() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("moto server did not start") from None
+            time.sleep(0.2)
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
+    )
+    yield url
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture()
+def s3_bucket(moto_server):
+    """A fresh bucket on the moto server, and a boto3 client for it."""
+    import uuid
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
+    bucket = f"docs-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_url(request, tmp_path):
+    """A SQLAlchemy URL to a real SQLite file and to the local PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'docs.db'}"
+    return POSTGRES_URL
+
+
+@pytest.fixture()
+def sql_table(sql_url):
+    """A fresh `articles` table (unique name) with id, title, body, updated_at, deleted."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"articles_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(sql_url)
+    table = sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("title", sa.Text),
+        sa.Column("body", sa.Text),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    )
+    table.create(engine)
+    yield sql_url, name, engine, table
+    table.drop(engine)
+    engine.dispose()

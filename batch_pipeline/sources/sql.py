@@ -96,20 +96,27 @@ class SqlSource(DocumentSource):
             return source.c[name]
         return sa.column(name, _selectable=source)
 
-    def _ids(self, doc_ids: Iterable[str]) -> list:
-        """Doc ids (text) as values of the id column's type."""
+    def _id_filters(self, doc_ids: Iterable[str]) -> Iterator[sa.ColumnElement[bool]]:
+        """`id IN (...)` conditions, a batch at a time, with ids bound as the column's type.
+
+        A table's id column has a known type; a query's does not, so it is compared as text.
+        """
         column = self._col(self.id_column)
-        try:
-            python_type = column.type.python_type
-        except NotImplementedError:
-            python_type = str
-        out = []
-        for doc_id in doc_ids:
+        if self.table_name:
             try:
-                out.append(python_type(doc_id) if python_type is int else doc_id)
-            except ValueError:
-                continue  # not a valid id of this table: cannot exist
-        return out
+                python_type = column.type.python_type
+            except NotImplementedError:
+                python_type = str
+            values = []
+            for doc_id in doc_ids:
+                try:
+                    values.append(python_type(doc_id) if python_type is int else doc_id)
+                except ValueError:
+                    continue  # not a valid id of this table: cannot exist
+        else:
+            column, values = sa.cast(column, sa.String), list(doc_ids)
+        for start in range(0, len(values), ID_BATCH):
+            yield column.in_(values[start : start + ID_BATCH])
 
     def _execute(self, statement: sa.Executable) -> list[sa.Row]:
         try:
@@ -139,11 +146,8 @@ class SqlSource(DocumentSource):
                 yield entry
 
     def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
-        ids = self._ids(doc_ids)
-        for start in range(0, len(ids), ID_BATCH):
-            statement = sa.select(*self._entry_columns()).where(
-                self._col(self.id_column).in_(ids[start : start + ID_BATCH])
-            )
+        for condition in self._id_filters(doc_ids):
+            statement = sa.select(*self._entry_columns()).where(condition)
             for row in self._execute(statement):
                 entry = self._to_entry(row)
                 if entry is not None:
@@ -164,11 +168,8 @@ class SqlSource(DocumentSource):
         if self.title_column:
             columns.append(self._col(self.title_column))
         found: dict[str, sa.Row] = {}
-        ids = self._ids(wanted)
-        for start in range(0, len(ids), ID_BATCH):
-            statement = sa.select(*columns).where(
-                self._col(self.id_column).in_(ids[start : start + ID_BATCH])
-            )
+        for condition in self._id_filters(wanted):
+            statement = sa.select(*columns).where(condition)
             for row in self._execute(statement):
                 found[str(row[0])] = row
         for doc_id in wanted:

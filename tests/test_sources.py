@@ -1,0 +1,174 @@
+"""The three source kinds on real servers: a folder, moto S3, SQLite and PostgreSQL."""
+
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from batch_pipeline.sources import DocumentReadError, SourceUnavailableError
+from batch_pipeline.sources.filesystem import FilesystemSource
+from batch_pipeline.sources.s3 import S3Source
+from batch_pipeline.sources.sql import SqlSource
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def test_filesystem_never_leaves_its_root(tmp_path):
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.md").write_text("# A\n\ntext")
+    outside = tmp_path / "secret.md"
+    outside.write_text("secret")
+    os.symlink(outside, root / "link.md")
+    os.symlink(tmp_path, root / "up")
+    source = FilesystemSource(root, "**/*.md")
+    assert [e.doc_id for e in source.list_entries()] == ["sub/a.md"]
+    for bad in ("../secret.md", "link.md", "up/secret.md", "/etc/passwd"):
+        with pytest.raises(DocumentReadError):
+            source.read(bad)
+    assert list(source.entries_for(["../secret.md", "link.md", "sub/a.md"]))[0].doc_id == "sub/a.md"
+
+
+def test_filesystem_changes_hash_only_what_looks_changed(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("one")
+    (root / "b.md").write_text("two")
+    source = FilesystemSource(root, "*.md")
+    first = source.changes_since(None)
+    assert sorted(e.doc_id for e in first.changed) == ["a.md", "b.md"]
+    (root / "a.md").write_text("one")  # touched, same bytes
+    os.utime(root / "a.md", ns=(1, 1))
+    (root / "b.md").write_text("two, edited")
+    (root / "c.md").write_text("three")
+    second = source.changes_since(first.state)
+    assert sorted(e.doc_id for e in second.changed) == ["b.md", "c.md"]
+    (root / "c.md").unlink()
+    third = source.changes_since(second.state)
+    assert third.changed == [] and third.deleted == ["c.md"]
+
+
+def test_s3_lists_reads_and_detects_changes(s3_bucket):
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n\nalpha")
+    client.put_object(Bucket=bucket, Key="kb/b.md", Body=b"# B\n\nbeta")
+    client.put_object(Bucket=bucket, Key="other/c.md", Body=b"# C")
+    source = S3Source(client, bucket, "kb/", "*.md")
+    entries = {e.doc_id: e for e in source.list_entries()}
+    assert sorted(entries) == ["kb/a.md", "kb/b.md"]
+    assert entries["kb/a.md"].version and entries["kb/a.md"].changed_at
+    assert source.read("kb/a.md").data == b"# A\n\nalpha"
+    state = source.changes_since(None).state
+    client.put_object(Bucket=bucket, Key="kb/b.md", Body=b"# B\n\nbeta, edited")
+    client.delete_object(Bucket=bucket, Key="kb/a.md")
+    changes = source.changes_since(state)
+    assert [e.doc_id for e in changes.changed] == ["kb/b.md"]
+    assert changes.deleted == ["kb/a.md"]
+    with pytest.raises(DocumentReadError, match="deleted before it could be read"):
+        source.read("kb/a.md")
+    assert [e.doc_id for e in source.entries_for(["kb/a.md", "kb/b.md"])] == ["kb/b.md"]
+
+
+def test_s3_unreachable_and_missing_bucket_are_source_errors(s3_bucket):
+    import boto3
+    from botocore.config import Config
+
+    client, _ = s3_bucket
+    with pytest.raises(SourceUnavailableError, match="NoSuchBucket"):
+        list(S3Source(client, "no-such-bucket-here").list_entries())
+    dead = boto3.client(
+        "s3",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=1),
+    )
+    with pytest.raises(SourceUnavailableError, match="cannot list"):
+        list(S3Source(dead, "docs").list_entries())
+
+
+def test_sql_lists_reads_and_records_null_bodies(sql_table):
+    url, name, engine, table = sql_table
+    with engine.begin() as conn:
+        conn.execute(
+            table.insert(),
+            [
+                {
+                    "id": 1,
+                    "title": "Refunds",
+                    "body": "Annual plans are refunded.",
+                    "updated_at": T0,
+                    "deleted": False,
+                },
+                {"id": 2, "title": "Empty", "body": None, "updated_at": T0, "deleted": False},
+                {"id": 3, "title": "Gone", "body": "old", "updated_at": T0, "deleted": True},
+            ],
+        )
+    source = SqlSource(url, table=name, deleted_column="deleted", fmt="markdown")
+    assert [e.doc_id for e in source.list_entries()] == ["1", "2"]
+    document = source.read("1")
+    assert document.data == b"Annual plans are refunded."
+    assert document.title == "Refunds" and document.fmt == "markdown"
+    with pytest.raises(DocumentReadError, match="NULL body"):
+        source.read("2")
+    assert [e.doc_id for e in source.entries_for(["1", "3", "99", "x"])] == ["1"]
+
+
+def test_sql_cursor_skips_nothing_that_shares_the_cursor_instant(sql_table):
+    url, name, engine, table = sql_table
+    with engine.begin() as conn:
+        conn.execute(
+            table.insert(),
+            [
+                {"id": 1, "title": "a", "body": "a", "updated_at": T0, "deleted": False},
+                {
+                    "id": 2,
+                    "title": "b",
+                    "body": "b",
+                    "updated_at": T0 + timedelta(seconds=5),
+                    "deleted": False,
+                },
+            ],
+        )
+    source = SqlSource(url, table=name, deleted_column="deleted")
+    first = source.changes_since(None)
+    assert sorted(e.doc_id for e in first.changed) == ["1", "2"]
+    again = source.changes_since(first.state)
+    assert again.changed == [] and again.deleted == []
+    with engine.begin() as conn:  # a late writer, at exactly the cursor's instant
+        conn.execute(
+            table.insert(),
+            [
+                {
+                    "id": 3,
+                    "title": "c",
+                    "body": "c",
+                    "updated_at": T0 + timedelta(seconds=5),
+                    "deleted": False,
+                }
+            ],
+        )
+        conn.execute(
+            table.update()
+            .where(table.c.id == 1)
+            .values(deleted=True, updated_at=T0 + timedelta(seconds=9))
+        )
+    third = source.changes_since(again.state)
+    assert [e.doc_id for e in third.changed] == ["3"]
+    assert third.deleted == ["1"]
+
+
+def test_sql_query_mode_and_unreachable_database(sql_table):
+    url, name, engine, table = sql_table
+    with engine.begin() as conn:
+        conn.execute(
+            table.insert(),
+            [{"id": 7, "title": "q", "body": "from a query", "updated_at": T0, "deleted": False}],
+        )
+    source = SqlSource(url, query=f"SELECT id, title, body, updated_at FROM {name} WHERE id > 5")
+    assert [e.doc_id for e in source.list_entries()] == ["7"]
+    assert source.read("7").data == b"from a query"
+    dead = SqlSource("postgresql+psycopg://nobody:secret@127.0.0.1:9/none", table="t")
+    with pytest.raises(SourceUnavailableError) as error:
+        list(dead.list_entries())
+    assert "secret" not in str(error.value)
+    assert "***" in dead.describe()
