@@ -115,6 +115,8 @@ def _read_batch(
             by_id[doc_id], **_classify(doc_id, result, landed.get(doc_id), fingerprint, summary)
         )
         summary.counts[row["status"]] += 1
+        if row["status"] in (NEW, CHANGED):
+            summary.changes[doc_id] = row["source_changed_at"]
         yield row
 
 

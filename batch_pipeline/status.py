@@ -1,21 +1,17 @@
 """Per-collection status: what is in the index, when it landed, and what is stale."""
 
-from datetime import UTC, datetime
-
 from batch_pipeline.collect import CHANGED, DELETED, NEW, CollectSummary, classify_documents
+from batch_pipeline.freshness import iso_time, partition_freshness
 from batch_pipeline.pipeline import CollectionPipeline
 from batch_pipeline.sources import SourceUnavailableError
 
 
-def _iso(timestamp: float | None) -> str | None:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat() if timestamp else None
-
-
 def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
-    """Rows, documents, last run and landing time, model, and stale source documents.
+    """Rows, documents, last run and landing time, model, stale source documents and lag.
 
     Stale means changed at the source (new, edited or deleted) but not yet landed; found by
-    listing the source and reading only what looks changed, as the collect stage does.
+    listing the source and reading only what looks changed, as the collect stage does. Lag is
+    the age of the oldest source change not yet landed, as the sensor and collect recorded it.
     """
     stats = pipeline.store.stats(pipeline.name)
     last = pipeline.tracking.last_run(pipeline.name)
@@ -33,7 +29,8 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
         "rows": stats.rows if stats else 0,
         "documents": stats.documents if stats else 0,
         "last_run_id": last["run_id"] if last else None,
-        "last_landed_at": _iso(last["finished_at"]) if last else None,
+        "last_landed_at": iso_time(last["finished_at"]) if last else None,
+        "last_run_chunks_embedded": last["chunks_embedded"] if last else None,
         "newest_embedded_at": stats.newest_embedded_at.isoformat()
         if stats and stats.newest_embedded_at
         else None,
@@ -42,5 +39,6 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
         "models_in_index": stats.models if stats else [],
         "stale_documents": None if source_error else stale,
         "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
+        **partition_freshness(pipeline.tracking, pipeline.name, also_pending=summary.changes),
         "source_error": source_error,
     }

@@ -72,6 +72,9 @@ def test_status_counts_stale_documents(indexed):
     assert status["last_landed_at"]
     assert status["model"] == "all-MiniLM-L6-v2"
     assert status["stale_documents"] == 2
+    assert status["pending_documents"] == 2 and status["lag_seconds"] >= 0
+    assert status["oldest_source_change_pending"]
+    assert status["last_run_chunks_embedded"] > 0
     table = cli(indexed, "status")
     assert table.returncode == 0
     assert table.stdout.splitlines()[0].split()[:4] == ["COLLECTION", "ROWS", "DOCS", "STALE"]
