@@ -1,7 +1,9 @@
-"""The `batch-pipeline` command line: search the index and see each collection's status.
+"""The `batch-pipeline` command line: search, status, runs without Dagster, failures.
 
     batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
     batch-pipeline status [--collection C] [--json]
+    batch-pipeline run --collection C [--doc-id ID ...] [--json]
+    batch-pipeline failures [--collection C] [--json]
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -11,10 +13,13 @@ import argparse
 import json
 import sys
 import textwrap
+import uuid
 
 from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.inference import EmbeddingRunner
 from batch_pipeline.models import ModelNotAvailableError
 from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.planning import PlanSettings
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.status import collection_status
 from batch_pipeline.storage import resolve_storage
@@ -39,6 +44,21 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="rows, last run, model and staleness")
     status.add_argument("--collection", help="only this collection")
     status.add_argument("--json", action="store_true", help="print JSON")
+
+    run = commands.add_parser("run", help="run the five stages for one collection, no Dagster")
+    run.add_argument("--collection", required=True)
+    run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
+    run.add_argument("--run-id", help="default: a new UUID")
+    run.add_argument("--device", default="auto")
+    run.add_argument("--dtype", default="auto")
+    run.add_argument("--checkpoint-every", type=int, default=8, help="batches per checkpoint")
+    run.add_argument("--token-budget", type=int, default=4096, help="padded tokens per batch")
+    run.add_argument("--max-batch-size", type=int, default=128, help="inputs per batch")
+    run.add_argument("--json", action="store_true", help="print JSON")
+
+    failed = commands.add_parser("failures", help="documents that failed, with their reason")
+    failed.add_argument("--collection", help="only this collection")
+    failed.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -98,11 +118,50 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(ctx: _Context, args: argparse.Namespace) -> int:
+    pipeline = ctx.pipeline(args.collection)
+    run_id = args.run_id or str(uuid.uuid4())
+    summaries = pipeline.run(
+        run_id,
+        lambda: EmbeddingRunner(pipeline.model, device=args.device, dtype=args.dtype),
+        plan_settings=PlanSettings(args.token_budget, args.max_batch_size),
+        doc_ids=args.doc_ids,
+        checkpoint_every=args.checkpoint_every,
+    )
+    report = {"run_id": run_id, **{k: v.metadata() for k, v in summaries.items()}}
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        land = report["land"]
+        print(
+            f"run {run_id}: {report['execute']['chunks_embedded']} chunks embedded, "
+            f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
+            f"{land['documents_failed'] + report['collect']['documents_failed']} failed"
+        )
+    return 0
+
+
+def _failures(ctx: _Context, args: argparse.Namespace) -> int:
+    rows = ctx.tracking.list_failures(args.collection)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print("no failures")
+    for row in rows:
+        print(
+            f"{row['collection']}  {row['doc_id']!r}  {row['stage']}  {row['reason']}  "
+            f"attempts={row['attempts']}  {row['message']}"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    commands = {"search": _search, "status": _status, "run": _run, "failures": _failures}
     try:
         ctx = _Context(args)
-        return {"search": _search, "status": _status}[args.command](ctx, args)
+        return commands[args.command](ctx, args)
     except (ConfigError, ModelNotAvailableError, CollectionNotIndexedError, ValueError) as error:
         print(f"batch-pipeline: {error}", file=sys.stderr)
         return 2

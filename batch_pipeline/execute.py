@@ -4,15 +4,20 @@ The output holds one row per planned input (`input_hash`, `vector`, `embedded_at
 failed on their own are listed in the summary with their reason instead.
 """
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from batch_pipeline.faults import crash_point
 from batch_pipeline.inference import EmbeddingRunner, RunStats
-from batch_pipeline.staging import StageWriter, read_batches, row_count
+from batch_pipeline.staging import StageWriter, read_batches, read_table
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -32,11 +37,13 @@ class ExecuteSummary:
     dtype: str
     dimension: int
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
+    resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
 
     def metadata(self) -> dict[str, object]:
         s = self.stats
         return {
             "chunks_embedded": s.inputs,
+            "inputs_resumed_from_checkpoint": self.resumed_inputs,
             "inputs_failed": len(self.failed_inputs),
             "tokens": s.tokens,
             "padded_tokens": s.padded_tokens,
@@ -71,16 +78,59 @@ def _planned_batches(plan_path: Path) -> Iterator[tuple[list[str], list[str]]]:
         yield hashes, texts
 
 
+def _checkpointed(checkpoint_dir: Path, wanted: set[str], dimension: int) -> pa.Table:
+    """Vectors of `wanted` inputs already written by earlier (interrupted) runs."""
+    schema = embeddings_schema(dimension)
+    parts = sorted(Path(checkpoint_dir).glob("part-*.parquet"))
+    tables = []
+    for part in parts:
+        try:
+            table = pq.read_table(part).cast(schema)
+        except (OSError, pa.ArrowInvalid):
+            continue  # a torn file cannot exist (atomic rename), but never trust it
+        keep = pc.is_in(table["input_hash"], pa.array(sorted(wanted), pa.string()))
+        tables.append(table.filter(keep))
+    if not tables:
+        return schema.empty_table()
+    merged = pa.concat_tables(tables)
+    _, first = np.unique(
+        np.asarray(merged["input_hash"].to_pylist(), dtype=object), return_index=True
+    )
+    return merged.take(pa.array(np.sort(first)))
+
+
 def execute_plan(
-    plan_path: Path, out_path: Path, get_runner: Callable[[], EmbeddingRunner], dimension: int
+    plan_path: Path,
+    out_path: Path,
+    get_runner: Callable[[], EmbeddingRunner],
+    dimension: int,
+    checkpoint_dir: Path | None = None,
+    checkpoint_every: int = 8,
 ) -> ExecuteSummary:
-    """Embed the plan; an empty plan writes an empty file without loading the model."""
+    """Embed the plan, checkpointing every `checkpoint_every` batches to `checkpoint_dir`.
+
+    Inputs found in checkpoints (from a run that was killed) are not embedded again, so a
+    retry recomputes at most one checkpoint interval. An empty plan writes an empty file
+    without loading the model.
+    """
     stats = RunStats()
-    if row_count(plan_path) == 0:
-        with StageWriter(out_path, embeddings_schema(dimension)):
-            pass
+    schema = embeddings_schema(dimension)
+    planned = set(read_table(plan_path, ["input_hash"])["input_hash"].to_pylist())
+    done = (
+        _checkpointed(checkpoint_dir, planned, dimension)
+        if checkpoint_dir is not None and planned
+        else schema.empty_table()
+    )
+    done_keys = set(done["input_hash"].to_pylist())
+    if not planned - done_keys:
+        with StageWriter(out_path, schema) as writer:
+            writer.write_table(done)
         return ExecuteSummary(
-            stats=stats, device="none (nothing to embed)", dtype="none", dimension=dimension
+            stats=stats,
+            device="none (nothing to embed)",
+            dtype="none",
+            dimension=dimension,
+            resumed_inputs=done.num_rows,
         )
     runner = get_runner()
     if runner.dimension != dimension:
@@ -91,28 +141,52 @@ def execute_plan(
 
     def batches() -> Iterator[tuple[list[int], list[str]]]:
         for hashes, texts in _planned_batches(plan_path):
-            start = len(keys)
-            keys.extend(hashes)
-            yield list(range(start, start + len(hashes))), texts
+            todo = [(h, t) for h, t in zip(hashes, texts, strict=True) if h not in done_keys]
+            if todo:
+                start = len(keys)
+                keys.extend(h for h, _ in todo)
+                yield list(range(start, start + len(todo))), [t for _, t in todo]
 
-    with StageWriter(out_path, embeddings_schema(runner.dimension)) as writer:
-        for positions, vectors in runner.run(batches(), stats):
+    pending: list[pa.Table] = []
+    checkpoints = 0
+
+    def checkpoint() -> None:
+        nonlocal pending, checkpoints
+        if checkpoint_dir is None or not pending:
+            return
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        part = Path(checkpoint_dir) / f"part-{uuid.uuid4().hex}.parquet"
+        tmp = part.with_suffix(".tmp")
+        pq.write_table(pa.concat_tables(pending), tmp)
+        tmp.replace(part)
+        pending = []
+        checkpoints += 1
+        crash_point("execute", checkpoints)
+
+    with StageWriter(out_path, schema) as writer:
+        writer.write_table(done)
+        for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
             now = datetime.now(UTC)
-            writer.write_table(
-                pa.table(
-                    {
-                        "input_hash": [keys[p] for p in positions],
-                        "vector": pa.FixedSizeListArray.from_arrays(
-                            pa.array(vectors.reshape(-1)), runner.dimension
-                        ),
-                        "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
-                    }
-                )
+            table = pa.table(
+                {
+                    "input_hash": [keys[p] for p in positions],
+                    "vector": pa.FixedSizeListArray.from_arrays(
+                        pa.array(vectors.reshape(-1)), runner.dimension
+                    ),
+                    "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
+                },
+                schema=schema,
             )
+            writer.write_table(table)
+            pending.append(table)
+            if n % max(1, checkpoint_every) == 0:
+                checkpoint()
+        checkpoint()
     return ExecuteSummary(
         stats=stats,
         device=runner.device,
         dtype=runner.dtype,
         dimension=runner.dimension,
         failed_inputs={keys[p]: reason for p, reason in stats.failed.items()},
+        resumed_inputs=done.num_rows,
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.collect import DELETED, FAILED, UNCHANGED
+from batch_pipeline.faults import crash_point
 from batch_pipeline.staging import read_table
 from batch_pipeline.tracking import FailureRecord, TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -124,6 +125,7 @@ def land_documents(
             continue
         before = store.chunk_keys(ctx.collection, scope)
         summary.table_version = store.replace_documents(ctx.collection, rows, scope, ctx.dimension)
+        crash_point("land", "commit")  # tests only: the index has it, tracking does not yet
         kept = {r["chunk_id"] for r in rows}
         summary.chunks_removed += len(set(before) - kept)
         summary.chunks_written += len(rows)

@@ -5,6 +5,7 @@ five stages; the Dagster assets, the CLI and the tests all go through it. Each s
 previous stage's Parquet file and writes its own under `staging/<collection>/<run_id>/`.
 """
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -125,13 +126,26 @@ class CollectionPipeline:
         summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
         return StageOutput(out, summary)
 
+    def checkpoint_dir(self) -> Path:
+        """Execute checkpoints, shared by the runs of one model fingerprint until landed."""
+        return self.storage.staging_dir / self.name / "checkpoints" / self.fingerprint
+
     def execute(
-        self, run_id: str, plan: Path, get_runner: Callable[[], EmbeddingRunner]
+        self,
+        run_id: str,
+        plan: Path,
+        get_runner: Callable[[], EmbeddingRunner],
+        checkpoint_every: int = 8,
     ) -> StageOutput:
         """Run the plan; the model is only loaded (by `get_runner`) if there is work."""
         out = self.path(run_id, "embeddings")
         summary: ExecuteSummary = execute_plan(
-            plan, out, get_runner, self.model.embedding_dimension
+            plan,
+            out,
+            get_runner,
+            self.model.embedding_dimension,
+            self.checkpoint_dir(),
+            checkpoint_every,
         )
         return StageOutput(out, summary)
 
@@ -169,21 +183,27 @@ class CollectionPipeline:
             chunks_removed=summary.chunks_removed,
             table_version=summary.table_version,
         )
-        prune_runs(self.storage.staging_dir, self.name, {run_id}, KEEP_STAGING_RUNS)
+        shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)  # landed: no longer needed
+        prune_runs(self.storage.staging_dir, self.name, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
         return summary
 
     def run(
         self,
         run_id: str,
-        runner: EmbeddingRunner,
+        runner: EmbeddingRunner | Callable[[], EmbeddingRunner],
         plan_settings: PlanSettings | None = None,
         doc_ids: list[str] | None = None,
+        checkpoint_every: int = 8,
     ) -> dict[str, object]:
-        """All five stages in order (what a Dagster run of one partition does); summaries."""
+        """All five stages in order (what a Dagster run of one partition does); summaries.
+
+        `runner` may be a loaded model or a function that loads one only if there is work.
+        """
+        get_runner = runner if callable(runner) else (lambda: runner)
         collected = self.collect(run_id, doc_ids)
         chunks = self.prepare(run_id, collected.path)
         plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
-        embeddings = self.execute(run_id, plan.path, lambda: runner)
+        embeddings = self.execute(run_id, plan.path, get_runner, checkpoint_every)
         landed = self.land(
             run_id, collected.path, chunks.path, embeddings.path, self.model.embedding_dimension
         )

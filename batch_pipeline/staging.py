@@ -69,10 +69,6 @@ def read_batches(
     yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
 
 
-def row_count(path: Path) -> int:
-    return pq.ParquetFile(path).metadata.num_rows
-
-
 def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:  # noqa: ANN001
     return pq.read_table(path, columns=columns, filters=filters)
 

@@ -1,0 +1,128 @@
+"""Resume after a crash: a real subprocess is SIGKILLed mid-execute and mid-land, then rerun.
+
+The kill points are injected (FAKE fault: `BATCH_PIPELINE_CRASH_AT`), the kill is real SIGKILL.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.storage import resolve_storage
+from batch_pipeline.tracking import TrackingStore
+from batch_pipeline.vector_store import VectorStore
+from tests.conftest import write_config
+
+CHECKPOINT_EVERY = 2
+MAX_BATCH = 8
+
+
+def corpus(root: Path) -> Path:
+    root.mkdir(parents=True)
+    for i in range(24):
+        sections = "\n\n".join(
+            f"## Topic {j}\n\nArticle {i} covers topic {j}: "
+            + "details and steps. " * (3 + j * i % 7)
+            for j in range(4)
+        )
+        (root / f"article-{i:02d}.md").write_text(f"# Article {i}\n\n{sections}\n")
+    return root
+
+
+def run_cli(config: Path, home: Path, crash_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BATCH_PIPELINE_CONFIG": str(config), "BATCH_PIPELINE_HOME": str(home)}
+    env.pop("BATCH_PIPELINE_CRASH_AT", None)
+    if crash_at:
+        env["BATCH_PIPELINE_CRASH_AT"] = crash_at
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "batch_pipeline.cli",
+            "run",
+            "--collection",
+            "handbook",
+            "--json",
+            "--dtype",
+            "float32",
+            "--checkpoint-every",
+            str(CHECKPOINT_EVERY),
+            "--max-batch-size",
+            str(MAX_BATCH),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def table_state(home: Path) -> dict[str, tuple]:
+    table = VectorStore(str(home / "lancedb")).open("handbook")
+    rows = (
+        table.search().select(["chunk_id", "doc_id", "input_hash", "vector"]).limit(None).to_list()
+    )
+    assert len(rows) == len({r["chunk_id"] for r in rows}), "duplicate chunk ids"
+    return {r["chunk_id"]: (r["doc_id"], r["input_hash"], np.asarray(r["vector"])) for r in rows}
+
+
+def assert_same_index(home: Path, reference: dict[str, tuple]) -> None:
+    state = table_state(home)
+    assert state.keys() == reference.keys()
+    for chunk_id, (doc_id, input_hash, vector) in reference.items():
+        assert state[chunk_id][:2] == (doc_id, input_hash)
+        np.testing.assert_allclose(state[chunk_id][2], vector, atol=1e-5)
+    storage = resolve_storage(str(home))
+    report = reconcile_index(
+        VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url), "handbook"
+    )
+    assert report.ok, report.metadata()
+
+
+def test_kill_during_execute_and_during_land_then_retry(tmp_path):
+    corpus(tmp_path / "docs")
+    config = write_config(tmp_path / "pipeline.yaml")
+
+    clean_home = tmp_path / "clean"
+    clean = run_cli(config, clean_home)
+    assert clean.returncode == 0, clean.stderr
+    total = json.loads(clean.stdout)["execute"]["chunks_embedded"]
+    assert total > 4 * CHECKPOINT_EVERY * MAX_BATCH  # enough batches for several checkpoints
+    reference = table_state(clean_home)
+
+    # 1. killed right after the second execute checkpoint
+    home = tmp_path / "home"
+    crashed = run_cli(config, home, crash_at="execute:2")
+    assert crashed.returncode == -signal.SIGKILL
+    parts = list((home / "staging" / "handbook" / "checkpoints").rglob("part-*.parquet"))
+    assert len(parts) == 2
+    checkpointed = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    retried = run_cli(config, home)
+    assert retried.returncode == 0, retried.stderr
+    report = json.loads(retried.stdout)
+    assert report["execute"]["inputs_resumed_from_checkpoint"] == checkpointed
+    assert report["execute"]["chunks_embedded"] == total - checkpointed
+    # work lost to the crash is at most one checkpoint interval (here: none after a checkpoint)
+    assert (
+        checkpointed + report["execute"]["chunks_embedded"] <= total + CHECKPOINT_EVERY * MAX_BATCH
+    )
+    assert_same_index(home, reference)
+    assert not list((home / "staging" / "handbook" / "checkpoints").rglob("part-*"))
+
+    # 2. killed after the LanceDB commit, before the tracking store recorded it
+    land_home = tmp_path / "land" / "home"
+    land_home.parent.mkdir()
+    write_config(land_home.parent / "pipeline.yaml", source=str(tmp_path / "docs"))
+    crashed = run_cli(land_home.parent / "pipeline.yaml", land_home, crash_at="land:commit")
+    assert crashed.returncode == -signal.SIGKILL
+    assert TrackingStore(f"sqlite:///{land_home / 'tracking.db'}").document_count("handbook") == 0
+    retried = run_cli(land_home.parent / "pipeline.yaml", land_home)
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["execute"]["chunks_embedded"] == 0  # rows were there
+    assert_same_index(land_home, reference)
