@@ -6,6 +6,7 @@ from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS
 from assets.stage_io import parquet_metadata
+from batch_pipeline.config import redacted
 from resources.pipeline import PipelineResource
 
 
@@ -51,6 +52,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                 **parquet_metadata(output.path),
                 **summary.metadata(),
                 "source": engine.source.describe(),
+                "collection_config": dg.MetadataValue.json(redacted(engine.collection)),
                 "mode": "targeted" if config.targeted_ids() else "full",
                 "targeted_doc_ids": len(config.targeted_ids() or []),
                 "bytes_read": summary.bytes_read,

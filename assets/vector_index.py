@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
 from assets.stage_io import column_schema, upstream_path
+from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import partition_freshness
 from batch_pipeline.landing import table_metadata
 from batch_pipeline.reconcile import reconcile_index
@@ -14,6 +15,7 @@ from resources.pipeline import PipelineResource
 
 INDEX_MATCHES_TRACKING = "index_matches_tracking"
 FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
+COMPLETENESS = "completeness"
 MODE_TAG = "batch_pipeline/mode"
 RECONCILE = "reconcile"
 
@@ -32,6 +34,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         check_specs=[
             dg.AssetCheckSpec(INDEX_MATCHES_TRACKING, asset="vector_index"),
             dg.AssetCheckSpec(FRESHNESS_WITHIN_BUDGET, asset="vector_index"),
+            dg.AssetCheckSpec(COMPLETENESS, asset="vector_index"),
         ],
     )
     def vector_index(
@@ -71,6 +74,10 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             default=(0.0, context.partition_key),
         )
         budget = pipeline.config.freshness.lag_budget_seconds
+        limits = pipeline.config.limits
+        completeness = partition_completeness(
+            engine.tracking, engine.name, limits.quarantine_after_failures
+        )
         return dg.MaterializeResult(
             metadata={
                 "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.name)),
@@ -79,6 +86,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 **summary.metadata(),
                 **{k: v for k, v in table.items() if k != "rows"},
                 **freshness,
+                **completeness,
                 **{f"maintenance_{k}": v for k, v in maintenance.items()},
                 "documents_failing": len(engine.tracking.list_failures(engine.name)),
                 "run_id": run_id,
@@ -86,6 +94,11 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "model_fingerprint": engine.fingerprint,
             },
             check_results=[
+                dg.AssetCheckResult(
+                    check_name=COMPLETENESS,
+                    passed=completeness["completeness"] >= limits.completeness_threshold,
+                    metadata={**completeness, "threshold": limits.completeness_threshold},
+                ),
                 dg.AssetCheckResult(
                     check_name=INDEX_MATCHES_TRACKING,
                     passed=report.ok,

@@ -19,8 +19,9 @@ from batch_pipeline.sources import DocumentReadError, DocumentSource, RawDocumen
 from batch_pipeline.staging import StageWriter
 from batch_pipeline.tracking import FailureRecord, LandedDocument
 
-NEW, CHANGED, UNCHANGED, DELETED, FAILED = "new", "changed", "unchanged", "deleted", "failed"
-STATUSES = (NEW, CHANGED, UNCHANGED, DELETED, FAILED)
+NEW, CHANGED, UNCHANGED, DELETED = "new", "changed", "unchanged", "deleted"
+FAILED, QUARANTINED = "failed", "quarantined"
+STATUSES = (NEW, CHANGED, UNCHANGED, DELETED, FAILED, QUARANTINED)
 
 COLLECTED_SCHEMA = pa.schema(
     [
@@ -50,39 +51,167 @@ class CollectSummary:
         return {f"documents_{status}": self.counts.get(status, 0) for status in STATUSES}
 
 
+@dataclass(frozen=True)
+class CollectLimits:
+    max_document_bytes: int = 8 * 1024 * 1024
+    quarantine_after_failures: int = 3
+
+
+MAX_DOC_ID_LENGTH = 1024
+
+
+class _Collector:
+    """Classifies entries against what landed and what failed before."""
+
+    def __init__(
+        self,
+        source: DocumentSource,
+        landed: dict[str, LandedDocument],
+        fingerprint: str,
+        summary: CollectSummary,
+        known_failures: dict[str, dict],
+        limits: CollectLimits,
+    ) -> None:
+        self.source = source
+        self.landed = landed
+        self.fingerprint = fingerprint
+        self.summary = summary
+        self.known_failures = known_failures
+        self.limits = limits
+
+    def _count(self, row: dict) -> dict:
+        self.summary.counts[row["status"]] += 1
+        if row["status"] in (NEW, CHANGED):
+            self.summary.changes[row["doc_id"]] = row["source_changed_at"]
+        return row
+
+    def _quarantined(self, doc_id: str, version: str | None, digest: str | None) -> bool:
+        """Failed too often, and its content has not changed since (same version or hash)."""
+        failure = self.known_failures.get(doc_id)
+        if failure is None or failure["attempts"] < self.limits.quarantine_after_failures:
+            return False
+        same_version = version is not None and failure.get("source_version") == version
+        same_content = digest is not None and failure.get("content_hash") == digest
+        return same_version or same_content
+
+    def without_reading(self, entry: SourceEntry) -> dict | None:
+        """A row for entries that need no read, or None."""
+        previous = self.landed.get(entry.doc_id)
+        if (
+            previous is not None
+            and previous.source_version == entry.version
+            and previous.fingerprint == self.fingerprint
+        ):
+            return _row(entry, status=UNCHANGED, content_hash=previous.content_hash)
+        if "\x00" in entry.doc_id or len(entry.doc_id) > MAX_DOC_ID_LENGTH:
+            error = DocumentError("invalid_doc_id", "the doc id holds NUL or is over 1024 chars")
+            return _row(entry, **self._failed(entry, error.reason, error, None))
+        if self._quarantined(entry.doc_id, entry.version, None):
+            return _row(entry, status=QUARANTINED)
+        if entry.size is not None and entry.size > self.limits.max_document_bytes:
+            error = DocumentError(
+                "too_large",
+                f"{entry.size} bytes is over max_document_bytes ({self.limits.max_document_bytes})",
+            )
+            return _row(entry, **self._failed(entry, error.reason, error, None))
+        return None
+
+    def read(self, entries: list[SourceEntry]) -> Iterator[dict]:
+        by_id = {entry.doc_id: entry for entry in entries}
+        for doc_id, result in self.source.read_many(list(by_id)):
+            yield self._count(_row(by_id[doc_id], **self._classify(by_id[doc_id], result)))
+
+    def _classify(self, entry: SourceEntry, result: RawDocument | DocumentReadError) -> dict:
+        doc_id = entry.doc_id
+        if isinstance(result, DocumentReadError):
+            return self._failed(entry, "unreadable", result, None)
+        self.summary.bytes_read += len(result.data)
+        digest = content_hash(result.data)
+        if self._quarantined(doc_id, None, digest):
+            return {"status": QUARANTINED, "content_hash": digest}
+        if len(result.data) > self.limits.max_document_bytes:
+            error = DocumentError(
+                "too_large",
+                f"{len(result.data)} bytes is over max_document_bytes "
+                f"({self.limits.max_document_bytes})",
+            )
+            return self._failed(entry, error.reason, error, digest)
+        try:
+            text = decode_document(result.data)
+        except DocumentError as error:
+            return self._failed(entry, error.reason, error, digest)
+        previous = self.landed.get(doc_id)
+        if (
+            previous
+            and previous.content_hash == digest
+            and previous.fingerprint == self.fingerprint
+        ):
+            return {"status": UNCHANGED, "content_hash": digest}
+        fmt = result.fmt or detect_format(doc_id)
+        return {
+            "status": NEW if previous is None else CHANGED,
+            "content_hash": digest,
+            "title": result.title or parse_document(text, doc_id, fmt).title,
+            "format": fmt,
+            "text": text,
+        }
+
+    def _failed(
+        self, entry: SourceEntry, reason: str, error: Exception, digest: str | None
+    ) -> dict:
+        self.summary.failures.append(
+            FailureRecord(
+                entry.doc_id,
+                "collect",
+                reason,
+                type(error).__name__,
+                str(error),
+                digest,
+                entry.version,
+            )
+        )
+        return {
+            "status": FAILED,
+            "content_hash": digest,
+            "error_reason": reason,
+            "error_message": str(error),
+        }
+
+
 def classify_documents(
     source: DocumentSource,
     landed: dict[str, LandedDocument],
     fingerprint: str,
     summary: CollectSummary,
     doc_ids: list[str] | None = None,
+    known_failures: dict[str, dict] | None = None,
+    limits: CollectLimits | None = None,
     read_batch: int = 32,
 ) -> Iterator[dict]:
     """One row per document (see `COLLECTED_SCHEMA`), counted into `summary`.
 
     With `doc_ids`, only those documents are looked at (a targeted run): ids that no longer
-    exist at the source are `deleted`, and nothing else is listed or read.
+    exist at the source are `deleted`, and nothing else is listed or read. A document that
+    failed `quarantine_after_failures` times is `quarantined` until its content changes.
     """
+    collector = _Collector(
+        source, landed, fingerprint, summary, known_failures or {}, limits or CollectLimits()
+    )
     seen: set[str] = set()
     to_read: list[SourceEntry] = []
     entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)
     for entry in entries:
         seen.add(entry.doc_id)
-        previous = landed.get(entry.doc_id)
-        if (
-            previous is not None
-            and previous.source_version == entry.version
-            and previous.fingerprint == fingerprint
-        ):
-            row = _row(entry, status=UNCHANGED, content_hash=previous.content_hash)
-            summary.counts[UNCHANGED] += 1
-            yield row
+        row = collector.without_reading(entry)
+        if row is not None:
+            yield collector._count(row)
             continue
         to_read.append(entry)
         if len(to_read) >= read_batch:
-            yield from _read_batch(source, to_read, landed, fingerprint, summary)
+            yield from collector.read(to_read)
             to_read = []
-    yield from _read_batch(source, to_read, landed, fingerprint, summary)
+    if to_read:
+        yield from collector.read(to_read)
     candidates = landed.keys() if doc_ids is None else [d for d in doc_ids if d in landed]
     for doc_id in sorted(set(candidates) - seen):
         summary.counts[DELETED] += 1
@@ -100,81 +229,20 @@ def _row(entry: SourceEntry, **values: object) -> dict:
     }
 
 
-def _read_batch(
-    source: DocumentSource,
-    entries: list[SourceEntry],
-    landed: dict[str, LandedDocument],
-    fingerprint: str,
-    summary: CollectSummary,
-) -> Iterator[dict]:
-    if not entries:
-        return
-    by_id = {entry.doc_id: entry for entry in entries}
-    for doc_id, result in source.read_many(list(by_id)):
-        row = _row(
-            by_id[doc_id], **_classify(doc_id, result, landed.get(doc_id), fingerprint, summary)
-        )
-        summary.counts[row["status"]] += 1
-        if row["status"] in (NEW, CHANGED):
-            summary.changes[doc_id] = row["source_changed_at"]
-        yield row
-
-
 def collect_documents(
     source: DocumentSource,
     landed: dict[str, LandedDocument],
     fingerprint: str,
     out_path: Path,
     doc_ids: list[str] | None = None,
+    known_failures: dict[str, dict] | None = None,
+    limits: CollectLimits | None = None,
 ) -> CollectSummary:
     """Classify the source's documents against `landed` and write them to `out_path`."""
     summary = CollectSummary()
     with StageWriter(out_path, COLLECTED_SCHEMA) as writer:
-        for row in classify_documents(source, landed, fingerprint, summary, doc_ids):
+        for row in classify_documents(
+            source, landed, fingerprint, summary, doc_ids, known_failures, limits
+        ):
             writer.write(row)
     return summary
-
-
-def _classify(
-    doc_id: str,
-    result: RawDocument | DocumentReadError,
-    previous: LandedDocument | None,
-    fingerprint: str,
-    summary: CollectSummary,
-) -> dict:
-    if isinstance(result, DocumentReadError):
-        return _failed(summary, doc_id, "unreadable", result, None)
-    summary.bytes_read += len(result.data)
-    digest = content_hash(result.data)
-    try:
-        text = decode_document(result.data)
-    except DocumentError as error:
-        return _failed(summary, doc_id, error.reason, error, digest)
-    if (
-        previous is not None
-        and previous.content_hash == digest
-        and (previous.fingerprint == fingerprint)
-    ):
-        return {"status": UNCHANGED, "content_hash": digest}
-    fmt = result.fmt or detect_format(doc_id)
-    return {
-        "status": NEW if previous is None else CHANGED,
-        "content_hash": digest,
-        "title": result.title or parse_document(text, doc_id, fmt).title,
-        "format": fmt,
-        "text": text,
-    }
-
-
-def _failed(
-    summary: CollectSummary, doc_id: str, reason: str, error: Exception, digest: str | None
-) -> dict:
-    summary.failures.append(
-        FailureRecord(doc_id, "collect", reason, type(error).__name__, str(error), digest)
-    )
-    return {
-        "status": FAILED,
-        "content_hash": digest,
-        "error_reason": reason,
-        "error_message": str(error),
-    }

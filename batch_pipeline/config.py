@@ -234,6 +234,20 @@ class MaintenanceConfig(_Strict):
     )
 
 
+class LimitsConfig(_Strict):
+    """Guards against bad input."""
+
+    max_document_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1, description="Larger documents are recorded as failed."
+    )
+    quarantine_after_failures: int = Field(
+        default=3, ge=1, description="Failures after which a document waits for new content."
+    )
+    completeness_threshold: float = Field(
+        default=1.0, ge=0, le=1, description="The completeness check fails below this share."
+    )
+
+
 class PipelineConfig(_Strict):
     """The whole configuration file."""
 
@@ -243,6 +257,7 @@ class PipelineConfig(_Strict):
     schedule: ScheduleConfig = ScheduleConfig()
     freshness: FreshnessConfig = FreshnessConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @field_validator("collections")
     @classmethod
@@ -264,6 +279,24 @@ class PipelineConfig(_Strict):
                 return collection
         known = ", ".join(c.name for c in self.collections)
         raise KeyError(f"unknown collection {name!r}; configured: {known}")
+
+
+_SECRET_KEYS = re.compile(r"(password|secret|token|credential|api_key|access_key)", re.I)
+
+
+def redacted(value: Any) -> Any:
+    """A JSON-ready copy with passwords in URLs and secret-looking keys masked."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {
+            k: "***" if _SECRET_KEYS.search(str(k)) and v else redacted(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)
+    return value
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

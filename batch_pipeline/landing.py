@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batch_pipeline.collect import DELETED, FAILED, UNCHANGED
+from batch_pipeline.collect import DELETED, FAILED, QUARANTINED, UNCHANGED
 from batch_pipeline.faults import crash_point
 from batch_pipeline.staging import read_table
 from batch_pipeline.tracking import FailureRecord, TrackingStore
@@ -136,7 +136,7 @@ def land_documents(
         summary.table_version = table.version if table is not None else None
 
     settled = [f.doc_id for f in summary.failures] + [
-        d["doc_id"] for d in collected if d["status"] == FAILED
+        d["doc_id"] for d in collected if d["status"] in (FAILED, QUARANTINED)
     ]
     tracking.record_landed(ctx.collection, landed_docs, deleted, ctx.run_id, settled)
     tracking.update_source_versions(
@@ -201,7 +201,13 @@ def _document_rows(
 
 def _failure(chunk: dict, message: str) -> FailureRecord:
     return FailureRecord(
-        chunk["doc_id"], "land", "embedding_missing", "LandingError", message, chunk["content_hash"]
+        chunk["doc_id"],
+        "land",
+        "embedding_missing",
+        "LandingError",
+        message,
+        chunk["content_hash"],
+        chunk["source_version"],
     )
 
 

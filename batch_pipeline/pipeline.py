@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from batch_pipeline.chunking import ChunkSettings
-from batch_pipeline.collect import CollectSummary, collect_documents
+from batch_pipeline.collect import CollectLimits, CollectSummary, collect_documents
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
 from batch_pipeline.execute import ExecuteSummary, execute_plan
 from batch_pipeline.fingerprint import model_fingerprint
@@ -75,6 +75,10 @@ class CollectionPipeline:
     def source(self) -> DocumentSource:
         return make_source(self.collection.source, self.s3_client)
 
+    def collect_limits(self) -> CollectLimits:
+        limits = self.config.limits
+        return CollectLimits(limits.max_document_bytes, limits.quarantine_after_failures)
+
     def chunk_settings(self) -> ChunkSettings:
         chunking = self.collection.chunking
         max_tokens = chunking.max_tokens or self.model.max_seq_length
@@ -100,7 +104,13 @@ class CollectionPipeline:
         out = self.path(run_id, "collected")
         landed = self.tracking.landed_documents(self.name)
         summary: CollectSummary = collect_documents(
-            self.source, landed, self.fingerprint, out, doc_ids
+            self.source,
+            landed,
+            self.fingerprint,
+            out,
+            doc_ids,
+            self.tracking.failures_by_doc(self.name),
+            self.collect_limits(),
         )
         self.tracking.record_failures(self.name, summary.failures, run_id)
         self.tracking.record_pending(self.name, summary.changes)

@@ -96,6 +96,7 @@ def prepare_chunks(
                             type(error).__name__,
                             str(error),
                             doc["content_hash"],
+                            doc["source_version"],
                         )
                     )
                     continue

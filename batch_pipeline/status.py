@@ -1,6 +1,7 @@
 """Per-collection status: what is in the index, when it landed, and what is stale."""
 
 from batch_pipeline.collect import CHANGED, DELETED, NEW, CollectSummary, classify_documents
+from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import iso_time, partition_freshness
 from batch_pipeline.pipeline import CollectionPipeline
 from batch_pipeline.sources import SourceUnavailableError
@@ -19,7 +20,11 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
     source_error = None
     try:
         landed = pipeline.tracking.landed_documents(pipeline.name)
-        for _ in classify_documents(pipeline.source, landed, pipeline.fingerprint, summary):
+        failures = pipeline.tracking.failures_by_doc(pipeline.name)
+        limits = pipeline.collect_limits()
+        for _ in classify_documents(
+            pipeline.source, landed, pipeline.fingerprint, summary, None, failures, limits
+        ):
             pass
     except SourceUnavailableError as error:
         source_error = str(error)
@@ -40,5 +45,8 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
         "stale_documents": None if source_error else stale,
         "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
         **partition_freshness(pipeline.tracking, pipeline.name, also_pending=summary.changes),
+        **partition_completeness(
+            pipeline.tracking, pipeline.name, pipeline.config.limits.quarantine_after_failures
+        ),
         "source_error": source_error,
     }

@@ -51,6 +51,7 @@ failures = sa.Table(
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("failed_at", sa.Float, nullable=False),
+    sa.Column("source_version", sa.String(256)),
 )
 
 runs = sa.Table(
@@ -89,6 +90,7 @@ class FailureRecord:
     error_class: str
     message: str
     content_hash: str | None = None
+    source_version: str | None = None
 
 
 def _engine(url: str) -> Engine:
@@ -289,11 +291,15 @@ class TrackingStore:
                         error_class=record.error_class,
                         message=record.message[:4000],
                         content_hash=record.content_hash,
+                        source_version=record.source_version,
                         run_id=run_id,
                         attempts=(previous or 0) + 1,
                         failed_at=now,
                     )
                 )
+
+    def failures_by_doc(self, collection: str) -> dict[str, dict[str, Any]]:
+        return {row["doc_id"]: row for row in self.list_failures(collection)}
 
     def list_failures(self, collection: str | None = None) -> list[dict[str, Any]]:
         query = sa.select(failures).order_by(failures.c.collection, failures.c.doc_id)
