@@ -4,6 +4,7 @@
     batch-pipeline status [--collection C] [--json]
     batch-pipeline run --collection C [--doc-id ID ...] [--json]
     batch-pipeline failures [--collection C] [--json]
+    batch-pipeline doctor [--collection C] [--json]
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -21,7 +22,7 @@ from batch_pipeline.models import ModelNotAvailableError
 from batch_pipeline.pipeline import CollectionPipeline
 from batch_pipeline.planning import PlanSettings
 from batch_pipeline.search import CollectionNotIndexedError, search
-from batch_pipeline.status import collection_status
+from batch_pipeline.status import collection_health, collection_status
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -55,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--token-budget", type=int, default=4096, help="padded tokens per batch")
     run.add_argument("--max-batch-size", type=int, default=128, help="inputs per batch")
     run.add_argument("--json", action="store_true", help="print JSON")
+
+    doctor = commands.add_parser(
+        "doctor", help="completeness, index/tracking reconciliation and table health"
+    )
+    doctor.add_argument("--collection", help="only this collection")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
 
     failed = commands.add_parser("failures", help="documents that failed, with their reason")
     failed.add_argument("--collection", help="only this collection")
@@ -156,9 +163,36 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
+    """Exit status 1 when any collection has a problem."""
+    names = [args.collection] if args.collection else ctx.config.partition_keys()
+    reports = [collection_health(ctx.pipeline(name)) for name in names]
+    if args.json:
+        print(json.dumps(reports, indent=2, default=str))
+    else:
+        for r in reports:
+            verdict = "healthy" if r["healthy"] else "PROBLEMS"
+            print(
+                f"{r['collection']}: {verdict}; completeness {r['completeness']:.2%} "
+                f"({r['documents_complete']}/{r['documents_intended']}, "
+                f"{r['documents_quarantined']} quarantined); rows {r['table_rows']}, "
+                f"version {r['table_version']}, {r['table_versions']} versions, "
+                f"{r['table_fragments']} fragments; {r['failing_documents']} failing"
+            )
+            for problem in r["problems"]:
+                print(f"  - {problem}")
+    return 0 if all(r["healthy"] for r in reports) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"search": _search, "status": _status, "run": _run, "failures": _failures}
+    commands = {
+        "search": _search,
+        "status": _status,
+        "run": _run,
+        "failures": _failures,
+        "doctor": _doctor,
+    }
     try:
         ctx = _Context(args)
         return commands[args.command](ctx, args)

@@ -7,7 +7,7 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 """
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +186,7 @@ def classify_documents(
     doc_ids: list[str] | None = None,
     known_failures: dict[str, dict] | None = None,
     limits: CollectLimits | None = None,
+    also_landed: Iterable[str] = (),
     read_batch: int = 32,
 ) -> Iterator[dict]:
     """One row per document (see `COLLECTED_SCHEMA`), counted into `summary`.
@@ -193,6 +194,8 @@ def classify_documents(
     With `doc_ids`, only those documents are looked at (a targeted run): ids that no longer
     exist at the source are `deleted`, and nothing else is listed or read. A document that
     failed `quarantine_after_failures` times is `quarantined` until its content changes.
+    `also_landed` names documents the index holds that tracking does not know (deleted if
+    the source no longer has them).
     """
     collector = _Collector(
         source, landed, fingerprint, summary, known_failures or {}, limits or CollectLimits()
@@ -212,11 +215,17 @@ def classify_documents(
             to_read = []
     if to_read:
         yield from collector.read(to_read)
-    candidates = landed.keys() if doc_ids is None else [d for d in doc_ids if d in landed]
-    for doc_id in sorted(set(candidates) - seen):
+    known = set(landed) | set(also_landed)
+    candidates = known if doc_ids is None else {d for d in doc_ids if d in known}
+    for doc_id in sorted(candidates - seen):
         summary.counts[DELETED] += 1
         summary.changes[doc_id] = None
-        yield {"doc_id": doc_id, "status": DELETED, "content_hash": landed[doc_id].content_hash}
+        previous = landed.get(doc_id)
+        yield {
+            "doc_id": doc_id,
+            "status": DELETED,
+            "content_hash": previous.content_hash if previous else None,
+        }
 
 
 def _row(entry: SourceEntry, **values: object) -> dict:
@@ -237,12 +246,13 @@ def collect_documents(
     doc_ids: list[str] | None = None,
     known_failures: dict[str, dict] | None = None,
     limits: CollectLimits | None = None,
+    also_landed: Iterable[str] = (),
 ) -> CollectSummary:
     """Classify the source's documents against `landed` and write them to `out_path`."""
     summary = CollectSummary()
     with StageWriter(out_path, COLLECTED_SCHEMA) as writer:
         for row in classify_documents(
-            source, landed, fingerprint, summary, doc_ids, known_failures, limits
+            source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed
         ):
             writer.write(row)
     return summary

@@ -17,6 +17,7 @@ import numpy as np
 
 from batch_pipeline.collect import DELETED, FAILED, QUARANTINED, UNCHANGED
 from batch_pipeline.faults import crash_point
+from batch_pipeline.reconcile import chunk_digest
 from batch_pipeline.staging import read_table
 from batch_pipeline.tracking import FailureRecord, TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -115,6 +116,9 @@ def land_documents(
                     "title": first["title"] or "",
                     "fingerprint": ctx.fingerprint,
                     "chunk_count": len(doc_rows),
+                    "chunk_digest": chunk_digest(
+                        (r["chunk_id"], r["input_hash"], r["model_fingerprint"]) for r in doc_rows
+                    ),
                     "source_changed_at": changed_at.get(doc_id),
                 }
             )

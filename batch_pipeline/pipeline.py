@@ -21,6 +21,7 @@ from batch_pipeline.landing import LandingContext, LandSummary, land_documents
 from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
 from batch_pipeline.prepare import PrepareSummary, prepare_chunks
+from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.sources import DocumentSource, S3ClientFactory, make_source
 from batch_pipeline.staging import prune_runs, stage_path
 from batch_pipeline.storage import StorageLocations
@@ -103,6 +104,12 @@ class CollectionPipeline:
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
         out = self.path(run_id, "collected")
         landed = self.tracking.landed_documents(self.name)
+        orphans: list[str] = []
+        if doc_ids is None:  # a full run also repairs any drift between index and tracking
+            report = reconcile_index(self.store, self.tracking, self.name)
+            drifted = set(report.chunk_mismatch) | set(report.only_in_tracking)
+            landed = {d: doc for d, doc in landed.items() if d not in drifted}
+            orphans = report.only_in_index
         summary: CollectSummary = collect_documents(
             self.source,
             landed,
@@ -111,6 +118,7 @@ class CollectionPipeline:
             doc_ids,
             self.tracking.failures_by_doc(self.name),
             self.collect_limits(),
+            orphans,
         )
         self.tracking.record_failures(self.name, summary.failures, run_id)
         self.tracking.record_pending(self.name, summary.changes)

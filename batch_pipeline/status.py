@@ -4,6 +4,7 @@ from batch_pipeline.collect import CHANGED, DELETED, NEW, CollectSummary, classi
 from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import iso_time, partition_freshness
 from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.sources import SourceUnavailableError
 
 
@@ -50,3 +51,40 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
         ),
         "source_error": source_error,
     }
+
+
+def collection_health(pipeline: CollectionPipeline) -> dict[str, object]:
+    """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
+    limits = pipeline.config.limits
+    completeness = partition_completeness(
+        pipeline.tracking, pipeline.name, limits.quarantine_after_failures
+    )
+    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.name)
+    table = pipeline.store.open(pipeline.name)
+    health = {
+        "collection": pipeline.name,
+        **completeness,
+        "reconciled": report.ok,
+        **report.metadata(),
+        "table_rows": table.count_rows() if table is not None else 0,
+        "table_version": table.version if table is not None else None,
+        "table_versions": len(table.list_versions()) if table is not None else 0,
+        "table_fragments": pipeline.store.fragment_count(pipeline.name),
+        "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
+    }
+    problems = []
+    if completeness["completeness"] < limits.completeness_threshold:
+        problems.append(
+            f"completeness {completeness['completeness']:.2%} is below "
+            f"{limits.completeness_threshold:.0%}"
+        )
+    if not report.ok:
+        problems.append(
+            "index and tracking store disagree (a full run repairs this): "
+            f"{len(report.chunk_mismatch)} documents differ, "
+            f"{len(report.only_in_index)} only in the index, "
+            f"{len(report.only_in_tracking)} only in tracking"
+        )
+    health["problems"] = problems
+    health["healthy"] = not problems
+    return health

@@ -26,6 +26,7 @@ documents = sa.Table(
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("landed_at", sa.Float, nullable=False),
     sa.Column("source_changed_at", sa.Float),
+    sa.Column("chunk_digest", sa.String(64)),
 )
 
 # Source changes seen (by the publish sensor or a collect) and not yet landed.
@@ -257,6 +258,13 @@ class TrackingStore:
                 )
             ).one()
         return {"newest_landed": newest, "oldest_pending": oldest, "pending": int(count)}
+
+    def chunk_digests(self, collection: str) -> dict[str, str | None]:
+        query = sa.select(documents.c.doc_id, documents.c.chunk_digest).where(
+            documents.c.collection == collection
+        )
+        with self.engine.connect() as conn:
+            return {row.doc_id: row.chunk_digest for row in conn.execute(query)}
 
     def chunk_counts(self, collection: str) -> dict[str, int]:
         query = sa.select(documents.c.doc_id, documents.c.chunk_count).where(
