@@ -62,7 +62,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         maintenance = {}
         if context.run.tags.get(MODE_TAG) == RECONCILE:
             retention = timedelta(hours=pipeline.config.maintenance.version_retention_hours)
-            maintenance = engine.store.maintain(engine.name, retention)
+            maintenance = engine.maintain(retention, owner=run_id)
         table = table_metadata(engine.store, engine.name)
         freshness = partition_freshness(engine.tracking, engine.name)
         report = reconcile_index(engine.store, engine.tracking, engine.name)

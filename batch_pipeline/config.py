@@ -229,8 +229,21 @@ class FreshnessConfig(_Strict):
 
 
 class MaintenanceConfig(_Strict):
+    """LanceDB table upkeep: nightly, and whenever small commits pile up past a threshold."""
+
     version_retention_hours: float = Field(
         default=168, ge=0, description="LanceDB versions older than this are cleaned up nightly."
+    )
+    max_fragments: int = Field(
+        default=32, ge=1, description="Compact after a land once more fragments than this exist."
+    )
+    max_versions: int = Field(
+        default=100, ge=2, description="Clean up versions after a land once more than this exist."
+    )
+    threshold_version_retention_minutes: float = Field(
+        default=15,
+        ge=0,
+        description="Versions younger than this survive a threshold-triggered cleanup.",
     )
 
 

@@ -34,6 +34,8 @@ class LandSummary:
     chunks_reused: int = 0
     chunks_removed: int = 0
     table_version: int | None = None
+    documents_superseded: int = 0  # a concurrent run landed newer content first
+    compacted: bool = False  # small commits had piled up past the thresholds
     failures: list[FailureRecord] = field(default_factory=list)
 
     def metadata(self) -> dict[str, object]:
@@ -45,6 +47,8 @@ class LandSummary:
             "chunks_embedded": self.chunks_embedded,
             "chunks_reused": self.chunks_reused,
             "chunks_removed": self.chunks_removed,
+            "documents_superseded": self.documents_superseded,
+            "compacted": self.compacted,
         }
 
 
@@ -86,6 +90,22 @@ def land_documents(
     rows_by_doc: dict[str, list[dict]] = defaultdict(list)
     for row in chunks.to_pylist():
         rows_by_doc[row["doc_id"]].append(row)
+
+    # Another run may have landed newer content since this run collected: never go back.
+    collected_at = collected_path.stat().st_mtime
+    current = tracking.landed_documents(ctx.collection)
+
+    def superseded(doc_id: str) -> bool:
+        doc = current.get(doc_id)
+        if doc is None or doc.landed_at <= collected_at:
+            return False
+        return doc_id in deleted or (doc.source_changed_at or 0) > (changed_at.get(doc_id) or 0)
+
+    skipped = {d for d in [*rows_by_doc, *deleted] if superseded(d)}
+    summary.documents_superseded = len(skipped)
+    deleted = [d for d in deleted if d not in skipped]
+    for doc_id in skipped:
+        rows_by_doc.pop(doc_id, None)
 
     landed_docs: list[dict] = []
     doc_ids = list(rows_by_doc)

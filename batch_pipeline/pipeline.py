@@ -8,6 +8,7 @@ previous stage's Parquet file and writes its own under `staging/<collection>/<ru
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
@@ -184,9 +185,19 @@ class CollectionPipeline:
             fingerprint=self.fingerprint,
             dimension=dimension,
         )
-        summary: LandSummary = land_documents(
-            self.store, self.tracking, ctx, collected, chunks, embeddings
-        )
+        with self.tracking.collection_lock(self.name, owner=run_id):
+            summary: LandSummary = land_documents(
+                self.store, self.tracking, ctx, collected, chunks, embeddings
+            )
+            upkeep = self.config.maintenance
+            summary.compacted = bool(
+                self.store.maintain_if_needed(
+                    self.name,
+                    upkeep.max_fragments,
+                    upkeep.max_versions,
+                    timedelta(minutes=upkeep.threshold_version_retention_minutes),
+                )
+            )
         self.tracking.record_failures(self.name, summary.failures, run_id)
         self.tracking.record_run(
             run_id=run_id,
@@ -204,6 +215,11 @@ class CollectionPipeline:
         shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)  # landed: no longer needed
         prune_runs(self.storage.staging_dir, self.name, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
         return summary
+
+    def maintain(self, retention: timedelta, owner: str) -> dict[str, int]:
+        """Compact the table and clean up versions older than `retention` (nightly)."""
+        with self.tracking.collection_lock(self.name, owner=owner):
+            return self.store.maintain(self.name, retention)
 
     def run(
         self,

@@ -5,6 +5,8 @@ production. Every value is a bound parameter, never formatted into SQL.
 """
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +75,20 @@ runs = sa.Table(
 )
 
 
+# One row per collection while a run lands into it (a lease, so a killed holder expires).
+locks = sa.Table(
+    "collection_locks",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("owner", sa.String(128), nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+)
+
+
+class LockTimeoutError(RuntimeError):
+    """Another run held the collection's landing lock for too long."""
+
+
 @dataclass(frozen=True)
 class LandedDocument:
     doc_id: str
@@ -81,6 +97,7 @@ class LandedDocument:
     fingerprint: str
     run_id: str
     landed_at: float
+    source_changed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,7 @@ class TrackingStore:
             documents.c.fingerprint,
             documents.c.run_id,
             documents.c.landed_at,
+            documents.c.source_changed_at,
         ).where(documents.c.collection == collection)
         with self.engine.connect() as conn:
             return {row.doc_id: LandedDocument(*row) for row in conn.execute(query)}
@@ -211,6 +229,48 @@ class TrackingStore:
                     documents.update()
                     .where(documents.c.collection == collection, documents.c.doc_id == doc_id)
                     .values(source_version=version)
+                )
+
+    # ---------------------------------------------------------------- locking
+
+    @contextmanager
+    def collection_lock(
+        self, collection: str, owner: str, lease_seconds: float = 900, wait_seconds: float = 900
+    ) -> Iterator[None]:
+        """Serialise landing into one collection across processes and machines.
+
+        A lease row in the tracking database (SQLite or PostgreSQL alike): the first insert
+        wins; a holder killed mid-land leaves a lease that expires after `lease_seconds`.
+        """
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            now = time.time()
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        locks.delete().where(
+                            locks.c.collection == collection, locks.c.expires_at < now
+                        )
+                    )
+                    conn.execute(
+                        locks.insert().values(
+                            collection=collection, owner=owner, expires_at=now + lease_seconds
+                        )
+                    )
+                break
+            except sa.exc.IntegrityError:
+                if time.monotonic() > deadline:
+                    raise LockTimeoutError(
+                        f"collection {collection!r} is being landed by another run; "
+                        f"gave up after {wait_seconds:.0f}s"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    locks.delete().where(locks.c.collection == collection, locks.c.owner == owner)
                 )
 
     # ------------------------------------------------------------ pending changes

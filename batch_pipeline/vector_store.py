@@ -5,6 +5,8 @@ documents' new chunks and deletes their stale chunks (and all chunks of deleted 
 a reader never sees half a document. Every value in a filter string goes through `sql_literal`.
 """
 
+import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 ID_BATCH = 500  # ids per IN (...) filter
+COMMIT_RETRIES = 6  # optimistic-commit conflicts with a concurrent writer are retried
 
 
 def sql_literal(value: str) -> str:
@@ -129,14 +132,35 @@ class VectorStore:
         if not doc_ids:
             return table.version
         data = pa.Table.from_pylist(rows, schema=table.schema)
-        (
-            table.merge_insert("chunk_id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
-            .execute(data)
-        )
+        for attempt in range(COMMIT_RETRIES):
+            try:
+                (
+                    table.merge_insert("chunk_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
+                    .execute(data)
+                )
+                break
+            except Exception as error:  # noqa: BLE001 - only commit conflicts are retried
+                if attempt == COMMIT_RETRIES - 1 or "conflict" not in str(error).lower():
+                    raise
+                time.sleep(0.2 * 2**attempt)
+                table.checkout_latest()
         return table.version
+
+    def maintain_if_needed(
+        self, collection: str, max_fragments: int, max_versions: int, retention: timedelta
+    ) -> dict[str, int]:
+        """Compact and clean up once small commits have piled up (not only nightly)."""
+        table = self.open(collection)
+        if table is None:
+            return {}
+        if self.fragment_count(collection) <= max_fragments and (
+            len(table.list_versions()) <= max_versions
+        ):
+            return {}
+        return self.maintain(collection, retention)
 
     def maintain(self, collection: str, retention: timedelta) -> dict[str, int]:
         """Compact small fragments and remove versions older than `retention`."""
@@ -144,7 +168,9 @@ class VectorStore:
         if table is None:
             return {}
         fragments, versions = self.fragment_count(collection), len(table.list_versions())
-        table.optimize(cleanup_older_than=retention)
+        with warnings.catch_warnings():  # retention 0 is a deliberate setting here
+            warnings.simplefilter("ignore", UserWarning)
+            table.optimize(cleanup_older_than=retention)
         return {
             "fragments_before": fragments,
             "fragments_after": self.fragment_count(collection),

@@ -1,0 +1,123 @@
+"""Two runs on one partition at once, on SQLite and PostgreSQL; bounded table maintenance."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.storage import resolve_storage
+from batch_pipeline.tracking import LockTimeoutError, TrackingStore
+from batch_pipeline.vector_store import VectorStore
+from tests.conftest import POSTGRES_URL
+from tests.test_crash_resume import corpus
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tracking_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'home' / 'tracking.db'}"
+        return
+    schema = f"tracking_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(POSTGRES_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+    engine.dispose()
+
+
+def test_two_concurrent_runs_on_one_partition_leave_a_consistent_index(tmp_path, tracking_url):
+    corpus(tmp_path / "docs")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n  - name: handbook\n    source: {kind: filesystem, path: docs}\n"
+    )
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "BATCH_PIPELINE_CONFIG": str(config),
+        "BATCH_PIPELINE_HOME": str(home),
+        "BATCH_PIPELINE_TRACKING_URL": tracking_url,
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "batch_pipeline.cli",
+        "run",
+        "--collection",
+        "handbook",
+        "--max-batch-size",
+        "16",
+    ]
+    runs = [
+        subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
+    storage = resolve_storage(str(home), tracking_url=tracking_url)
+    store, tracking = VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url)
+    rows = store.scan("handbook", ["chunk_id", "doc_id"]).to_pylist()
+    assert len(rows) == len({r["chunk_id"] for r in rows})  # no duplicates
+    assert {r["doc_id"] for r in rows} == {f"article-{i:02d}.md" for i in range(24)}
+    assert reconcile_index(store, tracking, "handbook").ok
+    assert tracking.document_count("handbook") == 24
+
+
+def test_the_landing_lock_excludes_and_expires(tmp_path):
+    tracking = TrackingStore(f"sqlite:///{tmp_path / 't.db'}")
+    inside, overlaps = [], []
+
+    def land(owner: str) -> None:
+        with tracking.collection_lock("kb", owner):
+            inside.append(owner)
+            if len(inside) > 1:
+                overlaps.append(tuple(inside))
+            time.sleep(0.3)
+            inside.remove(owner)
+
+    threads = [threading.Thread(target=land, args=(f"run-{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+    with (
+        tracking.collection_lock("kb", "holder", lease_seconds=60),
+        pytest.raises(LockTimeoutError, match="being landed by another run"),
+        tracking.collection_lock("kb", "waiter", wait_seconds=0.5),
+    ):
+        pass
+    # a holder killed mid-land leaves a lease that expires
+    with tracking.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO collection_locks VALUES ('kb', 'dead', 0)"))
+    with tracking.collection_lock("kb", "next", wait_seconds=2):
+        pass
+
+
+def test_many_small_runs_keep_fragments_and_versions_bounded(make_pipeline, runner, workspace):
+    workspace["config"].write_text(
+        workspace["config"].read_text() + "maintenance: {max_fragments: 16, max_versions: 40,"
+        " threshold_version_retention_minutes: 0}\n"
+    )
+    pipeline = make_pipeline()
+    pipeline.run("run-0", runner)
+    path = workspace["docs"] / "notes.txt"
+    for i in range(200):
+        path.write_text(f"Plain text notes, revision {i}.\n\nThe office opens at nine.\n")
+        pipeline.run(f"run-{i + 1}", runner, doc_ids=["notes.txt"])
+    assert pipeline.store.fragment_count("handbook") <= 16 + 1
+    assert len(pipeline.store.open("handbook").list_versions()) <= 40 + 2
+    assert reconcile_index(pipeline.store, pipeline.tracking, "handbook").ok
+    hits = pipeline.store.open("handbook").search().where("doc_id = 'notes.txt'").to_list()
+    assert any("revision 199" in h["text"] for h in hits)
