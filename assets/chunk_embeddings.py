@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.partitions import GROUP_NAME, OWNERS
+from assets.partitions import GPU_POOL, GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import parquet_metadata, upstream_path
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
@@ -15,6 +15,8 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
+        retry_policy=TRANSIENT_RETRY,
+        pool=GPU_POOL,
         kinds={"pytorch", "parquet"},
     )
     def chunk_embeddings(

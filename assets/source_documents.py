@@ -4,7 +4,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from assets.partitions import GROUP_NAME, OWNERS
+from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import parquet_metadata
 from batch_pipeline.config import redacted
 from resources.pipeline import PipelineResource
@@ -31,6 +31,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
+        retry_policy=TRANSIENT_RETRY,
         kinds={"python", "parquet"},
     )
     def source_documents(

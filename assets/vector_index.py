@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.partitions import GROUP_NAME, OWNERS
+from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import column_schema, upstream_path
 from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import partition_freshness
@@ -27,6 +27,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
+        retry_policy=TRANSIENT_RETRY,
         kinds={"lancedb"},
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)

@@ -53,6 +53,10 @@ def test_stage_assets_share_group_partitions_owners_and_kinds(workspace):
         assert spec.owners == ["team:search-platform"]
         assert spec.kinds
         assert spec.partitions_def.get_partition_keys() == ["handbook"]
+    for name in ("source_documents", "chunk_embeddings", "vector_index"):
+        policy = defs.get_assets_def(name).op.retry_policy
+        assert policy.max_retries == 3 and policy.backoff == dg.Backoff.EXPONENTIAL
+    assert defs.get_assets_def("chunk_embeddings").op.pool == "gpu"
 
 
 def test_materialising_every_stage_records_metadata_per_partition(workspace):
