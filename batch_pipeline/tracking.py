@@ -4,6 +4,9 @@ SQLAlchemy Core over any URL: SQLite under the pipeline home by default, Postgre
 production. Every value is a bound parameter, never formatted into SQL.
 """
 
+import os
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,7 +85,22 @@ locks = sa.Table(
     sa.Column("collection", sa.String(128), primary_key=True),
     sa.Column("owner", sa.String(128), nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("host", sa.String(255)),
+    sa.Column("pid", sa.Integer),
 )
+
+
+def _process_is_gone(host: str | None, pid: int | None) -> bool:
+    """True when the holder ran on this host and its process no longer exists."""
+    if host != socket.gethostname() or not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class LockTimeoutError(RuntimeError):
@@ -235,12 +253,14 @@ class TrackingStore:
 
     @contextmanager
     def collection_lock(
-        self, collection: str, owner: str, lease_seconds: float = 900, wait_seconds: float = 900
+        self, collection: str, owner: str, lease_seconds: float = 120, wait_seconds: float = 900
     ) -> Iterator[None]:
         """Serialise landing into one collection across processes and machines.
 
         A lease row in the tracking database (SQLite or PostgreSQL alike): the first insert
-        wins; a holder killed mid-land leaves a lease that expires after `lease_seconds`.
+        wins, and a heartbeat renews the lease while the holder works. A holder that died
+        (SIGKILL, lost node) stops renewing, so its lease expires after `lease_seconds`; on
+        the same host a dead holder's lease is taken over at once.
         """
         deadline = time.monotonic() + wait_seconds
         while True:
@@ -252,9 +272,24 @@ class TrackingStore:
                             locks.c.collection == collection, locks.c.expires_at < now
                         )
                     )
+                    holder = conn.execute(
+                        sa.select(locks.c.owner, locks.c.host, locks.c.pid).where(
+                            locks.c.collection == collection
+                        )
+                    ).first()
+                    if holder is not None and _process_is_gone(holder.host, holder.pid):
+                        conn.execute(
+                            locks.delete().where(
+                                locks.c.collection == collection, locks.c.owner == holder.owner
+                            )
+                        )
                     conn.execute(
                         locks.insert().values(
-                            collection=collection, owner=owner, expires_at=now + lease_seconds
+                            collection=collection,
+                            owner=owner,
+                            expires_at=now + lease_seconds,
+                            host=socket.gethostname(),
+                            pid=os.getpid(),
                         )
                     )
                 break
@@ -265,9 +300,24 @@ class TrackingStore:
                         f"gave up after {wait_seconds:.0f}s"
                     ) from None
                 time.sleep(0.2)
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(lease_seconds / 4):
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        locks.update()
+                        .where(locks.c.collection == collection, locks.c.owner == owner)
+                        .values(expires_at=time.time() + lease_seconds)
+                    )
+
+        renewer = threading.Thread(target=heartbeat, name="lease-heartbeat", daemon=True)
+        renewer.start()
         try:
             yield
         finally:
+            stop.set()
+            renewer.join()
             with self.engine.begin() as conn:
                 conn.execute(
                     locks.delete().where(locks.c.collection == collection, locks.c.owner == owner)

@@ -1,6 +1,7 @@
 """Two runs on one partition at once, on SQLite and PostgreSQL; bounded table maintenance."""
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -98,10 +99,28 @@ def test_the_landing_lock_excludes_and_expires(tmp_path):
         tracking.collection_lock("kb", "waiter", wait_seconds=0.5),
     ):
         pass
-    # a holder killed mid-land leaves a lease that expires
+    # a holder on another machine that stopped renewing: its lease expires
     with tracking.engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO collection_locks VALUES ('kb', 'dead', 0)"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO collection_locks (collection, owner, expires_at, host, pid) "
+                "VALUES ('kb', 'dead', 0, 'elsewhere', 1)"
+            )
+        )
     with tracking.collection_lock("kb", "next", wait_seconds=2):
+        pass
+    # a holder on this machine whose process is gone: taken over at once, lease or not
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with tracking.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO collection_locks (collection, owner, expires_at, host, pid) "
+                "VALUES ('kb', 'killed', :expires, :host, :pid)"
+            ),
+            {"expires": time.time() + 3600, "host": socket.gethostname(), "pid": gone.pid},
+        )
+    with tracking.collection_lock("kb", "after-crash", wait_seconds=2):
         pass
 
 
