@@ -10,6 +10,7 @@ from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import partition_freshness
 from batch_pipeline.landing import table_metadata
 from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.run_history import drop_expired_generations
 from batch_pipeline.vector_store import chunk_schema
 from resources.pipeline import PipelineResource
 
@@ -64,12 +65,24 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         if context.run.tags.get(MODE_TAG) == RECONCILE:
             retention = timedelta(hours=pipeline.config.maintenance.version_retention_hours)
             maintenance = engine.maintain(retention, owner=run_id)
-        table = table_metadata(engine.store, engine.name)
-        freshness = partition_freshness(engine.tracking, engine.name)
-        report = reconcile_index(engine.store, engine.tracking, engine.name)
+            dropped = drop_expired_generations(
+                engine.store,
+                engine.generations,
+                engine.name,
+                timedelta(days=pipeline.config.generations.retention_days),
+            )
+            maintenance["generations_dropped"] = len(dropped)
+        table = table_metadata(engine.store, engine.index)
+        freshness = partition_freshness(engine.tracking, engine.index)
+        report = reconcile_index(engine.store, engine.tracking, engine.index)
         worst = max(
             (
-                (partition_freshness(engine.tracking, key)["lag_seconds"], key)
+                (
+                    partition_freshness(engine.tracking, pipeline.collection(key).index)[
+                        "lag_seconds"
+                    ],
+                    key,
+                )
                 for key in pipeline.config.partition_keys()
             ),
             default=(0.0, context.partition_key),
@@ -77,11 +90,11 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         budget = pipeline.config.freshness.lag_budget_seconds
         limits = pipeline.config.limits
         completeness = partition_completeness(
-            engine.tracking, engine.name, limits.quarantine_after_failures
+            engine.tracking, engine.index, limits.quarantine_after_failures
         )
         return dg.MaterializeResult(
             metadata={
-                "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.name)),
+                "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.index)),
                 "dagster/row_count": table["rows"],
                 "dagster/column_schema": column_schema(chunk_schema(dimension)),
                 **summary.metadata(),
@@ -89,10 +102,12 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 **freshness,
                 **completeness,
                 **{f"maintenance_{k}": v for k, v in maintenance.items()},
-                "documents_failing": len(engine.tracking.list_failures(engine.name)),
+                "documents_failing": len(engine.tracking.list_failures(engine.index)),
                 "run_id": run_id,
                 "model": engine.model.name,
                 "model_fingerprint": engine.fingerprint,
+                "generation": engine.index,
+                "generation_state": engine.generation()["state"],
             },
             check_results=[
                 dg.AssetCheckResult(

@@ -5,6 +5,9 @@
     batch-pipeline run --collection C [--doc-id ID ...] [--json]
     batch-pipeline failures [--collection C] [--json]
     batch-pipeline doctor [--collection C] [--json]
+    batch-pipeline generations list|promote|rollback [--collection C]
+    batch-pipeline invalidate-run RUN_ID
+    batch-pipeline restore --collection C --before-run RUN_ID
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -17,10 +20,12 @@ import textwrap
 import uuid
 
 from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.generations import GenerationError, GenerationRegistry
 from batch_pipeline.inference import EmbeddingRunner
 from batch_pipeline.models import ModelNotAvailableError
-from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.pipeline import CollectionPipeline, NoLiveGenerationError
 from batch_pipeline.planning import PlanSettings
+from batch_pipeline.run_history import invalidate_run, restore_before_run
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.status import collection_health, collection_status
 from batch_pipeline.storage import resolve_storage
@@ -62,6 +67,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--collection", help="only this collection")
     doctor.add_argument("--json", action="store_true", help="print JSON")
+
+    gens = commands.add_parser("generations", help="list, promote or roll back generations")
+    gen_commands = gens.add_subparsers(dest="action", required=True)
+    gen_list = gen_commands.add_parser("list", help="every generation with state and scores")
+    gen_list.add_argument("--collection")
+    gen_list.add_argument("--json", action="store_true")
+    promote = gen_commands.add_parser("promote", help="make a generation live (gated)")
+    promote.add_argument("--collection", required=True)
+    promote.add_argument("--generation", help="fingerprint; default: the current config's")
+    promote.add_argument("--force", action="store_true", help="skip the gate (audited)")
+    rollback = gen_commands.add_parser("rollback", help="bring back the previous live one")
+    rollback.add_argument("--collection", required=True)
+
+    invalidate = commands.add_parser(
+        "invalidate-run", help="mark a run's rows stale; the next run re-embeds exactly those"
+    )
+    invalidate.add_argument("run_id")
+
+    restore = commands.add_parser("restore", help="restore the live table to before a run")
+    restore.add_argument("--collection", required=True)
+    restore.add_argument("--before-run", required=True, dest="run_id")
 
     failed = commands.add_parser("failures", help="documents that failed, with their reason")
     failed.add_argument("--collection", help="only this collection")
@@ -135,7 +161,14 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         doc_ids=args.doc_ids,
         checkpoint_every=args.checkpoint_every,
     )
-    report = {"run_id": run_id, **{k: v.metadata() for k, v in summaries.items()}}
+    review = pipeline.review_generation(
+        lambda model: EmbeddingRunner(model, device=args.device, dtype=args.dtype)
+    )
+    report = {
+        "run_id": run_id,
+        **{k: v.metadata() for k, v in summaries.items()},
+        "generation": {k: review[k] for k in ("generation", "decision", "reason", "scores")},
+    }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -184,6 +217,61 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     return 0 if all(r["healthy"] for r in reports) else 1
 
 
+def _generations(ctx: _Context, args: argparse.Namespace) -> int:
+    registry = GenerationRegistry(ctx.tracking)
+    if args.action == "list":
+        rows = registry.list_all(args.collection)
+        if args.json:
+            print(json.dumps(rows, indent=2, default=str))
+            return 0
+        for g in rows:
+            print(
+                f"{g['collection']}  {g['fingerprint']}  {g['state']:<9}  "
+                f"complete={bool(g['complete'])}  docs={g['documents']}  rows={g['rows']}  "
+                f"{g['decision'] or ''}"
+            )
+        return 0
+    pipeline = ctx.pipeline(args.collection)
+    if args.action == "rollback":
+        moved = registry.rollback(args.collection)
+    else:
+        fingerprint = args.generation or pipeline.fingerprint
+        record = registry.get(args.collection, fingerprint)
+        if record is None:
+            raise GenerationError(f"collection {args.collection!r} has no generation {fingerprint}")
+        if args.force:
+            moved = registry.promote(args.collection, fingerprint, "forced by operator")
+        else:
+            if fingerprint != pipeline.fingerprint:
+                raise GenerationError("only the current config's generation can be gated; --force")
+            review = pipeline.review_generation(lambda model: EmbeddingRunner(model, device="auto"))
+            if review["decision"] != "promoted":
+                raise GenerationError(f"not promoted: {review['reason']}")
+            moved = {"from": review["live_generation"], "to": pipeline.index}
+    print(f"{args.collection}: live generation {moved['from']} -> {moved['to']}")
+    return 0
+
+
+def _invalidate(ctx: _Context, args: argparse.Namespace) -> int:
+    result = invalidate_run(ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.run_id)
+    print(
+        f"run {args.run_id}: {result['rows']} rows in {result['documents']} documents marked "
+        "stale; the next run of their partition re-embeds exactly those"
+    )
+    return 0
+
+
+def _restore(ctx: _Context, args: argparse.Namespace) -> int:
+    result = restore_before_run(
+        ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.collection, args.run_id
+    )
+    print(
+        f"{result['index']}: restored version {result['restored_version']} "
+        f"(now version {result['version']}); the next full run re-lands what the source has"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {
@@ -192,11 +280,21 @@ def main(argv: list[str] | None = None) -> int:
         "run": _run,
         "failures": _failures,
         "doctor": _doctor,
+        "generations": _generations,
+        "invalidate-run": _invalidate,
+        "restore": _restore,
     }
     try:
         ctx = _Context(args)
         return commands[args.command](ctx, args)
-    except (ConfigError, ModelNotAvailableError, CollectionNotIndexedError, ValueError) as error:
+    except (
+        ConfigError,
+        ModelNotAvailableError,
+        CollectionNotIndexedError,
+        NoLiveGenerationError,
+        GenerationError,
+        ValueError,
+    ) as error:
         print(f"batch-pipeline: {error}", file=sys.stderr)
         return 2
 

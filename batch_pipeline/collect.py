@@ -250,7 +250,8 @@ def collect_documents(
 ) -> CollectSummary:
     """Classify the source's documents against `landed` and write them to `out_path`."""
     summary = CollectSummary()
-    with StageWriter(out_path, COLLECTED_SCHEMA) as writer:
+    mode = b"targeted" if doc_ids is not None else b"full"
+    with StageWriter(out_path, COLLECTED_SCHEMA.with_metadata({b"mode": mode})) as writer:
         for row in classify_documents(
             source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed
         ):

@@ -164,12 +164,31 @@ class ModelConfig(_Strict):
         return value.resolve() if value is not None else None
 
 
+class EvaluationConfig(_Strict):
+    """The offline evaluation gate of a collection's generations."""
+
+    path: Path = Field(description="JSONL of {query, relevant: [doc ids]}; relative to the config.")
+    k: int = Field(default=5, ge=1, description="Cut-off of recall@k and MRR@k.")
+    tolerance: float = Field(
+        default=0.02, ge=0, description="How much worse than live a candidate may score."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _resolve_path(cls, value: Path, info: ValidationInfo) -> Path:
+        base = (info.context or {}).get("base_dir")
+        if base is not None and not value.is_absolute():
+            value = Path(base) / value
+        return value.resolve()
+
+
 class CollectionConfig(_Strict):
-    """One collection: one Dagster partition and one LanceDB table."""
+    """One collection: one Dagster partition and one LanceDB table per model generation."""
 
     name: str = Field(description="Partition key and table name: a-z, 0-9 and _, 63 at most.")
     source: SourceConfig
     chunking: ChunkingConfig = ChunkingConfig()
+    evaluation: EvaluationConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -247,6 +266,20 @@ class MaintenanceConfig(_Strict):
     )
 
 
+class GenerationsConfig(_Strict):
+    """Model generations: retention of retired ones, and the drift check."""
+
+    retention_days: float = Field(
+        default=7, ge=0, description="Retired generations are dropped nightly after this."
+    )
+    drift_sample: int = Field(
+        default=16, ge=1, description="Chunks re-embedded by the drift check."
+    )
+    drift_min_cosine: float = Field(
+        default=0.999, gt=0, le=1, description="The drift check fails below this cosine."
+    )
+
+
 class LimitsConfig(_Strict):
     """Guards against bad input."""
 
@@ -271,6 +304,7 @@ class PipelineConfig(_Strict):
     freshness: FreshnessConfig = FreshnessConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
     limits: LimitsConfig = LimitsConfig()
+    generations: GenerationsConfig = GenerationsConfig()
 
     @field_validator("collections")
     @classmethod

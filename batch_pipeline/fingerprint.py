@@ -21,3 +21,8 @@ def model_fingerprint(model: ResolvedModel, chunking: ChunkingConfig) -> str:
 def staleness_key(input_hash: str, fingerprint: str) -> str:
     """A chunk is re-embedded if and only if this key changed."""
     return hashlib.sha256(f"{input_hash}:{fingerprint}".encode()).hexdigest()
+
+
+def generation_index(collection: str, fingerprint: str) -> str:
+    """The table and tracking key of one collection's generation (one fingerprint)."""
+    return f"{collection}__{fingerprint}"

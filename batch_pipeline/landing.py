@@ -55,6 +55,7 @@ class LandSummary:
 @dataclass(frozen=True)
 class LandingContext:
     collection: str
+    index: str  # the generation's table and tracking key
     partition: str
     run_id: str
     model_name: str
@@ -77,7 +78,7 @@ def land_documents(
     ).to_pylist()
     changed_at = {d["doc_id"]: d["source_changed_at"] for d in collected}
     deleted = [d["doc_id"] for d in collected if d["status"] == DELETED]
-    chunks = read_table(chunks_path).drop_columns(["input_text"])
+    chunks = read_table(chunks_path)
     embeddings = read_table(embeddings_path)
     vector_of = {key: i for i, key in enumerate(embeddings["input_hash"].to_pylist())}
     vectors = (
@@ -93,7 +94,7 @@ def land_documents(
 
     # Another run may have landed newer content since this run collected: never go back.
     collected_at = collected_path.stat().st_mtime
-    current = tracking.landed_documents(ctx.collection)
+    current = tracking.landed_documents(ctx.index)
 
     def superseded(doc_id: str) -> bool:
         doc = current.get(doc_id)
@@ -113,8 +114,7 @@ def land_documents(
         group = doc_ids[start : start + DOCS_PER_COMMIT]
         reuse_ids = [r["chunk_id"] for d in group for r in rows_by_doc[d] if not r["stale"]]
         reused = {
-            row["chunk_id"]: row
-            for row in store.fetch_chunks(ctx.collection, reuse_ids).to_pylist()
+            row["chunk_id"]: row for row in store.fetch_chunks(ctx.index, reuse_ids).to_pylist()
         }
         rows: list[dict] = []
         ready: list[str] = []
@@ -147,8 +147,8 @@ def land_documents(
         scope = ready + (deleted if start == 0 else [])
         if not scope:
             continue
-        before = store.chunk_keys(ctx.collection, scope)
-        summary.table_version = store.replace_documents(ctx.collection, rows, scope, ctx.dimension)
+        before = store.chunk_keys(ctx.index, scope)
+        summary.table_version = store.replace_documents(ctx.index, rows, scope, ctx.dimension)
         crash_point("land", "commit")  # tests only: the index has it, tracking does not yet
         kept = {r["chunk_id"] for r in rows}
         summary.chunks_removed += len(set(before) - kept)
@@ -156,15 +156,15 @@ def land_documents(
         summary.documents_landed += len(ready)
     summary.documents_deleted = len(deleted)
     if summary.table_version is None:
-        table = store.open(ctx.collection)
+        table = store.open(ctx.index)
         summary.table_version = table.version if table is not None else None
 
     settled = [f.doc_id for f in summary.failures] + [
         d["doc_id"] for d in collected if d["status"] in (FAILED, QUARANTINED)
     ]
-    tracking.record_landed(ctx.collection, landed_docs, deleted, ctx.run_id, settled)
+    tracking.record_landed(ctx.index, landed_docs, deleted, ctx.run_id, settled)
     tracking.update_source_versions(
-        ctx.collection,
+        ctx.index,
         {
             d["doc_id"]: d["source_version"]
             for d in collected
@@ -193,6 +193,7 @@ def _document_rows(
             "title": chunk["title"],
             "section": chunk["section"],
             "text": chunk["text"],
+            "input_text": chunk["input_text"],
             "input_hash": chunk["input_hash"],
             "source_version": chunk["source_version"],
             "content_hash": chunk["content_hash"],

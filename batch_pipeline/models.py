@@ -48,6 +48,7 @@ class ResolvedModel:
             "max_seq_length": self.max_seq_length,
             "normalize": self.normalize,
             "document_prefix": self.document_prefix,
+            "query_prefix": self.query_prefix,
         }
 
 

@@ -5,6 +5,7 @@ five stages; the Dagster assets, the CLI and the tests all go through it. Each s
 previous stage's Parquet file and writes its own under `staging/<collection>/<run_id>/`.
 """
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,9 +15,17 @@ from pathlib import Path
 
 from batch_pipeline.chunking import ChunkSettings
 from batch_pipeline.collect import CollectLimits, CollectSummary, collect_documents
-from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
+from batch_pipeline.config import CollectionConfig, ConfigError, ModelConfig, PipelineConfig
+from batch_pipeline.evaluation import gate, load_eval_set, score_generation
 from batch_pipeline.execute import ExecuteSummary, execute_plan
-from batch_pipeline.fingerprint import model_fingerprint
+from batch_pipeline.fingerprint import generation_index, model_fingerprint
+from batch_pipeline.generations import (
+    BUILDING,
+    CANDIDATE,
+    LIVE,
+    GenerationRegistry,
+    generation_complete,
+)
 from batch_pipeline.inference import EmbeddingRunner
 from batch_pipeline.landing import LandingContext, LandSummary, land_documents
 from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
@@ -24,12 +33,18 @@ from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
 from batch_pipeline.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.sources import DocumentSource, S3ClientFactory, make_source
-from batch_pipeline.staging import prune_runs, stage_path
+from batch_pipeline.staging import is_full_pass, prune_runs, stage_path
 from batch_pipeline.storage import StorageLocations
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
 
 STAGES = ("collected", "chunks", "plan", "embeddings")
+
+
+class NoLiveGenerationError(RuntimeError):
+    """A reader asked for a collection that has never been promoted."""
+
+
 KEEP_STAGING_RUNS = 3
 
 
@@ -74,6 +89,14 @@ class CollectionPipeline:
         return model_fingerprint(self.model, self.collection.chunking)
 
     @cached_property
+    def index(self) -> str:
+        """This configuration's generation: its LanceDB table and its key in the tracking store.
+
+        A change of model fingerprint starts a new generation beside the live one.
+        """
+        return generation_index(self.name, self.fingerprint)
+
+    @cached_property
     def source(self) -> DocumentSource:
         return make_source(self.collection.source, self.s3_client)
 
@@ -104,10 +127,10 @@ class CollectionPipeline:
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
         out = self.path(run_id, "collected")
-        landed = self.tracking.landed_documents(self.name)
+        landed = self.tracking.landed_documents(self.index)
         orphans: list[str] = []
         if doc_ids is None:  # a full run also repairs any drift between index and tracking
-            report = reconcile_index(self.store, self.tracking, self.name)
+            report = reconcile_index(self.store, self.tracking, self.index)
             drifted = set(report.chunk_mismatch) | set(report.only_in_tracking)
             landed = {d: doc for d, doc in landed.items() if d not in drifted}
             orphans = report.only_in_index
@@ -117,12 +140,12 @@ class CollectionPipeline:
             self.fingerprint,
             out,
             doc_ids,
-            self.tracking.failures_by_doc(self.name),
+            self.tracking.failures_by_doc(self.index),
             self.collect_limits(),
             orphans,
         )
-        self.tracking.record_failures(self.name, summary.failures, run_id)
-        self.tracking.record_pending(self.name, summary.changes)
+        self.tracking.record_failures(self.index, summary.failures, run_id)
+        self.tracking.record_pending(self.index, summary.changes)
         return StageOutput(out, summary)
 
     def prepare(self, run_id: str, collected: Path) -> StageOutput:
@@ -133,9 +156,9 @@ class CollectionPipeline:
             load_tokenizer(self.model.path),
             self.chunk_settings(),
             self.fingerprint,
-            lambda ids: self.store.chunk_keys(self.name, ids),
+            lambda ids: self.store.chunk_keys(self.index, ids),
         )
-        self.tracking.record_failures(self.name, summary.failures, run_id)
+        self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
 
     def plan(
@@ -179,29 +202,32 @@ class CollectionPipeline:
     ) -> LandSummary:
         ctx = LandingContext(
             collection=self.name,
+            index=self.index,
             partition=partition or self.name,
             run_id=run_id,
             model_name=self.model.name,
             fingerprint=self.fingerprint,
             dimension=dimension,
         )
-        with self.tracking.collection_lock(self.name, owner=run_id):
+        table = self.store.open(self.index)
+        version_before = table.version if table is not None else 0
+        with self.tracking.collection_lock(self.index, owner=run_id):
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )
             upkeep = self.config.maintenance
             summary.compacted = bool(
                 self.store.maintain_if_needed(
-                    self.name,
+                    self.index,
                     upkeep.max_fragments,
                     upkeep.max_versions,
                     timedelta(minutes=upkeep.threshold_version_retention_minutes),
                 )
             )
-        self.tracking.record_failures(self.name, summary.failures, run_id)
+        self.tracking.record_failures(self.index, summary.failures, run_id)
         self.tracking.record_run(
             run_id=run_id,
-            collection=self.name,
+            collection=self.index,
             model_name=self.model.name,
             fingerprint=self.fingerprint,
             docs_landed=summary.documents_landed,
@@ -211,15 +237,124 @@ class CollectionPipeline:
             chunks_reused=summary.chunks_reused,
             chunks_removed=summary.chunks_removed,
             table_version=summary.table_version,
+            table_version_before=version_before,
         )
         shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)  # landed: no longer needed
         prune_runs(self.storage.staging_dir, self.name, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
+        self._track_generation(full_pass=is_full_pass(collected))
         return summary
+
+    # -------------------------------------------------------------- generations
+
+    @cached_property
+    def generations(self) -> GenerationRegistry:
+        return GenerationRegistry(self.tracking)
+
+    def generation(self) -> dict:
+        """This configuration's generation record (registered on first use)."""
+        self.generations.ensure(
+            self.name, self.fingerprint, self.index, self.config.model.model_dump(mode="json")
+        )
+        return self.generations.get(self.name, self.fingerprint)
+
+    def _track_generation(self, full_pass: bool) -> None:
+        record = self.generation()
+        stats = self.store.stats(self.index)
+        full = bool(record["full_pass"]) or full_pass
+        complete = generation_complete(full, self.tracking.freshness(self.index)["pending"])
+        state = record["state"]
+        if state == BUILDING and complete:
+            state = CANDIDATE
+        self.generations.update(
+            self.name,
+            self.fingerprint,
+            full_pass=full,
+            complete=complete,
+            state=state,
+            rows=stats.rows if stats else 0,
+            documents=self.tracking.document_count(self.index),
+        )
+        if state == CANDIDATE and self.generations.live(self.name) is None:
+            self.generations.promote(
+                self.name, self.fingerprint, "first complete generation", actor="pipeline"
+            )
+
+    def live_index(self) -> tuple[str, ModelConfig]:
+        """The live generation's table and model (what every reader uses)."""
+        live = self.generations.live(self.name)
+        if live is None:
+            raise NoLiveGenerationError(
+                f"collection {self.name!r} has no live generation yet; "
+                "materialise it first (make demo)"
+            )
+        return live["index_name"], ModelConfig.model_validate(json.loads(live["model_config"]))
+
+    def review_generation(
+        self, runner_for: Callable[[ResolvedModel], EmbeddingRunner]
+    ) -> dict[str, object]:
+        """Score this generation (and live) on the evaluation set; promote it if the gate allows.
+
+        Returns the decision and scores, also recorded on the generation.
+        """
+        record = self.generation()
+        live = self.generations.live(self.name)
+        result: dict[str, object] = {
+            "generation": self.index,
+            "state": record["state"],
+            "complete": bool(record["complete"]),
+            "live_generation": live["index_name"] if live else None,
+        }
+        evaluation = self.collection.evaluation
+        scores: dict[str, dict] = {}
+        if evaluation is not None:
+            queries = load_eval_set(evaluation.path)
+            scores["candidate"] = score_generation(
+                self.store,
+                self.index,
+                runner_for(self.model),
+                queries,
+                evaluation.k,
+                self.model.query_prefix,
+            )
+            if live is not None and live["fingerprint"] != self.fingerprint:
+                live_model = resolve_model(
+                    ModelConfig.model_validate(json.loads(live["model_config"]))
+                )
+                scores["live"] = score_generation(
+                    self.store,
+                    live["index_name"],
+                    runner_for(live_model),
+                    queries,
+                    evaluation.k,
+                    live_model.query_prefix,
+                )
+        result["scores"] = scores
+        if record["state"] == LIVE:
+            result["decision"] = "live"
+            result["reason"] = "this generation is live"
+        else:
+            allowed, reason = gate(
+                bool(record["complete"]),
+                scores.get("candidate"),
+                scores.get("live"),
+                evaluation.tolerance if evaluation else 0.0,
+            )
+            if allowed:
+                self.generations.promote(self.name, self.fingerprint, reason, actor="pipeline")
+            result["decision"] = "promoted" if allowed else "refused"
+            result["reason"] = reason
+        self.generations.update(
+            self.name,
+            self.fingerprint,
+            scores=json.dumps(scores),
+            decision=f"{result['decision']}: {result['reason']}",
+        )
+        return result
 
     def maintain(self, retention: timedelta, owner: str) -> dict[str, int]:
         """Compact the table and clean up versions older than `retention` (nightly)."""
-        with self.tracking.collection_lock(self.name, owner=owner):
-            return self.store.maintain(self.name, retention)
+        with self.tracking.collection_lock(self.index, owner=owner):
+            return self.store.maintain(self.index, retention)
 
     def run(
         self,

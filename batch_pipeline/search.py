@@ -3,6 +3,7 @@
 from dataclasses import asdict, dataclass
 
 from batch_pipeline.inference import EmbeddingRunner
+from batch_pipeline.models import resolve_model
 from batch_pipeline.pipeline import CollectionPipeline
 
 
@@ -30,13 +31,14 @@ def search(
     """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical)."""
     if k < 1:
         raise ValueError("k must be at least 1")
-    table = pipeline.store.open(pipeline.name)
+    index, model_config = pipeline.live_index()  # readers follow the live generation
+    table = pipeline.store.open(index)
     if table is None:
-        raise CollectionNotIndexedError(
-            f"collection {pipeline.name!r} has no index yet; materialise it first (make demo)"
-        )
-    runner = runner or EmbeddingRunner(pipeline.model)
-    vector = runner.embed([pipeline.model.query_prefix + query])[0]
+        raise CollectionNotIndexedError(f"the live table {index!r} is missing")
+    model = resolve_model(model_config)
+    if runner is None or runner.resolved != model:
+        runner = EmbeddingRunner(model)
+    vector = runner.embed([model.query_prefix + query])[0]
     rows = (
         table.search(vector)
         .metric("cosine")

@@ -69,6 +69,12 @@ def read_batches(
     yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
 
 
+def is_full_pass(collected_path: Path) -> bool:
+    """Whether a collect output covers the whole source (not a targeted run)."""
+    metadata = pq.read_schema(collected_path).metadata or {}
+    return metadata.get(b"mode") == b"full"
+
+
 def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:  # noqa: ANN001
     return pq.read_table(path, columns=columns, filters=filters)
 

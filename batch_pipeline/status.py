@@ -15,13 +15,13 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
     listing the source and reading only what looks changed, as the collect stage does. Lag is
     the age of the oldest source change not yet landed, as the sensor and collect recorded it.
     """
-    stats = pipeline.store.stats(pipeline.name)
-    last = pipeline.tracking.last_run(pipeline.name)
+    stats = pipeline.store.stats(pipeline.index)
+    last = pipeline.tracking.last_run(pipeline.index)
     summary = CollectSummary()
     source_error = None
     try:
-        landed = pipeline.tracking.landed_documents(pipeline.name)
-        failures = pipeline.tracking.failures_by_doc(pipeline.name)
+        landed = pipeline.tracking.landed_documents(pipeline.index)
+        failures = pipeline.tracking.failures_by_doc(pipeline.index)
         limits = pipeline.collect_limits()
         for _ in classify_documents(
             pipeline.source, landed, pipeline.fingerprint, summary, None, failures, limits
@@ -44,10 +44,10 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
         "model_fingerprint": pipeline.fingerprint,
         "models_in_index": stats.models if stats else [],
         "stale_documents": None if source_error else stale,
-        "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
-        **partition_freshness(pipeline.tracking, pipeline.name, also_pending=summary.changes),
+        "failing_documents": len(pipeline.tracking.list_failures(pipeline.index)),
+        **partition_freshness(pipeline.tracking, pipeline.index, also_pending=summary.changes),
         **partition_completeness(
-            pipeline.tracking, pipeline.name, pipeline.config.limits.quarantine_after_failures
+            pipeline.tracking, pipeline.index, pipeline.config.limits.quarantine_after_failures
         ),
         "source_error": source_error,
     }
@@ -57,10 +57,10 @@ def collection_health(pipeline: CollectionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     limits = pipeline.config.limits
     completeness = partition_completeness(
-        pipeline.tracking, pipeline.name, limits.quarantine_after_failures
+        pipeline.tracking, pipeline.index, limits.quarantine_after_failures
     )
-    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.name)
-    table = pipeline.store.open(pipeline.name)
+    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    table = pipeline.store.open(pipeline.index)
     health = {
         "collection": pipeline.name,
         **completeness,
@@ -69,8 +69,8 @@ def collection_health(pipeline: CollectionPipeline) -> dict[str, object]:
         "table_rows": table.count_rows() if table is not None else 0,
         "table_version": table.version if table is not None else None,
         "table_versions": len(table.list_versions()) if table is not None else 0,
-        "table_fragments": pipeline.store.fragment_count(pipeline.name),
-        "failing_documents": len(pipeline.tracking.list_failures(pipeline.name)),
+        "table_fragments": pipeline.store.fragment_count(pipeline.index),
+        "failing_documents": len(pipeline.tracking.list_failures(pipeline.index)),
     }
     problems = []
     if completeness["completeness"] < limits.completeness_threshold:

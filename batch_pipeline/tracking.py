@@ -75,6 +75,41 @@ runs = sa.Table(
     sa.Column("chunks_reused", sa.Integer, nullable=False),
     sa.Column("chunks_removed", sa.Integer, nullable=False),
     sa.Column("table_version", sa.Integer),
+    sa.Column("table_version_before", sa.Integer),
+)
+
+# One row per collection and model fingerprint: building, candidate, live, retired, dropped.
+generations = sa.Table(
+    "generations",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), primary_key=True),
+    sa.Column("index_name", sa.String(256), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("model_config", sa.Text, nullable=False),
+    sa.Column("full_pass", sa.Boolean, nullable=False),
+    sa.Column("documents", sa.Integer, nullable=False),
+    sa.Column("rows", sa.Integer, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),
+    sa.Column("scores", sa.Text),
+    sa.Column("decision", sa.Text),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("promoted_at", sa.Float),
+    sa.Column("retired_at", sa.Float),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("collection", sa.String(128), nullable=False),
+    sa.Column("from_index", sa.String(256)),
+    sa.Column("to_index", sa.String(256)),
+    sa.Column("details", sa.Text),
 )
 
 

@@ -42,6 +42,7 @@ def chunk_schema(dim: int) -> pa.Schema:
             pa.field("title", pa.string()),
             pa.field("section", pa.string()),
             pa.field("text", pa.string(), nullable=False),
+            pa.field("input_text", pa.string(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
             pa.field("input_hash", pa.string(), nullable=False),
             pa.field("model_name", pa.string(), nullable=False),

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.index_generation import GENERATIONS_GROUP
 from assets.partitions import GROUP_NAME
 
 EMBEDDING_JOB = "embedding_job"
@@ -10,6 +11,7 @@ EMBEDDING_JOB = "embedding_job"
 def build_embedding_job():
     return dg.define_asset_job(
         EMBEDDING_JOB,
-        selection=dg.AssetSelection.groups(GROUP_NAME),
-        description="Collect, prepare, plan, execute and land one collection.",
+        selection=dg.AssetSelection.groups(GROUP_NAME, GENERATIONS_GROUP),
+        description="Collect, prepare, plan, execute and land one collection; then review "
+        "its model generation.",
     )

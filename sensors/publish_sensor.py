@@ -46,7 +46,7 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
         )
         if decision.cursor_reset:
             context.log.warning("unreadable cursor: starting over with a full reconciliation")
-        engine.tracking.record_pending(collection, decision.pending_changes)
+        engine.tracking.record_pending(engine.index, decision.pending_changes)
         run_requests = [
             dg.RunRequest(
                 run_key=run.run_key,

@@ -202,3 +202,12 @@ def sql_table(sql_url):
     yield sql_url, name, engine, table
     table.drop(engine)
     engine.dispose()
+
+
+def index_of(config_path: Path, collection: str = "handbook") -> str:
+    """The generation table of a collection under a config (its model fingerprint)."""
+    from batch_pipeline.fingerprint import generation_index, model_fingerprint
+
+    config = load_config(config_path)
+    chunking = config.collection(collection).chunking
+    return generation_index(collection, model_fingerprint(resolve_model(config.model), chunking))

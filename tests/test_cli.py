@@ -87,4 +87,4 @@ def test_unknown_collection_and_empty_index_are_clear_errors(workspace):
     assert "unknown collection 'nope'" in result.stderr
     result = cli(workspace, "search", "x", "--collection", "handbook")
     assert result.returncode == 2
-    assert "has no index yet" in result.stderr
+    assert "has no live generation yet" in result.stderr

@@ -15,7 +15,7 @@ from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import LockTimeoutError, TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_URL, index_of
 from tests.test_crash_resume import corpus
 
 
@@ -68,11 +68,12 @@ def test_two_concurrent_runs_on_one_partition_leave_a_consistent_index(tmp_path,
         assert run.returncode == 0, err
     storage = resolve_storage(str(home), tracking_url=tracking_url)
     store, tracking = VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url)
-    rows = store.scan("handbook", ["chunk_id", "doc_id"]).to_pylist()
+    index = index_of(config)
+    rows = store.scan(index, ["chunk_id", "doc_id"]).to_pylist()
     assert len(rows) == len({r["chunk_id"] for r in rows})  # no duplicates
     assert {r["doc_id"] for r in rows} == {f"article-{i:02d}.md" for i in range(24)}
-    assert reconcile_index(store, tracking, "handbook").ok
-    assert tracking.document_count("handbook") == 24
+    assert reconcile_index(store, tracking, index).ok
+    assert tracking.document_count(index) == 24
 
 
 def test_the_landing_lock_excludes_and_expires(tmp_path):
@@ -135,8 +136,8 @@ def test_many_small_runs_keep_fragments_and_versions_bounded(make_pipeline, runn
     for i in range(200):
         path.write_text(f"Plain text notes, revision {i}.\n\nThe office opens at nine.\n")
         pipeline.run(f"run-{i + 1}", runner, doc_ids=["notes.txt"])
-    assert pipeline.store.fragment_count("handbook") <= 16 + 1
-    assert len(pipeline.store.open("handbook").list_versions()) <= 40 + 2
-    assert reconcile_index(pipeline.store, pipeline.tracking, "handbook").ok
-    hits = pipeline.store.open("handbook").search().where("doc_id = 'notes.txt'").to_list()
+    assert pipeline.store.fragment_count(pipeline.index) <= 16 + 1
+    assert len(pipeline.store.open(pipeline.index).list_versions()) <= 40 + 2
+    assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
+    hits = pipeline.store.open(pipeline.index).search().where("doc_id = 'notes.txt'").to_list()
     assert any("revision 199" in h["text"] for h in hits)

@@ -17,7 +17,7 @@ from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import write_config
+from tests.conftest import index_of, write_config
 
 CHECKPOINT_EVERY = 2
 MAX_BATCH = 8
@@ -63,8 +63,8 @@ def run_cli(config: Path, home: Path, crash_at: str | None = None) -> subprocess
     )
 
 
-def table_state(home: Path) -> dict[str, tuple]:
-    table = VectorStore(str(home / "lancedb")).open("handbook")
+def table_state(home: Path, index: str) -> dict[str, tuple]:
+    table = VectorStore(str(home / "lancedb")).open(index)
     rows = (
         table.search().select(["chunk_id", "doc_id", "input_hash", "vector"]).limit(None).to_list()
     )
@@ -72,15 +72,15 @@ def table_state(home: Path) -> dict[str, tuple]:
     return {r["chunk_id"]: (r["doc_id"], r["input_hash"], np.asarray(r["vector"])) for r in rows}
 
 
-def assert_same_index(home: Path, reference: dict[str, tuple]) -> None:
-    state = table_state(home)
+def assert_same_index(home: Path, index: str, reference: dict[str, tuple]) -> None:
+    state = table_state(home, index)
     assert state.keys() == reference.keys()
     for chunk_id, (doc_id, input_hash, vector) in reference.items():
         assert state[chunk_id][:2] == (doc_id, input_hash)
         np.testing.assert_allclose(state[chunk_id][2], vector, atol=1e-5)
     storage = resolve_storage(str(home))
     report = reconcile_index(
-        VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url), "handbook"
+        VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url), index
     )
     assert report.ok, report.metadata()
 
@@ -94,7 +94,8 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert clean.returncode == 0, clean.stderr
     total = json.loads(clean.stdout)["execute"]["chunks_embedded"]
     assert total > 4 * CHECKPOINT_EVERY * MAX_BATCH  # enough batches for several checkpoints
-    reference = table_state(clean_home)
+    index = index_of(config)
+    reference = table_state(clean_home, index)
 
     # 1. killed right after the second execute checkpoint
     home = tmp_path / "home"
@@ -112,7 +113,7 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert (
         checkpointed + report["execute"]["chunks_embedded"] <= total + CHECKPOINT_EVERY * MAX_BATCH
     )
-    assert_same_index(home, reference)
+    assert_same_index(home, index, reference)
     assert not list((home / "staging" / "handbook" / "checkpoints").rglob("part-*"))
 
     # 2. killed after the LanceDB commit, before the tracking store recorded it
@@ -121,8 +122,8 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     write_config(land_home.parent / "pipeline.yaml", source=str(tmp_path / "docs"))
     crashed = run_cli(land_home.parent / "pipeline.yaml", land_home, crash_at="land:commit")
     assert crashed.returncode == -signal.SIGKILL
-    assert TrackingStore(f"sqlite:///{land_home / 'tracking.db'}").document_count("handbook") == 0
+    assert TrackingStore(f"sqlite:///{land_home / 'tracking.db'}").document_count(index) == 0
     retried = run_cli(land_home.parent / "pipeline.yaml", land_home)
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout)["execute"]["chunks_embedded"] == 0  # rows were there
-    assert_same_index(land_home, reference)
+    assert_same_index(land_home, index, reference)

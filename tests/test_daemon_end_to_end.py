@@ -9,18 +9,18 @@ from pathlib import Path
 
 import lancedb
 
-from tests.conftest import write_corpus
+from tests.conftest import index_of, write_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_SECONDS = 240
 
 
-def table_rows(home: Path) -> dict[str, set]:
+def table_rows(home: Path, index: str) -> dict[str, set]:
     db = lancedb.connect(str(home / "lancedb"))
-    if "handbook" not in db.list_tables().tables:
+    if index not in db.list_tables().tables:
         return {}
     rows = (
-        db.open_table("handbook")
+        db.open_table(index)
         .search()
         .select(["doc_id", "chunk_id", "run_id", "embedded_at", "text"])
         .limit(None)
@@ -57,6 +57,7 @@ def test_daemon_sensor_reembeds_edits_additions_and_deletions(tmp_path):
         "schedule: {enabled: false}\n"
     )
     home = tmp_path / "home"
+    index = index_of(config)
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     env = {
@@ -83,7 +84,7 @@ def test_daemon_sensor_reembeds_edits_additions_and_deletions(tmp_path):
         )
     try:
         first = wait_for(
-            lambda: (rows := table_rows(home)) and len(rows) == 4 and rows,
+            lambda: (rows := table_rows(home, index)) and len(rows) == 4 and rows,
             "the first full run to land every document",
             daemon,
             log,
@@ -94,7 +95,7 @@ def test_daemon_sensor_reembeds_edits_additions_and_deletions(tmp_path):
         (docs / "refunds.md").unlink()
 
         def reflected():
-            rows = table_rows(home)
+            rows = table_rows(home, index)
             edited = any("junk folder" in r[3] for r in rows.get("account/reset-password.md", ()))
             if edited and "shipping.md" in rows and "refunds.md" not in rows:
                 return rows

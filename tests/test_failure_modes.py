@@ -14,12 +14,12 @@ from batch_pipeline.storage import resolve_storage
 
 
 def doc_ids(pipeline):
-    table = pipeline.store.open(pipeline.name)
+    table = pipeline.store.open(pipeline.index)
     return {r["doc_id"] for r in table.search().select(["doc_id"]).limit(None).to_list()}
 
 
 def reasons(pipeline):
-    return {f["doc_id"]: f["reason"] for f in pipeline.tracking.list_failures(pipeline.name)}
+    return {f["doc_id"]: f["reason"] for f in pipeline.tracking.list_failures(pipeline.index)}
 
 
 def test_garbage_documents_are_recorded_and_everything_else_lands(make_pipeline, runner, workspace):
@@ -64,17 +64,17 @@ def test_failures_are_retried_then_quarantined_until_the_content_changes(
     for attempt in range(1, 4):
         out = pipeline.run(f"run-{attempt}", runner)
         assert out["collect"].counts["failed"] == 1  # retried every run
-        assert pipeline.tracking.list_failures("handbook")[0]["attempts"] == attempt
-        done = partition_completeness(pipeline.tracking, "handbook", 3)
+        assert pipeline.tracking.list_failures(pipeline.index)[0]["attempts"] == attempt
+        done = partition_completeness(pipeline.tracking, pipeline.index, 3)
         assert done["completeness"] == (1.0 if attempt == 3 else 0.75)
     out = pipeline.run("run-4", runner)
     assert out["collect"].counts["quarantined"] == 1 and out["collect"].counts["failed"] == 0
-    assert pipeline.tracking.list_failures("handbook")[0]["attempts"] == 3
+    assert pipeline.tracking.list_failures(pipeline.index)[0]["attempts"] == 3
     (workspace["docs"] / "broken.md").write_text("# Fixed\n\nNow it has content.")
     out = pipeline.run("run-5", runner)
     assert out["collect"].counts["new"] == 1
     assert "broken.md" in doc_ids(pipeline)
-    assert pipeline.tracking.list_failures("handbook") == []
+    assert pipeline.tracking.list_failures(pipeline.index) == []
 
 
 def test_completeness_check_fails_below_threshold(workspace):
@@ -135,7 +135,7 @@ def test_hostile_doc_ids_are_escaped_everywhere(hostile_sql, runner, tmp_path):
     out = pipeline.run("run-2", runner)
     assert out["land"].documents_deleted == 1 and out["land"].documents_landed == 1
     assert doc_ids(pipeline) == ({*HOSTILE, "plain"} - {"a' OR 1=1 --"})
-    assert pipeline.tracking.document_count("cms") == len(HOSTILE)
+    assert pipeline.tracking.document_count(pipeline.index) == len(HOSTILE)
 
 
 def test_secrets_are_redacted_from_metadata(workspace):

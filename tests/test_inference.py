@@ -117,7 +117,7 @@ def test_identical_inputs_are_embedded_once_and_fanned_out(make_pipeline, runner
     pipeline = make_pipeline()
     out = pipeline.run("run-1", runner)
     assert out["plan"].duplicates_folded == 1
-    rows = pipeline.store.open("handbook").to_arrow().to_pylist()
+    rows = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
     a = [r for r in rows if r["doc_id"] == "faq-a.md"]
     b = [r for r in rows if r["doc_id"] == "faq-b.md"]
     assert len(a) == len(b) == 1

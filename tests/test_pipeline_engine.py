@@ -27,7 +27,7 @@ LINEAGE = [
 
 
 def rows(pipeline):
-    table = pipeline.store.open(pipeline.name)
+    table = pipeline.store.open(pipeline.index)
     return {r["chunk_id"]: r for r in table.to_arrow().to_pylist()} if table else {}
 
 
@@ -49,7 +49,7 @@ def test_full_run_lands_every_chunk_with_lineage(make_pipeline, runner):
         assert row["model_fingerprint"] == pipeline.fingerprint
         assert row["model_name"] == "all-MiniLM-L6-v2"
         assert abs(np.linalg.norm(row["vector"]) - 1.0) < 1e-4  # the model normalises
-    assert pipeline.tracking.document_count("handbook") == 3
+    assert pipeline.tracking.document_count(pipeline.index) == 3
 
 
 def test_second_run_embeds_nothing(make_pipeline, runner):
@@ -109,7 +109,7 @@ def test_deleting_a_file_removes_its_rows(make_pipeline, runner, workspace):
     assert out["land"].documents_deleted == 1
     assert out["land"].chunks_removed >= 1
     assert all(r["doc_id"] != "refunds.md" for r in rows(pipeline).values())
-    assert "refunds.md" not in pipeline.tracking.landed_documents("handbook")
+    assert "refunds.md" not in pipeline.tracking.landed_documents(pipeline.index)
 
 
 def test_replaying_a_run_changes_nothing(make_pipeline, runner, workspace):
@@ -164,7 +164,7 @@ def test_bad_input_is_recorded_and_the_run_goes_on(
     out = pipeline.run("run-1", runner)
     assert out["collect"].counts["failed"] == 1
     assert out["land"].documents_landed == 3  # everything else landed
-    failures = pipeline.tracking.list_failures("handbook")
+    failures = pipeline.tracking.list_failures(pipeline.index)
     assert [(f["doc_id"], f["reason"], f["stage"]) for f in failures] == [(name, reason, "collect")]
     assert failures[0]["message"]
     assert name not in {r["doc_id"] for r in rows(pipeline).values()}

@@ -9,7 +9,7 @@ from batch_pipeline.reconcile import reconcile_index
 
 
 def state(pipeline):
-    rows = pipeline.store.scan(pipeline.name, ["chunk_id", "doc_id", "input_hash"]).to_pylist()
+    rows = pipeline.store.scan(pipeline.index, ["chunk_id", "doc_id", "input_hash"]).to_pylist()
     assert len(rows) == len({r["chunk_id"] for r in rows})
     return {r["chunk_id"]: (r["doc_id"], r["input_hash"]) for r in rows}
 
@@ -33,13 +33,13 @@ def doctor(workspace):
 def test_a_manual_restore_is_detected_and_repaired(make_pipeline, runner, workspace):
     pipeline = make_pipeline()
     pipeline.run("run-1", runner)
-    old_version = pipeline.store.open("handbook").version
+    old_version = pipeline.store.open(pipeline.index).version
     path = workspace["docs"] / "refunds.md"
     path.write_text(path.read_text() + "\n## Exceptions\n\nStatutory rights are unaffected.\n")
     pipeline.run("run-2", runner)
     expected = state(pipeline)
-    pipeline.store.open("handbook").restore(old_version)  # an operator rolls the table back
-    report = reconcile_index(pipeline.store, pipeline.tracking, "handbook")
+    pipeline.store.open(pipeline.index).restore(old_version)  # an operator rolls the table back
+    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
     assert report.chunk_mismatch == ["refunds.md"]
     code, health = doctor(workspace)
     assert code == 1 and not health["reconciled"] and health["chunk_mismatch"] == ["refunds.md"]
@@ -47,7 +47,7 @@ def test_a_manual_restore_is_detected_and_repaired(make_pipeline, runner, worksp
     out = pipeline.run("run-3", runner)  # nothing changed at the source, yet it repairs
     assert out["collect"].counts["new"] == 1
     assert state(pipeline) == expected
-    assert reconcile_index(pipeline.store, pipeline.tracking, "handbook").ok
+    assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
     code, health = doctor(workspace)
     assert code == 0 and health["healthy"]
 
@@ -65,4 +65,4 @@ def test_a_lost_tracking_database_converges_without_reembedding(make_pipeline, r
     assert out["collect"].counts["deleted"] == 1
     after = state(pipeline)
     assert after == {k: v for k, v in before.items() if v[0] != "notes.txt"}
-    assert reconcile_index(pipeline.store, pipeline.tracking, "handbook").ok
+    assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok

@@ -10,6 +10,7 @@ import pytest
 from batch_pipeline.definitions import build_definitions
 from batch_pipeline.publish import evaluate_publish
 from batch_pipeline.sources.filesystem import FilesystemSource
+from tests.conftest import index_of
 from tests.test_dagster_assets import STAGES, stage_resources
 
 SENSOR_SETTINGS = "sensor: {window_seconds: 0, max_docs_per_run: 50}\n"
@@ -46,7 +47,9 @@ def run(defs, workspace, instance, request):
 def rows_by_doc(workspace, name="handbook"):
     import lancedb
 
-    table = lancedb.connect(str(workspace["home"] / "lancedb")).open_table(name)
+    table = lancedb.connect(str(workspace["home"] / "lancedb")).open_table(
+        index_of(workspace["config"], name)
+    )
     out = {}
     for row in (
         table.search().select(["doc_id", "chunk_id", "run_id", "embedded_at"]).limit(None).to_list()
@@ -157,8 +160,8 @@ def test_pending_changes_show_as_lag(workspace, make_pipeline):
     later = evaluate_publish(
         "handbook", source, first.cursor, now=5, window_seconds=30, max_docs=10
     )
-    pipeline.tracking.record_pending("handbook", later.pending_changes)
-    fresh = partition_freshness(pipeline.tracking, "handbook")
+    pipeline.tracking.record_pending(pipeline.index, later.pending_changes)
+    fresh = partition_freshness(pipeline.tracking, pipeline.index)
     assert fresh["pending_documents"] == 1
     assert fresh["lag_seconds"] >= 0 and fresh["oldest_source_change_pending"]
 
