@@ -30,8 +30,13 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
     except SourceUnavailableError as error:
         source_error = str(error)
     stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED))
+    live = pipeline.generations.live(pipeline.name)
+    generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
     return {
         "collection": pipeline.name,
+        "live_table": live["index_name"] if live else None,
+        "generation": pipeline.index,
+        "generation_state": generation["state"] if generation else "not built",
         "rows": stats.rows if stats else 0,
         "documents": stats.documents if stats else 0,
         "last_run_id": last["run_id"] if last else None,
