@@ -183,3 +183,28 @@ def test_drift_check_passes_untouched_and_names_a_corrupted_vector(make_pipeline
     report = drift_report(pipeline.store, pipeline.index, runner, sample=100, min_cosine=0.999)
     assert not report["passed"]
     assert report["drifted_chunks"] == [victim["chunk_id"]]
+
+
+def test_retired_generations_are_dropped_after_their_retention(workspace, runner):
+    from datetime import timedelta
+
+    from batch_pipeline.run_history import drop_expired_generations
+
+    configure(workspace, tolerance=1.0)
+    first = pipeline_for(workspace)
+    first.run("run-1", runner)
+    configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
+    second = pipeline_for(workspace)
+    second.run("run-2", lambda: runner_for(runner)(second.model))
+    assert second.review_generation(runner_for(runner))["decision"] == "promoted"
+    registry = second.generations
+    assert drop_expired_generations(second.store, registry, "handbook", timedelta(days=7)) == []
+    assert second.store.has_table(first.index)
+    assert drop_expired_generations(second.store, registry, "handbook", timedelta(0)) == [
+        first.index
+    ]
+    assert not second.store.has_table(first.index)
+    assert registry.get("handbook", first.fingerprint)["state"] == "dropped"
+    assert registry.audit_log("handbook")[-1]["action"] == "drop"
+    with pytest.raises(GenerationError, match="no retired generation"):
+        registry.rollback("handbook")
