@@ -83,7 +83,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     ],
                     key,
                 )
-                for key in pipeline.config.partition_keys()
+                for key in (c.name for c in pipeline.config.collections)
             ),
             default=(0.0, context.partition_key),
         )

@@ -198,7 +198,7 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
 
 def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     """Exit status 1 when any collection has a problem."""
-    names = [args.collection] if args.collection else ctx.config.partition_keys()
+    names = [args.collection] if args.collection else [c.name for c in ctx.config.collections]
     reports = [collection_health(ctx.pipeline(name)) for name in names]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))

@@ -189,6 +189,18 @@ class CollectionConfig(_Strict):
     source: SourceConfig
     chunking: ChunkingConfig = ChunkingConfig()
     evaluation: EvaluationConfig | None = None
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Partitions <name>-s00 ... each hold the documents whose doc-id hash falls "
+        "in that shard; all land into the collection's one table.",
+    )
+
+    def partition_keys(self) -> list[str]:
+        if self.shards == 1:
+            return [self.name]
+        return [f"{self.name}-s{shard:02d}" for shard in range(self.shards)]
 
     @field_validator("name")
     @classmethod
@@ -317,8 +329,18 @@ class PipelineConfig(_Strict):
         return value
 
     def partition_keys(self) -> list[str]:
-        """One Dagster partition per collection."""
-        return [collection.name for collection in self.collections]
+        """One Dagster partition per collection, or per shard of a sharded collection."""
+        return [key for collection in self.collections for key in collection.partition_keys()]
+
+    def locate(self, key: str) -> tuple["CollectionConfig", int | None]:
+        """The collection and shard of a partition key (shard None: the whole collection)."""
+        for collection in self.collections:
+            if key == collection.name:
+                return collection, None
+            if collection.shards > 1 and key in collection.partition_keys():
+                return collection, int(key.rsplit("-s", 1)[1])
+        known = ", ".join(self.partition_keys())
+        raise KeyError(f"unknown collection or partition {key!r}; configured: {known}")
 
     def collection(self, name: str) -> CollectionConfig:
         for collection in self.collections:

@@ -26,3 +26,8 @@ def staleness_key(input_hash: str, fingerprint: str) -> str:
 def generation_index(collection: str, fingerprint: str) -> str:
     """The table and tracking key of one collection's generation (one fingerprint)."""
     return f"{collection}__{fingerprint}"
+
+
+def shard_of(doc_id: str, shards: int) -> int:
+    """The shard a document belongs to: a stable hash of its id (the same on every machine)."""
+    return int(hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:8], 16) % shards

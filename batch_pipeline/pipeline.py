@@ -18,7 +18,7 @@ from batch_pipeline.collect import CollectLimits, CollectSummary, collect_docume
 from batch_pipeline.config import CollectionConfig, ConfigError, ModelConfig, PipelineConfig
 from batch_pipeline.evaluation import gate, load_eval_set, score_generation
 from batch_pipeline.execute import ExecuteSummary, execute_plan
-from batch_pipeline.fingerprint import generation_index, model_fingerprint
+from batch_pipeline.fingerprint import generation_index, model_fingerprint, shard_of
 from batch_pipeline.generations import (
     BUILDING,
     CANDIDATE,
@@ -32,7 +32,7 @@ from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
 from batch_pipeline.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.reconcile import reconcile_index
-from batch_pipeline.sources import DocumentSource, S3ClientFactory, make_source
+from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
 from batch_pipeline.staging import is_full_pass, prune_runs, stage_path
 from batch_pipeline.storage import StorageLocations
 from batch_pipeline.tracking import TrackingStore
@@ -67,9 +67,12 @@ class CollectionPipeline:
         s3_client: S3ClientFactory | None = None,
     ) -> None:
         try:
-            self.collection: CollectionConfig = config.collection(collection)
+            self.collection: CollectionConfig
+            self.collection, self.shard = config.locate(collection)
         except KeyError as error:
             raise ConfigError(str(error.args[0])) from None
+        # the partition key: the collection, or one shard of it ("<name>-s03")
+        self.partition = collection
         self.config = config
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)
@@ -79,6 +82,13 @@ class CollectionPipeline:
     @property
     def name(self) -> str:
         return self.collection.name
+
+    def owns(self, doc_id: str) -> bool:
+        """Whether a document belongs to this partition (always, unless sharded)."""
+        return self.shard is None or shard_of(doc_id, self.collection.shards) == self.shard
+
+    def covered_partitions(self) -> list[str]:
+        return self.collection.partition_keys() if self.shard is None else [self.partition]
 
     @cached_property
     def model(self) -> ResolvedModel:
@@ -97,8 +107,16 @@ class CollectionPipeline:
         return generation_index(self.name, self.fingerprint)
 
     @cached_property
-    def source(self) -> DocumentSource:
+    def collection_source(self) -> DocumentSource:
+        """The whole collection's source (what the publish sensor watches)."""
         return make_source(self.collection.source, self.s3_client)
+
+    @cached_property
+    def source(self) -> DocumentSource:
+        """This partition's documents: the whole source, or one shard's share of it."""
+        if self.shard is None:
+            return self.collection_source
+        return PartitionFilter(self.collection_source, self.owns, self.partition)
 
     def collect_limits(self) -> CollectLimits:
         limits = self.config.limits
@@ -121,19 +139,21 @@ class CollectionPipeline:
         )
 
     def path(self, run_id: str, stage: str) -> Path:
-        return stage_path(self.storage.staging_dir, self.name, run_id, stage)
+        return stage_path(self.storage.staging_dir, self.partition, run_id, stage)
 
     # ------------------------------------------------------------------- stages
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
         out = self.path(run_id, "collected")
-        landed = self.tracking.landed_documents(self.index)
+        landed = {
+            d: doc for d, doc in self.tracking.landed_documents(self.index).items() if self.owns(d)
+        }
         orphans: list[str] = []
         if doc_ids is None:  # a full run also repairs any drift between index and tracking
             report = reconcile_index(self.store, self.tracking, self.index)
             drifted = set(report.chunk_mismatch) | set(report.only_in_tracking)
             landed = {d: doc for d, doc in landed.items() if d not in drifted}
-            orphans = report.only_in_index
+            orphans = [d for d in report.only_in_index if self.owns(d)]
         summary: CollectSummary = collect_documents(
             self.source,
             landed,
@@ -170,7 +190,7 @@ class CollectionPipeline:
 
     def checkpoint_dir(self) -> Path:
         """Execute checkpoints, shared by the runs of one model fingerprint until landed."""
-        return self.storage.staging_dir / self.name / "checkpoints" / self.fingerprint
+        return self.storage.staging_dir / self.partition / "checkpoints" / self.fingerprint
 
     def execute(
         self,
@@ -203,7 +223,7 @@ class CollectionPipeline:
         ctx = LandingContext(
             collection=self.name,
             index=self.index,
-            partition=partition or self.name,
+            partition=partition or self.partition,
             run_id=run_id,
             model_name=self.model.name,
             fingerprint=self.fingerprint,
@@ -224,7 +244,9 @@ class CollectionPipeline:
                     timedelta(minutes=upkeep.threshold_version_retention_minutes),
                 )
             )
-        self.tracking.record_failures(self.index, summary.failures, run_id)
+            self.tracking.record_failures(self.index, summary.failures, run_id)
+            # under the lock: concurrent shard runs update the same generation record
+            self._track_generation(full_pass=is_full_pass(collected))
         self.tracking.record_run(
             run_id=run_id,
             collection=self.index,
@@ -240,8 +262,9 @@ class CollectionPipeline:
             table_version_before=version_before,
         )
         shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)  # landed: no longer needed
-        prune_runs(self.storage.staging_dir, self.name, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
-        self._track_generation(full_pass=is_full_pass(collected))
+        prune_runs(
+            self.storage.staging_dir, self.partition, {run_id, "checkpoints"}, KEEP_STAGING_RUNS
+        )
         return summary
 
     # -------------------------------------------------------------- generations
@@ -260,7 +283,10 @@ class CollectionPipeline:
     def _track_generation(self, full_pass: bool) -> None:
         record = self.generation()
         stats = self.store.stats(self.index)
-        full = bool(record["full_pass"]) or full_pass
+        passes = set(json.loads(record["full_passes"] or "[]"))
+        if full_pass:
+            passes |= set(self.covered_partitions())
+        full = passes >= set(self.collection.partition_keys())  # every shard had a full pass
         complete = generation_complete(full, self.tracking.freshness(self.index)["pending"])
         state = record["state"]
         if state == BUILDING and complete:
@@ -269,6 +295,7 @@ class CollectionPipeline:
             self.name,
             self.fingerprint,
             full_pass=full,
+            full_passes=json.dumps(sorted(passes)),
             complete=complete,
             state=state,
             rows=stats.rows if stats else 0,

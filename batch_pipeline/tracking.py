@@ -88,6 +88,7 @@ generations = sa.Table(
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("model_config", sa.Text, nullable=False),
     sa.Column("full_pass", sa.Boolean, nullable=False),
+    sa.Column("full_passes", sa.Text),  # JSON: partitions (shards) that had a full pass
     sa.Column("documents", sa.Integer, nullable=False),
     sa.Column("rows", sa.Integer, nullable=False),
     sa.Column("complete", sa.Boolean, nullable=False),

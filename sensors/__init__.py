@@ -9,5 +9,5 @@ from sensors.publish_sensor import build_publish_sensor
 def build_triggers(config: PipelineConfig):  # noqa: ANN201
     """The embedding job, one publish sensor per collection, and the nightly schedule."""
     job = build_embedding_job()
-    sensors = [build_publish_sensor(name, config, job) for name in config.partition_keys()]
+    sensors = [build_publish_sensor(c.name, config, job) for c in config.collections]
     return job, sensors, [build_nightly_schedule(config, job)]

@@ -96,3 +96,30 @@ class DocumentSource(ABC):
         result.deleted = sorted(set(previous) - set(current))
         result.state = current
         return result
+
+
+class PartitionFilter(DocumentSource):
+    """One shard's view of a source: only the documents `owns` accepts."""
+
+    def __init__(self, source: DocumentSource, owns, label: str) -> None:  # noqa: ANN001
+        self.inner = source
+        self.owns = owns
+        self.label = label
+        self.kind = source.kind
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()} [{self.label}]"
+
+    def list_entries(self) -> Iterator[SourceEntry]:
+        return (e for e in self.inner.list_entries() if self.owns(e.doc_id))
+
+    def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
+        return self.inner.entries_for([d for d in doc_ids if self.owns(d)])
+
+    def read(self, doc_id: str) -> RawDocument:
+        return self.inner.read(doc_id)
+
+    def read_many(
+        self, doc_ids: Iterable[str]
+    ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
+        return self.inner.read_many(doc_ids)
