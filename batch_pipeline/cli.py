@@ -134,9 +134,12 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
         ("rows", "ROWS"),
         ("documents", "DOCS"),
         ("stale_documents", "STALE"),
+        ("lag_seconds", "LAG S"),
         ("failing_documents", "FAILING"),
+        ("last_run_chunks_embedded", "EMBEDDED"),
         ("last_landed_at", "LAST LANDED"),
         ("last_run_id", "LAST RUN"),
+        ("generation_state", "GENERATION"),
         ("model", "MODEL"),
     ]
     table = [[h for _, h in columns]] + [

@@ -77,7 +77,10 @@ def test_status_counts_stale_documents(indexed):
     assert status["last_run_chunks_embedded"] > 0
     table = cli(indexed, "status")
     assert table.returncode == 0
-    assert table.stdout.splitlines()[0].split()[:4] == ["COLLECTION", "ROWS", "DOCS", "STALE"]
+    header = table.stdout.splitlines()[0]
+    assert header.split()[:4] == ["COLLECTION", "ROWS", "DOCS", "STALE"]
+    assert "LAG S" in header and "EMBEDDED" in header and "GENERATION" in header
+    assert " live " in table.stdout.splitlines()[1] + " "
     assert "run-1" in table.stdout
 
 
