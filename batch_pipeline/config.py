@@ -37,6 +37,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _relative_to_config(value: Path | None, info: ValidationInfo) -> Path | None:
+    """Relative paths in the file resolve against the config file's folder."""
+    if value is None:
+        return None
+    base = (info.context or {}).get("base_dir")
+    if base is not None and not value.is_absolute():
+        value = Path(base) / value
+    return value.resolve()
+
+
 class FilesystemSourceConfig(_Strict):
     """Documents read from a folder; the doc id is the path relative to that folder."""
 
@@ -44,13 +54,7 @@ class FilesystemSourceConfig(_Strict):
     path: Path = Field(description="Folder holding the documents; relative to the config file.")
     glob: str = Field(default="**/*.md", description="Glob pattern, relative to `path`.")
 
-    @field_validator("path")
-    @classmethod
-    def _resolve_path(cls, value: Path, info: ValidationInfo) -> Path:
-        base = (info.context or {}).get("base_dir")
-        if base is not None and not value.is_absolute():
-            value = Path(base) / value
-        return value.resolve()
+    _resolve_path = field_validator("path")(_relative_to_config)
 
 
 class S3SourceConfig(_Strict):
@@ -155,13 +159,7 @@ class ModelConfig(_Strict):
     document_prefix: str = Field(default="", description="Text put before every document input.")
     query_prefix: str = Field(default="", description="Text put before every search query.")
 
-    @field_validator("path")
-    @classmethod
-    def _resolve_path(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        base = (info.context or {}).get("base_dir")
-        if value is not None and base is not None and not value.is_absolute():
-            value = Path(base) / value
-        return value.resolve() if value is not None else None
+    _resolve_path = field_validator("path")(_relative_to_config)
 
 
 class EvaluationConfig(_Strict):
@@ -173,13 +171,7 @@ class EvaluationConfig(_Strict):
         default=0.02, ge=0, description="How much worse than live a candidate may score."
     )
 
-    @field_validator("path")
-    @classmethod
-    def _resolve_path(cls, value: Path, info: ValidationInfo) -> Path:
-        base = (info.context or {}).get("base_dir")
-        if base is not None and not value.is_absolute():
-            value = Path(base) / value
-        return value.resolve()
+    _resolve_path = field_validator("path")(_relative_to_config)
 
 
 class CollectionConfig(_Strict):

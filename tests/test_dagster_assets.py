@@ -116,24 +116,21 @@ def test_a_stage_rerun_alone_reads_its_upstreams_latest_output(workspace):
         assert metadata_of(rest, "vector_index")["documents_deleted"] == 1
 
 
-def test_dagster_definitions_validate_passes():
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dagster",
-            "definitions",
-            "validate",
-            "-m",
-            "batch_pipeline.definitions",
-        ],
+def validate_definitions(**env_overrides: str) -> subprocess.CompletedProcess:
+    """`dagster definitions validate` on the code location, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate"]
+        + ["-m", "batch_pipeline.definitions"],
         cwd=REPO,
-        env=env,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env_overrides},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_dagster_definitions_validate_passes():
+    result = validate_definitions()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful" in result.stdout + result.stderr
 
@@ -141,22 +138,6 @@ def test_dagster_definitions_validate_passes():
 def test_a_bad_config_fails_code_location_load_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("collections:\n  - name: Bad Name\n    source: {kind: filesystem, path: d}\n")
-    env = {**os.environ, "BATCH_PIPELINE_CONFIG": str(bad)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dagster",
-            "definitions",
-            "validate",
-            "-m",
-            "batch_pipeline.definitions",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = validate_definitions(BATCH_PIPELINE_CONFIG=str(bad))
     assert result.returncode != 0
     assert "collections[0].name" in result.stdout + result.stderr
