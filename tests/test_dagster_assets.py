@@ -141,3 +141,29 @@ def test_a_bad_config_fails_code_location_load_naming_the_field(tmp_path):
     result = validate_definitions(BATCH_PIPELINE_CONFIG=str(bad))
     assert result.returncode != 0
     assert "collections[0].name" in result.stdout + result.stderr
+
+
+def test_the_generation_asset_reports_its_decision_and_drift(workspace):
+    import json as _json
+
+    (workspace["root"] / "eval.jsonl").write_text(
+        _json.dumps({"query": "I forgot my password", "relevant": ["account/reset-password.md"]})
+    )
+    workspace["config"].write_text(
+        workspace["config"].read_text() + "    evaluation: {path: eval.jsonl, k: 3}\n"
+    )
+    defs = build_definitions(workspace["config"])
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.get_assets_def(n) for n in [*STAGES, "index_generation"]],
+            partition_key="handbook",
+            instance=instance,
+            resources=stage_resources(workspace),
+        )
+        assert result.success
+        meta = metadata_of(result, "index_generation")
+        assert meta["state"] == "live" and meta["complete"] is True
+        assert meta["decision"] == "live"
+        assert meta["candidate_recall_at_3"] == 1.0
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert checks["embedding_drift"].passed
