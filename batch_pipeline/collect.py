@@ -109,12 +109,13 @@ class _Collector:
         if self._quarantined(entry.doc_id, entry.version, None):
             return _row(entry, status=QUARANTINED)
         if entry.size is not None and entry.size > self.limits.max_document_bytes:
-            error = DocumentError(
-                "too_large",
-                f"{entry.size} bytes is over max_document_bytes ({self.limits.max_document_bytes})",
-            )
-            return _row(entry, **self._failed(entry, error.reason, error, None))
+            return _row(entry, **self._too_large(entry, entry.size, None))
         return None
+
+    def _too_large(self, entry: SourceEntry, size: int, digest: str | None) -> dict:
+        limit = self.limits.max_document_bytes
+        error = DocumentError("too_large", f"{size} bytes is over max_document_bytes ({limit})")
+        return self._failed(entry, error.reason, error, digest)
 
     def read(self, entries: list[SourceEntry]) -> Iterator[dict]:
         by_id = {entry.doc_id: entry for entry in entries}
@@ -130,12 +131,7 @@ class _Collector:
         if self._quarantined(doc_id, None, digest):
             return {"status": QUARANTINED, "content_hash": digest}
         if len(result.data) > self.limits.max_document_bytes:
-            error = DocumentError(
-                "too_large",
-                f"{len(result.data)} bytes is over max_document_bytes "
-                f"({self.limits.max_document_bytes})",
-            )
-            return self._failed(entry, error.reason, error, digest)
+            return self._too_large(entry, len(result.data), digest)
         try:
             text = decode_document(result.data)
         except DocumentError as error:
