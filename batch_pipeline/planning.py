@@ -158,12 +158,21 @@ def plan_stale_chunks(
     settings: PlanSettings,
     model: ResolvedModel,
     dtype_bytes: int = 4,
+    bucket_rows: int = 16384,
 ) -> PlanSummary:
-    """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`."""
+    """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`.
+
+    Memory stays bounded as the corpus grows: the packing reads only hashes and token counts;
+    the texts are then streamed into on-disk buckets of `bucket_rows` plan positions and
+    written out bucket by bucket in plan order (an external bucket sort).
+    """
+    import tempfile
+
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    from batch_pipeline.staging import StageWriter, read_table
+    from batch_pipeline.staging import StageWriter, read_batches, read_table
 
     plan_schema = pa.schema(
         [
@@ -173,25 +182,57 @@ def plan_stale_chunks(
             pa.field("token_count", pa.int32(), nullable=False),
         ]
     )
-    stale = read_table(
-        chunks_path, columns=["input_hash", "input_text", "token_count", "stale"]
-    ).filter(pc.field("stale"))
-    hashes = stale["input_hash"].to_pylist()
-    unique, batches, summary = plan_inputs(
-        hashes, stale["token_count"].to_pylist(), settings, model, dtype_bytes
+    keys = read_table(chunks_path, columns=["input_hash", "token_count", "stale"]).filter(
+        pc.field("stale")
     )
-    order = [unique[i] for batch in batches for i in batch.indices]
-    batch_index = [n for n, batch in enumerate(batches) for _ in batch.indices]
-    rows = stale.take(pa.array(order, pa.int64()))
-    with StageWriter(out_path, plan_schema) as writer:
-        writer.write_table(
-            pa.table(
-                {
-                    "batch_index": pa.array(batch_index, pa.int32()),
-                    "input_hash": rows["input_hash"],
-                    "input_text": rows["input_text"],
-                    "token_count": rows["token_count"],
-                }
-            )
-        )
+    hashes = keys["input_hash"].to_pylist()
+    unique, batches, summary = plan_inputs(
+        hashes, keys["token_count"].to_pylist(), settings, model, dtype_bytes
+    )
+    del keys
+    slot: dict[str, tuple[int, int]] = {}  # input hash -> (plan position, batch index)
+    for batch_index, batch in enumerate(batches):
+        for i in batch.indices:
+            slot[hashes[unique[i]]] = (len(slot), batch_index)
+    del hashes, unique, batches
+    bucket_schema = pa.schema([pa.field("position", pa.int64()), *plan_schema])
+    with tempfile.TemporaryDirectory(dir=Path(out_path).parent) as tmp:
+        buckets: dict[int, list[dict]] = {}
+        writers: dict[int, pq.ParquetWriter] = {}
+
+        def flush(bucket: int) -> None:
+            if bucket not in writers:
+                writers[bucket] = pq.ParquetWriter(
+                    Path(tmp) / f"{bucket:06d}.parquet", bucket_schema
+                )
+            writers[bucket].write_table(pa.Table.from_pylist(buckets.pop(bucket), bucket_schema))
+
+        columns = ["input_hash", "input_text", "token_count", "stale"]
+        for record_batch in read_batches(chunks_path, columns):
+            for row in record_batch.to_pylist():
+                found = slot.pop(row["input_hash"], None) if row["stale"] else None
+                if found is None:
+                    continue  # not stale, or a duplicate already placed
+                position, batch_index = found
+                bucket = position // bucket_rows
+                buckets.setdefault(bucket, []).append(
+                    {
+                        "position": position,
+                        "batch_index": batch_index,
+                        "input_hash": row["input_hash"],
+                        "input_text": row["input_text"],
+                        "token_count": row["token_count"],
+                    }
+                )
+                if len(buckets[bucket]) >= 1024:
+                    flush(bucket)
+        for bucket in list(buckets):
+            flush(bucket)
+        for writer in writers.values():
+            writer.close()
+        with StageWriter(out_path, plan_schema) as out:
+            for bucket in sorted(writers):
+                part = pq.read_table(Path(tmp) / f"{bucket:06d}.parquet")
+                part = part.sort_by("position").drop_columns(["position"])
+                out.write_table(part)
     return summary

@@ -75,3 +75,40 @@ def test_memory_budget_grows_with_free_memory_and_fits(model):
     assert worst <= 0.5 * 80 * 2**30
     # attention grows with the square of the length
     assert activation_bytes(1, 512, model, 2) > 2 * activation_bytes(1, 256, model, 2)
+
+
+def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path, model):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from batch_pipeline.planning import plan_stale_chunks
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(5000):
+        text = f"text {i % 4500}"  # 500 duplicates
+        rows.append(
+            {
+                "input_hash": f"h{i % 4500:05d}",
+                "input_text": text,
+                "token_count": rng.randint(3, 256),
+                "stale": i % 7 != 0,
+            }
+        )
+    for row in rows:  # a duplicate's token count is its original's
+        row["token_count"] = 3 + int(row["input_hash"][1:]) % 250
+    chunks = tmp_path / "chunks.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), chunks)
+    summary = plan_stale_chunks(
+        chunks, tmp_path / "plan.parquet", PlanSettings(2048, 64), model, bucket_rows=100
+    )
+    plan = pq.read_table(tmp_path / "plan.parquet").to_pylist()
+    stale = {r["input_hash"] for r in rows if r["stale"]}
+    assert sorted(r["input_hash"] for r in plan) == sorted(stale)  # each exactly once
+    assert summary.inputs == len(stale)
+    batches = [r["batch_index"] for r in plan]
+    assert batches == sorted(batches)
+    for r in plan:
+        assert r["input_text"] == f"text {int(r['input_hash'][1:])}"
+    counts = [r["token_count"] for r in plan]
+    assert counts == sorted(counts)  # sorted by length
