@@ -87,7 +87,7 @@ def test_status_counts_stale_documents(indexed):
 def test_unknown_collection_and_empty_index_are_clear_errors(workspace):
     result = cli(workspace, "search", "x", "--collection", "nope")
     assert result.returncode == 2
-    assert "unknown collection 'nope'" in result.stderr
+    assert "unknown collection or partition 'nope'" in result.stderr
     result = cli(workspace, "search", "x", "--collection", "handbook")
     assert result.returncode == 2
     assert "has no live generation yet" in result.stderr

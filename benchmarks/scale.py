@@ -1,0 +1,155 @@
+"""Memory and time at scale: collect, prepare and plan over synthetic collections.
+
+    python benchmarks/scale.py --sizes 10000,50000,200000 [--json-out scale.json]
+
+Each size runs in a fresh subprocess (so peak RSS is that size's own): it writes N synthetic
+Markdown documents (about five chunks each), runs collect -> prepare -> plan into a temporary
+home, and reports seconds and peak RSS per stage. No model is loaded: these stages need only
+the tokenizer. It then marks every document as landed in the tracking store (as a land would,
+without embedding a million chunks on a CPU) and times a no-op refresh: a full collect that
+finds nothing changed, so prepare and plan have nothing to do and no forward pass runs.
+"""
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = (
+    "account billing invoice password workspace channel ticket policy retention export "
+    "member admin guest security audit token webhook integration refund plan seat storage "
+    "message search notification session device region backup encryption request limit "
+    "the a to of and in for with on by is are be can will your our this that when after"
+).split()
+
+
+def make_corpus(root: Path, documents: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    written = 0
+    for n in range(documents):
+        folder = root / f"part-{n // 1000:04d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        sections = []
+        for s in range(rng.randint(3, 7)):
+            sentences = [
+                " ".join(rng.choices(WORDS, k=rng.randint(8, 18))).capitalize() + "."
+                for _ in range(rng.randint(6, 12))
+            ]
+            sections.append(f"## Section {s}\n\n" + " ".join(sentences))
+        text = f"# Document {n}\n\n" + "\n\n".join(sections) + "\n"
+        (folder / f"doc-{n:07d}.md").write_text(text)
+        written += len(text)
+    return written
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_size(documents: int) -> dict:
+    import pyarrow.parquet as pq
+
+    from batch_pipeline.config import parse_config
+    from batch_pipeline.pipeline import CollectionPipeline
+    from batch_pipeline.planning import PlanSettings
+    from batch_pipeline.storage import resolve_storage
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        started = time.perf_counter()
+        size = make_corpus(root / "docs", documents)
+        generated = time.perf_counter() - started
+        config = parse_config(
+            {
+                "collections": [
+                    {"name": "synthetic", "source": {"kind": "filesystem", "path": "docs"}}
+                ]
+            },
+            base_dir=root,
+        )
+        pipeline = CollectionPipeline(config, resolve_storage(str(root / "home")), "synthetic")
+        figures: dict = {
+            "documents": documents,
+            "corpus_mib": round(size / 2**20, 1),
+            "generate_seconds": round(generated, 1),
+        }
+        rss_before = peak_rss_mib()
+        for stage in ("collect", "prepare", "plan"):
+            t0 = time.perf_counter()
+            if stage == "collect":
+                out = pipeline.collect("bench")
+            elif stage == "prepare":
+                out = pipeline.prepare("bench", collected)
+            else:
+                out = pipeline.plan("bench", chunks, PlanSettings())
+            figures[f"{stage}_seconds"] = round(time.perf_counter() - t0, 1)
+            figures[f"{stage}_peak_rss_mib"] = round(peak_rss_mib(), 1)
+            if stage == "collect":
+                collected = out.path
+            elif stage == "prepare":
+                chunks = out.path
+                figures["chunks"] = out.summary.chunks
+        figures["peak_rss_mib"] = round(peak_rss_mib(), 1)
+        figures["rss_before_stages_mib"] = round(rss_before, 1)
+
+        # As if landed: record every document in the tracking store, then refresh.
+        docs = pq.read_table(collected, columns=["doc_id", "content_hash", "source_version"])
+        pipeline.tracking.record_landed(
+            pipeline.index,
+            [
+                {**row, "title": "", "fingerprint": pipeline.fingerprint, "chunk_count": 0}
+                for row in docs.to_pylist()
+            ],
+            [],
+            "bench",
+        )
+        t0 = time.perf_counter()
+        refresh = pipeline.collect("refresh", None)
+        chunks2 = pipeline.prepare("refresh", refresh.path)
+        plan2 = pipeline.plan("refresh", chunks2.path, PlanSettings())
+        noop = time.perf_counter() - t0
+        figures["noop_unchanged"] = refresh.summary.counts.get("unchanged", 0)
+        figures["noop_inputs_planned"] = plan2.summary.inputs
+        figures["noop_seconds"] = round(noop, 2)
+        figures["noop_seconds_per_10k_docs"] = round(noop / documents * 10_000, 2)
+        return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="10000,50000,200000")
+    parser.add_argument("--json-out")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_size(args.one)))
+        return 0
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        child = subprocess.run(
+            [sys.executable, __file__, "--one", str(size)], capture_output=True, text=True
+        )
+        if child.returncode != 0:
+            print(child.stderr[-3000:], file=sys.stderr)
+            return child.returncode
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        r = results[-1]
+        print(
+            f"{r['documents']:>8} docs {r['chunks']:>9} chunks  collect {r['collect_seconds']:>7}s"
+            f"  prepare {r['prepare_seconds']:>7}s  plan {r['plan_seconds']:>6}s  "
+            f"peak RSS {r['peak_rss_mib']:>7} MiB  no-op {r['noop_seconds_per_10k_docs']}s/10k",
+            flush=True,
+        )
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
