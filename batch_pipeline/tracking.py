@@ -190,8 +190,21 @@ class TrackingStore:
 
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.engine = _engine(url)
-        metadata.create_all(self.engine)
-        self._add_missing_columns()
+        self._create_schema()
+
+    def _create_schema(self) -> None:
+        """Create missing tables and columns; safe when several processes start at once."""
+        for attempt in range(10):
+            try:
+                metadata.create_all(self.engine)
+                self._add_missing_columns()
+                return
+            except sa.exc.DBAPIError as error:  # another process created it first
+                text = str(error).lower()
+                racing = "already exists" in text or "duplicate" in text
+                if not racing or attempt == 9:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
 
     def _add_missing_columns(self) -> None:
         """Forward-only migration: add nullable columns that newer versions introduced."""

@@ -141,3 +141,21 @@ def test_many_small_runs_keep_fragments_and_versions_bounded(make_pipeline, runn
     assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
     hits = pipeline.store.open(pipeline.index).search().where("doc_id = 'notes.txt'").to_list()
     assert any("revision 199" in h["text"] for h in hits)
+
+
+def _open_tracking(url: str) -> None:
+    TrackingStore(url)
+
+
+def test_several_processes_can_create_the_tracking_schema_at_once(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")  # start together: the widest race
+    for attempt in range(5):
+        url = f"sqlite:///{tmp_path / f'race-{attempt}.db'}"
+        processes = [context.Process(target=_open_tracking, args=(url,)) for _ in range(4)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=120)
+        assert [p.exitcode for p in processes] == [0, 0, 0, 0]
