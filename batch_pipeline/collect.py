@@ -6,6 +6,7 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 `deleted`. A document that cannot be read or decoded is `failed`, with its reason.
 """
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -247,7 +248,10 @@ def collect_documents(
     """Classify the source's documents against `landed` and write them to `out_path`."""
     summary = CollectSummary()
     mode = b"targeted" if doc_ids is not None else b"full"
-    with StageWriter(out_path, COLLECTED_SCHEMA.with_metadata({b"mode": mode})) as writer:
+    # When collection started: land never overwrites what another run landed after this.
+    started = str(time.time()).encode()
+    schema = COLLECTED_SCHEMA.with_metadata({b"mode": mode, b"collected_at": started})
+    with StageWriter(out_path, schema) as writer:
         for row in classify_documents(
             source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed
         ):

@@ -9,20 +9,23 @@ A document some of whose chunks failed to embed is not landed at all (its previo
 and is recorded as failed, so a reader never sees a partial document.
 """
 
-from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
-from batch_pipeline.collect import DELETED, FAILED, QUARANTINED, UNCHANGED
+from batch_pipeline.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, UNCHANGED
 from batch_pipeline.faults import crash_point
 from batch_pipeline.reconcile import chunk_digest
-from batch_pipeline.staging import read_table
+from batch_pipeline.spill import BucketSpill, hash_buckets, scratch_dir
+from batch_pipeline.staging import StagePath, collected_at, read_batches, row_count
 from batch_pipeline.tracking import FailureRecord, TrackingStore
 from batch_pipeline.vector_store import VectorStore
 
 DOCS_PER_COMMIT = 500
+JOIN_BUCKET_ROWS = 16384  # vectors held at once while joining them onto chunks
 
 
 @dataclass
@@ -67,120 +70,249 @@ def land_documents(
     store: VectorStore,
     tracking: TrackingStore,
     ctx: LandingContext,
-    collected_path: Path,
-    chunks_path: Path,
-    embeddings_path: Path,
+    collected_path: StagePath | Path,
+    chunks_path: StagePath | Path,
+    embeddings_path: StagePath | Path,
 ) -> LandSummary:
+    """Land a run's documents, `DOCS_PER_COMMIT` at a time, in bounded memory.
+
+    The chunks file is streamed in document order with each stale chunk's vector joined onto
+    it from the embeddings file through an on-disk join (see `_vectors_in_chunk_order`). Each
+    group of documents is one table commit followed by its tracking record.
+    """
     summary = LandSummary()
-    collected = read_table(
-        collected_path,
-        ["doc_id", "status", "source_version", "content_hash", "title", "source_changed_at"],
-    ).to_pylist()
-    changed_at = {d["doc_id"]: d["source_changed_at"] for d in collected}
-    deleted = [d["doc_id"] for d in collected if d["status"] == DELETED]
-    chunks = read_table(chunks_path)
-    embeddings = read_table(embeddings_path)
-    vector_of = {key: i for i, key in enumerate(embeddings["input_hash"].to_pylist())}
-    vectors = (
-        embeddings["vector"].combine_chunks().flatten().to_numpy().reshape(-1, ctx.dimension)
-        if embeddings.num_rows
-        else np.zeros((0, ctx.dimension), np.float32)
-    )
-    embedded_at = embeddings["embedded_at"].to_pylist()
+    since = collected_at(collected_path)
+    changed_at: dict[str, float | None] = {}
+    deleted: list[str] = []
+    settled: list[str] = []
+    for batch in read_batches(collected_path, ["doc_id", "status", "source_changed_at"]):
+        for doc_id, status, changed in zip(
+            *(batch[c].to_pylist() for c in ("doc_id", "status", "source_changed_at")),
+            strict=True,
+        ):
+            if status in (NEW, CHANGED, DELETED):
+                changed_at[doc_id] = changed
+            if status == DELETED:
+                deleted.append(doc_id)
+            elif status in (FAILED, QUARANTINED):
+                settled.append(doc_id)
 
-    rows_by_doc: dict[str, list[dict]] = defaultdict(list)
-    for row in chunks.to_pylist():
-        rows_by_doc[row["doc_id"]].append(row)
+    def not_superseded(doc_ids: list[str]) -> list[str]:
+        """Drop documents another run landed newer content of since this run collected."""
+        current = tracking.landed_documents(ctx.index, doc_ids)
+        keep = []
+        for doc_id in doc_ids:
+            doc = current.get(doc_id)
+            if (
+                doc is not None
+                and doc.landed_at > since
+                and (
+                    doc_id in deleted_set
+                    or (doc.source_changed_at or 0) > (changed_at.get(doc_id) or 0)
+                )
+            ):
+                summary.documents_superseded += 1
+                continue
+            keep.append(doc_id)
+        return keep
 
-    # Another run may have landed newer content since this run collected: never go back.
-    collected_at = collected_path.stat().st_mtime
-    current = tracking.landed_documents(ctx.index)
+    deleted_set = set(deleted)
 
-    def superseded(doc_id: str) -> bool:
-        doc = current.get(doc_id)
-        if doc is None or doc.landed_at <= collected_at:
-            return False
-        return doc_id in deleted or (doc.source_changed_at or 0) > (changed_at.get(doc_id) or 0)
-
-    skipped = {d for d in [*rows_by_doc, *deleted] if superseded(d)}
-    summary.documents_superseded = len(skipped)
-    deleted = [d for d in deleted if d not in skipped]
-    for doc_id in skipped:
-        rows_by_doc.pop(doc_id, None)
-
-    landed_docs: list[dict] = []
-    doc_ids = list(rows_by_doc)
-    for start in range(0, max(len(doc_ids), 1), DOCS_PER_COMMIT):
-        group = doc_ids[start : start + DOCS_PER_COMMIT]
+    def commit(rows_by_doc: dict[str, list[dict]], removed: list[str]) -> None:
+        group = not_superseded(list(rows_by_doc))
+        removed = not_superseded(removed)
         reuse_ids = [r["chunk_id"] for d in group for r in rows_by_doc[d] if not r["stale"]]
         reused = {
             row["chunk_id"]: row for row in store.fetch_chunks(ctx.index, reuse_ids).to_pylist()
         }
         rows: list[dict] = []
-        ready: list[str] = []
+        landed_docs: list[dict] = []
         for doc_id in group:
-            doc_rows = _document_rows(
-                rows_by_doc[doc_id], reused, vector_of, vectors, embedded_at, ctx
-            )
+            doc_rows = _document_rows(rows_by_doc[doc_id], reused, ctx)
             if isinstance(doc_rows, FailureRecord):
                 summary.failures.append(doc_rows)
                 continue
-            ready.append(doc_id)
             rows.extend(doc_rows)
-            first = rows_by_doc[doc_id][0]
-            landed_docs.append(
-                {
-                    "doc_id": doc_id,
-                    "content_hash": first["content_hash"],
-                    "source_version": first["source_version"],
-                    "title": first["title"] or "",
-                    "fingerprint": ctx.fingerprint,
-                    "chunk_count": len(doc_rows),
-                    "chunk_digest": chunk_digest(
-                        (r["chunk_id"], r["input_hash"], r["model_fingerprint"]) for r in doc_rows
-                    ),
-                    "source_changed_at": changed_at.get(doc_id),
-                }
-            )
+            landed_docs.append(_landed_document(doc_id, doc_rows, changed_at.get(doc_id), ctx))
             summary.chunks_embedded += sum(r["stale"] for r in rows_by_doc[doc_id])
             summary.chunks_reused += sum(not r["stale"] for r in rows_by_doc[doc_id])
-        scope = ready + (deleted if start == 0 else [])
+        scope = [d["doc_id"] for d in landed_docs] + removed
         if not scope:
-            continue
+            return
         before = store.chunk_keys(ctx.index, scope)
-        summary.table_version = store.replace_documents(ctx.index, rows, scope, ctx.dimension)
+        summary.table_version = store.replace_documents(
+            ctx.index, rows, scope, ctx.dimension, replaces_nothing=not before
+        )
         crash_point("land", "commit")  # tests only: the index has it, tracking does not yet
-        kept = {r["chunk_id"] for r in rows}
-        summary.chunks_removed += len(set(before) - kept)
+        tracking.record_landed(ctx.index, landed_docs, removed, ctx.run_id)
+        summary.chunks_removed += len(set(before) - {r["chunk_id"] for r in rows})
         summary.chunks_written += len(rows)
-        summary.documents_landed += len(ready)
-    summary.documents_deleted = len(deleted)
+        summary.documents_landed += len(landed_docs)
+        summary.documents_deleted += len(removed)
+
+    finished: set[str] = set()
+    group: dict[str, list[dict]] = {}
+    with scratch_dir(chunks_path) as tmp:
+        for row in _vectors_in_chunk_order(chunks_path, embeddings_path, ctx.dimension, tmp):
+            doc_id = row["doc_id"]
+            if doc_id not in group:
+                if doc_id in finished:
+                    raise RuntimeError(f"chunks of {doc_id!r} are not together in {chunks_path}")
+                if len(group) >= DOCS_PER_COMMIT:
+                    commit(group, [])
+                    finished.update(group)
+                    group = {}
+                group[doc_id] = []
+            group[doc_id].append(row)
+    if group:
+        commit(group, [])
+    for start in range(0, len(deleted), DOCS_PER_COMMIT):
+        commit({}, deleted[start : start + DOCS_PER_COMMIT])
     if summary.table_version is None:
         table = store.open(ctx.index)
         summary.table_version = table.version if table is not None else None
 
-    settled = [f.doc_id for f in summary.failures] + [
-        d["doc_id"] for d in collected if d["status"] in (FAILED, QUARANTINED)
-    ]
-    tracking.record_landed(ctx.index, landed_docs, deleted, ctx.run_id, settled)
-    tracking.update_source_versions(
-        ctx.index,
-        {
-            d["doc_id"]: d["source_version"]
-            for d in collected
-            if d["status"] == UNCHANGED and d["source_version"]
-        },
-    )
+    # Failed documents keep their previous rows; their pending changes are settled.
+    settled += [f.doc_id for f in summary.failures]
+    tracking.record_landed(ctx.index, [], [], ctx.run_id, settled)
+    for batch in read_batches(collected_path, ["doc_id", "status", "source_version"]):
+        tracking.update_source_versions(
+            ctx.index,
+            {
+                doc_id: version
+                for doc_id, status, version in zip(
+                    *(batch[c].to_pylist() for c in ("doc_id", "status", "source_version")),
+                    strict=True,
+                )
+                if status == UNCHANGED and version
+            },
+        )
     return summary
 
 
+def _landed_document(
+    doc_id: str, doc_rows: list[dict], changed_at: float | None, ctx: LandingContext
+) -> dict:
+    first = doc_rows[0]
+    return {
+        "doc_id": doc_id,
+        "content_hash": first["content_hash"],
+        "source_version": first["source_version"],
+        "title": first["title"] or "",
+        "fingerprint": ctx.fingerprint,
+        "chunk_count": len(doc_rows),
+        "chunk_digest": chunk_digest(
+            (r["chunk_id"], r["input_hash"], r["model_fingerprint"]) for r in doc_rows
+        ),
+        "source_changed_at": changed_at,
+    }
+
+
+def _vectors_in_chunk_order(
+    chunks_path: StagePath | Path, embeddings_path: StagePath | Path, dim: int, tmp: str
+) -> Iterator[dict]:
+    """Each chunk row, in file order, with `vector` and `embedded_at` set on stale chunks.
+
+    An on-disk hash join in bounded memory: the vectors (in plan order) and the stale chunks'
+    input hashes are spilled into buckets by hash, joined bucket by bucket, and the matches
+    spilled again by chunk row number, so the chunks file can then be streamed once with each
+    range of rows meeting exactly one bucket of vectors. A vector that is missing (its batch
+    failed) leaves `vector` as None.
+    """
+    vector_type = pa.list_(pa.float32(), dim)
+    embedded = row_count(embeddings_path)
+    buckets = max(1, -(-embedded // JOIN_BUCKET_ROWS))
+    vectors = BucketSpill(
+        Path(tmp),
+        "vectors",
+        pa.schema(
+            [
+                ("input_hash", pa.string()),
+                ("vector", vector_type),
+                ("embedded_at", pa.timestamp("us", tz="UTC")),
+            ]
+        ),
+    )
+    for batch in read_batches(embeddings_path, ["input_hash", "vector", "embedded_at"]):
+        vectors.add(batch, hash_buckets(batch["input_hash"].to_pylist(), buckets))
+    vectors.close()
+
+    wanted = BucketSpill(
+        Path(tmp), "wanted", pa.schema([("row", pa.int64()), ("input_hash", pa.string())])
+    )
+    offset = 0
+    for batch in read_batches(chunks_path, ["input_hash", "stale"]):
+        stale = np.flatnonzero(batch["stale"].to_numpy(zero_copy_only=False))
+        hashes = batch["input_hash"].take(pa.array(stale))
+        part = pa.table({"row": pa.array(stale + offset, pa.int64()), "input_hash": hashes})
+        wanted.add(part, hash_buckets(hashes.to_pylist(), buckets))
+        offset += batch.num_rows
+    wanted.close()
+
+    found = BucketSpill(
+        Path(tmp),
+        "found",
+        pa.schema(
+            [
+                ("row", pa.int64()),
+                ("vector", vector_type),
+                ("embedded_at", pa.timestamp("us", tz="UTC")),
+            ]
+        ),
+    )
+    for bucket in wanted.buckets():
+        need = wanted.read(bucket)
+        have = vectors.read(bucket)
+        index = {h: i for i, h in enumerate(have["input_hash"].to_pylist())}
+        pairs = [
+            (r, index.get(h))
+            for r, h in zip(need["row"].to_pylist(), need["input_hash"].to_pylist(), strict=True)
+        ]
+        pairs = [(r, i) for r, i in pairs if i is not None]
+        if not pairs:
+            continue
+        rows = np.array([r for r, _ in pairs], dtype=np.int64)
+        take = pa.array([i for _, i in pairs], pa.int64())
+        part = pa.table(
+            {
+                "row": pa.array(rows),
+                "vector": have["vector"].take(take),
+                "embedded_at": have["embedded_at"].take(take),
+            }
+        )
+        found.add(part, rows // JOIN_BUCKET_ROWS)
+    found.close()
+
+    offset = 0
+    loaded_bucket, loaded = -1, None
+    for batch in read_batches(chunks_path):
+        rows = batch.to_pylist()
+        for i, row in enumerate(rows):
+            number = offset + i
+            row["vector"] = row["embedded_at"] = None
+            if not row["stale"]:
+                continue
+            bucket = number // JOIN_BUCKET_ROWS
+            if bucket != loaded_bucket:
+                table = found.read(bucket)
+                loaded_bucket = bucket
+                loaded = (
+                    dict(zip(table["row"].to_pylist(), range(table.num_rows), strict=True)),
+                    table["vector"].combine_chunks().flatten().to_numpy().reshape(-1, dim)
+                    if table.num_rows
+                    else np.zeros((0, dim), np.float32),
+                    table["embedded_at"].to_pylist(),
+                )
+            position = loaded[0].get(number)
+            if position is not None:
+                row["vector"] = loaded[1][position]
+                row["embedded_at"] = loaded[2][position]
+        offset += len(rows)
+        yield from rows
+
+
 def _document_rows(
-    chunk_rows: list[dict],
-    reused: dict[str, dict],
-    vector_of: dict[str, int],
-    vectors: np.ndarray,
-    embedded_at: list,
-    ctx: LandingContext,
+    chunk_rows: list[dict], reused: dict[str, dict], ctx: LandingContext
 ) -> list[dict] | FailureRecord:
     out = []
     for chunk in chunk_rows:
@@ -199,15 +331,14 @@ def _document_rows(
             "content_hash": chunk["content_hash"],
         }
         if chunk["stale"]:
-            position = vector_of.get(chunk["input_hash"])
-            if position is None:
+            if chunk["vector"] is None:
                 return _failure(chunk, "a chunk could not be embedded (see the execute stage)")
             base.update(
-                vector=vectors[position],
+                vector=chunk["vector"],
                 model_name=ctx.model_name,
                 model_fingerprint=ctx.fingerprint,
                 run_id=ctx.run_id,
-                embedded_at=embedded_at[position],
+                embedded_at=chunk["embedded_at"],
             )
         else:
             previous = reused.get(chunk["chunk_id"])

@@ -166,12 +166,11 @@ def plan_stale_chunks(
     the texts are then streamed into on-disk buckets of `bucket_rows` plan positions and
     written out bucket by bucket in plan order (an external bucket sort).
     """
-    import tempfile
-
+    import numpy as np
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
+    from batch_pipeline.spill import BucketSpill, scratch_dir
     from batch_pipeline.staging import StageWriter, read_batches, read_table
 
     plan_schema = pa.schema(
@@ -196,43 +195,39 @@ def plan_stale_chunks(
             slot[hashes[unique[i]]] = (len(slot), batch_index)
     del hashes, unique, batches
     bucket_schema = pa.schema([pa.field("position", pa.int64()), *plan_schema])
-    with tempfile.TemporaryDirectory(dir=Path(out_path).parent) as tmp:
-        buckets: dict[int, list[dict]] = {}
-        writers: dict[int, pq.ParquetWriter] = {}
-
-        def flush(bucket: int) -> None:
-            if bucket not in writers:
-                writers[bucket] = pq.ParquetWriter(
-                    Path(tmp) / f"{bucket:06d}.parquet", bucket_schema
-                )
-            writers[bucket].write_table(pa.Table.from_pylist(buckets.pop(bucket), bucket_schema))
-
+    with scratch_dir(out_path) as tmp:
+        spill = BucketSpill(Path(tmp), "plan", bucket_schema)
         columns = ["input_hash", "input_text", "token_count", "stale"]
         for record_batch in read_batches(chunks_path, columns):
-            for row in record_batch.to_pylist():
-                found = slot.pop(row["input_hash"], None) if row["stale"] else None
+            taken, positions, batch_indices = [], [], []
+            for i, (input_hash, stale) in enumerate(
+                zip(
+                    record_batch["input_hash"].to_pylist(),
+                    record_batch["stale"].to_pylist(),
+                    strict=True,
+                )
+            ):
+                found = slot.pop(input_hash, None) if stale else None
                 if found is None:
                     continue  # not stale, or a duplicate already placed
-                position, batch_index = found
-                bucket = position // bucket_rows
-                buckets.setdefault(bucket, []).append(
-                    {
-                        "position": position,
-                        "batch_index": batch_index,
-                        "input_hash": row["input_hash"],
-                        "input_text": row["input_text"],
-                        "token_count": row["token_count"],
-                    }
-                )
-                if len(buckets[bucket]) >= 1024:
-                    flush(bucket)
-        for bucket in list(buckets):
-            flush(bucket)
-        for writer in writers.values():
-            writer.close()
+                taken.append(i)
+                positions.append(found[0])
+                batch_indices.append(found[1])
+            if not taken:
+                continue
+            rows = pa.Table.from_batches([record_batch]).take(pa.array(taken, pa.int64()))
+            part = pa.table(
+                {
+                    "position": pa.array(positions, pa.int64()),
+                    "batch_index": pa.array(batch_indices, pa.int32()),
+                    "input_hash": rows["input_hash"],
+                    "input_text": rows["input_text"],
+                    "token_count": rows["token_count"],
+                }
+            )
+            spill.add(part, np.asarray(positions, dtype=np.int64) // bucket_rows)
+        spill.close()
         with StageWriter(out_path, plan_schema) as out:
-            for bucket in sorted(writers):
-                part = pq.read_table(Path(tmp) / f"{bucket:06d}.parquet")
-                part = part.sort_by("position").drop_columns(["position"])
-                out.write_table(part)
+            for bucket in spill.buckets():
+                out.write_table(spill.read_sorted(bucket, "position").drop_columns(["position"]))
     return summary

@@ -224,7 +224,10 @@ class TrackingStore:
 
     # ------------------------------------------------------------------ documents
 
-    def landed_documents(self, collection: str) -> dict[str, LandedDocument]:
+    def landed_documents(
+        self, collection: str, doc_ids: list[str] | None = None
+    ) -> dict[str, LandedDocument]:
+        """What tracking says is landed: every document, or only these `doc_ids`."""
         query = sa.select(
             documents.c.doc_id,
             documents.c.content_hash,
@@ -235,7 +238,13 @@ class TrackingStore:
             documents.c.source_changed_at,
         ).where(documents.c.collection == collection)
         with self.engine.connect() as conn:
-            return {row.doc_id: LandedDocument(*row) for row in conn.execute(query)}
+            if doc_ids is None:
+                return {row.doc_id: LandedDocument(*row) for row in conn.execute(query)}
+            found: dict[str, LandedDocument] = {}
+            for start in range(0, len(doc_ids), 500):
+                batch = query.where(documents.c.doc_id.in_(doc_ids[start : start + 500]))
+                found.update({row.doc_id: LandedDocument(*row) for row in conn.execute(batch)})
+            return found
 
     def record_landed(
         self,

@@ -126,15 +126,29 @@ class VectorStore:
         return pa.concat_tables(parts)
 
     def replace_documents(
-        self, collection: str, rows: list[dict], doc_ids: list[str], dim: int
+        self,
+        collection: str,
+        rows: list[dict],
+        doc_ids: list[str],
+        dim: int,
+        replaces_nothing: bool = False,
     ) -> int:
-        """Make `doc_ids`' rows exactly `rows`, in one commit. Returns the new table version."""
+        """Make `doc_ids`' rows exactly `rows`, in one commit. Returns the new table version.
+
+        `replaces_nothing` says the caller, holding the collection's landing lock, found no
+        rows of these documents: the commit is then a plain append, which costs the size of
+        `rows` rather than a join against the whole table (a first build's common case).
+        """
         table = self.ensure_table(collection, dim)
         if not doc_ids:
             return table.version
         data = pa.Table.from_pylist(rows, schema=table.schema)
         for attempt in range(COMMIT_RETRIES):
             try:
+                if replaces_nothing:
+                    if data.num_rows:
+                        table.add(data)
+                    break
                 (
                     table.merge_insert("chunk_id")
                     .when_matched_update_all()

@@ -1,0 +1,76 @@
+"""External partitioning on local scratch disk: how stages keep memory bounded at any size.
+
+A stage that must regroup more rows than it wants to hold (the plan's sort into batch order,
+land's join of vectors back onto chunks) spills them into numbered bucket files and then reads
+one bucket at a time. Buckets are Parquet files in a temporary folder that is removed on exit.
+"""
+
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from batch_pipeline.staging import StagePath, as_stage_path
+
+
+def hash_buckets(hex_digests: Iterable[str], buckets: int) -> np.ndarray:
+    """A bucket number per hex digest (an input hash), spread evenly by its leading bits."""
+    return np.fromiter((int(h[:12], 16) % buckets for h in hex_digests), dtype=np.int64)
+
+
+class BucketSpill:
+    """Rows of one schema spilled into bucket files; read back one whole bucket at a time."""
+
+    def __init__(self, directory: Path, name: str, schema: pa.Schema) -> None:
+        self.directory = Path(directory)
+        self.name = name
+        self.schema = schema
+        self._writers: dict[int, pq.ParquetWriter] = {}
+
+    def _path(self, bucket: int) -> Path:
+        return self.directory / f"{self.name}-{bucket:06d}.parquet"
+
+    def add(self, table: pa.Table | pa.RecordBatch, buckets: np.ndarray) -> None:
+        """Append each row of `table` to the bucket given for it in `buckets`."""
+        if not len(buckets):
+            return
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        order = np.argsort(buckets, kind="stable")
+        ordered = buckets[order]
+        table = table.take(pa.array(order)).cast(self.schema)
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        ends = np.r_[starts[1:], len(ordered)]
+        for start, end in zip(starts, ends, strict=True):
+            bucket = int(ordered[start])
+            if bucket not in self._writers:
+                self._writers[bucket] = pq.ParquetWriter(self._path(bucket), self.schema)
+            self._writers[bucket].write_table(table.slice(start, end - start))
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+
+    def buckets(self) -> list[int]:
+        return sorted(self._writers)
+
+    def read(self, bucket: int) -> pa.Table:
+        """One bucket's rows, in the order they were added (empty if none were)."""
+        if bucket not in self._writers:
+            return self.schema.empty_table()
+        return pq.read_table(self._path(bucket))
+
+    def read_sorted(self, bucket: int, column: str) -> pa.Table:
+        table = self.read(bucket)
+        return table.take(pc.sort_indices(table[column])) if table.num_rows else table
+
+
+def scratch_dir(near: StagePath | Path) -> tempfile.TemporaryDirectory:
+    """A temporary folder for spills: beside the stage file `near` when staging is local
+    (same disk), else in the system's temporary folder (`TMPDIR`)."""
+    local = as_stage_path(near).local_path
+    parent = local.parent if local is not None and local.parent.is_dir() else None
+    return tempfile.TemporaryDirectory(prefix="batch-pipeline-spill-", dir=parent)
