@@ -25,7 +25,7 @@ def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         """Every stale model input exactly once (duplicates folded), sorted by token length
         and packed into batches sized against the device's token/memory budget."""
         engine = pipeline.collection(context.partition_key)
-        chunks = upstream_path(context, dg.AssetKey("document_chunks"))
+        chunks = upstream_path(context, dg.AssetKey("document_chunks"), engine.staging)
         settings, width = inference.plan_settings(engine.model)
         output = engine.plan(context.run.run_id, chunks, settings, width)
         return dg.MaterializeResult(

@@ -27,7 +27,7 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         """One vector per planned input, computed batch by batch on the best device present
         (CUDA, then MPS, then CPU), in the plan's order."""
         engine = pipeline.collection(context.partition_key)
-        plan = upstream_path(context, dg.AssetKey("batch_plan"))
+        plan = upstream_path(context, dg.AssetKey("batch_plan"), engine.staging)
         output = engine.execute(context.run.run_id, plan, lambda: inference.runner(engine.model))
         for input_hash, reason in output.summary.failed_inputs.items():
             context.log.warning(f"input {input_hash[:12]} failed: {reason}")

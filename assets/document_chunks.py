@@ -22,7 +22,7 @@ def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         """Chunks of new and changed documents, cut with the model's tokenizer along headings
         and paragraphs, each with its stable id, exact model input and staleness flag."""
         engine = pipeline.collection(context.partition_key)
-        collected = upstream_path(context, dg.AssetKey("source_documents"))
+        collected = upstream_path(context, dg.AssetKey("source_documents"), engine.staging)
         output = engine.prepare(context.run.run_id, collected)
         for failure in output.summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")

@@ -5,18 +5,19 @@ reads the latest materialisation of the same partition. So a stage re-run on its
 retry from failure in a new run) reads exactly what its upstream last produced.
 """
 
-from pathlib import Path
-
 import dagster as dg
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from batch_pipeline.staging import StagePath, StagingArea, parquet_file
 
 
 class MissingUpstreamError(RuntimeError):
     """A stage ran before its upstream stage ever materialised this partition."""
 
 
-def upstream_path(context: dg.AssetExecutionContext, asset_key: dg.AssetKey) -> Path:
+def upstream_path(
+    context: dg.AssetExecutionContext, asset_key: dg.AssetKey, staging: StagingArea
+) -> StagePath:
     result = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]),
         limit=1,
@@ -30,7 +31,13 @@ def upstream_path(context: dg.AssetExecutionContext, asset_key: dg.AssetKey) -> 
     uri = materialization.metadata.get("dagster/uri") if materialization else None
     if uri is None:
         raise MissingUpstreamError(f"{asset_key.to_user_string()} recorded no dagster/uri")
-    path = Path(str(uri.value))
+    try:
+        path = staging.locate(str(uri.value))
+    except ValueError as error:
+        raise MissingUpstreamError(
+            f"{error}: the staging location changed since {asset_key.to_user_string()} ran; "
+            "re-materialise the upstream stage"
+        ) from None
     if not path.is_file():
         raise MissingUpstreamError(
             f"{path} from {asset_key.to_user_string()} no longer exists (staging was pruned); "
@@ -43,11 +50,11 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
 
 
-def parquet_metadata(path: Path) -> dict[str, object]:
+def parquet_metadata(path: StagePath) -> dict[str, object]:
     """`dagster/uri`, `dagster/row_count` and `dagster/column_schema` of a stage file."""
-    meta = pq.ParquetFile(path).metadata
+    meta = parquet_file(path).metadata
     return {
-        "dagster/uri": dg.MetadataValue.path(str(path)),
+        "dagster/uri": dg.MetadataValue.path(path.uri),
         "dagster/row_count": meta.num_rows,
         "dagster/column_schema": column_schema(meta.schema.to_arrow_schema()),
     }

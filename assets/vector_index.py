@@ -49,7 +49,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         engine = pipeline.collection(context.partition_key)
         run_id = context.run.run_id
         paths = {
-            stage: upstream_path(context, dg.AssetKey(stage))
+            stage: upstream_path(context, dg.AssetKey(stage), engine.staging)
             for stage in ("source_documents", "document_chunks", "chunk_embeddings")
         }
         dimension = engine.model.embedding_dimension

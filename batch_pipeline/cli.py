@@ -100,7 +100,7 @@ class _Context:
         self.config = load_config(args.config)
         self.storage = resolve_storage(args.home)
         self.tracking = TrackingStore(self.storage.tracking_url)
-        self.store = VectorStore(self.storage.lancedb_uri)
+        self.store = VectorStore(self.storage.lancedb_uri, self.storage.storage_options)
 
     def pipeline(self, name: str) -> CollectionPipeline:
         return CollectionPipeline(self.config, self.storage, name, self.tracking, self.store)

@@ -13,11 +13,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from batch_pipeline.faults import crash_point
 from batch_pipeline.inference import EmbeddingRunner, RunStats
-from batch_pipeline.staging import StageWriter, read_batches, read_table
+from batch_pipeline.staging import (
+    StagePath,
+    StageWriter,
+    as_stage_path,
+    read_batches,
+    read_table,
+)
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -58,7 +63,7 @@ class ExecuteSummary:
         }
 
 
-def _planned_batches(plan_path: Path) -> Iterator[tuple[list[str], list[str]]]:
+def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], list[str]]]:
     """(input hashes, input texts) per planned batch, streamed in plan order."""
     hashes: list[str] = []
     texts: list[str] = []
@@ -78,16 +83,20 @@ def _planned_batches(plan_path: Path) -> Iterator[tuple[list[str], list[str]]]:
         yield hashes, texts
 
 
-def _checkpointed(checkpoint_dir: Path, wanted: set[str], dimension: int) -> pa.Table:
+def _checkpointed(checkpoint_dir: StagePath, wanted: set[str], dimension: int) -> pa.Table:
     """Vectors of `wanted` inputs already written by earlier (interrupted) runs."""
     schema = embeddings_schema(dimension)
-    parts = sorted(Path(checkpoint_dir).glob("part-*.parquet"))
+    parts = [
+        checkpoint_dir.child(info)
+        for info in sorted(checkpoint_dir.files(), key=lambda info: info.path)
+        if info.base_name.startswith("part-") and info.base_name.endswith(".parquet")
+    ]
     tables = []
     for part in parts:
         try:
-            table = pq.read_table(part).cast(schema)
+            table = read_table(part).cast(schema)
         except (OSError, pa.ArrowInvalid):
-            continue  # a torn file cannot exist (atomic rename), but never trust it
+            continue  # a torn file cannot exist (written then moved), but never trust it
         keep = pc.is_in(table["input_hash"], pa.array(sorted(wanted), pa.string()))
         tables.append(table.filter(keep))
     if not tables:
@@ -100,11 +109,11 @@ def _checkpointed(checkpoint_dir: Path, wanted: set[str], dimension: int) -> pa.
 
 
 def execute_plan(
-    plan_path: Path,
-    out_path: Path,
+    plan_path: StagePath | Path,
+    out_path: StagePath | Path,
     get_runner: Callable[[], EmbeddingRunner],
     dimension: int,
-    checkpoint_dir: Path | None = None,
+    checkpoint_dir: StagePath | Path | None = None,
     checkpoint_every: int = 8,
 ) -> ExecuteSummary:
     """Embed the plan, checkpointing every `checkpoint_every` batches to `checkpoint_dir`.
@@ -117,7 +126,7 @@ def execute_plan(
     schema = embeddings_schema(dimension)
     planned = set(read_table(plan_path, ["input_hash"])["input_hash"].to_pylist())
     done = (
-        _checkpointed(checkpoint_dir, planned, dimension)
+        _checkpointed(as_stage_path(checkpoint_dir), planned, dimension)
         if checkpoint_dir is not None and planned
         else schema.empty_table()
     )
@@ -154,11 +163,9 @@ def execute_plan(
         nonlocal pending, checkpoints
         if checkpoint_dir is None or not pending:
             return
-        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        part = Path(checkpoint_dir) / f"part-{uuid.uuid4().hex}.parquet"
-        tmp = part.with_suffix(".tmp")
-        pq.write_table(pa.concat_tables(pending), tmp)
-        tmp.replace(part)
+        (as_stage_path(checkpoint_dir) / f"part-{uuid.uuid4().hex}.parquet").write_table(
+            pa.concat_tables(pending)
+        )
         pending = []
         checkpoints += 1
         crash_point("execute", checkpoints)

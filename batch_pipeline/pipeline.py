@@ -6,12 +6,10 @@ previous stage's Parquet file and writes its own under `staging/<collection>/<ru
 """
 
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from pathlib import Path
 
 from batch_pipeline.chunking import ChunkSettings
 from batch_pipeline.collect import CollectLimits, CollectSummary, collect_documents
@@ -33,7 +31,7 @@ from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
 from batch_pipeline.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
-from batch_pipeline.staging import is_full_pass, prune_runs, stage_path
+from batch_pipeline.staging import StagePath, is_full_pass
 from batch_pipeline.storage import StorageLocations
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -50,7 +48,7 @@ KEEP_STAGING_RUNS = 3
 
 @dataclass(frozen=True)
 class StageOutput:
-    path: Path
+    path: StagePath
     summary: object
 
 
@@ -76,7 +74,8 @@ class CollectionPipeline:
         self.config = config
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)
-        self.store = store or VectorStore(storage.lancedb_uri)
+        self.store = store or VectorStore(storage.lancedb_uri, storage.storage_options)
+        self.staging = storage.staging()
         self.s3_client = s3_client
 
     @property
@@ -138,8 +137,8 @@ class CollectionPipeline:
             document_prefix=self.model.document_prefix,
         )
 
-    def path(self, run_id: str, stage: str) -> Path:
-        return stage_path(self.storage.staging_dir, self.partition, run_id, stage)
+    def path(self, run_id: str, stage: str) -> StagePath:
+        return self.staging.stage_file(self.partition, run_id, stage)
 
     # ------------------------------------------------------------------- stages
 
@@ -168,7 +167,7 @@ class CollectionPipeline:
         self.tracking.record_pending(self.index, summary.changes)
         return StageOutput(out, summary)
 
-    def prepare(self, run_id: str, collected: Path) -> StageOutput:
+    def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
         out = self.path(run_id, "chunks")
         summary: PrepareSummary = prepare_chunks(
             collected,
@@ -182,20 +181,20 @@ class CollectionPipeline:
         return StageOutput(out, summary)
 
     def plan(
-        self, run_id: str, chunks: Path, settings: PlanSettings, dtype_bytes: int = 4
+        self, run_id: str, chunks: StagePath, settings: PlanSettings, dtype_bytes: int = 4
     ) -> StageOutput:
         out = self.path(run_id, "plan")
         summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
         return StageOutput(out, summary)
 
-    def checkpoint_dir(self) -> Path:
+    def checkpoint_dir(self) -> StagePath:
         """Execute checkpoints, shared by the runs of one model fingerprint until landed."""
-        return self.storage.staging_dir / self.partition / "checkpoints" / self.fingerprint
+        return self.staging.checkpoint_dir(self.partition, self.fingerprint)
 
     def execute(
         self,
         run_id: str,
-        plan: Path,
+        plan: StagePath,
         get_runner: Callable[[], EmbeddingRunner],
         checkpoint_every: int = 8,
     ) -> StageOutput:
@@ -214,9 +213,9 @@ class CollectionPipeline:
     def land(
         self,
         run_id: str,
-        collected: Path,
-        chunks: Path,
-        embeddings: Path,
+        collected: StagePath,
+        chunks: StagePath,
+        embeddings: StagePath,
         dimension: int,
         partition: str | None = None,
     ) -> LandSummary:
@@ -261,10 +260,8 @@ class CollectionPipeline:
             table_version=summary.table_version,
             table_version_before=version_before,
         )
-        shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)  # landed: no longer needed
-        prune_runs(
-            self.storage.staging_dir, self.partition, {run_id, "checkpoints"}, KEEP_STAGING_RUNS
-        )
+        self.checkpoint_dir().delete()  # landed: no longer needed
+        self.staging.prune_runs(self.partition, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
         return summary
 
     # -------------------------------------------------------------- generations

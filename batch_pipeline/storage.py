@@ -2,17 +2,24 @@
 
 Everything defaults to folders under `BATCH_PIPELINE_HOME` (default `.batch_pipeline` in the
 working directory). Each location can be overridden on its own by a URI or URL, so a LanceDB
-URI such as `s3://bucket/index` or a PostgreSQL SQLAlchemy URL needs no code change.
+URI such as `s3://bucket/index`, an `s3://bucket/staging` prefix or a PostgreSQL SQLAlchemy URL
+needs no code change. Object-store credentials and endpoints are LanceDB storage options, given
+as a JSON object in `BATCH_PIPELINE_STORAGE_OPTIONS`; staging on S3 uses the same options.
 """
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from batch_pipeline.config import ConfigError
+from batch_pipeline.staging import StagingArea
 
 HOME_ENV = "BATCH_PIPELINE_HOME"
 LANCEDB_URI_ENV = "BATCH_PIPELINE_LANCEDB_URI"
 TRACKING_URL_ENV = "BATCH_PIPELINE_TRACKING_URL"
 STAGING_DIR_ENV = "BATCH_PIPELINE_STAGING_DIR"
+STORAGE_OPTIONS_ENV = "BATCH_PIPELINE_STORAGE_OPTIONS"
 DEFAULT_HOME = ".batch_pipeline"
 
 
@@ -23,7 +30,27 @@ class StorageLocations:
     home: Path
     lancedb_uri: str
     tracking_url: str
-    staging_dir: Path
+    staging_dir: str  # a local folder or an object store prefix such as s3://bucket/staging
+    # object-store options for LanceDB and staging; they hold secrets, so never shown
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def staging(self) -> StagingArea:
+        return StagingArea(self.staging_dir, self.storage_options)
+
+
+def parse_storage_options(text: str | None, source: str = STORAGE_OPTIONS_ENV) -> dict[str, str]:
+    """A JSON object of string options, or a ConfigError that names where it came from."""
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"{source}: not valid JSON ({error.msg} at character {error.pos})"
+        ) from None
+    if not isinstance(options, dict):
+        raise ConfigError(f"{source}: must be a JSON object of option names to values")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
 
 
 def resolve_storage(
@@ -31,6 +58,7 @@ def resolve_storage(
     lancedb_uri: str | None = None,
     tracking_url: str | None = None,
     staging_dir: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> StorageLocations:
     """Explicit arguments win, then the environment, then folders under the home."""
     home_path = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
@@ -38,9 +66,12 @@ def resolve_storage(
     tracking = (
         tracking_url or os.environ.get(TRACKING_URL_ENV) or f"sqlite:///{home_path / 'tracking.db'}"
     )
-    staging = (
-        Path(staging_dir or os.environ.get(STAGING_DIR_ENV) or home_path / "staging")
-        .expanduser()
-        .resolve()
+    staging = staging_dir or os.environ.get(STAGING_DIR_ENV) or str(home_path / "staging")
+    if "://" not in staging:
+        staging = str(Path(staging).expanduser().resolve())
+    options = (
+        storage_options
+        if storage_options is not None
+        else parse_storage_options(os.environ.get(STORAGE_OPTIONS_ENV))
     )
-    return StorageLocations(home_path, lance, tracking, staging)
+    return StorageLocations(home_path, lance, tracking, staging, options)

@@ -15,8 +15,8 @@ class PipelineResource(dg.ConfigurableResource):
     """Loads the YAML configuration and opens the tracking store and the LanceDB index.
 
     Unset fields fall back to the environment (`BATCH_PIPELINE_CONFIG`, `BATCH_PIPELINE_HOME`,
-    `BATCH_PIPELINE_LANCEDB_URI`, `BATCH_PIPELINE_TRACKING_URL`, `BATCH_PIPELINE_STAGING_DIR`)
-    and then to folders under the pipeline home.
+    `BATCH_PIPELINE_LANCEDB_URI`, `BATCH_PIPELINE_TRACKING_URL`, `BATCH_PIPELINE_STAGING_DIR`,
+    `BATCH_PIPELINE_STORAGE_OPTIONS`) and then to folders under the pipeline home.
     """
 
     config_path: str | None = Field(
@@ -33,7 +33,9 @@ class PipelineResource(dg.ConfigurableResource):
         default=None, description="SQLAlchemy URL of the tracking store; default SQLite in home."
     )
     staging_dir: str | None = Field(
-        default=None, description="Folder for the stages' Parquet files; default <home>/staging."
+        default=None,
+        description="Folder or s3://... prefix for the stages' Parquet files; "
+        "default <home>/staging.",
     )
 
     _config: PipelineConfig = PrivateAttr()
@@ -47,7 +49,7 @@ class PipelineResource(dg.ConfigurableResource):
             self.home, self.lancedb_uri, self.tracking_url, self.staging_dir
         )
         self._tracking = TrackingStore(self._storage.tracking_url)
-        self._store = VectorStore(self._storage.lancedb_uri)
+        self._store = VectorStore(self._storage.lancedb_uri, self._storage.storage_options)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._tracking.dispose()

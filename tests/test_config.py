@@ -103,3 +103,19 @@ def test_storage_defaults_and_overrides(tmp_path, monkeypatch):
     storage = resolve_storage(str(tmp_path))
     assert storage.lancedb_uri == "s3://bucket/index"
     assert storage.tracking_url.startswith("postgresql+psycopg://")
+
+
+def test_storage_options_come_from_json_and_a_bad_value_names_the_variable(tmp_path, monkeypatch):
+    options = '{"aws_endpoint": "http://127.0.0.1:9", "allow_http": true}'
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", options)
+    monkeypatch.setenv("BATCH_PIPELINE_STAGING_DIR", "s3://bucket/staging")
+    storage = resolve_storage(str(tmp_path))
+    assert storage.storage_options == {"aws_endpoint": "http://127.0.0.1:9", "allow_http": "true"}
+    assert storage.staging_dir == "s3://bucket/staging"
+    assert "127.0.0.1:9" not in repr(storage)  # options hold credentials: never shown
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", "{not json")
+    with pytest.raises(ConfigError, match="BATCH_PIPELINE_STORAGE_OPTIONS: not valid JSON"):
+        resolve_storage(str(tmp_path))
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", '["a"]')
+    with pytest.raises(ConfigError, match="BATCH_PIPELINE_STORAGE_OPTIONS: must be a JSON object"):
+        resolve_storage(str(tmp_path))

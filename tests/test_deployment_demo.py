@@ -1,7 +1,9 @@
 """The production profile, locally: a Dagster daemon on PostgreSQL instance storage, the
 queued run coordinator, the default run launcher, and a 4-shard backfill with up to 4
-concurrent runs into one LanceDB table, with the tracking store on PostgreSQL too."""
+concurrent runs into one LanceDB table, with the tracking store on PostgreSQL too. The S3
+variant keeps the LanceDB table and every stage file on moto's S3 server on loopback."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,12 +13,14 @@ import time
 import uuid
 from pathlib import Path
 
+import boto3
 import dagster as dg
 import psycopg
 import pytest
 
 from batch_pipeline.generations import GenerationRegistry
 from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.staging import StagingArea
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
 from tests.conftest import index_of
@@ -39,8 +43,37 @@ def databases():
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases):
+def _s3_storage(endpoint: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A fresh bucket on the moto server: (environment for the pipeline, storage options)."""
+    bucket = f"bp-demo-{uuid.uuid4().hex[:8]}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
+    env = {
+        "BATCH_PIPELINE_LANCEDB_URI": f"s3://{bucket}/lancedb",
+        "BATCH_PIPELINE_STAGING_DIR": f"s3://{bucket}/staging",
+        "BATCH_PIPELINE_STORAGE_OPTIONS": json.dumps(options),
+    }
+    return env, options
+
+
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, storage, request):
     dagster_db, tracking_db = databases
+    storage_env, options = (
+        _s3_storage(request.getfixturevalue("moto_server")) if storage == "s3" else ({}, {})
+    )
     corpus(tmp_path / "docs")
     config = tmp_path / "pipeline.yaml"
     config.write_text(
@@ -76,6 +109,7 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases):
         "BATCH_PIPELINE_CONFIG": str(config),
         "BATCH_PIPELINE_HOME": str(home),
         "BATCH_PIPELINE_TRACKING_URL": tracking_url,
+        **storage_env,
     }
     log = (tmp_path / "daemon.log").open("w")
     daemon = subprocess.Popen(
@@ -126,7 +160,8 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases):
         instance.dispose()
 
         index = index_of(config)
-        store, tracking = VectorStore(str(home / "lancedb")), TrackingStore(tracking_url)
+        lancedb_uri = storage_env.get("BATCH_PIPELINE_LANCEDB_URI", str(home / "lancedb"))
+        store, tracking = VectorStore(lancedb_uri, options), TrackingStore(tracking_url)
         rows = store.scan(index, ["chunk_id", "doc_id", "partition"]).to_pylist()
         assert len(rows) == len({r["chunk_id"] for r in rows})  # no conflict lost or doubled
         assert {r["partition"] for r in rows} == set(partitions.split(","))  # every shard landed
@@ -136,6 +171,12 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases):
         live = GenerationRegistry(tracking).live("handbook")
         assert live["index_name"] == index and live["complete"]
         tracking.dispose()
+        if storage == "s3":  # nothing went to local disk: the table and stages are in S3
+            assert not (home / "lancedb").exists() and not (home / "staging").exists()
+            staging = StagingArea(storage_env["BATCH_PIPELINE_STAGING_DIR"], options)
+            for shard in partitions.split(","):
+                names = {f.base_name for f in (staging.root / shard).files(recursive=True)}
+                assert {"collected.parquet", "chunks.parquet", "embeddings.parquet"} <= names
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
