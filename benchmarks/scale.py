@@ -7,7 +7,8 @@ Markdown documents (about five chunks each), runs collect -> prepare -> plan int
 home, and reports seconds and peak RSS per stage. No model is loaded: these stages need only
 the tokenizer. It then lands the chunks with FAKE vectors (no model: a million forward passes
 on a CPU take hours) and times a no-op refresh: a full collect that finds nothing changed, so
-prepare and plan have nothing to do and no forward pass runs.
+prepare and plan have nothing to do and no forward pass runs. Land's time and peak RSS (with
+the fake vectors) are reported too: land joins vectors onto chunks on disk, so it stays bounded.
 """
 
 import argparse
@@ -169,14 +170,21 @@ def run_size(documents: int) -> dict:
 
         # Land with FAKE vectors (benchmark only: a million forward passes on a CPU take
         # hours), so that the index and tracking store hold what a real run leaves behind.
-        embeddings = pipeline.execute("bench", plan.path, lambda: FakeRunner(pipeline))
-        pipeline.land(
-            "bench",
-            collected.path,
-            chunks.path,
-            embeddings.path,
-            pipeline.model.embedding_dimension,
+        embeddings = timed(
+            "fake_execute",
+            lambda: pipeline.execute("bench", plan.path, lambda: FakeRunner(pipeline)),
         )
+        timed(
+            "land",
+            lambda: pipeline.land(
+                "bench",
+                collected.path,
+                chunks.path,
+                embeddings.path,
+                pipeline.model.embedding_dimension,
+            ),
+        )
+        figures["table_rows"] = pipeline.store.stats(pipeline.index).rows
         t0 = time.perf_counter()
         refresh = pipeline.collect("refresh")
         chunks2 = pipeline.prepare("refresh", refresh.path)
@@ -211,7 +219,8 @@ def main() -> int:
         print(
             f"{r['documents']:>8} docs {r['chunks']:>9} chunks  collect {r['collect_seconds']:>7}s"
             f"  prepare {r['prepare_seconds']:>7}s  plan {r['plan_seconds']:>6}s  "
-            f"peak RSS {r['peak_rss_mib']:>7} MiB  no-op {r['noop_seconds_per_10k_docs']}s/10k",
+            f"peak RSS {r['peak_rss_mib']:>7} MiB  land {r['land_seconds']:>7}s "
+            f"(peak RSS {r['land_peak_rss_mib']} MiB)  no-op {r['noop_seconds_per_10k_docs']}s/10k",
             flush=True,
         )
     if args.json_out:
