@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 WRITE_BATCH_ROWS = 512
+MAX_ROW_GROUP_ROWS = 16384  # what a reader holds at once
 
 # LanceDB's storage option names (what users already write for LanceDB) -> pyarrow's S3 names
 _S3_OPTION_NAMES = {
@@ -203,7 +204,7 @@ class StageWriter:
 
     def write_table(self, table: pa.Table) -> None:
         self.flush()
-        self._writer.write_table(table.cast(self.schema))
+        self._writer.write_table(table.cast(self.schema), row_group_size=MAX_ROW_GROUP_ROWS)
         self.rows += table.num_rows
 
     def flush(self) -> None:
@@ -239,7 +240,23 @@ def parquet_file(path: "StagePath | Path") -> pq.ParquetFile:
 def read_batches(
     path: "StagePath | Path", columns: list[str] | None = None, batch_rows: int = 2048
 ) -> Iterator[pa.RecordBatch]:
-    yield from parquet_file(path).iter_batches(batch_size=batch_rows, columns=columns)
+    """Record batches of at most `batch_rows` rows, in file order, a few row groups at a time.
+
+    (One `iter_batches` over the whole file keeps what it read until it is done, so its
+    memory grows with the file; reading runs of row groups of about `batch_rows` rows keeps
+    it flat. Writers cap row groups at `MAX_ROW_GROUP_ROWS`.)
+    """
+    file = parquet_file(path)
+    metadata = file.metadata
+    run: list[int] = []
+    rows = 0
+    for group in range(file.num_row_groups):
+        run.append(group)
+        rows += metadata.row_group(group).num_rows
+        if rows >= batch_rows or group == file.num_row_groups - 1:
+            table = file.read_row_groups(run, columns=columns).combine_chunks()
+            yield from table.to_batches(max_chunksize=batch_rows)
+            run, rows = [], 0
 
 
 def read_table(path: "StagePath | Path", columns: list[str] | None = None) -> pa.Table:

@@ -7,7 +7,13 @@ import boto3
 import pyarrow as pa
 import pytest
 
-from batch_pipeline.staging import StageWriter, StagingArea, read_batches, read_table
+from batch_pipeline.staging import (
+    StageWriter,
+    StagingArea,
+    parquet_file,
+    read_batches,
+    read_table,
+)
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -62,3 +68,16 @@ def test_pruning_keeps_the_newest_runs_and_the_ones_asked_for(area):
     }
     assert removed == 2  # run-2 and run-3
     assert runs == {"run-1", "run-4", "checkpoints"}
+
+
+def test_big_writes_are_cut_into_row_groups_and_read_back_in_bounded_batches(area):
+    path = area.stage_file("handbook", "run-1", "embeddings")
+    with StageWriter(path, pa.schema([("n", pa.int64())])) as writer:
+        writer.write_table(pa.table({"n": list(range(40_000))}))
+        for n in range(40_000, 40_700):
+            writer.write({"n": n})
+    groups = parquet_file(path).metadata
+    assert max(groups.row_group(i).num_rows for i in range(groups.num_row_groups)) <= 16384
+    batches = list(read_batches(path, batch_rows=1000))
+    assert max(b.num_rows for b in batches) <= 1000
+    assert [n for b in batches for n in b["n"].to_pylist()] == list(range(40_700))
