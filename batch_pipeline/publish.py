@@ -4,15 +4,51 @@ The cursor is JSON: `{"v": 1, "state": <the source's change state>, "pending": {
 Changes seen within `window_seconds` of the first pending one go into one run; at most
 `max_docs` documents per run. A source that cannot be reached leaves the cursor as it was.
 A missing or unreadable cursor starts over with a full reconciliation run.
+
+A listing source's state holds one entry per document, so for a big corpus it is kept out of
+the cursor: past `INLINE_STATE_BYTES` it is written to a content-addressed file in staging
+(`StateSnapshots`) and the cursor holds only its digest (`"state_ref"`). A new file is written
+only when the state changed, and the previous one is kept until the cursor has moved on, so a
+tick that fails after writing loses nothing. A missing snapshot resets like a bad cursor.
 """
 
+import gzip
 import hashlib
 import json
 from dataclasses import dataclass, field
 
 from batch_pipeline.sources import DocumentSource, SourceUnavailableError
+from batch_pipeline.staging import StagePath
 
 CURSOR_VERSION = 1
+INLINE_STATE_BYTES = 64 * 1024  # larger source states go to a snapshot file
+
+
+class StateSnapshots:
+    """Source states too big for a cursor, as gzipped JSON files named by their digest."""
+
+    def __init__(self, folder: StagePath) -> None:
+        self.folder = folder
+
+    def save(self, text: str) -> str:
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        path = self.folder / f"{digest}.json.gz"
+        if not path.is_file():
+            path.write_bytes(gzip.compress(text.encode(), compresslevel=6))
+        return digest
+
+    def load(self, digest: str) -> dict | None:
+        path = self.folder / f"{digest}.json.gz"
+        try:
+            state = json.loads(gzip.decompress(path.read_bytes()))
+        except (OSError, ValueError, EOFError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def prune(self, keep: set[str]) -> None:
+        for info in self.folder.files():
+            if info.base_name.removesuffix(".json.gz") not in keep:
+                self.folder.child(info).delete()
 
 
 @dataclass(frozen=True)
@@ -35,7 +71,7 @@ class PublishDecision:
     cursor_reset: bool = False
 
 
-def _parse(cursor: str | None) -> dict | None:
+def _parse(cursor: str | None, snapshots: StateSnapshots | None) -> dict | None:
     if not cursor:
         return None
     try:
@@ -44,9 +80,22 @@ def _parse(cursor: str | None) -> dict | None:
         return None
     if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
         return None
+    if isinstance(data.get("state_ref"), str) and snapshots is not None:
+        data["state"] = snapshots.load(data["state_ref"])
     if not isinstance(data.get("state"), dict) or not isinstance(data.get("pending"), dict):
         return None
     return data
+
+
+def _cursor(state: dict, pending: dict, previous: dict | None, snapshots) -> str:  # noqa: ANN001
+    """The next cursor, with the state inline or, when big, in a snapshot file."""
+    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+    if snapshots is None or len(text) <= INLINE_STATE_BYTES:
+        return json.dumps({"v": CURSOR_VERSION, "state": state, "pending": pending})
+    digest = snapshots.save(text)
+    before = (previous or {}).get("state_ref")
+    snapshots.prune({digest, before} if isinstance(before, str) else {digest})
+    return json.dumps({"v": CURSOR_VERSION, "state_ref": digest, "pending": pending})
 
 
 def _key(*parts: str) -> str:
@@ -60,15 +109,16 @@ def evaluate_publish(
     now: float,
     window_seconds: float,
     max_docs: int,
+    snapshots: StateSnapshots | None = None,
 ) -> PublishDecision:
-    previous = _parse(cursor)
+    previous = _parse(cursor, snapshots)
     try:
         changes = source.changes_since(previous["state"] if previous else None)
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
 
     if previous is None:  # first tick, or a cursor from an older version: start over
-        new_cursor = json.dumps({"v": CURSOR_VERSION, "state": changes.state, "pending": {}})
+        new_cursor = _cursor(changes.state, {}, None, snapshots)
         state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
         return PublishDecision(
             cursor=new_cursor,
@@ -115,5 +165,5 @@ def evaluate_publish(
         decision.skip_reason = f"{len(pending)} changed documents pending; run in {wait:.0f}s"
     else:
         decision.skip_reason = "no source changes"
-    decision.cursor = json.dumps({"v": CURSOR_VERSION, "state": changes.state, "pending": pending})
+    decision.cursor = _cursor(changes.state, pending, previous, snapshots)
     return decision

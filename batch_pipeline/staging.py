@@ -127,6 +127,19 @@ class StagePath:
         elif kind == pafs.FileType.Directory:
             self.filesystem.delete_dir(self.path)
 
+    def write_bytes(self, data: bytes) -> None:
+        """Write a small file atomically (a temporary name, then a move)."""
+        if self.local_path is not None:
+            self.local_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path + ".tmp"
+        with self.filesystem.open_output_stream(tmp, compression=None) as stream:
+            stream.write(data)
+        self.filesystem.move(tmp, self.path)
+
+    def read_bytes(self) -> bytes:
+        with self.filesystem.open_input_stream(self.path, compression=None) as stream:
+            return stream.read()
+
     def write_table(self, table: pa.Table) -> None:
         """Write one Parquet file atomically (a temporary name, then a move)."""
         with StageWriter(self, table.schema) as writer:
@@ -194,7 +207,7 @@ class StageWriter:
         parent = posixpath.dirname(self.path.path)
         if self.path.local_path is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
-        self._stream = self.path.filesystem.open_output_stream(self._tmp.path)
+        self._stream = self.path.filesystem.open_output_stream(self._tmp.path, compression=None)
         self._writer = pq.ParquetWriter(self._stream, schema)
 
     def write(self, row: dict) -> None:

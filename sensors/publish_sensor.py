@@ -7,7 +7,7 @@ from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.fingerprint import shard_of
-from batch_pipeline.publish import PlannedRun, evaluate_publish
+from batch_pipeline.publish import PlannedRun, StateSnapshots, evaluate_publish
 from resources.pipeline import PipelineResource
 
 TRIGGER_TAG = "batch_pipeline/trigger"
@@ -60,6 +60,7 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             now=time.time(),
             window_seconds=settings.window_seconds,
             max_docs=settings.max_docs_per_run,
+            snapshots=StateSnapshots(engine.staging.root / "sensor-state" / collection),
         )
         if decision.cursor_reset:
             context.log.warning("unreadable cursor: starting over with a full reconciliation")

@@ -105,6 +105,39 @@ def test_filesystem_sensor_embeds_only_what_changed(workspace):
         assert result.run_id in new_runs
 
 
+def test_a_big_source_state_lives_in_staging_and_the_cursor_stays_small(workspace, monkeypatch):
+    from batch_pipeline import publish
+
+    docs = workspace["docs"]
+    for n in range(300):
+        (docs / f"page-{n:03d}.md").write_text(f"# Page {n}\n\nBody {n}.\n")
+    monkeypatch.setattr(publish, "INLINE_STATE_BYTES", 1024)
+    defs = sensor_config(workspace, '{kind: filesystem, path: docs, glob: "**/*"}')
+    snapshots = workspace["home"] / "staging" / "sensor-state" / "handbook"
+    with dg.instance_for_test() as instance:
+        first = tick(defs, workspace, instance)
+        assert len(first.run_requests) == 1 and len(first.cursor) < 300  # a digest, no listing
+        assert "state" not in json.loads(first.cursor)
+        (docs / "page-007.md").write_text("# Page 7\n\nRewritten.\n")
+        (docs / "page-008.md").unlink()
+        changed = tick(defs, workspace, instance, first.cursor)
+        (request,) = changed.run_requests
+        assert request.run_config["ops"]["source_documents"]["config"] == {
+            "changed_doc_ids": ["page-007.md"],
+            "deleted_doc_ids": ["page-008.md"],
+        }
+        assert len(list(snapshots.iterdir())) == 2  # the new state and the one before it
+        quiet = tick(defs, workspace, instance, changed.cursor)
+        assert not quiet.run_requests
+        assert len(list(snapshots.iterdir())) == 1  # the cursor moved on: the older one went
+
+        for path in snapshots.iterdir():  # a lost snapshot: start over, like a bad cursor
+            path.unlink()
+        reset = tick(defs, workspace, instance, quiet.cursor)
+        (full,) = reset.run_requests
+        assert full.run_config["ops"]["source_documents"]["config"]["changed_doc_ids"] == []
+
+
 def test_unreachable_source_skips_without_advancing_the_cursor(workspace):
     defs = sensor_config(workspace, "{kind: filesystem, path: docs}")
     with dg.instance_for_test() as instance:
