@@ -158,20 +158,19 @@ def plan_stale_chunks(
     settings: PlanSettings,
     model: ResolvedModel,
     dtype_bytes: int = 4,
-    bucket_rows: int = 16384,
+    bucket_rows: int = 65536,
 ) -> PlanSummary:
     """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`.
 
-    Memory stays bounded as the corpus grows: the packing reads only hashes and token counts;
-    the texts are then streamed into on-disk buckets of `bucket_rows` plan positions and
-    written out bucket by bucket in plan order (an external bucket sort).
+    Memory stays bounded as the corpus grows: stale inputs are spilled into on-disk buckets by
+    input hash (so identical inputs meet in one bucket), about `bucket_rows` to a bucket, and
+    each bucket is de-duplicated, sorted by length and packed on its own, then written out.
+    Packing per bucket costs at most one part-filled batch per bucket.
     """
-    import numpy as np
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
-    import pyarrow.compute as pc
 
-    from batch_pipeline.spill import BucketSpill, scratch_dir
-    from batch_pipeline.staging import StageWriter, read_batches, read_table
+    from batch_pipeline.spill import BucketSpill, hash_buckets, scratch_dir
+    from batch_pipeline.staging import StageWriter, read_batches
 
     plan_schema = pa.schema(
         [
@@ -181,53 +180,42 @@ def plan_stale_chunks(
             pa.field("token_count", pa.int32(), nullable=False),
         ]
     )
-    keys = read_table(chunks_path, columns=["input_hash", "token_count", "stale"]).filter(
-        pc.field("stale")
+    input_schema = pa.schema([f for f in plan_schema if f.name != "batch_index"])
+    stale_rows = sum(
+        batch["stale"].to_numpy(zero_copy_only=False).sum()
+        for batch in read_batches(chunks_path, ["stale"], batch_rows=65536)
     )
-    hashes = keys["input_hash"].to_pylist()
-    unique, batches, summary = plan_inputs(
-        hashes, keys["token_count"].to_pylist(), settings, model, dtype_bytes
+    buckets = max(1, -(-int(stale_rows) // bucket_rows))
+    summary = PlanSummary(
+        token_budget=settings.token_budget, max_batch_size=settings.max_batch_size
     )
-    del keys
-    slot: dict[str, tuple[int, int]] = {}  # input hash -> (plan position, batch index)
-    for batch_index, batch in enumerate(batches):
-        for i in batch.indices:
-            slot[hashes[unique[i]]] = (len(slot), batch_index)
-    del hashes, unique, batches
-    bucket_schema = pa.schema([pa.field("position", pa.int64()), *plan_schema])
     with scratch_dir(out_path) as tmp:
-        spill = BucketSpill(Path(tmp), "plan", bucket_schema)
+        spill = BucketSpill(Path(tmp), "plan", input_schema)
         columns = ["input_hash", "input_text", "token_count", "stale"]
         for record_batch in read_batches(chunks_path, columns):
-            taken, positions, batch_indices = [], [], []
-            for i, (input_hash, stale) in enumerate(
-                zip(
-                    record_batch["input_hash"].to_pylist(),
-                    record_batch["stale"].to_pylist(),
-                    strict=True,
-                )
-            ):
-                found = slot.pop(input_hash, None) if stale else None
-                if found is None:
-                    continue  # not stale, or a duplicate already placed
-                taken.append(i)
-                positions.append(found[0])
-                batch_indices.append(found[1])
-            if not taken:
-                continue
-            rows = pa.Table.from_batches([record_batch]).take(pa.array(taken, pa.int64()))
-            part = pa.table(
-                {
-                    "position": pa.array(positions, pa.int64()),
-                    "batch_index": pa.array(batch_indices, pa.int32()),
-                    "input_hash": rows["input_hash"],
-                    "input_text": rows["input_text"],
-                    "token_count": rows["token_count"],
-                }
-            )
-            spill.add(part, np.asarray(positions, dtype=np.int64) // bucket_rows)
+            stale = record_batch.filter(record_batch["stale"]).drop_columns(["stale"])
+            spill.add(stale, hash_buckets(stale["input_hash"].to_pylist(), buckets))
         spill.close()
         with StageWriter(out_path, plan_schema) as out:
             for bucket in spill.buckets():
-                out.write_table(spill.read_sorted(bucket, "position").drop_columns(["position"]))
+                inputs = spill.read(bucket)
+                hashes = inputs["input_hash"].to_pylist()
+                unique, batches, part = plan_inputs(
+                    hashes, inputs["token_count"].to_pylist(), settings, model, dtype_bytes
+                )
+                order = [unique[i] for batch in batches for i in batch.indices]
+                numbers = [
+                    summary.batches + n for n, batch in enumerate(batches) for _ in batch.indices
+                ]
+                rows = inputs.take(pa.array(order, pa.int64()))
+                out.write_table(rows.add_column(0, "batch_index", pa.array(numbers, pa.int32())))
+                summary.inputs += part.inputs
+                summary.duplicates_folded += part.duplicates_folded
+                summary.batches += part.batches
+                summary.real_tokens += part.real_tokens
+                summary.padded_tokens += part.padded_tokens
+                summary.batch_sizes += part.batch_sizes
+                summary.largest_batch_bytes = max(
+                    summary.largest_batch_bytes, part.largest_batch_bytes
+                )
     return summary

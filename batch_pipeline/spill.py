@@ -6,6 +6,7 @@ one bucket at a time. Buckets are Parquet files in a temporary folder that is re
 """
 
 import tempfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,9 +18,9 @@ import pyarrow.parquet as pq
 from batch_pipeline.staging import StagePath, as_stage_path
 
 
-def hash_buckets(hex_digests: Iterable[str], buckets: int) -> np.ndarray:
-    """A bucket number per hex digest (an input hash), spread evenly by its leading bits."""
-    return np.fromiter((int(h[:12], 16) % buckets for h in hex_digests), dtype=np.int64)
+def hash_buckets(keys: Iterable[str], buckets: int) -> np.ndarray:
+    """A bucket number per key (an input hash): equal keys always share a bucket."""
+    return np.fromiter((zlib.crc32(k.encode()) % buckets for k in keys), dtype=np.int64)
 
 
 class BucketSpill:

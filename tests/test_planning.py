@@ -81,7 +81,7 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from batch_pipeline.planning import plan_stale_chunks
+    from batch_pipeline.planning import plan_inputs, plan_stale_chunks
 
     rng = random.Random(3)
     rows = []
@@ -100,7 +100,7 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
     chunks = tmp_path / "chunks.parquet"
     pq.write_table(pa.Table.from_pylist(rows), chunks)
     summary = plan_stale_chunks(
-        chunks, tmp_path / "plan.parquet", PlanSettings(2048, 64), model, bucket_rows=100
+        chunks, tmp_path / "plan.parquet", PlanSettings(2048, 64), model, bucket_rows=1000
     )
     plan = pq.read_table(tmp_path / "plan.parquet").to_pylist()
     stale = {r["input_hash"] for r in rows if r["stale"]}
@@ -110,5 +110,19 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
     assert batches == sorted(batches)
     for r in plan:
         assert r["input_text"] == f"text {int(r['input_hash'][1:])}"
-    counts = [r["token_count"] for r in plan]
-    assert counts == sorted(counts)  # sorted by length
+    by_batch: dict[int, list[int]] = {}
+    for r in plan:
+        by_batch.setdefault(r["batch_index"], []).append(r["token_count"])
+    for counts in by_batch.values():  # within budget and cap, shortest first
+        assert counts == sorted(counts)
+        assert len(counts) * max(counts) <= 2048 and len(counts) <= 64
+    # packed per on-disk bucket (about 1,000 inputs here), yet close to one global sort (at
+    # the default 65,536 inputs a bucket the loss measures under 0.1%)
+    _, _, whole = plan_inputs(
+        [r["input_hash"] for r in rows if r["stale"]],
+        [r["token_count"] for r in rows if r["stale"]],
+        PlanSettings(2048, 64),
+        model,
+    )
+    assert summary.batches > whole.batches  # it really packed bucket by bucket
+    assert summary.padding_efficiency > whole.padding_efficiency - 0.03
