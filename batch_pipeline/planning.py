@@ -158,7 +158,7 @@ def plan_stale_chunks(
     settings: PlanSettings,
     model: ResolvedModel,
     dtype_bytes: int = 4,
-    bucket_rows: int = 65536,
+    bucket_rows: int = 16384,
 ) -> PlanSummary:
     """Plan every stale chunk in `chunks_path` exactly once and write the plan to `out_path`.
 

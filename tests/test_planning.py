@@ -117,7 +117,7 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
         assert counts == sorted(counts)
         assert len(counts) * max(counts) <= 2048 and len(counts) <= 64
     # packed per on-disk bucket (about 1,000 inputs here), yet close to one global sort (at
-    # the default 65,536 inputs a bucket the loss measures under 0.1%)
+    # the default 16,384 inputs a bucket the loss measures about 0.3%)
     _, _, whole = plan_inputs(
         [r["input_hash"] for r in rows if r["stale"]],
         [r["token_count"] for r in rows if r["stale"]],
