@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from batch_pipeline.faults import crash_point
 from batch_pipeline.inference import EmbeddingRunner, RunStats
@@ -20,6 +18,7 @@ from batch_pipeline.staging import (
     StagePath,
     StageWriter,
     as_stage_path,
+    parquet_file,
     read_batches,
     read_table,
 )
@@ -83,29 +82,37 @@ def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], l
         yield hashes, texts
 
 
-def _checkpointed(checkpoint_dir: StagePath, wanted: set[str], dimension: int) -> pa.Table:
-    """Vectors of `wanted` inputs already written by earlier (interrupted) runs."""
+def _checkpoint_parts(checkpoint_dir: StagePath, dimension: int) -> list[StagePath]:
+    """Readable checkpoint files of earlier (interrupted) runs, oldest name first."""
     schema = embeddings_schema(dimension)
-    parts = [
-        checkpoint_dir.child(info)
-        for info in sorted(checkpoint_dir.files(), key=lambda info: info.path)
-        if info.base_name.startswith("part-") and info.base_name.endswith(".parquet")
-    ]
-    tables = []
-    for part in parts:
+    parts = []
+    for info in sorted(checkpoint_dir.files(), key=lambda info: info.path):
+        if not (info.base_name.startswith("part-") and info.base_name.endswith(".parquet")):
+            continue
+        part = checkpoint_dir.child(info)
         try:
-            table = read_table(part).cast(schema)
+            if parquet_file(part).schema_arrow.names == schema.names:
+                parts.append(part)
         except (OSError, pa.ArrowInvalid):
             continue  # a torn file cannot exist (written then moved), but never trust it
-        keep = pc.is_in(table["input_hash"], pa.array(sorted(wanted), pa.string()))
-        tables.append(table.filter(keep))
-    if not tables:
-        return schema.empty_table()
-    merged = pa.concat_tables(tables)
-    _, first = np.unique(
-        np.asarray(merged["input_hash"].to_pylist(), dtype=object), return_index=True
-    )
-    return merged.take(pa.array(np.sort(first)))
+    return parts
+
+
+def _write_resumed(
+    writer: StageWriter, parts: list[StagePath], wanted: set[str], dimension: int
+) -> int:
+    """Copy the checkpointed vectors of `wanted` inputs, each once, streaming the parts."""
+    schema = embeddings_schema(dimension)
+    written: set[str] = set()
+    for part in parts:
+        for record_batch in read_batches(part):
+            keys = record_batch["input_hash"].to_pylist()
+            keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
+            written.update(keys[i] for i in keep)
+            if keep:
+                rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
+                writer.write_table(rows.cast(schema))
+    return len(written)
 
 
 def execute_plan(
@@ -120,41 +127,52 @@ def execute_plan(
 
     Inputs found in checkpoints (from a run that was killed) are not embedded again, so a
     retry recomputes at most one checkpoint interval. An empty plan writes an empty file
-    without loading the model.
+    without loading the model. The plan is streamed: memory holds the batches in flight, not
+    the plan.
     """
     stats = RunStats()
     schema = embeddings_schema(dimension)
-    planned = set(read_table(plan_path, ["input_hash"])["input_hash"].to_pylist())
-    done = (
-        _checkpointed(as_stage_path(checkpoint_dir), planned, dimension)
-        if checkpoint_dir is not None and planned
-        else schema.empty_table()
+    parts = (
+        _checkpoint_parts(as_stage_path(checkpoint_dir), dimension)
+        if checkpoint_dir is not None
+        else []
     )
-    done_keys = set(done["input_hash"].to_pylist())
-    if not planned - done_keys:
+    done_keys = {k for part in parts for k in read_table(part, ["input_hash"])[0].to_pylist()}
+    resumed: set[str] = set()  # checkpointed inputs that this plan asks for
+    todo_count = 0
+    for record_batch in read_batches(plan_path, ["input_hash"], batch_rows=65536):
+        for key in record_batch["input_hash"].to_pylist():
+            if key in done_keys:
+                resumed.add(key)
+            else:
+                todo_count += 1
+    if not todo_count:
         with StageWriter(out_path, schema) as writer:
-            writer.write_table(done)
+            resumed_inputs = _write_resumed(writer, parts, resumed, dimension)
         return ExecuteSummary(
             stats=stats,
             device="none (nothing to embed)",
             dtype="none",
             dimension=dimension,
-            resumed_inputs=done.num_rows,
+            resumed_inputs=resumed_inputs,
         )
     runner = get_runner()
     if runner.dimension != dimension:
         raise RuntimeError(
             f"the loaded model embeds into {runner.dimension} dimensions, its files say {dimension}"
         )
-    keys: list[str] = []  # input hash by position in the plan
+    in_flight: dict[int, str] = {}  # plan position -> input hash, until its vector is back
+    next_position = 0
 
     def batches() -> Iterator[tuple[list[int], list[str]]]:
+        nonlocal next_position
         for hashes, texts in _planned_batches(plan_path):
             todo = [(h, t) for h, t in zip(hashes, texts, strict=True) if h not in done_keys]
             if todo:
-                start = len(keys)
-                keys.extend(h for h, _ in todo)
-                yield list(range(start, start + len(todo))), [t for _, t in todo]
+                positions = list(range(next_position, next_position + len(todo)))
+                next_position += len(todo)
+                in_flight.update(zip(positions, (h for h, _ in todo), strict=True))
+                yield positions, [t for _, t in todo]
 
     pending: list[pa.Table] = []
     checkpoints = 0
@@ -171,12 +189,12 @@ def execute_plan(
         crash_point("execute", checkpoints)
 
     with StageWriter(out_path, schema) as writer:
-        writer.write_table(done)
+        resumed_inputs = _write_resumed(writer, parts, resumed, dimension)
         for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
             now = datetime.now(UTC)
             table = pa.table(
                 {
-                    "input_hash": [keys[p] for p in positions],
+                    "input_hash": [in_flight.pop(p) for p in positions],
                     "vector": pa.FixedSizeListArray.from_arrays(
                         pa.array(vectors.reshape(-1)), runner.dimension
                     ),
@@ -194,6 +212,6 @@ def execute_plan(
         device=runner.device,
         dtype=runner.dtype,
         dimension=runner.dimension,
-        failed_inputs={keys[p]: reason for p, reason in stats.failed.items()},
-        resumed_inputs=done.num_rows,
+        failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
+        resumed_inputs=resumed_inputs,
     )
