@@ -44,8 +44,9 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
     ) -> dg.MaterializeResult:
         """The collection's chunks and vectors in LanceDB, one row per chunk, each carrying
         its doc id, chunk id, input hash, model and fingerprint, run id, embedding time and
-        source version. Stale and deleted chunks are removed in the same commit. The nightly
-        reconciliation also compacts the table and cleans up old versions."""
+        source version. A changed document's stale chunks go in the same commit as its new
+        ones; deleted documents' chunks are removed too. The nightly reconciliation also
+        compacts the table and cleans up old versions."""
         engine = pipeline.collection(context.partition_key)
         run_id = context.run.run_id
         paths = {

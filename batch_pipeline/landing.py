@@ -2,8 +2,10 @@
 
 For every new or changed document the table ends up holding exactly its current chunks: fresh
 vectors for stale chunks, carried-over vectors (with their original run, model and time) for
-unchanged ones. Stale chunks of changed documents and all chunks of deleted documents are
-removed in the same commit as the upserts. Replaying a run writes the same rows again.
+unchanged ones. A changed document's stale chunks are removed in the same commit that writes
+its new ones, so a reader never sees it half old, half new; deleted documents' chunks are
+removed in commits of their own. Documents land `DOCS_PER_COMMIT` to a commit, each commit
+followed by its tracking record. Replaying a run writes the same rows again.
 
 A document some of whose chunks failed to embed is not landed at all (its previous rows stay)
 and is recorded as failed, so a reader never sees a partial document.
