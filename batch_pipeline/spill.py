@@ -1,8 +1,8 @@
 """External partitioning on local scratch disk: how stages keep memory bounded at any size.
 
-A stage that must regroup more rows than it wants to hold (the plan's sort into batch order,
-land's join of vectors back onto chunks) spills them into numbered bucket files and then reads
-one bucket at a time. Buckets are Parquet files in a temporary folder that is removed on exit.
+A stage that must regroup more rows than it wants to hold (the plan's de-duplication by input
+hash, land's join of vectors back onto chunks) spills them into numbered bucket files and then
+reads one bucket at a time. Buckets are Parquet files in a temporary folder that is removed on exit.
 """
 
 import tempfile
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batch_pipeline.staging import StagePath, as_stage_path
@@ -63,10 +62,6 @@ class BucketSpill:
         if bucket not in self._writers:
             return self.schema.empty_table()
         return pq.read_table(self._path(bucket))
-
-    def read_sorted(self, bucket: int, column: str) -> pa.Table:
-        table = self.read(bucket)
-        return table.take(pc.sort_indices(table[column])) if table.num_rows else table
 
 
 def scratch_dir(near: StagePath | Path) -> tempfile.TemporaryDirectory:
