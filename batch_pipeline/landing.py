@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, UNCHANGED
+from batch_pipeline.execute import embeddings_schema
 from batch_pipeline.faults import crash_point
 from batch_pipeline.reconcile import chunk_digest
 from batch_pipeline.spill import BucketSpill, hash_buckets, scratch_dir
@@ -221,20 +222,10 @@ def _vectors_in_chunk_order(
     range of rows meeting exactly one bucket of vectors. A vector that is missing (its batch
     failed) leaves `vector` as None.
     """
-    vector_type = pa.list_(pa.float32(), dim)
+    schema = embeddings_schema(dim)  # input_hash, vector, embedded_at
     embedded = row_count(embeddings_path)
     buckets = max(1, -(-embedded // JOIN_BUCKET_ROWS))
-    vectors = BucketSpill(
-        Path(tmp),
-        "vectors",
-        pa.schema(
-            [
-                ("input_hash", pa.string()),
-                ("vector", vector_type),
-                ("embedded_at", pa.timestamp("us", tz="UTC")),
-            ]
-        ),
-    )
+    vectors = BucketSpill(Path(tmp), "vectors", schema)
     for batch in read_batches(embeddings_path, ["input_hash", "vector", "embedded_at"]):
         vectors.add(batch, hash_buckets(batch["input_hash"].to_pylist(), buckets))
     vectors.close()
@@ -251,17 +242,8 @@ def _vectors_in_chunk_order(
         offset += batch.num_rows
     wanted.close()
 
-    found = BucketSpill(
-        Path(tmp),
-        "found",
-        pa.schema(
-            [
-                ("row", pa.int64()),
-                ("vector", vector_type),
-                ("embedded_at", pa.timestamp("us", tz="UTC")),
-            ]
-        ),
-    )
+    found_schema = pa.schema([pa.field("row", pa.int64()), *schema]).remove(1)  # no input_hash
+    found = BucketSpill(Path(tmp), "found", found_schema)
     for bucket in wanted.buckets():
         need = wanted.read(bucket)
         have = vectors.read(bucket)
