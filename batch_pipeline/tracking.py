@@ -6,6 +6,7 @@ production. Every value is a bound parameter, never formatted into SQL.
 
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -172,8 +173,18 @@ def _engine(url: str) -> Engine:
         @sa.event.listens_for(engine, "connect")
         def _pragmas(conn, _record) -> None:  # noqa: ANN001
             cursor = conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=60000")
+            # Switching to WAL answers "database is locked" at once, without waiting, while
+            # another process writes; the mode persists in the file, so only switch once.
+            for attempt in range(100):
+                if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                    break
+                try:
+                    cursor.execute("PRAGMA journal_mode=WAL")
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) or attempt == 99:
+                        raise
+                    time.sleep(0.1)
             cursor.close()
 
         return engine
