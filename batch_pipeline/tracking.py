@@ -9,7 +9,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -399,12 +399,13 @@ class TrackingStore:
         if not changes:
             return
         now = time.time()
-        with self.engine.begin() as conn:
+
+        def insert_missing(conn: sa.Connection) -> None:
             known = {
-                row.doc_id: row.changed_at
+                row.doc_id
                 for start in range(0, len(changes), 500)
                 for row in conn.execute(
-                    sa.select(pending.c.doc_id, pending.c.changed_at).where(
+                    sa.select(pending.c.doc_id).where(
                         pending.c.collection == collection,
                         pending.c.doc_id.in_(list(changes)[start : start + 500]),
                     )
@@ -422,6 +423,8 @@ class TrackingStore:
             ]
             if new:
                 conn.execute(pending.insert(), new)
+
+        self._write_racing_inserts(insert_missing)
 
     def freshness(self, collection: str) -> dict[str, float | int | None]:
         """Newest source change landed, oldest change pending, and how many are pending."""
@@ -464,26 +467,49 @@ class TrackingStore:
         if not records:
             return
         now = time.time()
-        with self.engine.begin() as conn:
+
+        def upsert(conn: sa.Connection) -> None:
             for record in records:
-                key = (failures.c.collection == collection, failures.c.doc_id == record.doc_id)
-                previous = conn.execute(sa.select(failures.c.attempts).where(*key)).scalar()
-                conn.execute(failures.delete().where(*key))
-                conn.execute(
-                    failures.insert().values(
-                        collection=collection,
-                        doc_id=record.doc_id,
-                        stage=record.stage,
-                        reason=record.reason,
-                        error_class=record.error_class,
-                        message=record.message[:4000],
-                        content_hash=record.content_hash,
-                        source_version=record.source_version,
-                        run_id=run_id,
-                        attempts=(previous or 0) + 1,
-                        failed_at=now,
-                    )
+                values = {
+                    "stage": record.stage,
+                    "reason": record.reason,
+                    "error_class": record.error_class,
+                    "message": record.message[:4000],
+                    "content_hash": record.content_hash,
+                    "source_version": record.source_version,
+                    "run_id": run_id,
+                    "failed_at": now,
+                }
+                counted = conn.execute(
+                    failures.update()
+                    .where(failures.c.collection == collection, failures.c.doc_id == record.doc_id)
+                    .values(attempts=failures.c.attempts + 1, **values)
                 )
+                if counted.rowcount == 0:
+                    conn.execute(
+                        failures.insert().values(
+                            collection=collection, doc_id=record.doc_id, attempts=1, **values
+                        )
+                    )
+
+        self._write_racing_inserts(upsert)
+
+    def _write_racing_inserts(self, write: Callable[[sa.Connection], None]) -> None:
+        """Run `write` in one transaction; rerun it if a concurrent run inserted a key first.
+
+        Two runs of one partition collect at once and record the same documents. Whichever
+        commits second meets a unique-key conflict; its rerun sees the winner's rows and
+        merges into them. Plain SQL, so it holds on SQLite, PostgreSQL and any other database.
+        """
+        for attempt in range(20):
+            try:
+                with self.engine.begin() as conn:
+                    write(conn)
+                return
+            except sa.exc.IntegrityError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def failures_by_doc(self, collection: str) -> dict[str, dict[str, Any]]:
         return {row["doc_id"]: row for row in self.list_failures(collection)}

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.storage import resolve_storage
-from batch_pipeline.tracking import LockTimeoutError, TrackingStore
+from batch_pipeline.tracking import FailureRecord, LockTimeoutError, TrackingStore
 from batch_pipeline.vector_store import VectorStore
 from tests.conftest import POSTGRES_URL, index_of
 from tests.test_crash_resume import corpus
@@ -159,3 +159,36 @@ def test_several_processes_can_create_the_tracking_schema_at_once(tmp_path):
         for process in processes:
             process.join(timeout=120)
         assert [p.exitcode for p in processes] == [0, 0, 0, 0]
+
+
+def test_runs_recording_the_same_changes_and_failures_at_once_do_not_conflict(tracking_url):
+    """Collect in two runs of one partition records the same pending changes and failures.
+
+    Each record is read-then-write; run together on one key they used to fail the second
+    writer with a unique-constraint error (seen in CI on SQLite) instead of merging.
+    """
+    stores = [TrackingStore(tracking_url) for _ in range(4)]
+    errors: list[BaseException] = []
+    for round_ in range(15):
+        ids = [f"round-{round_}-doc-{i}" for i in range(40)]
+        failure = FailureRecord(ids[0], "collect", "unreadable", "ValueError", "bad bytes")
+        barrier = threading.Barrier(len(stores))
+
+        def record(store: TrackingStore, ids: list[str] = ids, failure=failure, barrier=barrier):
+            try:
+                barrier.wait()
+                store.record_pending("handbook", dict.fromkeys(ids, 1.0))
+                store.record_failures("handbook", [failure], run_id=uuid.uuid4().hex)
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=record, args=(store,)) for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors[0]
+        assert stores[0].failures_by_doc("handbook")[ids[0]]["attempts"] == len(stores)
+    assert stores[0].freshness("handbook")["pending"] == 15 * 40
+    for store in stores:
+        store.dispose()
