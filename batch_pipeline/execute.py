@@ -2,8 +2,15 @@
 
 The output holds one row per planned input (`input_hash`, `vector`, `embedded_at`); inputs that
 failed on their own are listed in the summary with their reason instead.
+
+Checkpoints live under `<checkpoint_dir>/<writer>/part-*.parquet`, one folder per execute, so
+runs of one partition at once never write into, or delete, each other's folder. A run resumes
+from every folder it finds; the output's schema metadata names the folders it used (its own
+and those it resumed from), and land removes exactly those once their vectors are in the table.
 """
 
+import json
+import posixpath
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +28,10 @@ from batch_pipeline.staging import (
     parquet_file,
     read_batches,
     read_table,
+    schema_metadata,
 )
+
+CHECKPOINTS_KEY = b"checkpoints"
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -86,7 +96,7 @@ def _checkpoint_parts(checkpoint_dir: StagePath, dimension: int) -> list[StagePa
     """Readable checkpoint files of earlier (interrupted) runs, oldest name first."""
     schema = embeddings_schema(dimension)
     parts = []
-    for info in sorted(checkpoint_dir.files(), key=lambda info: info.path):
+    for info in sorted(checkpoint_dir.files(recursive=True), key=lambda info: info.path):
         if not (info.base_name.startswith("part-") and info.base_name.endswith(".parquet")):
             continue
         part = checkpoint_dir.child(info)
@@ -94,25 +104,50 @@ def _checkpoint_parts(checkpoint_dir: StagePath, dimension: int) -> list[StagePa
             if parquet_file(part).schema_arrow.names == schema.names:
                 parts.append(part)
         except (OSError, pa.ArrowInvalid):
-            continue  # a torn file cannot exist (written then moved), but never trust it
+            continue  # torn (cannot be: written then moved) or landed and removed meanwhile
     return parts
+
+
+def _checkpointed_keys(parts: list[StagePath]) -> tuple[list[StagePath], set[str]]:
+    """The parts still there, and the inputs they hold."""
+    present, keys = [], set()
+    for part in parts:
+        try:
+            keys.update(read_table(part, ["input_hash"])[0].to_pylist())
+        except OSError:
+            continue  # a concurrent run of this partition landed these and removed them
+        present.append(part)
+    return present, keys
 
 
 def _write_resumed(
     writer: StageWriter, parts: list[StagePath], wanted: set[str], dimension: int
-) -> int:
-    """Copy the checkpointed vectors of `wanted` inputs, each once, streaming the parts."""
+) -> set[str]:
+    """Copy the checkpointed vectors of `wanted` inputs, each once, streaming the parts.
+
+    Returns the inputs copied. A part that vanishes while read (landed and removed by a
+    concurrent run) is skipped: the caller embeds what it did not copy.
+    """
     schema = embeddings_schema(dimension)
     written: set[str] = set()
     for part in parts:
-        for record_batch in read_batches(part):
-            keys = record_batch["input_hash"].to_pylist()
-            keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
-            written.update(keys[i] for i in keep)
-            if keep:
-                rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
-                writer.write_table(rows.cast(schema))
-    return len(written)
+        try:
+            for record_batch in read_batches(part):
+                keys = record_batch["input_hash"].to_pylist()
+                keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
+                if keep:
+                    rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
+                    writer.write_table(rows.cast(schema))
+                    written.update(keys[i] for i in keep)
+        except OSError:
+            continue
+    return written
+
+
+def checkpoints_used(embeddings_path: StagePath | Path) -> list[str] | None:
+    """The checkpoint folders an execute output wrote or resumed from (None: not recorded)."""
+    recorded = schema_metadata(embeddings_path).get(CHECKPOINTS_KEY)
+    return None if recorded is None else json.loads(recorded)
 
 
 def execute_plan(
@@ -130,14 +165,15 @@ def execute_plan(
     without loading the model. The plan is streamed: memory holds the batches in flight, not
     the plan.
     """
-    stats = RunStats()
     schema = embeddings_schema(dimension)
-    parts = (
-        _checkpoint_parts(as_stage_path(checkpoint_dir), dimension)
-        if checkpoint_dir is not None
-        else []
+    folder = as_stage_path(checkpoint_dir) if checkpoint_dir is not None else None
+    parts, done_keys = _checkpointed_keys(
+        _checkpoint_parts(folder, dimension) if folder is not None else []
     )
-    done_keys = {k for part in parts for k in read_table(part, ["input_hash"])[0].to_pylist()}
+    own = folder / uuid.uuid4().hex if folder is not None else None
+    used = {posixpath.relpath(part.path, folder.path).split("/", 1)[0] for part in parts}
+    used |= {own.name} if own is not None else set()
+    out_schema = schema.with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
     resumed: set[str] = set()  # checkpointed inputs that this plan asks for
     todo_count = 0
     for record_batch in read_batches(plan_path, ["input_hash"], batch_rows=65536):
@@ -146,17 +182,32 @@ def execute_plan(
                 resumed.add(key)
             else:
                 todo_count += 1
-    if not todo_count:
-        with StageWriter(out_path, schema) as writer:
-            resumed_inputs = _write_resumed(writer, parts, resumed, dimension)
-        return ExecuteSummary(
-            stats=stats,
-            device="none (nothing to embed)",
-            dtype="none",
-            dimension=dimension,
-            resumed_inputs=resumed_inputs,
-        )
-    runner = get_runner()
+    with StageWriter(out_path, out_schema) as writer:
+        done_keys = _write_resumed(writer, parts, resumed, dimension)
+        todo_count += len(resumed - done_keys)
+        if not todo_count:
+            return ExecuteSummary(
+                stats=RunStats(),
+                device="none (nothing to embed)",
+                dtype="none",
+                dimension=dimension,
+                resumed_inputs=len(done_keys),
+            )
+        return _embed(plan_path, writer, get_runner(), dimension, done_keys, own, checkpoint_every)
+
+
+def _embed(
+    plan_path: StagePath | Path,
+    writer: StageWriter,
+    runner: EmbeddingRunner,
+    dimension: int,
+    done_keys: set[str],
+    checkpoint_dir: StagePath | None,
+    checkpoint_every: int,
+) -> ExecuteSummary:
+    """Embed the planned inputs not in `done_keys`, writing and checkpointing the vectors."""
+    stats = RunStats()
+    schema = embeddings_schema(dimension)
     if runner.dimension != dimension:
         raise RuntimeError(
             f"the loaded model embeds into {runner.dimension} dimensions, its files say {dimension}"
@@ -181,37 +232,33 @@ def execute_plan(
         nonlocal pending, checkpoints
         if checkpoint_dir is None or not pending:
             return
-        (as_stage_path(checkpoint_dir) / f"part-{uuid.uuid4().hex}.parquet").write_table(
-            pa.concat_tables(pending)
-        )
+        (checkpoint_dir / f"part-{uuid.uuid4().hex}.parquet").write_table(pa.concat_tables(pending))
         pending = []
         checkpoints += 1
         crash_point("execute", checkpoints)
 
-    with StageWriter(out_path, schema) as writer:
-        resumed_inputs = _write_resumed(writer, parts, resumed, dimension)
-        for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
-            now = datetime.now(UTC)
-            table = pa.table(
-                {
-                    "input_hash": [in_flight.pop(p) for p in positions],
-                    "vector": pa.FixedSizeListArray.from_arrays(
-                        pa.array(vectors.reshape(-1)), runner.dimension
-                    ),
-                    "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
-                },
-                schema=schema,
-            )
-            writer.write_table(table)
-            pending.append(table)
-            if n % max(1, checkpoint_every) == 0:
-                checkpoint()
-        checkpoint()
+    for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
+        now = datetime.now(UTC)
+        table = pa.table(
+            {
+                "input_hash": [in_flight.pop(p) for p in positions],
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(vectors.reshape(-1)), runner.dimension
+                ),
+                "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
+            },
+            schema=schema,
+        )
+        writer.write_table(table)
+        pending.append(table)
+        if n % max(1, checkpoint_every) == 0:
+            checkpoint()
+    checkpoint()
     return ExecuteSummary(
         stats=stats,
         device=runner.device,
         dtype=runner.dtype,
         dimension=runner.dimension,
         failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
-        resumed_inputs=resumed_inputs,
+        resumed_inputs=len(done_keys),
     )

@@ -15,7 +15,7 @@ from batch_pipeline.chunking import ChunkSettings
 from batch_pipeline.collect import CollectLimits, CollectSummary, collect_documents
 from batch_pipeline.config import CollectionConfig, ConfigError, ModelConfig, PipelineConfig
 from batch_pipeline.evaluation import gate, load_eval_set, score_generation
-from batch_pipeline.execute import ExecuteSummary, execute_plan
+from batch_pipeline.execute import ExecuteSummary, checkpoints_used, execute_plan
 from batch_pipeline.fingerprint import generation_index, model_fingerprint, shard_of
 from batch_pipeline.generations import (
     BUILDING,
@@ -260,9 +260,21 @@ class CollectionPipeline:
             table_version=summary.table_version,
             table_version_before=version_before,
         )
-        self.checkpoint_dir().delete()  # landed: no longer needed
+        self._remove_landed_checkpoints(embeddings)
         self.staging.prune_runs(self.partition, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
         return summary
+
+    def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:
+        """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
+
+        Folders of runs still executing on this partition are left to them.
+        """
+        used = checkpoints_used(embeddings)
+        if used is None:  # an output written before execute recorded its folders
+            self.checkpoint_dir().delete()
+            return
+        for name in used:
+            (self.checkpoint_dir() / name).delete()
 
     # -------------------------------------------------------------- generations
 

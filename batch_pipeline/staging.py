@@ -120,12 +120,15 @@ class StagePath:
             self.filesystem.create_dir(self.path, recursive=True)
 
     def delete(self) -> None:
-        """Remove this file or folder; nothing happens if it is not there."""
+        """Remove this file or folder; nothing happens if it is not there (any more)."""
         kind = self.filesystem.get_file_info(self.path).type
-        if kind == pafs.FileType.File:
-            self.filesystem.delete_file(self.path)
-        elif kind == pafs.FileType.Directory:
-            self.filesystem.delete_dir(self.path)
+        try:
+            if kind == pafs.FileType.File:
+                self.filesystem.delete_file(self.path)
+            elif kind == pafs.FileType.Directory:
+                self.filesystem.delete_dir(self.path)
+        except FileNotFoundError:
+            pass  # removed meanwhile by another run
 
     def write_bytes(self, data: bytes) -> None:
         """Write a small file atomically (a temporary name, then a move)."""
@@ -280,15 +283,15 @@ def row_count(path: "StagePath | Path") -> int:
     return parquet_file(path).metadata.num_rows
 
 
-def _schema_metadata(path: "StagePath | Path") -> dict[bytes, bytes]:
+def schema_metadata(path: "StagePath | Path") -> dict[bytes, bytes]:
     return parquet_file(path).schema_arrow.metadata or {}
 
 
 def is_full_pass(collected_path: "StagePath | Path") -> bool:
     """Whether a collect output covers the whole source (not a targeted run)."""
-    return _schema_metadata(collected_path).get(b"mode") == b"full"
+    return schema_metadata(collected_path).get(b"mode") == b"full"
 
 
 def collected_at(collected_path: "StagePath | Path") -> float:
     """When the collect that wrote this file started (0 for files that do not say)."""
-    return float(_schema_metadata(collected_path).get(b"collected_at") or 0)
+    return float(schema_metadata(collected_path).get(b"collected_at") or 0)

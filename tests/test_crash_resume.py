@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from batch_pipeline import execute
+from batch_pipeline.planning import PlanSettings
 from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.staging import read_table
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -127,3 +130,58 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout)["execute"]["chunks_embedded"] == 0  # rows were there
     assert_same_index(land_home, index, reference)
+
+
+def _stages_to_plan(pipeline, run_id: str):
+    collected = pipeline.collect(run_id)
+    chunks = pipeline.prepare(run_id, collected.path)
+    plan = pipeline.plan(run_id, chunks.path, PlanSettings(max_batch_size=4))
+    return collected, chunks, plan
+
+
+def test_landing_removes_only_the_checkpoints_it_used(make_pipeline, runner):
+    """Two runs of one partition at once: the first to land must not pull the checkpoint
+    folder from under the other, which is still executing (seen in CI as a failed rename)."""
+    pipeline = make_pipeline()
+    collected, chunks, plan = _stages_to_plan(pipeline, "run-a")
+    embeddings = pipeline.execute("run-a", plan.path, lambda: runner, checkpoint_every=1)
+    # run-b started executing meanwhile and has checkpointed a part of its own
+    in_progress = pipeline.checkpoint_dir() / "run-b-writer" / "part-0.parquet"
+    in_progress.write_table(read_table(embeddings.path).slice(0, 2))
+    ours = {info.path.split("/")[-2] for info in pipeline.checkpoint_dir().files(recursive=True)}
+    assert len(ours) == 2  # run-a's own folder, and run-b's
+
+    pipeline.land("run-a", collected.path, chunks.path, embeddings.path, 384)
+
+    left = pipeline.checkpoint_dir().files(recursive=True)
+    assert [info.path for info in left] == [in_progress.path]
+
+
+def test_checkpoints_removed_while_resuming_are_embedded_instead(
+    make_pipeline, runner, monkeypatch
+):
+    pipeline = make_pipeline()
+    _, _, plan = _stages_to_plan(pipeline, "run-1")
+    first = pipeline.execute("run-1", plan.path, lambda: runner, checkpoint_every=1)
+    expected = read_table(first.path, ["input_hash"])["input_hash"].to_pylist()
+    assert pipeline.checkpoint_dir().files(recursive=True)  # run-1 was "killed" before land
+
+    # FAKE fault: a concurrent run lands and removes those checkpoints just as run-2 reads them
+    original = execute.read_batches
+
+    def read_after_removal(path, *args, **kwargs):
+        if "checkpoints" in str(path):
+            pipeline.checkpoint_dir().delete()
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(execute, "read_batches", read_after_removal)
+    collected, chunks, plan = _stages_to_plan(pipeline, "run-2")
+    second = pipeline.execute("run-2", plan.path, lambda: runner, checkpoint_every=1)
+
+    assert second.summary.resumed_inputs == 0
+    assert second.summary.stats.inputs == len(expected)  # embedded instead
+    got = read_table(second.path, ["input_hash", "vector"])
+    assert sorted(got["input_hash"].to_pylist()) == sorted(expected)
+    landed = pipeline.land("run-2", collected.path, chunks.path, second.path, 384)
+    assert not landed.failures
+    assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
