@@ -261,7 +261,12 @@ class CollectionPipeline:
             table_version_before=version_before,
         )
         self._remove_landed_checkpoints(embeddings)
-        self.staging.prune_runs(self.partition, {run_id, "checkpoints"}, KEEP_STAGING_RUNS)
+        self.staging.prune_runs(
+            self.partition,
+            {run_id, "checkpoints"},
+            KEEP_STAGING_RUNS,
+            finished=lambda run: self.tracking.run_finished(self.index, run),
+        )
         return summary
 
     def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:

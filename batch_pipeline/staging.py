@@ -10,7 +10,8 @@ Stage functions take a `StagePath`, or a plain local `Path` (tests and scripts).
 """
 
 import posixpath
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 
 WRITE_BATCH_ROWS = 512
 MAX_ROW_GROUP_ROWS = 16384  # what a reader holds at once
+UNFINISHED_GRACE_SECONDS = 3 * 24 * 3600  # how long a run that did not land keeps its files
 
 # LanceDB's storage option names (what users already write for LanceDB) -> pyarrow's S3 names
 _S3_OPTION_NAMES = {
@@ -181,8 +183,20 @@ class StagingArea:
             raise ValueError(f"{uri} is not under the staging location {root}")
         return self.root / uri[len(root) + 1 :]
 
-    def prune_runs(self, partition: str, keep: set[str], keep_latest: int) -> int:
-        """Delete the stage files of older runs, keeping `keep` and the `keep_latest` newest."""
+    def prune_runs(
+        self,
+        partition: str,
+        keep: set[str],
+        keep_latest: int,
+        finished: Callable[[str], bool] = lambda run: True,
+        unfinished_grace_seconds: float = UNFINISHED_GRACE_SECONDS,
+    ) -> int:
+        """Delete the stage files of older runs, keeping `keep` and the `keep_latest` newest.
+
+        A run that has not `finished` may still be executing, or be re-executed from its
+        failure (which reads its stage files): it is kept until its newest file is older
+        than `unfinished_grace_seconds`.
+        """
         folder = self.root / partition
         newest: dict[str, float] = {}
         for info in folder.files(recursive=True):
@@ -190,11 +204,13 @@ class StagingArea:
             stamp = info.mtime.timestamp() if info.mtime else 0.0
             newest[run] = max(newest.get(run, 0.0), stamp)
         runs = sorted(newest, key=newest.__getitem__)
+        horizon = time.time() - unfinished_grace_seconds
         removed = 0
         for run in runs[: max(0, len(runs) - keep_latest)]:
-            if run not in keep:
-                (folder / run).delete()
-                removed += 1
+            if run in keep or (newest[run] > horizon and not finished(run)):
+                continue
+            (folder / run).delete()
+            removed += 1
         return removed
 
 

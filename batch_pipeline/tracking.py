@@ -529,6 +529,14 @@ class TrackingStore:
             conn.execute(runs.delete().where(*key))
             conn.execute(runs.insert().values(finished_at=time.time(), **values))
 
+    def run_finished(self, collection: str, run_id: str) -> bool:
+        """Whether this run landed into `collection` (it recorded its run)."""
+        query = sa.select(runs.c.run_id).where(
+            runs.c.collection == collection, runs.c.run_id == run_id
+        )
+        with self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
     def last_run(self, collection: str) -> dict[str, Any] | None:
         query = (
             sa.select(runs)

@@ -70,6 +70,26 @@ def test_pruning_keeps_the_newest_runs_and_the_ones_asked_for(area):
     assert runs == {"run-1", "run-4", "checkpoints"}
 
 
+def test_pruning_keeps_runs_that_did_not_finish_until_their_grace_ends(area):
+    for run in ("run-1", "run-2", "run-3"):
+        area.stage_file("handbook", run, "collected").write_table(pa.table({"n": [1]}))
+        time.sleep(1.1)
+
+    def runs() -> set[str]:
+        files = (area.root / "handbook").files(recursive=True)
+        return {f.path.split("/handbook/", 1)[1].split("/")[0] for f in files}
+
+    # run-2 did not land: still executing, or failed and waiting to be re-executed
+    removed = area.prune_runs("handbook", {"run-3"}, 1, finished=lambda run: run == "run-1")
+    assert removed == 1
+    assert runs() == {"run-2", "run-3"}
+    removed = area.prune_runs(
+        "handbook", {"run-3"}, 1, finished=lambda run: False, unfinished_grace_seconds=0
+    )
+    assert removed == 1
+    assert runs() == {"run-3"}
+
+
 def test_big_writes_are_cut_into_row_groups_and_read_back_in_bounded_batches(area):
     path = area.stage_file("handbook", "run-1", "embeddings")
     with StageWriter(path, pa.schema([("n", pa.int64())])) as writer:
