@@ -12,6 +12,7 @@ Stage functions take a `StagePath`, or a plain local `Path` (tests and scripts).
 import posixpath
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -132,14 +133,30 @@ class StagePath:
         except FileNotFoundError:
             pass  # removed meanwhile by another run
 
-    def write_bytes(self, data: bytes) -> None:
-        """Write a small file atomically (a temporary name, then a move)."""
+    @contextmanager
+    def atomic_output(self) -> Iterator[pa.NativeFile]:
+        """A stream whose file appears at this path whole, or not at all.
+
+        It is written under a temporary name and then moved into place: a rename locally,
+        copy-and-delete on S3. An error while writing removes the temporary file.
+        """
         if self.local_path is not None:
             self.local_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with self.filesystem.open_output_stream(tmp, compression=None) as stream:
+        tmp = StagePath(self.filesystem, self.path + ".tmp", self.uri + ".tmp")
+        stream = self.filesystem.open_output_stream(tmp.path, compression=None)
+        try:
+            yield stream
+        except BaseException:
+            stream.close()
+            tmp.delete()
+            raise
+        stream.close()
+        self.filesystem.move(tmp.path, self.path)
+
+    def write_bytes(self, data: bytes) -> None:
+        """Write a small file atomically."""
+        with self.atomic_output() as stream:
             stream.write(data)
-        self.filesystem.move(tmp, self.path)
 
     def read_bytes(self) -> bytes:
         with self.filesystem.open_input_stream(self.path, compression=None) as stream:
@@ -215,19 +232,20 @@ class StagingArea:
 
 
 class StageWriter:
-    """Buffers rows and writes them to Parquet in record batches; always writes a file."""
+    """Buffers rows and writes them to Parquet in record batches; always writes a file.
+
+    Readers only ever see a complete file (`StagePath.atomic_output`).
+    """
 
     def __init__(self, path: "StagePath | Path", schema: pa.Schema) -> None:
         self.path = as_stage_path(path)
         self.schema = schema
         self.rows = 0
         self._buffer: list[dict] = []
-        self._tmp = StagePath(self.path.filesystem, self.path.path + ".tmp", self.path.uri + ".tmp")
-        parent = posixpath.dirname(self.path.path)
-        if self.path.local_path is not None:
-            Path(parent).mkdir(parents=True, exist_ok=True)
-        self._stream = self.path.filesystem.open_output_stream(self._tmp.path, compression=None)
-        self._writer = pq.ParquetWriter(self._stream, schema)
+        self._output = ExitStack()
+        self._writer = pq.ParquetWriter(
+            self._output.enter_context(self.path.atomic_output()), schema
+        )
 
     def write(self, row: dict) -> None:
         self._buffer.append(row)
@@ -248,20 +266,17 @@ class StageWriter:
     def close(self) -> None:
         self.flush()
         self._writer.close()
-        self._stream.close()
-        # readers only ever see a complete file: a rename locally, copy-and-delete on S3
-        self.path.filesystem.move(self._tmp.path, self.path.path)
+        self._output.close()
 
     def __enter__(self) -> "StageWriter":
         return self
 
-    def __exit__(self, exc_type, *_) -> None:  # noqa: ANN001
-        if exc_type is None:
+    def __exit__(self, *exc_info) -> None:  # noqa: ANN002
+        if exc_info[0] is None:
             self.close()
         else:
             self._writer.close()
-            self._stream.close()
-            self._tmp.delete()
+            self._output.__exit__(*exc_info)  # removes the unfinished file
 
 
 def parquet_file(path: "StagePath | Path") -> pq.ParquetFile:
