@@ -1,7 +1,12 @@
 """Shared fixtures: a small real corpus, a temporary home, and the real model loaded once."""
 
 import os
+import signal
+import subprocess
+import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -100,6 +105,50 @@ def make_pipeline(workspace):
         return CollectionPipeline(config, storage, config.collections[0].name)
 
     return make
+
+
+# ------------------------------------------------------------ subprocesses: CLI, daemon
+
+
+def pipeline_env(config: Path, home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment, pointed at one pipeline config and home."""
+    return {
+        **os.environ,
+        "BATCH_PIPELINE_CONFIG": str(config),
+        "BATCH_PIPELINE_HOME": str(home),
+        **extra,
+    }
+
+
+def cli_command(*args: str) -> list[str]:
+    """The project's `batch-pipeline` CLI, run by this interpreter."""
+    return [sys.executable, "-m", "batch_pipeline.cli", *args]
+
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@contextmanager
+def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """`dagster-daemon run` on this code location, output to `log`; stopped on leaving."""
+    with log.open("w") as out:
+        daemon = subprocess.Popen(
+            [str(BIN / "dagster-daemon"), "run", "-m", "batch_pipeline.definitions"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield daemon
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------- S3 and SQL servers

@@ -1,22 +1,17 @@
 """The batch-pipeline CLI as a user runs it: a real subprocess on a real index."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.conftest import cli_command, pipeline_env
+
 
 def cli(workspace, *args):
-    env = {
-        **os.environ,
-        "BATCH_PIPELINE_CONFIG": str(workspace["config"]),
-        "BATCH_PIPELINE_HOME": str(workspace["home"]),
-    }
     return subprocess.run(
-        [sys.executable, "-m", "batch_pipeline.cli", *args],
-        env=env,
+        cli_command(*args),
+        env=pipeline_env(workspace["config"], workspace["home"]),
         capture_output=True,
         text=True,
         timeout=300,

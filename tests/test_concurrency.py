@@ -1,6 +1,5 @@
 """Two runs on one partition at once, on SQLite and PostgreSQL; bounded table maintenance."""
 
-import os
 import socket
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import FailureRecord, LockTimeoutError, TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import POSTGRES_URL, index_of
+from tests.conftest import POSTGRES_URL, cli_command, index_of, pipeline_env
 from tests.test_crash_resume import corpus
 
 
@@ -41,22 +40,8 @@ def test_two_concurrent_runs_on_one_partition_leave_a_consistent_index(tmp_path,
         "collections:\n  - name: handbook\n    source: {kind: filesystem, path: docs}\n"
     )
     home = tmp_path / "home"
-    env = {
-        **os.environ,
-        "BATCH_PIPELINE_CONFIG": str(config),
-        "BATCH_PIPELINE_HOME": str(home),
-        "BATCH_PIPELINE_TRACKING_URL": tracking_url,
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "batch_pipeline.cli",
-        "run",
-        "--collection",
-        "handbook",
-        "--max-batch-size",
-        "16",
-    ]
+    env = pipeline_env(config, home, BATCH_PIPELINE_TRACKING_URL=tracking_url)
+    command = cli_command("run", "--collection", "handbook", "--max-batch-size", "16")
     runs = [
         subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

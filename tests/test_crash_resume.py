@@ -4,10 +4,8 @@ The kill points are injected (FAKE fault: `BATCH_PIPELINE_CRASH_AT`), the kill i
 """
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ from batch_pipeline.staging import read_table
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import index_of, write_config
+from tests.conftest import cli_command, index_of, pipeline_env, write_config
 
 CHECKPOINT_EVERY = 2
 MAX_BATCH = 8
@@ -40,15 +38,12 @@ def corpus(root: Path) -> Path:
 
 
 def run_cli(config: Path, home: Path, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BATCH_PIPELINE_CONFIG": str(config), "BATCH_PIPELINE_HOME": str(home)}
+    env = pipeline_env(config, home)
     env.pop("BATCH_PIPELINE_CRASH_AT", None)
     if crash_at:
         env["BATCH_PIPELINE_CRASH_AT"] = crash_at
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "batch_pipeline.cli",
+        cli_command(
             "run",
             "--collection",
             "handbook",
@@ -59,7 +54,7 @@ def run_cli(config: Path, home: Path, crash_at: str | None = None) -> subprocess
             str(CHECKPOINT_EVERY),
             "--max-batch-size",
             str(MAX_BATCH),
-        ],
+        ),
         env=env,
         capture_output=True,
         text=True,

@@ -1,17 +1,13 @@
 """End to end: a real Dagster daemon runs the publish sensor, which launches real runs."""
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import lancedb
 
-from tests.conftest import index_of, write_corpus
+from tests.conftest import dagster_daemon, index_of, pipeline_env, write_corpus
 
-REPO = Path(__file__).resolve().parent.parent
 DEADLINE_SECONDS = 240
 
 
@@ -60,29 +56,9 @@ def test_daemon_sensor_reembeds_edits_additions_and_deletions(tmp_path):
     index = index_of(config)
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(dagster_home),
-        "BATCH_PIPELINE_CONFIG": str(config),
-        "BATCH_PIPELINE_HOME": str(home),
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = pipeline_env(config, home, DAGSTER_HOME=str(dagster_home), HF_HUB_OFFLINE="1")
     log = tmp_path / "daemon.log"
-    with log.open("w") as out:
-        daemon = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "dagster-daemon"),
-                "run",
-                "-m",
-                "batch_pipeline.definitions",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with dagster_daemon(env, log) as daemon:
         first = wait_for(
             lambda: (rows := table_rows(home, index)) and len(rows) == 4 and rows,
             "the first full run to land every document",
@@ -112,9 +88,3 @@ def test_daemon_sensor_reembeds_edits_additions_and_deletions(tmp_path):
         assert {r[:3] for r in after["account/reset-password.md"]} & {
             r[:3] for r in first["account/reset-password.md"]
         }
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -11,8 +10,8 @@ from dagster_aws.s3 import S3Resource
 from batch_pipeline.definitions import build_definitions
 from batch_pipeline.inference import pick_dtype
 from resources import InferenceResource, PipelineResource
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 STAGES = ["source_documents", "document_chunks", "batch_plan", "chunk_embeddings", "vector_index"]
 
 

@@ -5,13 +5,10 @@ variant keeps the LanceDB table and every stage file on moto's S3 server on loop
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import boto3
 import dagster as dg
@@ -23,11 +20,9 @@ from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.staging import StagingArea
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import index_of
+from tests.conftest import BIN, REPO, dagster_daemon, index_of, pipeline_env
 from tests.test_crash_resume import corpus
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -103,24 +98,14 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
     )
     home = tmp_path / "home"
     tracking_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{tracking_db}"
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(dagster_home),
-        "BATCH_PIPELINE_CONFIG": str(config),
-        "BATCH_PIPELINE_HOME": str(home),
-        "BATCH_PIPELINE_TRACKING_URL": tracking_url,
+    env = pipeline_env(
+        config,
+        home,
+        DAGSTER_HOME=str(dagster_home),
+        BATCH_PIPELINE_TRACKING_URL=tracking_url,
         **storage_env,
-    }
-    log = (tmp_path / "daemon.log").open("w")
-    daemon = subprocess.Popen(
-        [str(BIN / "dagster-daemon"), "run", "-m", "batch_pipeline.definitions"],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
-    try:
+    with dagster_daemon(env, tmp_path / "daemon.log") as daemon:
         partitions = ",".join(f"handbook-s{n:02d}" for n in range(4))
         submitted = subprocess.run(
             [
@@ -177,13 +162,6 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
             for shard in partitions.split(","):
                 names = {f.base_name for f in (staging.root / shard).files(recursive=True)}
                 assert {"collected.parquet", "chunks.parquet", "embeddings.parquet"} <= names
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        log.close()
 
 
 def test_the_shipped_production_instance_config_loads(tmp_path, databases):

@@ -1,11 +1,10 @@
 """After a manual LanceDB restore or a lost tracking database, the next run converges."""
 
 import json
-import os
 import subprocess
-import sys
 
 from batch_pipeline.reconcile import reconcile_index
+from tests.conftest import cli_command, pipeline_env
 
 
 def state(pipeline):
@@ -15,14 +14,9 @@ def state(pipeline):
 
 
 def doctor(workspace):
-    env = {
-        **os.environ,
-        "BATCH_PIPELINE_CONFIG": str(workspace["config"]),
-        "BATCH_PIPELINE_HOME": str(workspace["home"]),
-    }
     result = subprocess.run(
-        [sys.executable, "-m", "batch_pipeline.cli", "doctor", "--json"],
-        env=env,
+        cli_command("doctor", "--json"),
+        env=pipeline_env(workspace["config"], workspace["home"]),
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,8 +1,6 @@
 """Sharded collections: one partition per shard, concurrent shard runs into one table."""
 
-import os
 import subprocess
-import sys
 
 import dagster as dg
 
@@ -13,7 +11,7 @@ from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.storage import resolve_storage
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
-from tests.conftest import index_of
+from tests.conftest import cli_command, index_of, pipeline_env
 from tests.test_crash_resume import corpus
 
 SHARDED = (
@@ -40,18 +38,10 @@ def test_concurrent_shard_runs_land_into_one_consistent_table(tmp_path):
     config = tmp_path / "pipeline.yaml"
     config.write_text(SHARDED)
     home = tmp_path / "home"
-    env = {**os.environ, "BATCH_PIPELINE_CONFIG": str(config), "BATCH_PIPELINE_HOME": str(home)}
     runs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "batch_pipeline.cli",
-                "run",
-                "--collection",
-                f"handbook-s{n:02d}",
-            ],
-            env=env,
+            cli_command("run", "--collection", f"handbook-s{n:02d}"),
+            env=pipeline_env(config, home),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
