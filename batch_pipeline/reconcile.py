@@ -5,15 +5,25 @@ fingerprint); the table's rows give the same digest. A full run uses the differe
 converge: documents whose rows do not match are prepared again, and documents that only the
 table knows are deleted if the source no longer has them. So a manual LanceDB restore or a
 lost tracking database ends in a correct table, never a silently wrong one.
+
+Both sides stream into on-disk buckets by doc id and are compared one bucket at a time, so
+memory stays flat however many rows the table holds.
 """
 
 import hashlib
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
+from batch_pipeline.spill import BucketSpill, hash_buckets
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
+
+BUCKET_ROWS = 16384  # table rows per bucket, about
+KEY_COLUMNS = ["doc_id", "chunk_id", "input_hash", "model_fingerprint"]
 
 
 def chunk_digest(chunks: Iterable[tuple[str, str, str]]) -> str:
@@ -50,19 +60,50 @@ class ReconcileReport:
 def reconcile_index(
     store: VectorStore, tracking: TrackingStore, collection: str
 ) -> ReconcileReport:
-    tracked = tracking.chunk_digests(collection)
-    rows = store.scan(collection, ["doc_id", "chunk_id", "input_hash", "model_fingerprint"])
+    """Compare the table's rows with tracking's chunk digests, document by document."""
+    rows = store.count_rows(collection)
+    buckets = max(1, -(-rows // BUCKET_ROWS))
+    report = ReconcileReport()
+    with tempfile.TemporaryDirectory(prefix="batch-pipeline-reconcile-") as scratch:
+        indexed = BucketSpill(
+            scratch, "indexed", pa.schema([(c, pa.string()) for c in KEY_COLUMNS])
+        )
+        for batch in store.scan_batches(collection, KEY_COLUMNS):
+            indexed.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
+        tracked = BucketSpill(
+            scratch, "tracked", pa.schema([("doc_id", pa.string()), ("chunk_digest", pa.string())])
+        )
+        for page in tracking.iter_chunk_digests(collection):
+            ids = [doc_id for doc_id, _ in page]
+            table = pa.table({"doc_id": ids, "chunk_digest": [digest for _, digest in page]})
+            tracked.add(table, hash_buckets(ids, buckets))
+        indexed.close()
+        tracked.close()
+        for bucket in range(buckets):
+            _compare_bucket(indexed.read(bucket), tracked.read(bucket), report)
+    for found in (report.only_in_index, report.only_in_tracking, report.chunk_mismatch):
+        found.sort()
+    return report
+
+
+def _compare_bucket(
+    indexed_rows: pa.Table, tracked_rows: pa.Table, report: ReconcileReport
+) -> None:
     indexed: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-    columns = [
-        rows[c].to_pylist() for c in ("doc_id", "chunk_id", "input_hash", "model_fingerprint")
-    ]
+    columns = [indexed_rows[c].to_pylist() for c in KEY_COLUMNS]
     for doc_id, chunk_id, input_hash, fingerprint in zip(*columns, strict=True):
         indexed[doc_id].append((chunk_id, input_hash, fingerprint))
-    both = set(tracked) & set(indexed)
-    return ReconcileReport(
-        documents_tracked=len(tracked),
-        documents_indexed=len(indexed),
-        only_in_index=sorted(set(indexed) - set(tracked)),
-        only_in_tracking=sorted(set(tracked) - set(indexed)),
-        chunk_mismatch=sorted(d for d in both if tracked[d] != chunk_digest(indexed[d])),
+    tracked = dict(
+        zip(
+            tracked_rows["doc_id"].to_pylist(),
+            tracked_rows["chunk_digest"].to_pylist(),
+            strict=True,
+        )
+    )
+    report.documents_indexed += len(indexed)
+    report.documents_tracked += len(tracked)
+    report.only_in_index.extend(d for d in indexed if d not in tracked)
+    report.only_in_tracking.extend(d for d in tracked if d not in indexed)
+    report.chunk_mismatch.extend(
+        d for d, digest in tracked.items() if d in indexed and digest != chunk_digest(indexed[d])
     )

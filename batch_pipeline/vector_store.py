@@ -7,7 +7,7 @@ a reader never sees half a document. Every value in a filter string goes through
 
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -97,6 +97,19 @@ class VectorStore:
         if where is not None:
             query = query.where(where)
         return query.select(columns).limit(None).to_arrow()
+
+    def scan_batches(
+        self, collection: str, columns: list[str], batch_rows: int = 8192
+    ) -> Iterator[pa.RecordBatch]:
+        """These columns of every row, streamed in record batches (none if no table)."""
+        table = self.open(collection)
+        if table is None:
+            return
+        yield from table.search().select(columns).limit(None).to_batches(batch_rows)
+
+    def count_rows(self, collection: str) -> int:
+        table = self.open(collection)
+        return table.count_rows() if table is not None else 0
 
     def chunk_keys(self, collection: str, doc_ids: list[str]) -> dict[str, tuple[str, str, str]]:
         """chunk_id -> (doc_id, input_hash, model_fingerprint) for these documents' rows."""

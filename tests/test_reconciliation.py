@@ -3,7 +3,9 @@
 import json
 import subprocess
 
+from batch_pipeline import reconcile
 from batch_pipeline.reconcile import reconcile_index
+from batch_pipeline.tracking import documents
 from tests.conftest import cli_command, pipeline_env
 
 
@@ -60,3 +62,31 @@ def test_a_lost_tracking_database_converges_without_reembedding(make_pipeline, r
     after = state(pipeline)
     assert after == {k: v for k, v in before.items() if v[0] != "notes.txt"}
     assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
+
+
+def test_reconciling_bucket_by_bucket_finds_every_kind_of_drift(
+    make_pipeline, runner, workspace, monkeypatch
+):
+    """Tiny buckets (a few rows each) must report exactly what one bucket would."""
+    for n in range(8):
+        (workspace["docs"] / f"extra-{n}.md").write_text(f"# Extra {n}\n\nBody number {n}.\n")
+    pipeline = make_pipeline()
+    pipeline.run("run-1", runner)
+    table = pipeline.store.open(pipeline.index)
+    table.delete("doc_id = 'notes.txt'")  # only in tracking now
+    table.update(where="doc_id = 'refunds.md'", values={"input_hash": "tampered"})  # mismatch
+    with pipeline.tracking.engine.begin() as conn:  # only in the index now
+        conn.execute(
+            documents.delete().where(
+                documents.c.collection == pipeline.index, documents.c.doc_id == "extra-3.md"
+            )
+        )
+    whole = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    monkeypatch.setattr(reconcile, "BUCKET_ROWS", 2)
+    bucketed = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+
+    assert whole.only_in_tracking == ["notes.txt"]
+    assert whole.chunk_mismatch == ["refunds.md"]
+    assert whole.only_in_index == ["extra-3.md"]
+    assert bucketed == whole
+    assert bucketed.documents_indexed == whole.documents_indexed == 10
