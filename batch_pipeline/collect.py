@@ -6,9 +6,10 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 `deleted`. A document that cannot be read or decoded is `failed`, with its reason.
 """
 
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import pyarrow as pa
 from batch_pipeline.documents import DocumentError, content_hash, decode_document
 from batch_pipeline.normalize import detect_format, parse_document
 from batch_pipeline.sources import DocumentReadError, DocumentSource, RawDocument, SourceEntry
+from batch_pipeline.spill import BucketSpill, hash_buckets
 from batch_pipeline.staging import StageWriter
-from batch_pipeline.tracking import FailureRecord, LandedDocument
+from batch_pipeline.tracking import FailureRecord, LandedDocument, TrackingStore
 
 NEW, CHANGED, UNCHANGED, DELETED = "new", "changed", "unchanged", "deleted"
 FAILED, QUARANTINED = "failed", "quarantined"
@@ -39,6 +41,8 @@ COLLECTED_SCHEMA = pa.schema(
         pa.field("error_message", pa.string()),
     ]
 )
+ID_SCHEMA = pa.schema([("doc_id", pa.string())])  # spilled: ids seen at the source
+LANDED_SCHEMA = pa.schema([("doc_id", pa.string()), ("content_hash", pa.string())])
 
 
 @dataclass
@@ -59,6 +63,43 @@ class CollectLimits:
 
 
 MAX_DOC_ID_LENGTH = 1024
+LOOKUP_BATCH = 500  # source entries classified per tracking lookup
+DELETION_BUCKET_DOCS = 16384  # landed documents per bucket when finding deletions
+
+
+class LandedDocuments:
+    """A partition's landed documents as collect sees them, fetched a batch at a time.
+
+    `owns` keeps one shard's documents; `drifted` ones (whose index rows do not match
+    tracking) count as not landed, so they are prepared again.
+    """
+
+    def __init__(
+        self,
+        tracking: TrackingStore,
+        collection: str,
+        owns: Callable[[str], bool] = lambda doc_id: True,
+        drifted: Iterable[str] = (),
+    ) -> None:
+        self.tracking = tracking
+        self.collection = collection
+        self.owns = owns
+        self.drifted = frozenset(drifted)
+
+    def _keeps(self, doc_id: str) -> bool:
+        return doc_id not in self.drifted and self.owns(doc_id)
+
+    def lookup(self, doc_ids: list[str]) -> dict[str, LandedDocument]:
+        found = self.tracking.landed_documents(self.collection, doc_ids)
+        return {d: doc for d, doc in found.items() if self._keeps(d)}
+
+    def pages(self) -> Iterator[list[tuple[str, str]]]:
+        """(doc_id, content_hash) of every landed document, a page at a time."""
+        for page in self.tracking.iter_documents(self.collection, ["doc_id", "content_hash"]):
+            yield [(doc_id, digest) for doc_id, digest in page if self._keeps(doc_id)]
+
+    def count(self) -> int:
+        return self.tracking.document_count(self.collection)
 
 
 class _Collector:
@@ -67,14 +108,13 @@ class _Collector:
     def __init__(
         self,
         source: DocumentSource,
-        landed: dict[str, LandedDocument],
         fingerprint: str,
         summary: CollectSummary,
         known_failures: dict[str, dict],
         limits: CollectLimits,
     ) -> None:
         self.source = source
-        self.landed = landed
+        self.landed: dict[str, LandedDocument] = {}  # of the entries being classified
         self.fingerprint = fingerprint
         self.summary = summary
         self.known_failures = known_failures
@@ -177,7 +217,7 @@ class _Collector:
 
 def classify_documents(
     source: DocumentSource,
-    landed: dict[str, LandedDocument],
+    landed: LandedDocuments,
     fingerprint: str,
     summary: CollectSummary,
     doc_ids: list[str] | None = None,
@@ -193,36 +233,80 @@ def classify_documents(
     failed `quarantine_after_failures` times is `quarantined` until its content changes.
     `also_landed` names documents the index holds that tracking does not know (deleted if
     the source no longer has them).
+
+    Memory stays flat as the source grows: entries are classified a batch at a time against
+    tracking, and the ids seen are spilled to disk to find the deletions at the end.
     """
     collector = _Collector(
-        source, landed, fingerprint, summary, known_failures or {}, limits or CollectLimits()
+        source, fingerprint, summary, known_failures or {}, limits or CollectLimits()
     )
-    seen: set[str] = set()
-    to_read: list[SourceEntry] = []
-    entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)
-    for entry in entries:
-        seen.add(entry.doc_id)
-        row = collector.without_reading(entry)
-        if row is not None:
-            yield collector._count(row)
-            continue
-        to_read.append(entry)
-        if len(to_read) >= read_batch:
-            yield from collector.read(to_read)
-            to_read = []
-    if to_read:
-        yield from collector.read(to_read)
-    known = set(landed) | set(also_landed)
-    candidates = known if doc_ids is None else {d for d in doc_ids if d in known}
-    for doc_id in sorted(candidates - seen):
-        summary.counts[DELETED] += 1
-        summary.changes[doc_id] = None
-        previous = landed.get(doc_id)
-        yield {
-            "doc_id": doc_id,
-            "status": DELETED,
-            "content_hash": previous.content_hash if previous else None,
-        }
+    buckets = max(1, -(-landed.count() // DELETION_BUCKET_DOCS))
+    with tempfile.TemporaryDirectory(prefix="batch-pipeline-collect-") as scratch:
+        seen = BucketSpill(scratch, "seen", ID_SCHEMA)
+        entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)
+        for batch in _batched(entries, LOOKUP_BATCH):
+            ids = [entry.doc_id for entry in batch]
+            seen.add(pa.table({"doc_id": ids}, schema=ID_SCHEMA), hash_buckets(ids, buckets))
+            collector.landed = landed.lookup(ids)
+            to_read: list[SourceEntry] = []
+            for entry in batch:
+                row = collector.without_reading(entry)
+                if row is not None:
+                    yield collector._count(row)
+                    continue
+                to_read.append(entry)
+                if len(to_read) >= read_batch:
+                    yield from collector.read(to_read)
+                    to_read = []
+            if to_read:
+                yield from collector.read(to_read)
+        seen.close()
+        known = BucketSpill(scratch, "landed", LANDED_SCHEMA)
+        for page in _landed_candidates(landed, doc_ids, also_landed):
+            ids = [doc_id for doc_id, _ in page]
+            table = pa.table({"doc_id": ids, "content_hash": [h for _, h in page]})
+            known.add(table, hash_buckets(ids, buckets))
+        known.close()
+        for bucket in range(buckets):
+            present = set(seen.read(bucket)["doc_id"].to_pylist())
+            gone = known.read(bucket).to_pylist()
+            for row in sorted(gone, key=lambda row: row["doc_id"]):
+                if row["doc_id"] in present:
+                    continue
+                present.add(row["doc_id"])  # a targeted run may name a document twice
+                summary.counts[DELETED] += 1
+                summary.changes[row["doc_id"]] = None
+                yield {
+                    "doc_id": row["doc_id"],
+                    "status": DELETED,
+                    "content_hash": row["content_hash"],
+                }
+
+
+def _landed_candidates(
+    landed: LandedDocuments, doc_ids: list[str] | None, also_landed: Iterable[str]
+) -> Iterator[list[tuple[str, str | None]]]:
+    """The documents a run may find deleted: every landed one, or the targeted ids landed."""
+    if doc_ids is None:
+        yield from landed.pages()
+    else:
+        for batch in _batched(doc_ids, LOOKUP_BATCH):
+            yield [(d, doc.content_hash) for d, doc in landed.lookup(batch).items()]
+    targeted = None if doc_ids is None else set(doc_ids)
+    orphans = [d for d in also_landed if targeted is None or d in targeted]
+    for batch in _batched(orphans, LOOKUP_BATCH):
+        yield [(d, None) for d in batch]
+
+
+def _batched(items: Iterable, size: int) -> Iterator[list]:
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _row(entry: SourceEntry, **values: object) -> dict:
@@ -237,7 +321,7 @@ def _row(entry: SourceEntry, **values: object) -> dict:
 
 def collect_documents(
     source: DocumentSource,
-    landed: dict[str, LandedDocument],
+    landed: LandedDocuments,
     fingerprint: str,
     out_path: Path,
     doc_ids: list[str] | None = None,

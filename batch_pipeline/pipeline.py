@@ -12,7 +12,12 @@ from datetime import timedelta
 from functools import cached_property
 
 from batch_pipeline.chunking import ChunkSettings
-from batch_pipeline.collect import CollectLimits, CollectSummary, collect_documents
+from batch_pipeline.collect import (
+    CollectLimits,
+    CollectSummary,
+    LandedDocuments,
+    collect_documents,
+)
 from batch_pipeline.config import CollectionConfig, ConfigError, ModelConfig, PipelineConfig
 from batch_pipeline.evaluation import gate, load_eval_set, score_generation
 from batch_pipeline.execute import ExecuteSummary, checkpoints_used, execute_plan
@@ -144,18 +149,15 @@ class CollectionPipeline:
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
         out = self.path(run_id, "collected")
-        landed = {
-            d: doc for d, doc in self.tracking.landed_documents(self.index).items() if self.owns(d)
-        }
+        drifted: list[str] = []
         orphans: list[str] = []
         if doc_ids is None:  # a full run also repairs any drift between index and tracking
             report = reconcile_index(self.store, self.tracking, self.index)
-            drifted = set(report.chunk_mismatch) | set(report.only_in_tracking)
-            landed = {d: doc for d, doc in landed.items() if d not in drifted}
+            drifted = report.chunk_mismatch + report.only_in_tracking
             orphans = [d for d in report.only_in_index if self.owns(d)]
         summary: CollectSummary = collect_documents(
             self.source,
-            landed,
+            LandedDocuments(self.tracking, self.index, self.owns, drifted),
             self.fingerprint,
             out,
             doc_ids,
@@ -172,7 +174,7 @@ class CollectionPipeline:
         summary: PrepareSummary = prepare_chunks(
             collected,
             out,
-            load_tokenizer(self.model.path),
+            lambda: load_tokenizer(self.model.path),
             self.chunk_settings(),
             self.fingerprint,
             lambda ids: self.store.chunk_keys(self.index, ids),

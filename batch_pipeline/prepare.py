@@ -8,6 +8,7 @@ changed document that are not stale keep their landed vectors.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -63,19 +64,24 @@ class PrepareSummary:
 def prepare_chunks(
     collected_path: Path,
     out_path: Path,
-    tokenizer,
+    get_tokenizer: Callable[[], Any],
     settings: ChunkSettings,
     fingerprint: str,
     existing_keys: ExistingKeys,
     docs_per_batch: int = 64,
 ) -> PrepareSummary:
+    """Chunk every new or changed document; the tokenizer is only loaded (by `get_tokenizer`,
+    seconds of imports) once a document needs chunking, so a no-op refresh skips it."""
     summary = PrepareSummary()
+    tokenizer = None
     columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
     with StageWriter(out_path, CHUNKS_SCHEMA) as writer:
         for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
             docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
             if not docs:
                 continue
+            if tokenizer is None:  # outside the per-document guard: a load failure stops the run
+                tokenizer = get_tokenizer()
             existing = existing_keys([d["doc_id"] for d in docs])
             by_doc: dict[str, set[str]] = {}
             for chunk_id, (doc_id, _, _) in existing.items():

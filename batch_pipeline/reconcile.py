@@ -73,7 +73,7 @@ def reconcile_index(
         tracked = BucketSpill(
             scratch, "tracked", pa.schema([("doc_id", pa.string()), ("chunk_digest", pa.string())])
         )
-        for page in tracking.iter_chunk_digests(collection):
+        for page in tracking.iter_documents(collection, ["doc_id", "chunk_digest"]):
             ids = [doc_id for doc_id, _ in page]
             table = pa.table({"doc_id": ids, "chunk_digest": [digest for _, digest in page]})
             tracked.add(table, hash_buckets(ids, buckets))

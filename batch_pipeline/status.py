@@ -1,6 +1,13 @@
 """Per-collection status: what is in the index, when it landed, and what is stale."""
 
-from batch_pipeline.collect import CHANGED, DELETED, NEW, CollectSummary, classify_documents
+from batch_pipeline.collect import (
+    CHANGED,
+    DELETED,
+    NEW,
+    CollectSummary,
+    LandedDocuments,
+    classify_documents,
+)
 from batch_pipeline.completeness import partition_completeness
 from batch_pipeline.freshness import iso_time, partition_freshness
 from batch_pipeline.pipeline import CollectionPipeline
@@ -20,7 +27,7 @@ def collection_status(pipeline: CollectionPipeline) -> dict[str, object]:
     summary = CollectSummary()
     source_error = None
     try:
-        landed = pipeline.tracking.landed_documents(pipeline.index)
+        landed = LandedDocuments(pipeline.tracking, pipeline.index)
         failures = pipeline.tracking.failures_by_doc(pipeline.index)
         limits = pipeline.collect_limits()
         for _ in classify_documents(

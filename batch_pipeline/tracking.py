@@ -441,17 +441,17 @@ class TrackingStore:
             ).one()
         return {"newest_landed": newest, "oldest_pending": oldest, "pending": int(count)}
 
-    def iter_chunk_digests(
-        self, collection: str, page_rows: int = 10000
-    ) -> Iterator[list[tuple[str, str | None]]]:
-        """Every landed document's (doc_id, chunk_digest), a page at a time (streamed)."""
-        query = sa.select(documents.c.doc_id, documents.c.chunk_digest).where(
+    def iter_documents(
+        self, collection: str, columns: list[str], page_rows: int = 10000
+    ) -> Iterator[list[tuple]]:
+        """These columns of every landed document, streamed a page of rows at a time."""
+        query = sa.select(*(documents.c[name] for name in columns)).where(
             documents.c.collection == collection
         )
         with self.engine.connect() as conn:
             result = conn.execution_options(yield_per=page_rows).execute(query)
             for page in result.partitions():
-                yield [(row.doc_id, row.chunk_digest) for row in page]
+                yield [tuple(row) for row in page]
 
     def chunk_counts(self, collection: str) -> dict[str, int]:
         query = sa.select(documents.c.doc_id, documents.c.chunk_count).where(

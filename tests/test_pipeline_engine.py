@@ -5,6 +5,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from batch_pipeline import collect
+from batch_pipeline import pipeline as pipeline_module
 from batch_pipeline.inference import ModelLoadError
 from batch_pipeline.planning import PlanSettings
 from batch_pipeline.sources import SourceUnavailableError
@@ -211,3 +213,53 @@ def test_a_model_that_cannot_be_loaded_fails_with_a_clear_message(model, tmp_pat
     (broken / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="cannot load model .*model.path"):
         EmbeddingRunner(replace(model, path=broken, name="broken"), device="cpu")
+
+
+def test_collect_classifies_the_same_in_tiny_batches_and_buckets(
+    make_pipeline, runner, workspace, monkeypatch
+):
+    """Collect looks landed documents up a batch at a time and finds deletions bucket by
+    bucket on disk; with batches and buckets of two it must classify exactly as at once."""
+    docs = workspace["docs"]
+    for n in range(10):
+        (docs / f"extra-{n}.md").write_text(f"# Extra {n}\n\nBody number {n}.\n")
+    pipeline = make_pipeline()
+    pipeline.run("run-1", runner)
+    for n in (1, 4, 7):
+        (docs / f"extra-{n}.md").unlink()
+    (docs / "extra-2.md").write_text("# Extra 2\n\nA new body.\n")
+    (docs / "extra-new.md").write_text("# New\n\nJust added.\n")
+
+    def classify() -> dict[str, str]:
+        landed = collect.LandedDocuments(pipeline.tracking, pipeline.index)
+        summary = collect.CollectSummary()
+        rows = collect.classify_documents(pipeline.source, landed, pipeline.fingerprint, summary)
+        return {row["doc_id"]: row["status"] for row in rows}
+
+    at_once = classify()
+    monkeypatch.setattr(collect, "LOOKUP_BATCH", 2)
+    monkeypatch.setattr(collect, "DELETION_BUCKET_DOCS", 2)
+    in_pieces = classify()
+
+    assert in_pieces == at_once
+    assert {d for d, s in at_once.items() if s == "deleted"} == {
+        "extra-1.md",
+        "extra-4.md",
+        "extra-7.md",
+    }
+    assert at_once["extra-2.md"] == "changed" and at_once["extra-new.md"] == "new"
+    assert sum(s == "unchanged" for s in at_once.values()) == 3 + 10 - 3 - 1
+
+
+def test_a_refresh_with_nothing_changed_loads_no_tokenizer(make_pipeline, runner, monkeypatch):
+    """Loading the tokenizer imports transformers and torch (seconds per run process)."""
+    pipeline = make_pipeline()
+    pipeline.run("run-1", runner)
+
+    def no_tokenizer(path):  # noqa: ANN001, ANN202
+        raise AssertionError("a no-op refresh loaded the tokenizer")
+
+    monkeypatch.setattr(pipeline_module, "load_tokenizer", no_tokenizer)
+    collected = pipeline.collect("run-2")
+    prepared = pipeline.prepare("run-2", collected.path)
+    assert prepared.summary.chunks_stale == 0 and not prepared.summary.failures
