@@ -47,10 +47,24 @@ LANDED_SCHEMA = pa.schema([("doc_id", pa.string()), ("content_hash", pa.string()
 
 @dataclass
 class CollectSummary:
+    """What collect found. New, changed and deleted ids (with their change time) gather in
+    `changes`; with `on_changes`, they are handed over 500 at a time instead of kept."""
+
     counts: Counter = field(default_factory=Counter)
     failures: list[FailureRecord] = field(default_factory=list)
     bytes_read: int = 0
-    changes: dict[str, float | None] = field(default_factory=dict)  # new/changed/deleted ids
+    changes: dict[str, float | None] = field(default_factory=dict)
+    on_changes: Callable[[dict[str, float | None]], None] | None = None
+
+    def add_change(self, doc_id: str, changed_at: float | None) -> None:
+        self.changes[doc_id] = changed_at
+        if self.on_changes is not None and len(self.changes) >= LOOKUP_BATCH:
+            self.flush_changes()
+
+    def flush_changes(self) -> None:
+        if self.on_changes is not None and self.changes:
+            self.on_changes(self.changes)
+            self.changes = {}
 
     def metadata(self) -> dict[str, int]:
         return {f"documents_{status}": self.counts.get(status, 0) for status in STATUSES}
@@ -123,7 +137,7 @@ class _Collector:
     def _count(self, row: dict) -> dict:
         self.summary.counts[row["status"]] += 1
         if row["status"] in (NEW, CHANGED):
-            self.summary.changes[row["doc_id"]] = row["source_changed_at"]
+            self.summary.add_change(row["doc_id"], row["source_changed_at"])
         return row
 
     def _quarantined(self, doc_id: str, version: str | None, digest: str | None) -> bool:
@@ -275,7 +289,7 @@ def classify_documents(
                     continue
                 present.add(row["doc_id"])  # a targeted run may name a document twice
                 summary.counts[DELETED] += 1
-                summary.changes[row["doc_id"]] = None
+                summary.add_change(row["doc_id"], None)
                 yield {
                     "doc_id": row["doc_id"],
                     "status": DELETED,
@@ -328,9 +342,14 @@ def collect_documents(
     known_failures: dict[str, dict] | None = None,
     limits: CollectLimits | None = None,
     also_landed: Iterable[str] = (),
+    on_changes: Callable[[dict[str, float | None]], None] | None = None,
 ) -> CollectSummary:
-    """Classify the source's documents against `landed` and write them to `out_path`."""
-    summary = CollectSummary()
+    """Classify the source's documents against `landed` and write them to `out_path`.
+
+    New, changed and deleted documents go to `on_changes` (to be recorded as pending) a
+    batch at a time as they are found.
+    """
+    summary = CollectSummary(on_changes=on_changes)
     mode = b"targeted" if doc_ids is not None else b"full"
     # When collection started: land never overwrites what another run landed after this.
     started = str(time.time()).encode()
@@ -340,4 +359,5 @@ def collect_documents(
             source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed
         ):
             writer.write(row)
+    summary.flush_changes()
     return summary

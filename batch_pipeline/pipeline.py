@@ -164,9 +164,9 @@ class CollectionPipeline:
             self.tracking.failures_by_doc(self.index),
             self.collect_limits(),
             orphans,
+            lambda changes: self.tracking.record_pending(self.index, changes),
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
-        self.tracking.record_pending(self.index, summary.changes)
         return StageOutput(out, summary)
 
     def prepare(self, run_id: str, collected: StagePath) -> StageOutput:

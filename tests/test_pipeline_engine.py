@@ -263,3 +263,25 @@ def test_a_refresh_with_nothing_changed_loads_no_tokenizer(make_pipeline, runner
     collected = pipeline.collect("run-2")
     prepared = pipeline.prepare("run-2", collected.path)
     assert prepared.summary.chunks_stale == 0 and not prepared.summary.failures
+
+
+def test_collect_records_changes_as_pending_a_batch_at_a_time(
+    make_pipeline, workspace, monkeypatch
+):
+    for n in range(5):
+        (workspace["docs"] / f"extra-{n}.md").write_text(f"# Extra {n}\n\nBody number {n}.\n")
+    monkeypatch.setattr(collect, "LOOKUP_BATCH", 2)
+    pipeline = make_pipeline()
+    batches: list[int] = []
+    record = pipeline.tracking.record_pending
+
+    def counted(collection, changes):  # noqa: ANN001, ANN202
+        batches.append(len(changes))
+        record(collection, changes)
+
+    monkeypatch.setattr(pipeline.tracking, "record_pending", counted)
+    collected = pipeline.collect("run-1")
+
+    assert collected.summary.counts["new"] == 8
+    assert max(batches) <= 2 and sum(batches) == 8
+    assert pipeline.tracking.freshness(pipeline.index)["pending"] == 8
