@@ -268,6 +268,15 @@ class MaintenanceConfig(_Strict):
         ge=0,
         description="Versions younger than this survive a threshold-triggered cleanup.",
     )
+    staging_runs_kept: int = Field(
+        default=3, ge=1, description="The newest runs' stage files kept per partition."
+    )
+    unlanded_run_retention_hours: float = Field(
+        default=72,
+        ge=0,
+        description="Stage files of runs that have not landed (still running, or failed and "
+        "waiting to be re-executed from their failure) are kept this long.",
+    )
 
 
 class GenerationsConfig(_Strict):

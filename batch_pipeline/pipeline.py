@@ -48,9 +48,6 @@ class NoLiveGenerationError(RuntimeError):
     """A reader asked for a collection that has never been promoted."""
 
 
-KEEP_STAGING_RUNS = 3
-
-
 @dataclass(frozen=True)
 class StageOutput:
     path: StagePath
@@ -232,11 +229,11 @@ class CollectionPipeline:
         )
         table = self.store.open(self.index)
         version_before = table.version if table is not None else 0
+        upkeep = self.config.maintenance
         with self.tracking.collection_lock(self.index, owner=run_id):
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )
-            upkeep = self.config.maintenance
             summary.compacted = bool(
                 self.store.maintain_if_needed(
                     self.index,
@@ -266,8 +263,9 @@ class CollectionPipeline:
         self.staging.prune_runs(
             self.partition,
             {run_id, "checkpoints"},
-            KEEP_STAGING_RUNS,
+            upkeep.staging_runs_kept,
             finished=lambda run: self.tracking.run_finished(self.index, run),
+            unfinished_grace_seconds=upkeep.unlanded_run_retention_hours * 3600,
         )
         return summary
 

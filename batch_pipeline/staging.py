@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 
 WRITE_BATCH_ROWS = 512
 MAX_ROW_GROUP_ROWS = 16384  # what a reader holds at once
-UNFINISHED_GRACE_SECONDS = 3 * 24 * 3600  # how long a run that did not land keeps its files
 
 # LanceDB's storage option names (what users already write for LanceDB) -> pyarrow's S3 names
 _S3_OPTION_NAMES = {
@@ -206,7 +205,7 @@ class StagingArea:
         keep: set[str],
         keep_latest: int,
         finished: Callable[[str], bool] = lambda run: True,
-        unfinished_grace_seconds: float = UNFINISHED_GRACE_SECONDS,
+        unfinished_grace_seconds: float = 0.0,
     ) -> int:
         """Delete the stage files of older runs, keeping `keep` and the `keep_latest` newest.
 

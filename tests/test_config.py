@@ -52,6 +52,12 @@ def test_relative_source_path_resolves_against_the_config_folder(tmp_path):
             "Extra inputs are not permitted",
         ),
         ("collections: []\n", "collections", "at least 1"),
+        (
+            "maintenance: {staging_runs_kept: 0}\n"
+            "collections:\n  - name: kb\n    source: {kind: filesystem, path: d}\n",
+            "maintenance.staging_runs_kept",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_a_bad_value_names_its_field(tmp_path, text, field, reason):

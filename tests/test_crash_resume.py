@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from batch_pipeline import execute
-from batch_pipeline.pipeline import KEEP_STAGING_RUNS
 from batch_pipeline.planning import PlanSettings
 from batch_pipeline.reconcile import reconcile_index
 from batch_pipeline.staging import read_table
@@ -187,7 +186,7 @@ def test_a_failed_runs_stage_files_outlive_later_runs(make_pipeline, runner):
     """Re-executing a failed run from its failure reads its stage files: pruning keeps them."""
     pipeline = make_pipeline()
     _stages_to_plan(pipeline, "failed-run")  # it stopped after plan
-    for n in range(KEEP_STAGING_RUNS + 1):
+    for n in range(pipeline.config.maintenance.staging_runs_kept + 1):
         pipeline.run(f"later-{n}", runner)
     runs = {p.name for p in pipeline.staging.root.local_path.joinpath("handbook").iterdir()}
     assert "failed-run" in runs

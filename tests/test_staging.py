@@ -80,7 +80,13 @@ def test_pruning_keeps_runs_that_did_not_finish_until_their_grace_ends(area):
         return {f.path.split("/handbook/", 1)[1].split("/")[0] for f in files}
 
     # run-2 did not land: still executing, or failed and waiting to be re-executed
-    removed = area.prune_runs("handbook", {"run-3"}, 1, finished=lambda run: run == "run-1")
+    removed = area.prune_runs(
+        "handbook",
+        {"run-3"},
+        1,
+        finished=lambda run: run == "run-1",
+        unfinished_grace_seconds=3600,
+    )
     assert removed == 1
     assert runs() == {"run-2", "run-3"}
     removed = area.prune_runs(
