@@ -2,7 +2,9 @@
 
 A stage that must regroup more rows than it wants to hold (the plan's de-duplication by input
 hash, land's join of vectors back onto chunks) spills them into numbered bucket files and then
-reads one bucket at a time. Buckets are Parquet files in a temporary folder that is removed on exit.
+reads one bucket at a time. Buckets are Arrow IPC streams (LZ4-compressed) in a temporary
+folder that is removed on exit. (Not Parquet: a Parquet writer keeps every row group's metadata
+until it closes, so many small appends to many buckets grew memory with the corpus.)
 """
 
 import tempfile
@@ -12,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from batch_pipeline.staging import StagePath, as_stage_path
+
+SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 def hash_buckets(keys: Iterable[str], buckets: int) -> np.ndarray:
@@ -29,10 +32,10 @@ class BucketSpill:
         self.directory = Path(directory)
         self.name = name
         self.schema = schema
-        self._writers: dict[int, pq.ParquetWriter] = {}
+        self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
 
     def _path(self, bucket: int) -> Path:
-        return self.directory / f"{self.name}-{bucket:06d}.parquet"
+        return self.directory / f"{self.name}-{bucket:06d}.arrows"
 
     def add(self, table: pa.Table | pa.RecordBatch, buckets: np.ndarray) -> None:
         """Append each row of `table` to the bucket given for it in `buckets`."""
@@ -47,7 +50,9 @@ class BucketSpill:
         for start, end in zip(starts, ends, strict=True):
             bucket = int(ordered[start])
             if bucket not in self._writers:
-                self._writers[bucket] = pq.ParquetWriter(self._path(bucket), self.schema)
+                self._writers[bucket] = pa.ipc.new_stream(
+                    str(self._path(bucket)), self.schema, options=SPILL_OPTIONS
+                )
             self._writers[bucket].write_table(table.slice(start, end - start))
 
     def close(self) -> None:
@@ -61,7 +66,8 @@ class BucketSpill:
         """One bucket's rows, in the order they were added (empty if none were)."""
         if bucket not in self._writers:
             return self.schema.empty_table()
-        return pq.read_table(self._path(bucket))
+        with pa.ipc.open_stream(str(self._path(bucket))) as reader:
+            return reader.read_all()
 
 
 def scratch_dir(near: StagePath | Path) -> tempfile.TemporaryDirectory:
