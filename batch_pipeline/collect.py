@@ -18,7 +18,7 @@ import pyarrow as pa
 from batch_pipeline.documents import DocumentError, content_hash, decode_document
 from batch_pipeline.normalize import detect_format, parse_document
 from batch_pipeline.sources import DocumentReadError, DocumentSource, RawDocument, SourceEntry
-from batch_pipeline.spill import BucketSpill, hash_buckets
+from batch_pipeline.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.staging import StageWriter
 from batch_pipeline.tracking import FailureRecord, LandedDocument, TrackingStore
 
@@ -254,7 +254,7 @@ def classify_documents(
     collector = _Collector(
         source, fingerprint, summary, known_failures or {}, limits or CollectLimits()
     )
-    buckets = max(1, -(-landed.count() // DELETION_BUCKET_DOCS))
+    buckets = bucket_count(landed.count(), DELETION_BUCKET_DOCS)
     with tempfile.TemporaryDirectory(prefix="batch-pipeline-collect-") as scratch:
         seen = BucketSpill(scratch, "seen", ID_SCHEMA)
         entries = source.list_entries() if doc_ids is None else source.entries_for(doc_ids)

@@ -22,7 +22,7 @@ from batch_pipeline.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, U
 from batch_pipeline.execute import embeddings_schema
 from batch_pipeline.faults import crash_point
 from batch_pipeline.reconcile import chunk_digest
-from batch_pipeline.spill import BucketSpill, hash_buckets, scratch_dir
+from batch_pipeline.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
 from batch_pipeline.staging import StagePath, collected_at, read_batches, row_count
 from batch_pipeline.tracking import FailureRecord, TrackingStore
 from batch_pipeline.vector_store import VectorStore
@@ -224,7 +224,7 @@ def _vectors_in_chunk_order(
     """
     schema = embeddings_schema(dim)  # input_hash, vector, embedded_at
     embedded = row_count(embeddings_path)
-    buckets = max(1, -(-embedded // JOIN_BUCKET_ROWS))
+    buckets = bucket_count(embedded, JOIN_BUCKET_ROWS)
     vectors = BucketSpill(Path(tmp), "vectors", schema)
     for batch in read_batches(embeddings_path, ["input_hash", "vector", "embedded_at"]):
         vectors.add(batch, hash_buckets(batch["input_hash"].to_pylist(), buckets))

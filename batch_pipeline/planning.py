@@ -169,7 +169,7 @@ def plan_stale_chunks(
     """
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
 
-    from batch_pipeline.spill import BucketSpill, hash_buckets, scratch_dir
+    from batch_pipeline.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
     from batch_pipeline.staging import StageWriter, read_batches
 
     plan_schema = pa.schema(
@@ -185,7 +185,7 @@ def plan_stale_chunks(
         batch["stale"].to_numpy(zero_copy_only=False).sum()
         for batch in read_batches(chunks_path, ["stale"], batch_rows=65536)
     )
-    buckets = max(1, -(-int(stale_rows) // bucket_rows))
+    buckets = bucket_count(stale_rows, bucket_rows)
     summary = PlanSummary(
         token_budget=settings.token_budget, max_batch_size=settings.max_batch_size
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from batch_pipeline.spill import BucketSpill, hash_buckets
+from batch_pipeline.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.tracking import TrackingStore
 from batch_pipeline.vector_store import VectorStore
 
@@ -62,7 +62,7 @@ def reconcile_index(
 ) -> ReconcileReport:
     """Compare the table's rows with tracking's chunk digests, document by document."""
     rows = store.count_rows(collection)
-    buckets = max(1, -(-rows // BUCKET_ROWS))
+    buckets = bucket_count(rows, BUCKET_ROWS)
     report = ReconcileReport()
     with tempfile.TemporaryDirectory(prefix="batch-pipeline-reconcile-") as scratch:
         indexed = BucketSpill(

@@ -20,6 +20,11 @@ from batch_pipeline.staging import StagePath, as_stage_path
 SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
+def bucket_count(rows: int, rows_per_bucket: int) -> int:
+    """How many buckets hold `rows` rows at about `rows_per_bucket` each (at least one)."""
+    return max(1, -(-int(rows) // rows_per_bucket))
+
+
 def hash_buckets(keys: Iterable[str], buckets: int) -> np.ndarray:
     """A bucket number per key (an input hash): equal keys always share a bucket."""
     return np.fromiter((zlib.crc32(k.encode()) % buckets for k in keys), dtype=np.int64)
