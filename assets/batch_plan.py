@@ -4,18 +4,19 @@ import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
 from assets.stage_io import parquet_metadata, upstream_path
+from batch_pipeline.stages import PLAN, PREPARE
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
 
 
 def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
-        name="batch_plan",
-        deps=["document_chunks"],
+        name=PLAN.asset,
+        deps=[PREPARE.asset],
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
-        kinds={"python", "parquet"},
+        kinds=set(PLAN.kinds),
     )
     def batch_plan(
         context: dg.AssetExecutionContext,
@@ -24,8 +25,8 @@ def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
     ) -> dg.MaterializeResult:
         """Every stale model input exactly once (duplicates folded), sorted by token length
         and packed into batches sized against the device's token/memory budget."""
-        engine = pipeline.collection(context.partition_key)
-        chunks = upstream_path(context, dg.AssetKey("document_chunks"), engine.staging)
+        engine = pipeline.partition(context.partition_key)
+        chunks = upstream_path(context, PREPARE, engine.staging)
         settings, width = inference.plan_settings(engine.model)
         output = engine.plan(context.run.run_id, chunks, settings, width)
         return dg.MaterializeResult(

@@ -4,20 +4,21 @@ import dagster as dg
 
 from assets.partitions import GPU_POOL, GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import parquet_metadata, upstream_path
+from batch_pipeline.stages import EXECUTE, PLAN
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
 
 
 def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
-        name="chunk_embeddings",
-        deps=["batch_plan"],
+        name=EXECUTE.asset,
+        deps=[PLAN.asset],
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
         retry_policy=TRANSIENT_RETRY,
         pool=GPU_POOL,
-        kinds={"pytorch", "parquet"},
+        kinds=set(EXECUTE.kinds),
     )
     def chunk_embeddings(
         context: dg.AssetExecutionContext,
@@ -26,8 +27,8 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
     ) -> dg.MaterializeResult:
         """One vector per planned input, computed batch by batch on the best device present
         (CUDA, then MPS, then CPU), in the plan's order."""
-        engine = pipeline.collection(context.partition_key)
-        plan = upstream_path(context, dg.AssetKey("batch_plan"), engine.staging)
+        engine = pipeline.partition(context.partition_key)
+        plan = upstream_path(context, PLAN, engine.staging)
         output = engine.execute(context.run.run_id, plan, lambda: inference.runner(engine.model))
         for input_hash, reason in output.summary.failed_inputs.items():
             context.log.warning(f"input {input_hash[:12]} failed: {reason}")

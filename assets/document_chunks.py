@@ -4,25 +4,26 @@ import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
 from assets.stage_io import parquet_metadata, upstream_path
+from batch_pipeline.stages import COLLECT, PREPARE
 from resources.pipeline import PipelineResource
 
 
 def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
-        name="document_chunks",
-        deps=["source_documents"],
+        name=PREPARE.asset,
+        deps=[COLLECT.asset],
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
-        kinds={"python", "parquet"},
+        kinds=set(PREPARE.kinds),
     )
     def document_chunks(
         context: dg.AssetExecutionContext, pipeline: PipelineResource
     ) -> dg.MaterializeResult:
         """Chunks of new and changed documents, cut with the model's tokenizer along headings
         and paragraphs, each with its stable id, exact model input and staleness flag."""
-        engine = pipeline.collection(context.partition_key)
-        collected = upstream_path(context, dg.AssetKey("source_documents"), engine.staging)
+        engine = pipeline.partition(context.partition_key)
+        collected = upstream_path(context, COLLECT, engine.staging)
         output = engine.prepare(context.run.run_id, collected)
         for failure in output.summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")

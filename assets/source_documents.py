@@ -7,6 +7,7 @@ from pydantic import Field
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import parquet_metadata
 from batch_pipeline.config import redacted
+from batch_pipeline.stages import COLLECT
 from resources.pipeline import PipelineResource
 
 
@@ -27,12 +28,12 @@ class CollectConfig(dg.Config):
 
 def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
-        name="source_documents",
+        name=COLLECT.asset,
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
         retry_policy=TRANSIENT_RETRY,
-        kinds={"python", "parquet"},
+        kinds=set(COLLECT.kinds),
     )
     def source_documents(
         context: dg.AssetExecutionContext,
@@ -43,7 +44,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         """Every document of the collection with its content hash, source version and title,
         classified as new, changed, unchanged, deleted or failed (with the reason). A targeted
         run (from the publish sensor) looks only at the documents it names."""
-        engine = pipeline.collection(context.partition_key, s3)
+        engine = pipeline.partition(context.partition_key, s3)
         output = engine.collect(context.run.run_id, config.targeted_ids())
         summary = output.summary
         for failure in summary.failures:

@@ -8,7 +8,8 @@ retry from failure in a new run) reads exactly what its upstream last produced.
 import dagster as dg
 import pyarrow as pa
 
-from batch_pipeline.staging import StagePath, StagingArea, parquet_file
+from batch_pipeline.stages import Stage
+from batch_pipeline.state.staging import StagePath, StagingArea, parquet_file
 
 
 class MissingUpstreamError(RuntimeError):
@@ -16,8 +17,10 @@ class MissingUpstreamError(RuntimeError):
 
 
 def upstream_path(
-    context: dg.AssetExecutionContext, asset_key: dg.AssetKey, staging: StagingArea
+    context: dg.AssetExecutionContext, stage: Stage, staging: StagingArea
 ) -> StagePath:
+    """The stage file `stage` last wrote for this partition."""
+    asset_key = dg.AssetKey(stage.asset)
     result = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]),
         limit=1,

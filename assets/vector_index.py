@@ -6,37 +6,52 @@ import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
 from assets.stage_io import column_schema, upstream_path
-from batch_pipeline.completeness import partition_completeness
-from batch_pipeline.freshness import partition_freshness
-from batch_pipeline.landing import table_metadata
-from batch_pipeline.reconcile import reconcile_index
-from batch_pipeline.run_history import drop_expired_generations
-from batch_pipeline.vector_store import chunk_schema
+from batch_pipeline.health.completeness import partition_completeness
+from batch_pipeline.health.freshness import partition_freshness, worst_lag
+from batch_pipeline.pipeline import configured_generations
+from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
+from batch_pipeline.stages.land import table_metadata
+from batch_pipeline.state.reconcile import reconcile_index
+from batch_pipeline.state.vector_store import chunk_schema
+from batch_pipeline.triggers.tags import is_reconcile
 from resources.pipeline import PipelineResource
 
 INDEX_MATCHES_TRACKING = "index_matches_tracking"
 FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
 COMPLETENESS = "completeness"
-MODE_TAG = "batch_pipeline/mode"
-RECONCILE = "reconcile"
 
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
-        name="vector_index",
-        deps=["chunk_embeddings", "document_chunks", "source_documents"],
+        name=LAND.asset,
+        deps=[EXECUTE.asset, PREPARE.asset, COLLECT.asset],
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
         retry_policy=TRANSIENT_RETRY,
-        kinds={"lancedb"},
+        kinds=set(LAND.kinds),
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
         ),
         check_specs=[
-            dg.AssetCheckSpec(INDEX_MATCHES_TRACKING, asset="vector_index"),
-            dg.AssetCheckSpec(FRESHNESS_WITHIN_BUDGET, asset="vector_index"),
-            dg.AssetCheckSpec(COMPLETENESS, asset="vector_index"),
+            dg.AssetCheckSpec(
+                INDEX_MATCHES_TRACKING,
+                asset=LAND.asset,
+                description="The table holds exactly the chunks the tracking store records for "
+                "each document (same ids, input hashes and fingerprint); a full run repairs drift.",
+            ),
+            dg.AssetCheckSpec(
+                FRESHNESS_WITHIN_BUDGET,
+                asset=LAND.asset,
+                description="No collection's oldest unlanded source change is older than "
+                "freshness.lag_budget_seconds.",
+            ),
+            dg.AssetCheckSpec(
+                COMPLETENESS,
+                asset=LAND.asset,
+                description="Landed documents / (known documents - quarantined) is at least "
+                "limits.completeness_threshold.",
+            ),
         ],
     )
     def vector_index(
@@ -47,47 +62,25 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         source version. A changed document's stale chunks go in the same commit as its new
         ones; deleted documents' chunks are removed too. The nightly reconciliation also
         compacts the table and cleans up old versions."""
-        engine = pipeline.collection(context.partition_key)
+        engine = pipeline.partition(context.partition_key)
         run_id = context.run.run_id
-        paths = {
-            stage: upstream_path(context, dg.AssetKey(stage), engine.staging)
-            for stage in ("source_documents", "document_chunks", "chunk_embeddings")
-        }
-        dimension = engine.model.embedding_dimension
-        summary = engine.land(
-            run_id,
-            paths["source_documents"],
-            paths["document_chunks"],
-            paths["chunk_embeddings"],
-            dimension,
-            partition=context.partition_key,
+        collected, chunks, embeddings = (
+            upstream_path(context, stage, engine.staging) for stage in (COLLECT, PREPARE, EXECUTE)
         )
+        dimension = engine.model.embedding_dimension
+        summary = engine.land(run_id, collected, chunks, embeddings, dimension)
         maintenance = {}
-        if context.run.tags.get(MODE_TAG) == RECONCILE:
-            retention = timedelta(hours=pipeline.config.maintenance.version_retention_hours)
-            maintenance = engine.maintain(retention, owner=run_id)
-            dropped = drop_expired_generations(
-                engine.store,
-                engine.generations,
-                engine.name,
-                timedelta(days=pipeline.config.generations.retention_days),
+        if is_reconcile(context.run.tags):
+            settings = pipeline.config
+            maintenance = engine.nightly_maintenance(
+                timedelta(hours=settings.maintenance.version_retention_hours),
+                timedelta(days=settings.generations.retention_days),
+                owner=run_id,
             )
-            maintenance["generations_dropped"] = len(dropped)
         table = table_metadata(engine.store, engine.index)
         freshness = partition_freshness(engine.tracking, engine.index)
         report = reconcile_index(engine.store, engine.tracking, engine.index)
-        worst = max(
-            (
-                (
-                    partition_freshness(engine.tracking, pipeline.collection(key).index)[
-                        "lag_seconds"
-                    ],
-                    key,
-                )
-                for key in (c.name for c in pipeline.config.collections)
-            ),
-            default=(0.0, context.partition_key),
-        )
+        worst = worst_lag(engine.tracking, configured_generations(pipeline.config))
         budget = pipeline.config.freshness.lag_budget_seconds
         limits = pipeline.config.limits
         completeness = partition_completeness(
@@ -103,12 +96,12 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 **freshness,
                 **completeness,
                 **{f"maintenance_{k}": v for k, v in maintenance.items()},
-                "documents_failing": len(engine.tracking.list_failures(engine.index)),
+                "documents_failing": engine.tracking.failure_count(engine.index),
                 "run_id": run_id,
                 "model": engine.model.name,
                 "model_fingerprint": engine.fingerprint,
                 "generation": engine.index,
-                "generation_state": engine.generation()["state"],
+                "generation_state": engine.generation().state,
             },
             check_results=[
                 dg.AssetCheckResult(
@@ -126,7 +119,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     passed=worst[0] <= budget,
                     severity=dg.AssetCheckSeverity.WARN,
                     metadata={
-                        "worst_partition": worst[1],
+                        "worst_collection": worst[1] or engine.name,
                         "worst_lag_seconds": worst[0],
                         "lag_budget_seconds": budget,
                     },

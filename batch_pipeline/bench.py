@@ -26,9 +26,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from batch_pipeline.inference import EmbeddingRunner, RunStats
-from batch_pipeline.models import ResolvedModel, resolve_model
-from batch_pipeline.planning import PlanSettings, plan_inputs
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.stages.plan import plan_inputs
 
 CHUNK_SET = Path(__file__).resolve().parent.parent / "benchmarks" / "chunks.jsonl"
 BASELINE_BATCH_SIZE = 32
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.token_budget
     if budget is None:
         if runner.device.startswith("cuda"):
-            from batch_pipeline.planning import budget_from_memory
+            from batch_pipeline.inference.batching import budget_from_memory
 
             budget = budget_from_memory(runner.cuda_free_bytes(), model, 2)
         else:

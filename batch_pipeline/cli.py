@@ -2,7 +2,7 @@
 
     batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
     batch-pipeline status [--collection C] [--json]
-    batch-pipeline run --collection C [--doc-id ID ...] [--json]
+    batch-pipeline run --collection C | --partition P [--doc-id ID ...] [--json]
     batch-pipeline failures [--collection C] [--json]
     batch-pipeline doctor [--collection C] [--json]
     batch-pipeline generations list|promote|rollback [--collection C]
@@ -20,17 +20,19 @@ import textwrap
 import uuid
 
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.generations import GenerationError, GenerationRegistry
-from batch_pipeline.inference import EmbeddingRunner
-from batch_pipeline.models import ModelNotAvailableError
-from batch_pipeline.pipeline import CollectionPipeline, NoLiveGenerationError
-from batch_pipeline.planning import PlanSettings
-from batch_pipeline.run_history import invalidate_run, restore_before_run
+from batch_pipeline.generations.lifecycle import NoLiveGenerationError
+from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
+from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
+from batch_pipeline.health.status import collection_health, collection_status
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.models import ModelNotAvailableError
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.search import CollectionNotIndexedError, search
-from batch_pipeline.status import collection_health, collection_status
-from batch_pipeline.storage import resolve_storage
-from batch_pipeline.tracking import TrackingStore
-from batch_pipeline.vector_store import VectorStore
+from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
+from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,8 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--collection", help="only this collection")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    run = commands.add_parser("run", help="run the five stages for one collection, no Dagster")
-    run.add_argument("--collection", required=True)
+    run = commands.add_parser(
+        "run", help="run the five stages for a collection or one partition, no Dagster"
+    )
+    target = run.add_mutually_exclusive_group(required=True)
+    target.add_argument("--collection", help="a configured collection (all of its shards)")
+    target.add_argument("--partition", help="one partition: a collection or a shard (name-sNN)")
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
@@ -102,8 +108,28 @@ class _Context:
         self.tracking = TrackingStore(self.storage.tracking_url)
         self.store = VectorStore(self.storage.lancedb_uri, self.storage.storage_options)
 
-    def pipeline(self, name: str) -> CollectionPipeline:
-        return CollectionPipeline(self.config, self.storage, name, self.tracking, self.store)
+    def collections(self, only: str | None) -> list[str]:
+        """The configured collections a command covers: `only` (which must be configured),
+        or all of them."""
+        if only is None:
+            return [c.name for c in self.config.collections]
+        try:
+            return [self.config.collection(only).name]
+        except KeyError as error:
+            raise ConfigError(str(error.args[0])) from None
+
+    def filter(self, only: str | None) -> str | None:
+        """A `--collection` filter, checked against the configuration (None: no filter)."""
+        return None if only is None else self.collections(only)[0]
+
+    def partition(self, partition: str) -> PartitionPipeline:
+        """One partition's engine: a collection, or one shard of it."""
+        return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
+
+    def pipeline(self, collection: str) -> PartitionPipeline:
+        """The whole collection's engine (all its shards), for a configured collection."""
+        (name,) = self.collections(collection)
+        return self.partition(name)
 
 
 def _search(ctx: _Context, args: argparse.Namespace) -> int:
@@ -124,8 +150,7 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
 
 
 def _status(ctx: _Context, args: argparse.Namespace) -> int:
-    names = [args.collection] if args.collection else [c.name for c in ctx.config.collections]
-    rows = [collection_status(ctx.pipeline(name)) for name in names]
+    rows = [collection_status(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -155,7 +180,7 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
 
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
-    pipeline = ctx.pipeline(args.collection)
+    pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
     summaries = pipeline.run(
         run_id,
@@ -167,25 +192,28 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
     review = pipeline.review_generation(
         lambda model: EmbeddingRunner(model, device=args.device, dtype=args.dtype)
     )
+    stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
+    failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
     report = {
         "run_id": run_id,
-        **{k: v.metadata() for k, v in summaries.items()},
-        "generation": {k: review[k] for k in ("generation", "decision", "reason", "scores")},
+        **stages,
+        "documents_failed": failed,
+        "generation": review.metadata(),
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        land = report["land"]
+        land = stages[LAND.name]
         print(
-            f"run {run_id}: {report['execute']['chunks_embedded']} chunks embedded, "
+            f"run {run_id}: {stages[EXECUTE.name]['chunks_embedded']} chunks embedded, "
             f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
-            f"{land['documents_failed'] + report['collect']['documents_failed']} failed"
+            f"{failed} failed"
         )
     return 0
 
 
 def _failures(ctx: _Context, args: argparse.Namespace) -> int:
-    rows = ctx.tracking.list_failures(args.collection)
+    rows = ctx.tracking.list_failures(collection=ctx.filter(args.collection))
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -193,7 +221,8 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
         print("no failures")
     for row in rows:
         print(
-            f"{row['collection']}  {row['doc_id']!r}  {row['stage']}  {row['reason']}  "
+            f"{row['collection']}  {row['generation']}  {row['doc_id']!r}  {row['stage']}  "
+            f"{row['reason']}  "
             f"attempts={row['attempts']}  {row['message']}"
         )
     return 0
@@ -201,8 +230,7 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
 
 def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     """Exit status 1 when any collection has a problem."""
-    names = [args.collection] if args.collection else [c.name for c in ctx.config.collections]
-    reports = [collection_health(ctx.pipeline(name)) for name in names]
+    reports = [collection_health(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
     else:
@@ -223,15 +251,15 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
 def _generations(ctx: _Context, args: argparse.Namespace) -> int:
     registry = GenerationRegistry(ctx.tracking)
     if args.action == "list":
-        rows = registry.list_all(args.collection)
+        records = registry.list_all(ctx.filter(args.collection))
         if args.json:
-            print(json.dumps(rows, indent=2, default=str))
+            print(json.dumps([g.as_dict() for g in records], indent=2, default=str))
             return 0
-        for g in rows:
+        for g in records:
             print(
-                f"{g['collection']}  {g['fingerprint']}  {g['state']:<9}  "
-                f"complete={bool(g['complete'])}  docs={g['documents']}  rows={g['rows']}  "
-                f"{g['decision'] or ''}"
+                f"{g.collection}  {g.fingerprint}  {g.state:<9}  "
+                f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
+                f"{g.decision or ''}"
             )
         return 0
     pipeline = ctx.pipeline(args.collection)
@@ -247,18 +275,20 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
         else:
             if fingerprint != pipeline.fingerprint:
                 raise GenerationError("only the current config's generation can be gated; --force")
+            live_before = registry.live(args.collection)
             review = pipeline.review_generation(lambda model: EmbeddingRunner(model, device="auto"))
-            if review["decision"] != "promoted":
-                raise GenerationError(f"not promoted: {review['reason']}")
-            moved = {"from": review["live_generation"], "to": pipeline.index}
-    print(f"{args.collection}: live generation {moved['from']} -> {moved['to']}")
+            if review.decision != "promoted":
+                raise GenerationError(f"not promoted: {review.reason}")
+            previous = live_before.index_name if live_before else None
+            moved = LiveSwitch(previous, pipeline.index)
+    print(f"{args.collection}: live generation {moved.previous} -> {moved.live}")
     return 0
 
 
 def _invalidate(ctx: _Context, args: argparse.Namespace) -> int:
     result = invalidate_run(ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.run_id)
     print(
-        f"run {args.run_id}: {result['rows']} rows in {result['documents']} documents marked "
+        f"run {args.run_id}: {result.rows} rows in {result.documents} documents marked "
         "stale; the next run of their partition re-embeds exactly those"
     )
     return 0
@@ -269,8 +299,8 @@ def _restore(ctx: _Context, args: argparse.Namespace) -> int:
         ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.collection, args.run_id
     )
     print(
-        f"{result['index']}: restored version {result['restored_version']} "
-        f"(now version {result['version']}); the next full run re-lands what the source has"
+        f"{result.index}: restored version {result.restored_version} "
+        f"(now version {result.version}); the next full run re-lands what the source has"
     )
     return 0
 

@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from batch_pipeline.names import shard_number, shard_of, shard_partition
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
 CONFIG_ENV = "BATCH_PIPELINE_CONFIG"
@@ -190,9 +192,16 @@ class CollectionConfig(_Strict):
     )
 
     def partition_keys(self) -> list[str]:
+        """This collection's Dagster partitions: its name, or one key per shard."""
         if self.shards == 1:
             return [self.name]
-        return [f"{self.name}-s{shard:02d}" for shard in range(self.shards)]
+        return [shard_partition(self.name, shard) for shard in range(self.shards)]
+
+    def partition_of(self, doc_id: str) -> str:
+        """The partition a document belongs to (a stable hash of its id picks the shard)."""
+        if self.shards == 1:
+            return self.name
+        return shard_partition(self.name, shard_of(doc_id, self.shards))
 
     @field_validator("name")
     @classmethod
@@ -339,7 +348,7 @@ class PipelineConfig(_Strict):
             if key == collection.name:
                 return collection, None
             if collection.shards > 1 and key in collection.partition_keys():
-                return collection, int(key.rsplit("-s", 1)[1])
+                return collection, shard_number(key)
         known = ", ".join(self.partition_keys())
         raise KeyError(f"unknown collection or partition {key!r}; configured: {known}")
 

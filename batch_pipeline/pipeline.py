@@ -1,51 +1,57 @@
-"""One collection's pipeline, stage by stage, in plain Python.
+"""One partition's pipeline, stage by stage, in plain Python.
 
-`CollectionPipeline` binds a collection's configuration to the storage locations and runs the
-five stages; the Dagster assets, the CLI and the tests all go through it. Each stage reads the
-previous stage's Parquet file and writes its own under `staging/<collection>/<run_id>/`.
+`PartitionPipeline` binds a partition (a collection, or one shard of it) to its configuration
+and storage, and runs the five stages (`batch_pipeline.stages`); the Dagster assets, the CLI
+and the tests all go through it. Each stage reads the previous stage's Parquet file and writes
+its own under `staging/<partition>/<run_id>/`. The generation the configuration builds is
+handled by `GenerationLifecycle`.
 """
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
 
-from batch_pipeline.chunking import ChunkSettings
-from batch_pipeline.collect import (
+from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
+from batch_pipeline.generations.lifecycle import (
+    EmbedderFor,
+    GenerationLifecycle,
+    GenerationReview,
+    LiveGeneration,
+)
+from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.fingerprint import model_fingerprint
+from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
+from batch_pipeline.names import generation_index
+from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
+from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE
+from batch_pipeline.stages.collect import (
     CollectLimits,
     CollectSummary,
     LandedDocuments,
     collect_documents,
 )
-from batch_pipeline.config import CollectionConfig, ConfigError, ModelConfig, PipelineConfig
-from batch_pipeline.evaluation import gate, load_eval_set, score_generation
-from batch_pipeline.execute import ExecuteSummary, checkpoints_used, execute_plan
-from batch_pipeline.fingerprint import generation_index, model_fingerprint, shard_of
-from batch_pipeline.generations import (
-    BUILDING,
-    CANDIDATE,
-    LIVE,
-    GenerationRegistry,
-    generation_complete,
-)
-from batch_pipeline.inference import EmbeddingRunner
-from batch_pipeline.landing import LandingContext, LandSummary, land_documents
-from batch_pipeline.models import ResolvedModel, load_tokenizer, resolve_model
-from batch_pipeline.planning import PlanSettings, PlanSummary, plan_stale_chunks
-from batch_pipeline.prepare import PrepareSummary, prepare_chunks
-from batch_pipeline.reconcile import reconcile_index
-from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
-from batch_pipeline.staging import StagePath, is_full_pass
-from batch_pipeline.storage import StorageLocations
-from batch_pipeline.tracking import TrackingStore
-from batch_pipeline.vector_store import VectorStore
-
-STAGES = ("collected", "chunks", "plan", "embeddings")
+from batch_pipeline.stages.execute import ExecuteSummary, checkpoints_used, execute_plan
+from batch_pipeline.stages.land import LandingContext, LandSummary, land_documents
+from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
+from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
+from batch_pipeline.state.reconcile import reconcile_index
+from batch_pipeline.state.staging import StagePath, is_full_pass
+from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.text.chunking import ChunkSettings
 
 
-class NoLiveGenerationError(RuntimeError):
-    """A reader asked for a collection that has never been promoted."""
+def configured_generations(config: PipelineConfig) -> dict[str, str]:
+    """Each collection's generation under this configuration: the table it builds now."""
+    model = resolve_model(config.model)
+    return {
+        c.name: generation_index(c.name, model_fingerprint(model, c.chunking))
+        for c in config.collections
+    }
 
 
 @dataclass(frozen=True)
@@ -54,25 +60,24 @@ class StageOutput:
     summary: object
 
 
-class CollectionPipeline:
-    """The engine for one collection (one partition)."""
+class PartitionPipeline:
+    """The engine for one partition: a collection, or one shard of it."""
 
     def __init__(
         self,
         config: PipelineConfig,
         storage: StorageLocations,
-        collection: str,
+        partition: str,
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
         s3_client: S3ClientFactory | None = None,
     ) -> None:
         try:
             self.collection: CollectionConfig
-            self.collection, self.shard = config.locate(collection)
+            self.collection, self.shard = config.locate(partition)
         except KeyError as error:
             raise ConfigError(str(error.args[0])) from None
-        # the partition key: the collection, or one shard of it ("<name>-s03")
-        self.partition = collection
+        self.partition = partition  # the collection's name, or one shard's ("<name>-s03")
         self.config = config
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)
@@ -85,8 +90,8 @@ class CollectionPipeline:
         return self.collection.name
 
     def owns(self, doc_id: str) -> bool:
-        """Whether a document belongs to this partition (always, unless sharded)."""
-        return self.shard is None or shard_of(doc_id, self.collection.shards) == self.shard
+        """Whether a document belongs to this partition (always, unless it is one shard)."""
+        return self.shard is None or self.collection.partition_of(doc_id) == self.partition
 
     def covered_partitions(self) -> list[str]:
         return self.collection.partition_keys() if self.shard is None else [self.partition]
@@ -100,12 +105,24 @@ class CollectionPipeline:
         return model_fingerprint(self.model, self.collection.chunking)
 
     @cached_property
+    def lifecycle(self) -> GenerationLifecycle:
+        """The generation this configuration builds (see `GenerationLifecycle`)."""
+        return GenerationLifecycle(
+            self.collection,
+            self.config.model,
+            self.model,
+            self.fingerprint,
+            self.tracking,
+            self.store,
+        )
+
+    @property
     def index(self) -> str:
         """This configuration's generation: its LanceDB table and its key in the tracking store.
 
         A change of model fingerprint starts a new generation beside the live one.
         """
-        return generation_index(self.name, self.fingerprint)
+        return self.lifecycle.index
 
     @cached_property
     def collection_source(self) -> DocumentSource:
@@ -139,13 +156,13 @@ class CollectionPipeline:
             document_prefix=self.model.document_prefix,
         )
 
-    def path(self, run_id: str, stage: str) -> StagePath:
-        return self.staging.stage_file(self.partition, run_id, stage)
+    def path(self, run_id: str, stage_file: str) -> StagePath:
+        return self.staging.stage_file(self.partition, run_id, stage_file)
 
     # ------------------------------------------------------------------- stages
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
-        out = self.path(run_id, "collected")
+        out = self.path(run_id, COLLECT.file)
         drifted: list[str] = []
         orphans: list[str] = []
         if doc_ids is None:  # a full run also repairs any drift between index and tracking
@@ -167,7 +184,7 @@ class CollectionPipeline:
         return StageOutput(out, summary)
 
     def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
-        out = self.path(run_id, "chunks")
+        out = self.path(run_id, PREPARE.file)
         summary: PrepareSummary = prepare_chunks(
             collected,
             out,
@@ -182,7 +199,7 @@ class CollectionPipeline:
     def plan(
         self, run_id: str, chunks: StagePath, settings: PlanSettings, dtype_bytes: int = 4
     ) -> StageOutput:
-        out = self.path(run_id, "plan")
+        out = self.path(run_id, PLAN.file)
         summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
         return StageOutput(out, summary)
 
@@ -194,11 +211,11 @@ class CollectionPipeline:
         self,
         run_id: str,
         plan: StagePath,
-        get_runner: Callable[[], EmbeddingRunner],
+        get_runner: Callable[[], Embedder],
         checkpoint_every: int = 8,
     ) -> StageOutput:
         """Run the plan; the model is only loaded (by `get_runner`) if there is work."""
-        out = self.path(run_id, "embeddings")
+        out = self.path(run_id, EXECUTE.file)
         summary: ExecuteSummary = execute_plan(
             plan,
             out,
@@ -230,7 +247,7 @@ class CollectionPipeline:
         table = self.store.open(self.index)
         version_before = table.version if table is not None else 0
         upkeep = self.config.maintenance
-        with self.tracking.collection_lock(self.index, owner=run_id):
+        with self.tracking.landing_lease(self.index, owner=run_id):
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )
@@ -243,11 +260,11 @@ class CollectionPipeline:
                 )
             )
             self.tracking.record_failures(self.index, summary.failures, run_id)
-            # under the lock: concurrent shard runs update the same generation record
-            self._track_generation(full_pass=is_full_pass(collected))
+            # under the lease: concurrent shard runs update the same generation record
+            self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
         self.tracking.record_run(
-            run_id=run_id,
-            collection=self.index,
+            run_id,
+            self.index,
             model_name=self.model.name,
             fingerprint=self.fingerprint,
             docs_landed=summary.documents_landed,
@@ -283,129 +300,42 @@ class CollectionPipeline:
 
     # -------------------------------------------------------------- generations
 
-    @cached_property
+    @property
     def generations(self) -> GenerationRegistry:
-        return GenerationRegistry(self.tracking)
+        return self.lifecycle.registry
 
-    def generation(self) -> dict:
+    def generation(self) -> GenerationRecord:
         """This configuration's generation record (registered on first use)."""
-        self.generations.ensure(
-            self.name, self.fingerprint, self.index, self.config.model.model_dump(mode="json")
-        )
-        return self.generations.get(self.name, self.fingerprint)
+        return self.lifecycle.record()
 
-    def _track_generation(self, full_pass: bool) -> None:
-        record = self.generation()
-        stats = self.store.stats(self.index)
-        passes = set(json.loads(record["full_passes"] or "[]"))
-        if full_pass:
-            passes |= set(self.covered_partitions())
-        full = passes >= set(self.collection.partition_keys())  # every shard had a full pass
-        complete = generation_complete(full, self.tracking.freshness(self.index)["pending"])
-        state = record["state"]
-        if state == BUILDING and complete:
-            state = CANDIDATE
-        self.generations.update(
-            self.name,
-            self.fingerprint,
-            full_pass=full,
-            full_passes=json.dumps(sorted(passes)),
-            complete=complete,
-            state=state,
-            rows=stats.rows if stats else 0,
-            documents=self.tracking.document_count(self.index),
-        )
-        if state == CANDIDATE and self.generations.live(self.name) is None:
-            self.generations.promote(
-                self.name, self.fingerprint, "first complete generation", actor="pipeline"
-            )
-
-    def live_index(self) -> tuple[str, ModelConfig]:
+    def live_generation(self) -> LiveGeneration:
         """The live generation's table and model (what every reader uses)."""
-        live = self.generations.live(self.name)
-        if live is None:
-            raise NoLiveGenerationError(
-                f"collection {self.name!r} has no live generation yet; "
-                "materialise it first (make demo)"
-            )
-        return live["index_name"], ModelConfig.model_validate(json.loads(live["model_config"]))
+        return self.lifecycle.live()
 
-    def review_generation(
-        self, runner_for: Callable[[ResolvedModel], EmbeddingRunner]
-    ) -> dict[str, object]:
-        """Score this generation (and live) on the evaluation set; promote it if the gate allows.
+    def review_generation(self, embedder_for: EmbedderFor) -> GenerationReview:
+        """Score this generation on the evaluation set and promote it if the gate allows."""
+        return self.lifecycle.review(embedder_for)
 
-        Returns the decision and scores, also recorded on the generation.
-        """
-        record = self.generation()
-        live = self.generations.live(self.name)
-        result: dict[str, object] = {
-            "generation": self.index,
-            "state": record["state"],
-            "complete": bool(record["complete"]),
-            "live_generation": live["index_name"] if live else None,
-        }
-        evaluation = self.collection.evaluation
-        scores: dict[str, dict] = {}
-        if evaluation is not None:
-            queries = load_eval_set(evaluation.path)
-            scores["candidate"] = score_generation(
-                self.store,
-                self.index,
-                runner_for(self.model),
-                queries,
-                evaluation.k,
-                self.model.query_prefix,
-            )
-            if live is not None and live["fingerprint"] != self.fingerprint:
-                live_model = resolve_model(
-                    ModelConfig.model_validate(json.loads(live["model_config"]))
-                )
-                scores["live"] = score_generation(
-                    self.store,
-                    live["index_name"],
-                    runner_for(live_model),
-                    queries,
-                    evaluation.k,
-                    live_model.query_prefix,
-                )
-        result["scores"] = scores
-        if record["state"] == LIVE:
-            result["decision"] = "live"
-            result["reason"] = "this generation is live"
-        else:
-            allowed, reason = gate(
-                bool(record["complete"]),
-                scores.get("candidate"),
-                scores.get("live"),
-                evaluation.tolerance if evaluation else 0.0,
-            )
-            if allowed:
-                self.generations.promote(self.name, self.fingerprint, reason, actor="pipeline")
-            result["decision"] = "promoted" if allowed else "refused"
-            result["reason"] = reason
-        self.generations.update(
-            self.name,
-            self.fingerprint,
-            scores=json.dumps(scores),
-            decision=f"{result['decision']}: {result['reason']}",
-        )
-        return result
-
-    def maintain(self, retention: timedelta, owner: str) -> dict[str, int]:
-        """Compact the table and clean up versions older than `retention` (nightly)."""
-        with self.tracking.collection_lock(self.index, owner=owner):
-            return self.store.maintain(self.index, retention)
+    def nightly_maintenance(
+        self, version_retention: timedelta, generation_retention: timedelta, owner: str
+    ) -> dict[str, int]:
+        """Compact the table, clean up versions older than `version_retention`, and drop
+        this collection's generations retired longer than `generation_retention` ago."""
+        with self.tracking.landing_lease(self.index, owner=owner):
+            done = self.store.maintain(self.index, version_retention)
+        dropped = self.lifecycle.drop_expired(generation_retention)
+        return {**done, "generations_dropped": len(dropped)}
 
     def run(
         self,
         run_id: str,
-        runner: EmbeddingRunner | Callable[[], EmbeddingRunner],
+        runner: Embedder | Callable[[], Embedder],
         plan_settings: PlanSettings | None = None,
         doc_ids: list[str] | None = None,
         checkpoint_every: int = 8,
     ) -> dict[str, object]:
-        """All five stages in order (what a Dagster run of one partition does); summaries.
+        """All five stages in order (what a Dagster run of one partition does); their
+        summaries by stage name.
 
         `runner` may be a loaded model or a function that loads one only if there is work.
         """
@@ -418,9 +348,9 @@ class CollectionPipeline:
             run_id, collected.path, chunks.path, embeddings.path, self.model.embedding_dimension
         )
         return {
-            "collect": collected.summary,
-            "prepare": chunks.summary,
-            "plan": plan.summary,
-            "execute": embeddings.summary,
-            "land": landed,
+            COLLECT.name: collected.summary,
+            PREPARE.name: chunks.summary,
+            PLAN.name: plan.summary,
+            EXECUTE.name: embeddings.summary,
+            LAND.name: landed,
         }

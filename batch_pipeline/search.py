@@ -2,9 +2,10 @@
 
 from dataclasses import asdict, dataclass
 
-from batch_pipeline.inference import EmbeddingRunner
-from batch_pipeline.models import resolve_model
-from batch_pipeline.pipeline import CollectionPipeline
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.models import resolve_model
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.pipeline import PartitionPipeline
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,16 @@ class CollectionNotIndexedError(RuntimeError):
 
 
 def search(
-    pipeline: CollectionPipeline, query: str, k: int = 5, runner: EmbeddingRunner | None = None
+    pipeline: PartitionPipeline, query: str, k: int = 5, runner: Embedder | None = None
 ) -> list[SearchHit]:
     """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical)."""
     if k < 1:
         raise ValueError("k must be at least 1")
-    index, model_config = pipeline.live_index()  # readers follow the live generation
-    table = pipeline.store.open(index)
+    live = pipeline.live_generation()  # readers follow the live generation
+    table = pipeline.store.open(live.index)
     if table is None:
-        raise CollectionNotIndexedError(f"the live table {index!r} is missing")
-    model = resolve_model(model_config)
+        raise CollectionNotIndexedError(f"the live table {live.index!r} is missing")
+    model = resolve_model(live.model)
     if runner is None or runner.resolved != model:
         runner = EmbeddingRunner(model)
     vector = runner.embed([model.query_prefix + query])[0]

@@ -8,10 +8,10 @@ import json
 import random
 from pathlib import Path
 
-from batch_pipeline.chunking import ChunkSettings, chunk_document
 from batch_pipeline.config import ModelConfig
-from batch_pipeline.models import load_tokenizer, resolve_model
-from batch_pipeline.normalize import parse_document
+from batch_pipeline.inference.models import load_tokenizer, resolve_model
+from batch_pipeline.text.chunking import ChunkSettings, chunk_document
+from batch_pipeline.text.normalize import parse_document
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "chunks.jsonl"

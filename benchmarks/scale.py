@@ -134,7 +134,7 @@ def peak_rss_mib() -> float:
 
 
 def run_size(documents: int) -> dict:
-    from batch_pipeline.planning import PlanSettings
+    from batch_pipeline.inference.batching import PlanSettings
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -195,19 +195,19 @@ def run_size(documents: int) -> dict:
 
 def _pipeline(root: Path):  # noqa: ANN202
     from batch_pipeline.config import parse_config
-    from batch_pipeline.pipeline import CollectionPipeline
-    from batch_pipeline.storage import resolve_storage
+    from batch_pipeline.pipeline import PartitionPipeline
+    from batch_pipeline.state.storage import resolve_storage
 
     config = parse_config(
         {"collections": [{"name": "synthetic", "source": {"kind": "filesystem", "path": "docs"}}]},
         base_dir=root,
     )
-    return CollectionPipeline(config, resolve_storage(str(root / "home")), "synthetic")
+    return PartitionPipeline(config, resolve_storage(str(root / "home")), "synthetic")
 
 
 def run_noop(root: Path) -> dict:
     """A full refresh where nothing changed: collect (with its reconcile), prepare, plan."""
-    from batch_pipeline.planning import PlanSettings
+    from batch_pipeline.inference.batching import PlanSettings
 
     pipeline = _pipeline(root)
     _ = pipeline.index, pipeline.store  # per-process start-up (model files hashed), not per doc

@@ -3,14 +3,14 @@
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.inference import (
+from batch_pipeline.inference.batching import PlanSettings, budget_from_memory
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.inference.runner import (
     EmbeddingRunner,
     dtype_bytes,
     pick_device,
     pick_dtype,
 )
-from batch_pipeline.models import ResolvedModel
-from batch_pipeline.planning import PlanSettings, budget_from_memory
 
 
 class InferenceResource(dg.ConfigurableResource):

@@ -5,10 +5,10 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, load_config
-from batch_pipeline.pipeline import CollectionPipeline
-from batch_pipeline.storage import StorageLocations, resolve_storage
-from batch_pipeline.tracking import TrackingStore
-from batch_pipeline.vector_store import VectorStore
+from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.state.storage import StorageLocations, resolve_storage
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
 
 
 class PipelineResource(dg.ConfigurableResource):
@@ -62,8 +62,9 @@ class PipelineResource(dg.ConfigurableResource):
     def storage(self) -> StorageLocations:
         return self._storage
 
-    def collection(self, name: str, s3: S3Resource | None = None) -> CollectionPipeline:
-        """The engine for one collection (one partition); S3 sources read through `s3`."""
+    def partition(self, partition: str, s3: S3Resource | None = None) -> PartitionPipeline:
+        """The engine for one partition (a collection or one of its shards); S3 sources read
+        through `s3`."""
 
         def s3_client(source: S3SourceConfig):  # noqa: ANN202
             resource = s3 or S3Resource()
@@ -76,6 +77,6 @@ class PipelineResource(dg.ConfigurableResource):
                 resource = S3Resource(**{**resource.model_dump(), **overrides})
             return resource.get_client()
 
-        return CollectionPipeline(
-            self._config, self._storage, name, self._tracking, self._store, s3_client=s3_client
+        return PartitionPipeline(
+            self._config, self._storage, partition, self._tracking, self._store, s3_client=s3_client
         )

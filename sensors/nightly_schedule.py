@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from assets.vector_index import MODE_TAG, RECONCILE
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.triggers.tags import nightly_tags
 
 NIGHTLY_SCHEDULE = "nightly_reconciliation"
 
@@ -31,7 +31,7 @@ def build_nightly_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition
             yield dg.RunRequest(
                 run_key=f"nightly:{partition}:{stamp}",
                 partition_key=partition,
-                tags={MODE_TAG: RECONCILE, "batch_pipeline/trigger": "nightly_schedule"},
+                tags=nightly_tags(),
             )
 
     return nightly_reconciliation

@@ -6,26 +6,10 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import PipelineConfig
-from batch_pipeline.fingerprint import shard_of
-from batch_pipeline.publish import PlannedRun, StateSnapshots, evaluate_publish
+from batch_pipeline.stages import COLLECT
+from batch_pipeline.triggers.publish import StateSnapshots, evaluate_publish, partition_runs
+from batch_pipeline.triggers.tags import publish_tags
 from resources.pipeline import PipelineResource
-
-TRIGGER_TAG = "batch_pipeline/trigger"
-
-
-def split_by_shard(run: PlannedRun, shards: list[str]) -> list[tuple[str, list[str], list[str]]]:
-    """(partition, changed ids, deleted ids) per shard the run touches; a full run: every one."""
-    if len(shards) == 1:
-        return [(shards[0], run.changed_doc_ids, run.deleted_doc_ids)]
-    if run.full:
-        return [(partition, [], []) for partition in shards]
-    out = []
-    for number, partition in enumerate(shards):
-        changed = [d for d in run.changed_doc_ids if shard_of(d, len(shards)) == number]
-        deleted = [d for d in run.deleted_doc_ids if shard_of(d, len(shards)) == number]
-        if changed or deleted:
-            out.append((partition, changed, deleted))
-    return out
 
 
 def publish_sensor_name(collection: str) -> str:
@@ -34,7 +18,7 @@ def publish_sensor_name(collection: str) -> str:
 
 def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.SensorDefinition:
     settings = config.sensor
-    shards = config.collection(collection).partition_keys()
+    collection_config = config.collection(collection)
 
     @dg.sensor(
         name=publish_sensor_name(collection),
@@ -52,7 +36,7 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
     def publish_sensor(
         context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
     ) -> dg.SensorResult:
-        engine = pipeline.collection(collection, s3)
+        engine = pipeline.partition(collection, s3)
         decision = evaluate_publish(
             collection,
             engine.collection_source,
@@ -60,29 +44,29 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             now=time.time(),
             window_seconds=settings.window_seconds,
             max_docs=settings.max_docs_per_run,
-            snapshots=StateSnapshots(engine.staging.root / "sensor-state" / collection),
+            snapshots=StateSnapshots(engine.staging.sensor_state(collection)),
         )
         if decision.cursor_reset:
             context.log.warning("unreadable cursor: starting over with a full reconciliation")
         engine.tracking.record_pending(engine.index, decision.pending_changes)
         run_requests = [
             dg.RunRequest(
-                run_key=run.run_key if len(shards) == 1 else f"{run.run_key}:{partition}",
-                partition_key=partition,
+                run_key=request.run_key,
+                partition_key=request.partition,
                 run_config={
                     "ops": {
-                        "source_documents": {
+                        COLLECT.asset: {
                             "config": {
-                                "changed_doc_ids": changed,
-                                "deleted_doc_ids": deleted,
+                                "changed_doc_ids": request.changed_doc_ids,
+                                "deleted_doc_ids": request.deleted_doc_ids,
                             }
                         }
                     }
                 },
-                tags={TRIGGER_TAG: "publish_sensor_full" if run.full else "publish_sensor"},
+                tags=publish_tags(request.full),
             )
             for run in decision.runs
-            for partition, changed, deleted in split_by_shard(run, shards)
+            for request in partition_runs(run, collection_config)
         ]
         if run_requests:
             return dg.SensorResult(run_requests=run_requests, cursor=decision.cursor)

@@ -1,12 +1,15 @@
-"""Shared fixtures: a small real corpus, a temporary home, and the real model loaded once."""
+"""Shared fixtures: a small real corpus, a temporary home, the real model loaded once, a FAKE
+embedder, and real S3 (moto's server) and SQL (SQLite, PostgreSQL) sources.
+
+Tests are arranged by level, one folder each; every test gets its folder's marker:
+- `unit`: pure logic, no model and no services
+- `engine`: the engine on real parts (the model, LanceDB, SQLite, PostgreSQL, moto)
+- `dagster`: assets, checks, sensors and schedules run by Dagster in-process
+- `system`: real subprocesses: the CLI, `dagster-daemon`, crashes, concurrent runs
+`make test` runs them all; `make test-fast` all but `system`.
+"""
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,69 +17,25 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from batch_pipeline.config import ModelConfig, load_config  # noqa: E402
-from batch_pipeline.inference import EmbeddingRunner  # noqa: E402
-from batch_pipeline.models import resolve_model  # noqa: E402
-from batch_pipeline.pipeline import CollectionPipeline  # noqa: E402
-from batch_pipeline.storage import resolve_storage  # noqa: E402
+from batch_pipeline.inference.fake import FakeEmbedder  # noqa: E402
+from batch_pipeline.inference.models import resolve_model  # noqa: E402
+from batch_pipeline.inference.runner import EmbeddingRunner  # noqa: E402
+from batch_pipeline.pipeline import PartitionPipeline  # noqa: E402
+from batch_pipeline.state.storage import resolve_storage  # noqa: E402
+from tests.support import POSTGRES_URL, free_port, write_config, write_corpus  # noqa: E402
 
-GUIDE = """\
-# Resetting your password
-
-Forgotten passwords can be reset from the sign-in page.
-
-## Before you start
-
-You need access to the email address on your account. Reset links expire after 30 minutes.
-
-## Steps
-
-1. Open the sign-in page.
-2. Click **Forgot password** and enter your email address.
-3. Follow the link in the email and choose a new password.
-
-## Troubleshooting
-
-If the email does not arrive, check your spam folder. Single sign-on users reset their
-password with their identity provider instead.
-"""
-
-BILLING = """\
-# Refund policy
-
-Annual plans can be refunded pro rata within 30 days. Monthly plans are not refunded.
-
-## How to ask
-
-Write to billing support with your workspace URL and the invoice number.
-"""
-
-NOTES = """\
-Plain text notes about the office.
-
-The office opens at nine. Visitors sign in at the front desk.
-"""
+LEVELS = ("unit", "engine", "dagster", "system")
 
 
-def write_corpus(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "account").mkdir(exist_ok=True)
-    (root / "account" / "reset-password.md").write_text(GUIDE)
-    (root / "refunds.md").write_text(BILLING)
-    (root / "notes.txt").write_text(NOTES)
-    return root
-
-
-def write_config(path: Path, source: str = "docs", extra: str = "", name: str = "handbook") -> Path:
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            collections:
-              - name: {name}
-                source: {{kind: filesystem, path: {source}, glob: "**/*"}}
-            {extra}"""
-        )
-    )
-    return path
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    """Mark each test with its level: the name of the folder it lives in."""
+    root = Path(__file__).parent
+    for item in items:
+        relative = Path(item.fspath).relative_to(root)
+        level = relative.parts[0] if len(relative.parts) > 1 else None
+        if level not in LEVELS:
+            raise pytest.UsageError(f"{relative}: tests live in one of {', '.join(LEVELS)}/")
+        item.add_marker(getattr(pytest.mark, level))
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +49,12 @@ def runner(model):
     return EmbeddingRunner(model, device="cpu", dtype="float32")
 
 
+@pytest.fixture(scope="session")
+def fake_embedder(model):
+    """The FAKE embedder (deterministic hashed bags of words; see inference/fake.py)."""
+    return FakeEmbedder(model)
+
+
 @pytest.fixture()
 def workspace(tmp_path: Path) -> dict[str, Path]:
     docs = write_corpus(tmp_path / "docs")
@@ -99,71 +64,12 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture()
 def make_pipeline(workspace):
-    def make(config_path: Path | None = None, home: Path | None = None) -> CollectionPipeline:
+    def make(config_path: Path | None = None, home: Path | None = None) -> PartitionPipeline:
         config = load_config(config_path or workspace["config"])
         storage = resolve_storage(str(home or workspace["home"]))
-        return CollectionPipeline(config, storage, config.collections[0].name)
+        return PartitionPipeline(config, storage, config.collections[0].name)
 
     return make
-
-
-# ------------------------------------------------------------ subprocesses: CLI, daemon
-
-
-def pipeline_env(config: Path, home: Path, **extra: str) -> dict[str, str]:
-    """This process's environment, pointed at one pipeline config and home."""
-    return {
-        **os.environ,
-        "BATCH_PIPELINE_CONFIG": str(config),
-        "BATCH_PIPELINE_HOME": str(home),
-        **extra,
-    }
-
-
-def cli_command(*args: str) -> list[str]:
-    """The project's `batch-pipeline` CLI, run by this interpreter."""
-    return [sys.executable, "-m", "batch_pipeline.cli", *args]
-
-
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-
-
-@contextmanager
-def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """`dagster-daemon run` on this code location, output to `log`; stopped on leaving."""
-    with log.open("w") as out:
-        daemon = subprocess.Popen(
-            [str(BIN / "dagster-daemon"), "run", "-m", "batch_pipeline.definitions"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            yield daemon
-        finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
-
-
-# ----------------------------------------------------------------- S3 and SQL servers
-
-POSTGRES_URL = os.environ.get(
-    "BATCH_PIPELINE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +80,7 @@ def moto_server():
     import time
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -251,12 +157,3 @@ def sql_table(sql_url):
     yield sql_url, name, engine, table
     table.drop(engine)
     engine.dispose()
-
-
-def index_of(config_path: Path, collection: str = "handbook") -> str:
-    """The generation table of a collection under a config (its model fingerprint)."""
-    from batch_pipeline.fingerprint import generation_index, model_fingerprint
-
-    config = load_config(config_path)
-    chunking = config.collection(collection).chunking
-    return generation_index(collection, model_fingerprint(resolve_model(config.model), chunking))

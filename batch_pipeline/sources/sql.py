@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from batch_pipeline.iterables import batched
 from batch_pipeline.sources.base import (
     ChangeSet,
     DocumentReadError,
@@ -18,8 +19,6 @@ from batch_pipeline.sources.base import (
     SourceEntry,
     SourceUnavailableError,
 )
-
-ID_BATCH = 500
 
 
 def _timestamp(value: object) -> float | None:
@@ -115,8 +114,8 @@ class SqlSource(DocumentSource):
                     continue  # not a valid id of this table: cannot exist
         else:
             column, values = sa.cast(column, sa.String), list(doc_ids)
-        for start in range(0, len(values), ID_BATCH):
-            yield column.in_(values[start : start + ID_BATCH])
+        for batch in batched(values):
+            yield column.in_(batch)
 
     def _execute(self, statement: sa.Executable) -> list[sa.Row]:
         try:

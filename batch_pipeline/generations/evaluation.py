@@ -1,0 +1,113 @@
+"""The offline evaluation gate: recall@k and MRR@k of a generation on a labelled query set.
+
+An evaluation set is a JSONL file, one query per line:
+`{"query": "how do I reset my password", "relevant": ["account/reset-password.md"]}`.
+A query's ranking is the order in which documents first appear among the nearest chunks.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.state.vector_store import VectorStore
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    query: str
+    relevant: frozenset[str]
+
+
+class EvalSetError(ValueError):
+    """An evaluation set that cannot be used; the message names the line."""
+
+
+def load_eval_set(path: Path) -> list[EvalQuery]:
+    queries = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            queries.append(EvalQuery(str(item["query"]), frozenset(map(str, item["relevant"]))))
+        except (ValueError, KeyError, TypeError) as error:
+            raise EvalSetError(f"{path}:{number}: expected query and relevant ({error})") from None
+    if not queries:
+        raise EvalSetError(f"{path}: no queries")
+    return queries
+
+
+def rank_documents(store: VectorStore, index: str, vector: np.ndarray, k: int) -> list[str]:
+    table = store.open(index)
+    if table is None:
+        return []
+    rows = (
+        table.search(vector).metric("cosine").select(["doc_id", "_distance"]).limit(k * 8).to_list()
+    )
+    ranked: list[str] = []
+    for row in rows:
+        if row["doc_id"] not in ranked:
+            ranked.append(row["doc_id"])
+    return ranked[:k]
+
+
+def score_generation(
+    store: VectorStore,
+    index: str,
+    runner: Embedder,
+    queries: list[EvalQuery],
+    k: int,
+    query_prefix: str = "",
+) -> dict[str, float]:
+    vectors = runner.embed([query_prefix + q.query for q in queries])
+    recall, reciprocal = [], []
+    for query, vector in zip(queries, vectors, strict=True):
+        ranked = rank_documents(store, index, vector, k)
+        hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
+        recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
+        reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
+    return {
+        f"recall_at_{k}": round(float(np.mean(recall)), 4),
+        f"mrr_at_{k}": round(float(np.mean(reciprocal)), 4),
+        "queries": len(queries),
+    }
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Whether a candidate may be promoted, why, and anything an operator should know."""
+
+    allowed: bool
+    reason: str
+    warnings: tuple[str, ...] = ()
+
+
+def gate(
+    complete: bool,
+    candidate: dict[str, float] | None,
+    live: dict[str, float] | None,
+    tolerance: float,
+) -> GateDecision:
+    """Whether a candidate may be promoted: complete, and no score worse than live by more
+    than `tolerance`."""
+    if not complete:
+        return GateDecision(False, "not complete: a full pass has not landed every document yet")
+    if candidate is None:
+        return GateDecision(
+            True,
+            "complete; promoted on completeness alone",
+            ("the collection has no evaluation set, so no scores were compared",),
+        )
+    if live is None:
+        return GateDecision(True, "complete, and there is no live generation to compare with")
+    worse = [
+        f"{metric} {candidate[metric]:.4f} < live {live[metric]:.4f} - {tolerance}"
+        for metric in candidate
+        if metric != "queries" and candidate[metric] < live[metric] - tolerance
+    ]
+    if worse:
+        return GateDecision(False, "refused: worse than live: " + "; ".join(worse))
+    return GateDecision(True, "complete, and no worse than live within the tolerance")

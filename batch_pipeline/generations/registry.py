@@ -1,0 +1,146 @@
+"""Model generations: one LanceDB table per collection and model fingerprint.
+
+A fingerprint change never rewrites the live table: the pipeline builds a new generation
+beside it (`building`), which becomes a `candidate` once a full pass has landed every document
+(or recorded it as failed) and nothing is pending. Promotion makes a candidate `live` and the
+old live generation `retired`, in one transaction: readers follow the `live` row. Every
+promotion, rollback, drop, invalidation and restore is written to the audit log.
+"""
+
+import getpass
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from batch_pipeline.state.tracking import AuditEntry, GenerationRecord, TrackingStore
+
+BUILDING, CANDIDATE, LIVE, RETIRED, DROPPED = "building", "candidate", "live", "retired", "dropped"
+
+
+class GenerationError(RuntimeError):
+    """An operator action that cannot be done; the message says why."""
+
+
+@dataclass(frozen=True)
+class LiveSwitch:
+    """What a promotion or rollback changed: the live table before and after."""
+
+    previous: str | None
+    live: str
+    action: str = "promote"
+
+
+def current_actor() -> str:
+    return os.environ.get("BATCH_PIPELINE_ACTOR") or getpass.getuser()
+
+
+def _details(details: dict | str | None) -> str | None:
+    if isinstance(details, str) or details is None:
+        return details
+    return json.dumps(details, sort_keys=True, default=str)
+
+
+class GenerationRegistry:
+    """The rules of a collection's generations, over the tracking store's records."""
+
+    def __init__(self, tracking: TrackingStore) -> None:
+        self.tracking = tracking
+
+    def get(self, collection: str, fingerprint: str) -> GenerationRecord | None:
+        return self.tracking.generation(collection, fingerprint)
+
+    def live(self, collection: str) -> GenerationRecord | None:
+        return self.tracking.live_generation(collection)
+
+    def list_all(self, collection: str | None = None) -> list[GenerationRecord]:
+        return self.tracking.list_generations(collection)
+
+    def ensure(
+        self, collection: str, fingerprint: str, index: str, model_config: dict
+    ) -> GenerationRecord:
+        """The generation's record, registered (as `building`) on first use."""
+        record = self.get(collection, fingerprint)
+        if record is not None:
+            return record
+        now = time.time()
+        self.tracking.insert_generation(
+            {
+                "collection": collection,
+                "fingerprint": fingerprint,
+                "index_name": index,
+                "state": BUILDING,
+                "model_config": json.dumps(model_config, sort_keys=True),
+                "full_pass": False,
+                "documents": 0,
+                "rows": 0,
+                "complete": False,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        return self.get(collection, fingerprint)
+
+    def update(self, collection: str, fingerprint: str, **values: Any) -> None:
+        self.tracking.update_generation(collection, fingerprint, **values)
+
+    def record(
+        self,
+        action: str,
+        collection: str,
+        from_index: str | None = None,
+        to_index: str | None = None,
+        details: dict | str | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """Write an operator or pipeline action to the audit log."""
+        self.tracking.record_audit(
+            actor=actor or current_actor(),
+            action=action,
+            collection=collection,
+            from_index=from_index,
+            to_index=to_index,
+            details=_details(details),
+        )
+
+    def audit_log(self, collection: str | None = None) -> list[AuditEntry]:
+        return self.tracking.audit_entries(collection)
+
+    def promote(
+        self, collection: str, fingerprint: str, reason: str, actor: str | None = None
+    ) -> LiveSwitch:
+        """Make this generation live and retire the old one: one atomic switch."""
+        target = self.get(collection, fingerprint)
+        if target is None:
+            raise GenerationError(f"collection {collection!r} has no generation {fingerprint!r}")
+        if target.state == LIVE:
+            raise GenerationError(f"generation {fingerprint} of {collection!r} is already live")
+        if target.state == DROPPED:
+            raise GenerationError(f"generation {fingerprint} was dropped; rebuild it")
+        previous = self.tracking.switch_live(
+            collection,
+            fingerprint,
+            audit={
+                "actor": actor or current_actor(),
+                "action": "promote",
+                "collection": collection,
+                "to_index": target.index_name,
+                "details": reason,
+            },
+        )
+        return LiveSwitch(previous, target.index_name)
+
+    def rollback(self, collection: str, actor: str | None = None) -> LiveSwitch:
+        """Bring back the most recently retired generation; the live one is retired."""
+        retired = [g for g in self.list_all(collection) if g.state == RETIRED]
+        if not retired:
+            raise GenerationError(f"collection {collection!r} has no retired generation to restore")
+        previous = max(retired, key=lambda g: g.retired_at or 0)
+        switch = self.promote(collection, previous.fingerprint, "rollback", actor)
+        return LiveSwitch(switch.previous, switch.live, action="rollback")
+
+
+def generation_complete(full_pass: bool, pending: int) -> bool:
+    """Every document landed or recorded as failed: a full pass finished, nothing pending."""
+    return full_pass and pending == 0

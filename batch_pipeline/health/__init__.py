@@ -1,0 +1,2 @@
+"""How a collection is doing: completeness, freshness (lag) and the status and doctor
+reports."""

@@ -1,0 +1,102 @@
+"""Per-collection status: what is in the index, when it landed, and what is stale."""
+
+from batch_pipeline.health.completeness import partition_completeness
+from batch_pipeline.health.freshness import iso_time, partition_freshness
+from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.sources import SourceUnavailableError
+from batch_pipeline.stages.collect import (
+    CHANGED,
+    DELETED,
+    NEW,
+    CollectSummary,
+    LandedDocuments,
+    classify_documents,
+)
+from batch_pipeline.state.reconcile import reconcile_index
+
+
+def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
+    """Rows, documents, last run and landing time, model, stale source documents and lag.
+
+    Stale means changed at the source (new, edited or deleted) but not yet landed; found by
+    listing the source and reading only what looks changed, as the collect stage does. Lag is
+    the age of the oldest source change not yet landed, as the sensor and collect recorded it.
+    """
+    stats = pipeline.store.stats(pipeline.index)
+    last = pipeline.tracking.last_run(pipeline.index)
+    summary = CollectSummary()
+    source_error = None
+    try:
+        landed = LandedDocuments(pipeline.tracking, pipeline.index)
+        failures = pipeline.tracking.failures_by_doc(pipeline.index)
+        limits = pipeline.collect_limits()
+        for _ in classify_documents(
+            pipeline.source, landed, pipeline.fingerprint, summary, None, failures, limits
+        ):
+            pass
+    except SourceUnavailableError as error:
+        source_error = str(error)
+    stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED))
+    live = pipeline.generations.live(pipeline.name)
+    generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
+    return {
+        "collection": pipeline.name,
+        "live_table": live.index_name if live else None,
+        "generation": pipeline.index,
+        "generation_state": generation.state if generation else "not built",
+        "rows": stats.rows if stats else 0,
+        "documents": stats.documents if stats else 0,
+        "last_run_id": last["run_id"] if last else None,
+        "last_landed_at": iso_time(last["finished_at"]) if last else None,
+        "last_run_chunks_embedded": last["chunks_embedded"] if last else None,
+        "newest_embedded_at": stats.newest_embedded_at.isoformat()
+        if stats and stats.newest_embedded_at
+        else None,
+        "model": pipeline.model.name,
+        "model_fingerprint": pipeline.fingerprint,
+        "models_in_index": stats.models if stats else [],
+        "stale_documents": None if source_error else stale,
+        "failing_documents": pipeline.tracking.failure_count(pipeline.index),
+        **partition_freshness(pipeline.tracking, pipeline.index, also_pending=summary.changes),
+        **partition_completeness(
+            pipeline.tracking, pipeline.index, pipeline.config.limits.quarantine_after_failures
+        ),
+        "source_error": source_error,
+    }
+
+
+def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
+    """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
+    limits = pipeline.config.limits
+    completeness = partition_completeness(
+        pipeline.tracking, pipeline.index, limits.quarantine_after_failures
+    )
+    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    table = pipeline.store.open(pipeline.index)
+    health = {
+        "collection": pipeline.name,
+        **completeness,
+        "reconciled": report.ok,
+        **report.metadata(),
+        "table_rows": table.count_rows() if table is not None else 0,
+        "table_version": table.version if table is not None else None,
+        "table_versions": len(table.list_versions()) if table is not None else 0,
+        "table_fragments": pipeline.store.fragment_count(pipeline.index),
+        "failing_documents": pipeline.tracking.failure_count(pipeline.index),
+    }
+    problems = []
+    if completeness["completeness"] < limits.completeness_threshold:
+        problems.append(
+            f"completeness {completeness['completeness']:.2%} is below "
+            f"{limits.completeness_threshold:.0%}"
+        )
+    if not report.ok:
+        problems.append(
+            "index and tracking store disagree (a full run repairs this): "
+            f"{len(report.chunk_mismatch)} documents differ, "
+            f"{len(report.only_in_index)} only in the index, "
+            f"{len(report.only_in_tracking)} only in tracking"
+        )
+    health["problems"] = problems
+    health["healthy"] = not problems
+    return health

@@ -1,0 +1,49 @@
+"""The project's vocabulary, in one place: collection, partition and generation.
+
+- A *collection* is configured (`collections[].name` in the YAML).
+- A *partition* is a Dagster partition key: a collection, or one shard of it (`<name>-s03`).
+- A *generation* is a collection's LanceDB table (and tracking key) for one model
+  fingerprint: `<collection>__<fingerprint>`.
+
+Code that has one of these names and needs another asks this module; nothing else splits
+or formats these strings.
+"""
+
+import hashlib
+
+GENERATION_SEPARATOR = "__"
+SHARD_MARK = "-s"
+
+
+def generation_index(collection: str, fingerprint: str) -> str:
+    """The table and tracking key of one collection's generation (one fingerprint)."""
+    return f"{collection}{GENERATION_SEPARATOR}{fingerprint}"
+
+
+def generation_collection(index: str) -> str:
+    """The collection a generation belongs to (`handbook__68b2...` -> `handbook`)."""
+    collection, separator, fingerprint = index.rpartition(GENERATION_SEPARATOR)
+    if not separator or not collection or not fingerprint:
+        raise ValueError(f"{index!r} is not a generation name (<collection>__<fingerprint>)")
+    return collection
+
+
+def generation_fingerprint(index: str) -> str:
+    """The model fingerprint of a generation (`handbook__68b2...` -> `68b2...`)."""
+    generation_collection(index)  # validates
+    return index.rpartition(GENERATION_SEPARATOR)[2]
+
+
+def shard_partition(collection: str, shard: int) -> str:
+    """The partition key of one shard of a collection."""
+    return f"{collection}{SHARD_MARK}{shard:02d}"
+
+
+def shard_number(partition: str) -> int:
+    """The shard number of a shard's partition key (`handbook-s03` -> 3)."""
+    return int(partition.rsplit(SHARD_MARK, 1)[1])
+
+
+def shard_of(doc_id: str, shards: int) -> int:
+    """The shard a document belongs to: a stable hash of its id (the same on every machine)."""
+    return int(hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:8], 16) % shards

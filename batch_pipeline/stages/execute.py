@@ -1,0 +1,264 @@
+"""Stage 4, execute: run the batch plan and stream the vectors to staging.
+
+The output holds one row per planned input (`input_hash`, `vector`, `embedded_at`); inputs that
+failed on their own are listed in the summary with their reason instead.
+
+Checkpoints live under `<checkpoint_dir>/<writer>/part-*.parquet`, one folder per execute, so
+runs of one partition at once never write into, or delete, each other's folder. A run resumes
+from every folder it finds; the output's schema metadata names the folders it used (its own
+and those it resumed from), and land removes exactly those once their vectors are in the table.
+"""
+
+import json
+import posixpath
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from batch_pipeline.faults import crash_point
+from batch_pipeline.inference.embedder import Embedder, RunStats
+from batch_pipeline.state.staging import (
+    StagePath,
+    StageWriter,
+    as_stage_path,
+    parquet_file,
+    read_batches,
+    read_table,
+    schema_metadata,
+)
+
+CHECKPOINTS_KEY = b"checkpoints"
+
+
+def embeddings_schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("input_hash", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            pa.field("embedded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        ]
+    )
+
+
+@dataclass
+class ExecuteSummary:
+    stats: RunStats
+    device: str
+    dtype: str
+    dimension: int
+    failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
+    resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
+
+    def metadata(self) -> dict[str, object]:
+        s = self.stats
+        return {
+            "chunks_embedded": s.inputs,
+            "inputs_resumed_from_checkpoint": self.resumed_inputs,
+            "inputs_failed": len(self.failed_inputs),
+            "tokens": s.tokens,
+            "padded_tokens": s.padded_tokens,
+            "padding_efficiency": round(s.tokens / s.padded_tokens, 4) if s.padded_tokens else 1.0,
+            "batches_run": s.batches,
+            "seconds": round(s.seconds, 3),
+            "tokens_per_second": round(s.tokens_per_second, 1),
+            "oom_splits": s.oom_splits,
+            "device": self.device,
+            "dtype": self.dtype,
+            "embedding_dimension": self.dimension,
+        }
+
+
+def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], list[str]]]:
+    """(input hashes, input texts) per planned batch, streamed in plan order."""
+    hashes: list[str] = []
+    texts: list[str] = []
+    current = None
+    for record_batch in read_batches(plan_path, ["batch_index", "input_hash", "input_text"]):
+        columns = record_batch.to_pydict()
+        for index, key, text in zip(
+            columns["batch_index"], columns["input_hash"], columns["input_text"], strict=True
+        ):
+            if index != current and hashes:
+                yield hashes, texts
+                hashes, texts = [], []
+            current = index
+            hashes.append(key)
+            texts.append(text)
+    if hashes:
+        yield hashes, texts
+
+
+def _checkpoint_parts(checkpoint_dir: StagePath, dimension: int) -> list[StagePath]:
+    """Readable checkpoint files of earlier (interrupted) runs, oldest name first."""
+    schema = embeddings_schema(dimension)
+    parts = []
+    for info in sorted(checkpoint_dir.files(recursive=True), key=lambda info: info.path):
+        if not (info.base_name.startswith("part-") and info.base_name.endswith(".parquet")):
+            continue
+        part = checkpoint_dir.child(info)
+        try:
+            if parquet_file(part).schema_arrow.names == schema.names:
+                parts.append(part)
+        except (OSError, pa.ArrowInvalid):
+            continue  # torn (cannot be: written then moved) or landed and removed meanwhile
+    return parts
+
+
+def _checkpointed_keys(parts: list[StagePath]) -> tuple[list[StagePath], set[str]]:
+    """The parts still there, and the inputs they hold."""
+    present, keys = [], set()
+    for part in parts:
+        try:
+            keys.update(read_table(part, ["input_hash"])[0].to_pylist())
+        except OSError:
+            continue  # a concurrent run of this partition landed these and removed them
+        present.append(part)
+    return present, keys
+
+
+def _write_resumed(
+    writer: StageWriter, parts: list[StagePath], wanted: set[str], dimension: int
+) -> set[str]:
+    """Copy the checkpointed vectors of `wanted` inputs, each once, streaming the parts.
+
+    Returns the inputs copied. A part that vanishes while read (landed and removed by a
+    concurrent run) is skipped: the caller embeds what it did not copy.
+    """
+    schema = embeddings_schema(dimension)
+    written: set[str] = set()
+    for part in parts:
+        try:
+            for record_batch in read_batches(part):
+                keys = record_batch["input_hash"].to_pylist()
+                keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
+                if keep:
+                    rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
+                    writer.write_table(rows.cast(schema))
+                    written.update(keys[i] for i in keep)
+        except OSError:
+            continue
+    return written
+
+
+def checkpoints_used(embeddings_path: StagePath | Path) -> list[str] | None:
+    """The checkpoint folders an execute output wrote or resumed from (None: not recorded)."""
+    recorded = schema_metadata(embeddings_path).get(CHECKPOINTS_KEY)
+    return None if recorded is None else json.loads(recorded)
+
+
+def execute_plan(
+    plan_path: StagePath | Path,
+    out_path: StagePath | Path,
+    get_runner: Callable[[], Embedder],
+    dimension: int,
+    checkpoint_dir: StagePath | Path | None = None,
+    checkpoint_every: int = 8,
+) -> ExecuteSummary:
+    """Embed the plan, checkpointing every `checkpoint_every` batches to `checkpoint_dir`.
+
+    Inputs found in checkpoints (from a run that was killed) are not embedded again, so a
+    retry recomputes at most one checkpoint interval. An empty plan writes an empty file
+    without loading the model. The plan is streamed: memory holds the batches in flight, not
+    the plan.
+    """
+    schema = embeddings_schema(dimension)
+    folder = as_stage_path(checkpoint_dir) if checkpoint_dir is not None else None
+    parts, done_keys = _checkpointed_keys(
+        _checkpoint_parts(folder, dimension) if folder is not None else []
+    )
+    own = folder / uuid.uuid4().hex if folder is not None else None
+    used = {posixpath.relpath(part.path, folder.path).split("/", 1)[0] for part in parts}
+    used |= {own.name} if own is not None else set()
+    out_schema = schema.with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
+    resumed: set[str] = set()  # checkpointed inputs that this plan asks for
+    todo_count = 0
+    for record_batch in read_batches(plan_path, ["input_hash"], batch_rows=65536):
+        for key in record_batch["input_hash"].to_pylist():
+            if key in done_keys:
+                resumed.add(key)
+            else:
+                todo_count += 1
+    with StageWriter(out_path, out_schema) as writer:
+        done_keys = _write_resumed(writer, parts, resumed, dimension)
+        todo_count += len(resumed - done_keys)
+        if not todo_count:
+            return ExecuteSummary(
+                stats=RunStats(),
+                device="none (nothing to embed)",
+                dtype="none",
+                dimension=dimension,
+                resumed_inputs=len(done_keys),
+            )
+        return _embed(plan_path, writer, get_runner(), dimension, done_keys, own, checkpoint_every)
+
+
+def _embed(
+    plan_path: StagePath | Path,
+    writer: StageWriter,
+    runner: Embedder,
+    dimension: int,
+    done_keys: set[str],
+    checkpoint_dir: StagePath | None,
+    checkpoint_every: int,
+) -> ExecuteSummary:
+    """Embed the planned inputs not in `done_keys`, writing and checkpointing the vectors."""
+    stats = RunStats()
+    schema = embeddings_schema(dimension)
+    if runner.dimension != dimension:
+        raise RuntimeError(
+            f"the loaded model embeds into {runner.dimension} dimensions, its files say {dimension}"
+        )
+    in_flight: dict[int, str] = {}  # plan position -> input hash, until its vector is back
+    next_position = 0
+
+    def batches() -> Iterator[tuple[list[int], list[str]]]:
+        nonlocal next_position
+        for hashes, texts in _planned_batches(plan_path):
+            todo = [(h, t) for h, t in zip(hashes, texts, strict=True) if h not in done_keys]
+            if todo:
+                positions = list(range(next_position, next_position + len(todo)))
+                next_position += len(todo)
+                in_flight.update(zip(positions, (h for h, _ in todo), strict=True))
+                yield positions, [t for _, t in todo]
+
+    pending: list[pa.Table] = []
+    checkpoints = 0
+
+    def checkpoint() -> None:
+        nonlocal pending, checkpoints
+        if checkpoint_dir is None or not pending:
+            return
+        (checkpoint_dir / f"part-{uuid.uuid4().hex}.parquet").write_table(pa.concat_tables(pending))
+        pending = []
+        checkpoints += 1
+        crash_point("execute", checkpoints)
+
+    for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
+        now = datetime.now(UTC)
+        table = pa.table(
+            {
+                "input_hash": [in_flight.pop(p) for p in positions],
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(vectors.reshape(-1)), runner.dimension
+                ),
+                "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
+            },
+            schema=schema,
+        )
+        writer.write_table(table)
+        pending.append(table)
+        if n % max(1, checkpoint_every) == 0:
+            checkpoint()
+    checkpoint()
+    return ExecuteSummary(
+        stats=stats,
+        device=runner.device,
+        dtype=runner.dtype,
+        dimension=runner.dimension,
+        failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
+        resumed_inputs=len(done_keys),
+    )

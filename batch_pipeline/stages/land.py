@@ -1,0 +1,278 @@
+"""Stage 5, land: write each affected document's chunks to LanceDB with their lineage.
+
+For every new or changed document the table ends up holding exactly its current chunks: fresh
+vectors for stale chunks, carried-over vectors (with their original run, model and time) for
+unchanged ones. A changed document's stale chunks are removed in the same commit that writes
+its new ones, so a reader never sees it half old, half new; deleted documents' chunks are
+removed in commits of their own. Documents land `DOCS_PER_COMMIT` to a commit, each commit
+followed by its tracking record. Replaying a run writes the same rows again.
+
+A document some of whose chunks failed to embed is not landed at all (its previous rows stay)
+and is recorded as failed, so a reader never sees a partial document.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batch_pipeline.faults import crash_point
+from batch_pipeline.iterables import batched
+from batch_pipeline.stages.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, UNCHANGED
+from batch_pipeline.stages.join import vectors_in_chunk_order
+from batch_pipeline.state.reconcile import chunk_digest
+from batch_pipeline.state.spill import scratch_dir
+from batch_pipeline.state.staging import StagePath, collected_at, read_batches
+from batch_pipeline.state.tracking import FailureRecord, TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+
+DOCS_PER_COMMIT = 500
+
+
+@dataclass
+class LandSummary:
+    documents_landed: int = 0
+    documents_deleted: int = 0
+    chunks_written: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    chunks_removed: int = 0
+    table_version: int | None = None
+    documents_superseded: int = 0  # a concurrent run landed newer content first
+    compacted: bool = False  # small commits had piled up past the thresholds
+    failures: list[FailureRecord] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "documents_landed": self.documents_landed,
+            "documents_deleted": self.documents_deleted,
+            "documents_failed": len(self.failures),
+            "chunks_written": self.chunks_written,
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_reused": self.chunks_reused,
+            "chunks_removed": self.chunks_removed,
+            "documents_superseded": self.documents_superseded,
+            "compacted": self.compacted,
+        }
+
+
+@dataclass(frozen=True)
+class LandingContext:
+    collection: str
+    index: str  # the generation's table and tracking key
+    partition: str
+    run_id: str
+    model_name: str
+    fingerprint: str
+    dimension: int
+
+
+def land_documents(
+    store: VectorStore,
+    tracking: TrackingStore,
+    ctx: LandingContext,
+    collected_path: StagePath | Path,
+    chunks_path: StagePath | Path,
+    embeddings_path: StagePath | Path,
+) -> LandSummary:
+    """Land a run's documents, `DOCS_PER_COMMIT` at a time, in bounded memory.
+
+    The chunks file is streamed in document order with each stale chunk's vector joined onto
+    it from the embeddings file through an on-disk join (see `batch_pipeline.stages.join`). Each
+    group of documents is one table commit followed by its tracking record.
+    """
+    summary = LandSummary()
+    since = collected_at(collected_path)
+    changed_at: dict[str, float | None] = {}
+    deleted: list[str] = []
+    settled: list[str] = []
+    for batch in read_batches(collected_path, ["doc_id", "status", "source_changed_at"]):
+        for doc_id, status, changed in zip(
+            *(batch[c].to_pylist() for c in ("doc_id", "status", "source_changed_at")),
+            strict=True,
+        ):
+            if status in (NEW, CHANGED, DELETED):
+                changed_at[doc_id] = changed
+            if status == DELETED:
+                deleted.append(doc_id)
+            elif status in (FAILED, QUARANTINED):
+                settled.append(doc_id)
+
+    def not_superseded(doc_ids: list[str]) -> list[str]:
+        """Drop documents another run landed newer content of since this run collected."""
+        current = tracking.landed_documents(ctx.index, doc_ids)
+        keep = []
+        for doc_id in doc_ids:
+            doc = current.get(doc_id)
+            if (
+                doc is not None
+                and doc.landed_at > since
+                and (
+                    doc_id in deleted_set
+                    or (doc.source_changed_at or 0) > (changed_at.get(doc_id) or 0)
+                )
+            ):
+                summary.documents_superseded += 1
+                continue
+            keep.append(doc_id)
+        return keep
+
+    deleted_set = set(deleted)
+
+    def commit(rows_by_doc: dict[str, list[dict]], removed: list[str]) -> None:
+        group = not_superseded(list(rows_by_doc))
+        removed = not_superseded(removed)
+        reuse_ids = [r["chunk_id"] for d in group for r in rows_by_doc[d] if not r["stale"]]
+        reused = {
+            row["chunk_id"]: row for row in store.fetch_chunks(ctx.index, reuse_ids).to_pylist()
+        }
+        rows: list[dict] = []
+        landed_docs: list[dict] = []
+        for doc_id in group:
+            doc_rows = _document_rows(rows_by_doc[doc_id], reused, ctx)
+            if isinstance(doc_rows, FailureRecord):
+                summary.failures.append(doc_rows)
+                continue
+            rows.extend(doc_rows)
+            landed_docs.append(_landed_document(doc_id, doc_rows, changed_at.get(doc_id), ctx))
+            summary.chunks_embedded += sum(r["stale"] for r in rows_by_doc[doc_id])
+            summary.chunks_reused += sum(not r["stale"] for r in rows_by_doc[doc_id])
+        scope = [d["doc_id"] for d in landed_docs] + removed
+        if not scope:
+            return
+        before = store.chunk_keys(ctx.index, scope)
+        summary.table_version = store.replace_documents(
+            ctx.index, rows, scope, ctx.dimension, replaces_nothing=not before
+        )
+        crash_point("land", "commit")  # tests only: the index has it, tracking does not yet
+        tracking.record_landed(ctx.index, landed_docs, removed, ctx.run_id)
+        summary.chunks_removed += len(set(before) - {r["chunk_id"] for r in rows})
+        summary.chunks_written += len(rows)
+        summary.documents_landed += len(landed_docs)
+        summary.documents_deleted += len(removed)
+
+    finished: set[str] = set()
+    group: dict[str, list[dict]] = {}
+    with scratch_dir(chunks_path) as tmp:
+        for row in vectors_in_chunk_order(chunks_path, embeddings_path, ctx.dimension, tmp):
+            doc_id = row["doc_id"]
+            if doc_id not in group:
+                if doc_id in finished:
+                    raise RuntimeError(f"chunks of {doc_id!r} are not together in {chunks_path}")
+                if len(group) >= DOCS_PER_COMMIT:
+                    commit(group, [])
+                    finished.update(group)
+                    group = {}
+                group[doc_id] = []
+            group[doc_id].append(row)
+    if group:
+        commit(group, [])
+    for batch in batched(deleted, DOCS_PER_COMMIT):
+        commit({}, batch)
+    if summary.table_version is None:
+        table = store.open(ctx.index)
+        summary.table_version = table.version if table is not None else None
+
+    # Failed documents keep their previous rows; their pending changes are settled.
+    settled += [f.doc_id for f in summary.failures]
+    tracking.record_landed(ctx.index, [], [], ctx.run_id, settled)
+    for batch in read_batches(collected_path, ["doc_id", "status", "source_version"]):
+        tracking.update_source_versions(
+            ctx.index,
+            {
+                doc_id: version
+                for doc_id, status, version in zip(
+                    *(batch[c].to_pylist() for c in ("doc_id", "status", "source_version")),
+                    strict=True,
+                )
+                if status == UNCHANGED and version
+            },
+        )
+    return summary
+
+
+def _landed_document(
+    doc_id: str, doc_rows: list[dict], changed_at: float | None, ctx: LandingContext
+) -> dict:
+    first = doc_rows[0]
+    return {
+        "doc_id": doc_id,
+        "content_hash": first["content_hash"],
+        "source_version": first["source_version"],
+        "title": first["title"] or "",
+        "fingerprint": ctx.fingerprint,
+        "chunk_count": len(doc_rows),
+        "chunk_digest": chunk_digest(
+            (r["chunk_id"], r["input_hash"], r["model_fingerprint"]) for r in doc_rows
+        ),
+        "source_changed_at": changed_at,
+    }
+
+
+def _document_rows(
+    chunk_rows: list[dict], reused: dict[str, dict], ctx: LandingContext
+) -> list[dict] | FailureRecord:
+    out = []
+    for chunk in chunk_rows:
+        base = {
+            "collection": ctx.collection,
+            "partition": ctx.partition,
+            "doc_id": chunk["doc_id"],
+            "chunk_id": chunk["chunk_id"],
+            "chunk_index": chunk["chunk_index"],
+            "title": chunk["title"],
+            "section": chunk["section"],
+            "text": chunk["text"],
+            "input_text": chunk["input_text"],
+            "input_hash": chunk["input_hash"],
+            "source_version": chunk["source_version"],
+            "content_hash": chunk["content_hash"],
+        }
+        if chunk["stale"]:
+            if chunk["vector"] is None:
+                return _failure(chunk, "a chunk could not be embedded (see the execute stage)")
+            base.update(
+                vector=chunk["vector"],
+                model_name=ctx.model_name,
+                model_fingerprint=ctx.fingerprint,
+                run_id=ctx.run_id,
+                embedded_at=chunk["embedded_at"],
+            )
+        else:
+            previous = reused.get(chunk["chunk_id"])
+            if previous is None:
+                return _failure(chunk, "an unchanged chunk vanished from the index; retry the run")
+            base.update(
+                vector=previous["vector"],
+                model_name=previous["model_name"],
+                model_fingerprint=previous["model_fingerprint"],
+                run_id=previous["run_id"],
+                embedded_at=previous["embedded_at"],
+            )
+        out.append(base)
+    return out
+
+
+def _failure(chunk: dict, message: str) -> FailureRecord:
+    return FailureRecord(
+        chunk["doc_id"],
+        "land",
+        "embedding_missing",
+        "LandingError",
+        message,
+        chunk["content_hash"],
+        chunk["source_version"],
+    )
+
+
+def table_metadata(store: VectorStore, index: str) -> dict[str, object]:
+    """Row count, version and lineage range of a generation's table."""
+    stats = store.stats(index)
+    if stats is None:
+        return {"rows": 0}
+    return {
+        "rows": stats.rows,
+        "documents": stats.documents,
+        "table_version": stats.version,
+        "oldest_embedded_at": str(stats.oldest_embedded_at),
+        "newest_embedded_at": str(stats.newest_embedded_at),
+        "models": stats.models,
+    }

@@ -1,0 +1,140 @@
+"""The tracking store's generation records and audit log (SQL only; policy lives in
+`batch_pipeline.generations`)."""
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from batch_pipeline.state.tracking.schema import audit_log, generations
+
+LIVE, RETIRED = "live", "retired"
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """One collection's generation for one model fingerprint, as tracking records it."""
+
+    collection: str
+    fingerprint: str
+    index_name: str  # the generation's table: <collection>__<fingerprint>
+    state: str  # building, candidate, live, retired, dropped
+    model_config: str  # JSON
+    full_pass: bool
+    full_passes: str | None  # JSON list of the partitions that had a full pass
+    documents: int
+    rows: int
+    complete: bool
+    scores: str | None
+    decision: str | None
+    created_at: float
+    updated_at: float
+    promoted_at: float | None
+    retired_at: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def passed_partitions(self) -> set[str]:
+        return set(json.loads(self.full_passes or "[]"))
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: float
+    actor: str
+    action: str
+    collection: str
+    from_index: str | None
+    to_index: str | None
+    details: str | None
+
+
+class GenerationRecords:
+    """Reads and writes the `generations` and `audit_log` tables. Mixed into TrackingStore."""
+
+    engine: Engine
+
+    def _generations(self, *where: sa.ColumnElement) -> list[GenerationRecord]:
+        query = (
+            sa.select(generations)
+            .where(*where)
+            .order_by(generations.c.collection, generations.c.created_at)
+        )
+        with self.engine.connect() as conn:
+            return [GenerationRecord(**row._mapping) for row in conn.execute(query)]
+
+    def generation(self, collection: str, fingerprint: str) -> GenerationRecord | None:
+        rows = self._generations(
+            generations.c.collection == collection, generations.c.fingerprint == fingerprint
+        )
+        return rows[0] if rows else None
+
+    def live_generation(self, collection: str) -> GenerationRecord | None:
+        rows = self._generations(
+            generations.c.collection == collection, generations.c.state == LIVE
+        )
+        return rows[0] if rows else None
+
+    def list_generations(self, collection: str | None = None) -> list[GenerationRecord]:
+        if collection is None:
+            return self._generations()
+        return self._generations(generations.c.collection == collection)
+
+    def insert_generation(self, values: dict[str, Any]) -> None:
+        """Register a generation; a concurrent run that registered it first wins."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(generations.insert().values(**values))
+        except sa.exc.IntegrityError:
+            pass
+
+    def update_generation(self, collection: str, fingerprint: str, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                generations.update()
+                .where(
+                    generations.c.collection == collection,
+                    generations.c.fingerprint == fingerprint,
+                )
+                .values(updated_at=time.time(), **values)
+            )
+
+    def switch_live(self, collection: str, fingerprint: str, audit: dict[str, Any]) -> str | None:
+        """Retire the live generation and make `fingerprint` live, with its audit entry, in
+        one transaction: readers see the old live generation or the new one, never neither.
+        Returns the previous live generation's table (None if there was none)."""
+        now = time.time()
+        is_live = (generations.c.collection == collection, generations.c.state == LIVE)
+        with self.engine.begin() as conn:
+            previous = conn.execute(sa.select(generations.c.index_name).where(*is_live)).scalar()
+            conn.execute(
+                generations.update()
+                .where(*is_live)
+                .values(state=RETIRED, retired_at=now, updated_at=now)
+            )
+            conn.execute(
+                generations.update()
+                .where(
+                    generations.c.collection == collection,
+                    generations.c.fingerprint == fingerprint,
+                )
+                .values(state=LIVE, promoted_at=now, retired_at=None, updated_at=now)
+            )
+            conn.execute(audit_log.insert().values(at=now, from_index=previous, **audit))
+        return previous
+
+    def record_audit(self, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(audit_log.insert().values(at=time.time(), **values))
+
+    def audit_entries(self, collection: str | None = None) -> list[AuditEntry]:
+        query = sa.select(audit_log).order_by(audit_log.c.id)
+        if collection is not None:
+            query = query.where(audit_log.c.collection == collection)
+        with self.engine.connect() as conn:
+            return [AuditEntry(**row._mapping) for row in conn.execute(query)]

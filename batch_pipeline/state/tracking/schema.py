@@ -1,0 +1,182 @@
+"""The tracking database's tables, and how to connect to it (SQLite or any SQLAlchemy URL).
+
+Most tables are keyed by a *generation* (`<collection>__<fingerprint>`). Their key column is
+named `collection` in the database, as older versions created it; in Python it is addressed
+as `generation` (`documents.c.generation`), so the code says what it holds.
+"""
+
+import sqlite3
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+
+
+def _generation_key() -> sa.Column:
+    return sa.Column("collection", sa.String(128), key="generation", primary_key=True)
+
+
+documents = sa.Table(
+    "documents",
+    metadata,
+    _generation_key(),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("source_version", sa.String(256), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("chunk_count", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("landed_at", sa.Float, nullable=False),
+    sa.Column("source_changed_at", sa.Float),
+    sa.Column("chunk_digest", sa.String(64)),
+)
+
+# Source changes seen (by the publish sensor or a collect) and not yet landed.
+pending = sa.Table(
+    "pending_changes",
+    metadata,
+    _generation_key(),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("changed_at", sa.Float, nullable=False),
+    sa.Column("detected_at", sa.Float, nullable=False),
+)
+
+failures = sa.Table(
+    "failures",
+    metadata,
+    _generation_key(),
+    sa.Column("doc_id", sa.String(2048), primary_key=True),
+    sa.Column("stage", sa.String(32), nullable=False),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("error_class", sa.String(128), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.String(64)),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("failed_at", sa.Float, nullable=False),
+    sa.Column("source_version", sa.String(256)),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    _generation_key(),
+    sa.Column("finished_at", sa.Float, nullable=False),
+    sa.Column("model_name", sa.Text, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("docs_landed", sa.Integer, nullable=False),
+    sa.Column("docs_deleted", sa.Integer, nullable=False),
+    sa.Column("docs_failed", sa.Integer, nullable=False),
+    sa.Column("chunks_embedded", sa.Integer, nullable=False),
+    sa.Column("chunks_reused", sa.Integer, nullable=False),
+    sa.Column("chunks_removed", sa.Integer, nullable=False),
+    sa.Column("table_version", sa.Integer),
+    sa.Column("table_version_before", sa.Integer),
+)
+
+# One row per collection and model fingerprint: building, candidate, live, retired, dropped.
+# Here `collection` is the configured collection's name.
+generations = sa.Table(
+    "generations",
+    metadata,
+    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), primary_key=True),
+    sa.Column("index_name", sa.String(256), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("model_config", sa.Text, nullable=False),
+    sa.Column("full_pass", sa.Boolean, nullable=False),
+    sa.Column("full_passes", sa.Text),  # JSON: partitions (shards) that had a full pass
+    sa.Column("documents", sa.Integer, nullable=False),
+    sa.Column("rows", sa.Integer, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),
+    sa.Column("scores", sa.Text),
+    sa.Column("decision", sa.Text),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("promoted_at", sa.Float),
+    sa.Column("retired_at", sa.Float),
+)
+
+# Every promotion, rollback, drop, invalidation and restore; `collection` is the configured name.
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("collection", sa.String(128), nullable=False),
+    sa.Column("from_index", sa.String(256)),
+    sa.Column("to_index", sa.String(256)),
+    sa.Column("details", sa.Text),
+)
+
+# One row per generation while a run lands into it (a lease, so a killed holder expires).
+leases = sa.Table(
+    "collection_locks",
+    metadata,
+    _generation_key(),
+    sa.Column("owner", sa.String(128), nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("host", sa.String(255)),
+    sa.Column("pid", sa.Integer),
+)
+
+
+def connect(url: str) -> Engine:
+    """An engine for the tracking URL; SQLite gets a busy timeout and WAL mode."""
+    if not url.startswith("sqlite"):
+        return sa.create_engine(url, pool_pre_ping=True)
+    engine = sa.create_engine(url, connect_args={"timeout": 60})
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(conn, _record) -> None:  # noqa: ANN001
+        cursor = conn.cursor()
+        cursor.execute("PRAGMA busy_timeout=60000")
+        # Switching to WAL answers "database is locked" at once, without waiting, while
+        # another process writes; the mode persists in the file, so only switch once.
+        for attempt in range(100):
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                break
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or attempt == 99:
+                    raise
+                time.sleep(0.1)
+        cursor.close()
+
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    """Create missing tables and columns; safe when several processes start at once."""
+    for attempt in range(10):
+        try:
+            metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except sa.exc.DBAPIError as error:  # another process created it first
+            text = str(error).lower()
+            racing = "already exists" in text or "duplicate" in text
+            if not racing or attempt == 9:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Forward-only migration: add nullable columns that newer versions introduced."""
+    inspector = sa.inspect(engine)
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            present = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present and column.nullable:
+                    kind = column.type.compile(dialect=engine.dialect)
+                    conn.execute(
+                        sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                    )

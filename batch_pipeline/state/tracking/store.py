@@ -1,0 +1,343 @@
+"""The tracking store: what has landed, what failed, each run's summary, and generations.
+
+SQLAlchemy Core over any URL: SQLite under the pipeline home by default, PostgreSQL in
+production. Every value is a bound parameter, never formatted into SQL. Documents, pending
+changes, failures and runs are kept per generation (`index`, `<collection>__<fingerprint>`).
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from batch_pipeline.iterables import batched
+from batch_pipeline.names import GENERATION_SEPARATOR, generation_collection
+from batch_pipeline.state.tracking.generation_records import GenerationRecords
+from batch_pipeline.state.tracking.lease import landing_lease
+from batch_pipeline.state.tracking.schema import (
+    connect,
+    create_schema,
+    documents,
+    failures,
+    pending,
+    runs,
+)
+
+
+@dataclass(frozen=True)
+class LandedDocument:
+    doc_id: str
+    content_hash: str
+    source_version: str
+    fingerprint: str
+    run_id: str
+    landed_at: float
+    source_changed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    doc_id: str
+    stage: str
+    reason: str
+    error_class: str
+    message: str
+    content_hash: str | None = None
+    source_version: str | None = None
+
+
+def _failure_row(row: sa.Row) -> dict[str, Any]:
+    """A failures row for readers: its collection and its generation, each by name."""
+    values = dict(row._mapping)
+    index = values.pop("collection")
+    return {"collection": generation_collection(index), "generation": index, **values}
+
+
+def _run_row(row: sa.Row) -> dict[str, Any]:
+    values = dict(row._mapping)
+    return {"generation": values.pop("collection"), **values}
+
+
+class TrackingStore(GenerationRecords):
+    """Document, failure, run and generation records for every collection."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine = connect(url)
+        create_schema(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def landing_lease(self, index: str, owner: str, **timing: float) -> AbstractContextManager:
+        """Hold the generation's landing lease (see `lease.landing_lease`)."""
+        return landing_lease(self.engine, index, owner, **timing)
+
+    # ------------------------------------------------------------------ documents
+
+    def landed_documents(
+        self, index: str, doc_ids: list[str] | None = None
+    ) -> dict[str, LandedDocument]:
+        """What tracking says is landed: every document, or only these `doc_ids`."""
+        query = sa.select(
+            documents.c.doc_id,
+            documents.c.content_hash,
+            documents.c.source_version,
+            documents.c.fingerprint,
+            documents.c.run_id,
+            documents.c.landed_at,
+            documents.c.source_changed_at,
+        ).where(documents.c.generation == index)
+        with self.engine.connect() as conn:
+            if doc_ids is None:
+                return {row.doc_id: LandedDocument(*row) for row in conn.execute(query)}
+            found: dict[str, LandedDocument] = {}
+            for batch in batched(doc_ids):
+                rows = conn.execute(query.where(documents.c.doc_id.in_(batch)))
+                found.update({row.doc_id: LandedDocument(*row) for row in rows})
+            return found
+
+    def record_landed(
+        self,
+        index: str,
+        landed: list[dict[str, Any]],
+        deleted: list[str],
+        run_id: str,
+        settled: list[str] = (),
+    ) -> None:
+        """Upsert landed documents, forget deleted ones and clear their failures, atomically.
+
+        Pending changes of landed, deleted and `settled` (failed, recorded) documents are done.
+        """
+        now = time.time()
+        ids = [doc["doc_id"] for doc in landed] + list(deleted)
+        with self.engine.begin() as conn:
+            for batch in batched(ids):
+                for table in (documents, failures):
+                    conn.execute(
+                        table.delete().where(table.c.generation == index, table.c.doc_id.in_(batch))
+                    )
+            for batch in batched(ids + list(settled)):
+                conn.execute(
+                    pending.delete().where(
+                        pending.c.generation == index, pending.c.doc_id.in_(batch)
+                    )
+                )
+            if landed:
+                conn.execute(
+                    documents.insert(),
+                    [
+                        {"generation": index, "run_id": run_id, "landed_at": now, **doc}
+                        for doc in landed
+                    ],
+                )
+
+    def update_source_versions(self, index: str, versions: dict[str, str]) -> None:
+        """Remember new versions of documents whose content did not change (touched files)."""
+        if not versions:
+            return
+        with self.engine.begin() as conn:
+            for doc_id, version in versions.items():
+                conn.execute(
+                    documents.update()
+                    .where(documents.c.generation == index, documents.c.doc_id == doc_id)
+                    .values(source_version=version)
+                )
+
+    def forget_content(self, index: str, doc_ids: list[str]) -> None:
+        """Forget what these documents' landed content was, so the next run reads them again."""
+        with self.engine.begin() as conn:
+            for batch in batched(doc_ids):
+                conn.execute(
+                    documents.update()
+                    .where(documents.c.generation == index, documents.c.doc_id.in_(batch))
+                    .values(content_hash="", source_version="")
+                )
+
+    def iter_documents(
+        self, index: str, columns: list[str], page_rows: int = 10000
+    ) -> Iterator[list[tuple]]:
+        """These columns of every landed document, streamed a page of rows at a time."""
+        query = sa.select(*(documents.c[name] for name in columns)).where(
+            documents.c.generation == index
+        )
+        with self.engine.connect() as conn:
+            result = conn.execution_options(yield_per=page_rows).execute(query)
+            for page in result.partitions():
+                yield [tuple(row) for row in page]
+
+    def landed_doc_ids(self, index: str) -> set[str]:
+        query = sa.select(documents.c.doc_id).where(documents.c.generation == index)
+        with self.engine.connect() as conn:
+            return set(conn.execute(query).scalars())
+
+    def document_count(self, index: str) -> int:
+        query = sa.select(sa.func.count()).where(documents.c.generation == index)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    # ------------------------------------------------------------ pending changes
+
+    def record_pending(self, index: str, changes: dict[str, float | None]) -> None:
+        """Remember source changes not yet landed (the earliest change time wins)."""
+        if not changes:
+            return
+        now = time.time()
+
+        def insert_missing(conn: sa.Connection) -> None:
+            known = {
+                doc_id
+                for batch in batched(changes)
+                for doc_id in conn.execute(
+                    sa.select(pending.c.doc_id).where(
+                        pending.c.generation == index, pending.c.doc_id.in_(batch)
+                    )
+                ).scalars()
+            }
+            new = [
+                {
+                    "generation": index,
+                    "doc_id": doc_id,
+                    "changed_at": changed_at or now,
+                    "detected_at": now,
+                }
+                for doc_id, changed_at in changes.items()
+                if doc_id not in known
+            ]
+            if new:
+                conn.execute(pending.insert(), new)
+
+        self._write_racing_inserts(insert_missing)
+
+    def freshness(self, index: str) -> dict[str, float | int | None]:
+        """Newest source change landed, oldest change pending, and how many are pending."""
+        with self.engine.connect() as conn:
+            newest = conn.execute(
+                sa.select(sa.func.max(documents.c.source_changed_at)).where(
+                    documents.c.generation == index
+                )
+            ).scalar()
+            oldest, count = conn.execute(
+                sa.select(sa.func.min(pending.c.changed_at), sa.func.count()).where(
+                    pending.c.generation == index
+                )
+            ).one()
+        return {"newest_landed": newest, "oldest_pending": oldest, "pending": int(count)}
+
+    # ------------------------------------------------------------------- failures
+
+    def record_failures(self, index: str, records: list[FailureRecord], run_id: str) -> None:
+        """Record (or count again) each document's failure with its reason."""
+        if not records:
+            return
+        now = time.time()
+
+        def upsert(conn: sa.Connection) -> None:
+            for record in records:
+                values = {
+                    "stage": record.stage,
+                    "reason": record.reason,
+                    "error_class": record.error_class,
+                    "message": record.message[:4000],
+                    "content_hash": record.content_hash,
+                    "source_version": record.source_version,
+                    "run_id": run_id,
+                    "failed_at": now,
+                }
+                counted = conn.execute(
+                    failures.update()
+                    .where(failures.c.generation == index, failures.c.doc_id == record.doc_id)
+                    .values(attempts=failures.c.attempts + 1, **values)
+                )
+                if counted.rowcount == 0:
+                    conn.execute(
+                        failures.insert().values(
+                            generation=index, doc_id=record.doc_id, attempts=1, **values
+                        )
+                    )
+
+        self._write_racing_inserts(upsert)
+
+    def _write_racing_inserts(self, write: Callable[[sa.Connection], None]) -> None:
+        """Run `write` in one transaction; rerun it if a concurrent run inserted a key first.
+
+        Two runs of one partition collect at once and record the same documents. Whichever
+        commits second meets a unique-key conflict; its rerun sees the winner's rows and
+        merges into them. Plain SQL, so it holds on SQLite, PostgreSQL and any other database.
+        """
+        for attempt in range(20):
+            try:
+                with self.engine.begin() as conn:
+                    write(conn)
+                return
+            except sa.exc.IntegrityError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def failures_by_doc(self, index: str) -> dict[str, dict[str, Any]]:
+        return {row["doc_id"]: row for row in self.list_failures(index=index)}
+
+    def list_failures(
+        self, index: str | None = None, collection: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Failing documents of one generation, of every generation of one collection, or all.
+
+        Each row names its `collection` and its `generation`.
+        """
+        query = sa.select(failures).order_by(failures.c.generation, failures.c.doc_id)
+        if index is not None:
+            query = query.where(failures.c.generation == index)
+        if collection is not None:
+            prefix = collection + GENERATION_SEPARATOR
+            query = query.where(failures.c.generation.startswith(prefix, autoescape=True))
+        with self.engine.connect() as conn:
+            rows = [_failure_row(row) for row in conn.execute(query)]
+        # a collection named like another's prefix ("a" and "a__b") is told apart here
+        return [r for r in rows if collection is None or r["collection"] == collection]
+
+    def failure_count(self, index: str) -> int:
+        query = sa.select(sa.func.count()).where(failures.c.generation == index)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    # ----------------------------------------------------------------------- runs
+
+    def record_run(self, run_id: str, index: str, **values: Any) -> None:
+        key = (runs.c.run_id == run_id, runs.c.generation == index)
+        with self.engine.begin() as conn:
+            conn.execute(runs.delete().where(*key))
+            conn.execute(
+                runs.insert().values(
+                    run_id=run_id, generation=index, finished_at=time.time(), **values
+                )
+            )
+
+    def run_finished(self, index: str, run_id: str) -> bool:
+        """Whether this run landed into generation `index` (it recorded its run)."""
+        query = sa.select(runs.c.run_id).where(runs.c.generation == index, runs.c.run_id == run_id)
+        with self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
+    def runs_with_id(self, run_id: str) -> list[dict[str, Any]]:
+        """What a run landed, one record per generation it landed into."""
+        query = sa.select(runs).where(runs.c.run_id == run_id).order_by(runs.c.generation)
+        with self.engine.connect() as conn:
+            return [_run_row(row) for row in conn.execute(query)]
+
+    def last_run(self, index: str) -> dict[str, Any] | None:
+        query = (
+            sa.select(runs)
+            .where(runs.c.generation == index)
+            .order_by(runs.c.finished_at.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return _run_row(row) if row else None

@@ -1,0 +1,268 @@
+"""The LanceDB index: one table per generation (a collection and model fingerprint), one row
+per chunk, with its lineage.
+
+All writes go through `replace_documents()`: a single `merge_insert` commit that upserts the
+documents' new chunks and deletes their stale chunks (and all chunks of deleted documents), so
+a reader never sees half a document. Every value in a filter string goes through `sql_literal`.
+"""
+
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from batch_pipeline.iterables import batched
+
+COMMIT_RETRIES = 6  # optimistic-commit conflicts with a concurrent writer are retried
+
+
+def sql_literal(value: str) -> str:
+    """A string as a quoted SQL literal for a LanceDB filter: quotes doubled, NUL refused."""
+    if "\x00" in value:
+        raise ValueError("NUL characters cannot be used in a filter value")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def in_filter(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
+
+
+def chunk_schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("collection", pa.string(), nullable=False),
+            pa.field("partition", pa.string(), nullable=False),
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("chunk_index", pa.int32(), nullable=False),
+            pa.field("title", pa.string()),
+            pa.field("section", pa.string()),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("input_text", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            pa.field("input_hash", pa.string(), nullable=False),
+            pa.field("model_name", pa.string(), nullable=False),
+            pa.field("model_fingerprint", pa.string(), nullable=False),
+            pa.field("run_id", pa.string(), nullable=False),
+            pa.field("embedded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field("source_version", pa.string(), nullable=False),
+            pa.field("content_hash", pa.string(), nullable=False),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class TableStats:
+    rows: int
+    documents: int
+    version: int
+    oldest_embedded_at: Any
+    newest_embedded_at: Any
+    models: list[str]
+    run_ids: int
+
+
+class VectorStore:
+    """A LanceDB database holding one chunk table per generation (`<collection>__<fingerprint>`)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.db = lancedb.connect(uri, storage_options=storage_options)
+
+    def table_uri(self, index: str) -> str:
+        return f"{self.uri.rstrip('/')}/{index}.lance"
+
+    def has_table(self, index: str) -> bool:
+        return index in self.db.list_tables().tables
+
+    def open(self, index: str):
+        return self.db.open_table(index) if self.has_table(index) else None
+
+    def drop_table(self, index: str) -> bool:
+        """Drop a generation's table; False if there was none."""
+        if not self.has_table(index):
+            return False
+        self.db.drop_table(index)
+        return True
+
+    def ensure_table(self, index: str, dim: int):
+        table = self.open(index)
+        if table is None:
+            table = self.db.create_table(index, schema=chunk_schema(dim), exist_ok=True)
+        return table
+
+    def scan(self, index: str, columns: list[str], where: str | None = None) -> pa.Table:
+        """These columns of the rows matching `where` (all rows without it)."""
+        table = self.open(index)
+        if table is None:
+            return pa.table({c: pa.array([], pa.string()) for c in columns})
+        query = table.search()
+        if where is not None:
+            query = query.where(where)
+        return query.select(columns).limit(None).to_arrow()
+
+    def scan_batches(
+        self, index: str, columns: list[str], batch_rows: int = 8192
+    ) -> Iterator[pa.RecordBatch]:
+        """These columns of every row, streamed in record batches (none if no table)."""
+        table = self.open(index)
+        if table is None:
+            return
+        yield from table.search().select(columns).limit(None).to_batches(batch_rows)
+
+    def count_rows(self, index: str) -> int:
+        table = self.open(index)
+        return table.count_rows() if table is not None else 0
+
+    def chunk_keys(self, index: str, doc_ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """chunk_id -> (doc_id, input_hash, model_fingerprint) for these documents' rows."""
+        keys: dict[str, tuple[str, str, str]] = {}
+        for batch in batched(doc_ids):
+            rows = self.scan(
+                index,
+                ["chunk_id", "doc_id", "input_hash", "model_fingerprint"],
+                in_filter("doc_id", batch),
+            ).to_pylist()
+            for row in rows:
+                keys[row["chunk_id"]] = (row["doc_id"], row["input_hash"], row["model_fingerprint"])
+        return keys
+
+    def fetch_chunks(self, index: str, chunk_ids: list[str]) -> pa.Table:
+        """Full rows for these chunk ids (to carry unchanged vectors over)."""
+        table = self.open(index)
+        if table is None or not chunk_ids:
+            return pa.Table.from_pylist([], schema=table.schema if table else None)
+        parts = [
+            table.search().where(in_filter("chunk_id", batch)).limit(None).to_arrow()
+            for batch in batched(chunk_ids)
+        ]
+        return pa.concat_tables(parts)
+
+    def replace_documents(
+        self,
+        index: str,
+        rows: list[dict],
+        doc_ids: list[str],
+        dim: int,
+        replaces_nothing: bool = False,
+    ) -> int:
+        """Make `doc_ids`' rows exactly `rows`, in one commit. Returns the new table version.
+
+        `replaces_nothing` says the caller, holding the generation's landing lease, found no
+        rows of these documents: the commit is then a plain append, which costs the size of
+        `rows` rather than a join against the whole table (a first build's common case).
+        """
+        table = self.ensure_table(index, dim)
+        if not doc_ids:
+            return table.version
+        data = pa.Table.from_pylist(rows, schema=table.schema)
+        for attempt in range(COMMIT_RETRIES):
+            try:
+                if replaces_nothing:
+                    if data.num_rows:
+                        table.add(data)
+                    break
+                (
+                    table.merge_insert("chunk_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
+                    .execute(data)
+                )
+                break
+            except Exception as error:  # noqa: BLE001 - only commit conflicts are retried
+                if attempt == COMMIT_RETRIES - 1 or "conflict" not in str(error).lower():
+                    raise
+                time.sleep(0.2 * 2**attempt)
+                table.checkout_latest()
+        return table.version
+
+    def maintain_if_needed(
+        self, index: str, max_fragments: int, max_versions: int, retention: timedelta
+    ) -> dict[str, int]:
+        """Compact and clean up once small commits have piled up (not only nightly)."""
+        table = self.open(index)
+        if table is None:
+            return {}
+        if self.fragment_count(index) <= max_fragments and (
+            len(table.list_versions()) <= max_versions
+        ):
+            return {}
+        return self.maintain(index, retention)
+
+    def maintain(self, index: str, retention: timedelta) -> dict[str, int]:
+        """Compact small fragments and remove versions older than `retention`."""
+        table = self.open(index)
+        if table is None:
+            return {}
+        fragments, versions = self.fragment_count(index), len(table.list_versions())
+        with warnings.catch_warnings():  # retention 0 is a deliberate setting here
+            warnings.simplefilter("ignore", UserWarning)
+            table.optimize(cleanup_older_than=retention)
+        return {
+            "fragments_before": fragments,
+            "fragments_after": self.fragment_count(index),
+            "versions_before": versions,
+            "versions_after": len(table.list_versions()),
+        }
+
+    def fragment_count(self, index: str) -> int:
+        table = self.open(index)
+        return int(table.stats()["fragment_stats"]["num_fragments"]) if table is not None else 0
+
+    def stats(self, index: str, batch_rows: int = 65536) -> TableStats | None:
+        """Rows, documents, version and lineage range of a table, streamed in record batches.
+
+        Memory holds one batch of four small columns plus 8 bytes per distinct document.
+        """
+        table = self.open(index)
+        if table is None:
+            return None
+        rows, oldest, newest = 0, None, None
+        doc_hashes: list[np.ndarray] = []
+        models: set[str] = set()
+        run_ids: set[str] = set()
+        columns = ["doc_id", "embedded_at", "model_name", "run_id"]
+        for batch in self.scan_batches(index, columns, batch_rows):
+            if not batch.num_rows:
+                continue
+            rows += batch.num_rows
+            bounds = pc.min_max(batch["embedded_at"])
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            oldest = low if oldest is None else min(oldest, low)
+            newest = high if newest is None else max(newest, high)
+            docs = pc.unique(batch["doc_id"]).to_pylist()
+            doc_hashes.append(np.unique(np.fromiter(map(hash, docs), np.int64, len(docs))))
+            models.update(pc.unique(batch["model_name"]).to_pylist())
+            run_ids.update(pc.unique(batch["run_id"]).to_pylist())
+            if len(doc_hashes) > 16:  # fold, so the list stays short
+                doc_hashes = [np.unique(np.concatenate(doc_hashes))]
+        documents = len(np.unique(np.concatenate(doc_hashes))) if doc_hashes else 0
+        return TableStats(
+            rows=rows,
+            documents=documents,
+            version=table.version,
+            oldest_embedded_at=oldest,
+            newest_embedded_at=newest,
+            models=sorted(models),
+            run_ids=len(run_ids),
+        )
+
+    def sample(
+        self, index: str, columns: list[str], size: int, seed: int | None = None
+    ) -> pa.Table:
+        """A uniform random sample of `size` rows (fewer if the table is smaller), read by
+        row offset: nothing else of the table is read."""
+        total = self.count_rows(index)
+        if total == 0 or size < 1:
+            return pa.table({c: pa.array([], pa.string()) for c in columns})
+        rng = np.random.default_rng(seed)
+        offsets = sorted(int(i) for i in rng.choice(total, size=min(size, total), replace=False))
+        return self.open(index).take_offsets(offsets).select(columns).to_arrow()

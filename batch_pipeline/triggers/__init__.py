@@ -1,0 +1,1 @@
+"""What starts a run: the publish sensor's change detection and the tags every run carries."""

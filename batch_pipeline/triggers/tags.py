@@ -1,0 +1,24 @@
+"""The run tags that say what started a run and in which mode; one spelling for everything
+that writes or reads them (sensors, the schedule, the assets, reports)."""
+
+TRIGGER_TAG = "batch_pipeline/trigger"
+MODE_TAG = "batch_pipeline/mode"
+
+RECONCILE_MODE = "reconcile"  # a full pass plus table maintenance (the nightly run)
+
+PUBLISH_SENSOR = "publish_sensor"  # a targeted run of changed documents
+PUBLISH_SENSOR_FULL = "publish_sensor_full"  # a full pass (first tick, or a reset cursor)
+NIGHTLY_SCHEDULE = "nightly_schedule"
+
+
+def publish_tags(full: bool) -> dict[str, str]:
+    return {TRIGGER_TAG: PUBLISH_SENSOR_FULL if full else PUBLISH_SENSOR}
+
+
+def nightly_tags() -> dict[str, str]:
+    return {MODE_TAG: RECONCILE_MODE, TRIGGER_TAG: NIGHTLY_SCHEDULE}
+
+
+def is_reconcile(tags: dict[str, str]) -> bool:
+    """Whether a run's tags ask for the nightly reconciliation's table maintenance."""
+    return tags.get(MODE_TAG) == RECONCILE_MODE

@@ -1,0 +1,215 @@
+"""Model generations: build beside live, gated promotion, rollback, run invalidation, drift."""
+
+import json
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from batch_pipeline.config import load_config
+from batch_pipeline.generations.drift import drift_report
+from batch_pipeline.generations.registry import GenerationError, LiveSwitch
+from batch_pipeline.generations.run_history import (
+    Invalidation,
+    invalidate_run,
+    restore_before_run,
+)
+from batch_pipeline.inference.fake import FakeEmbedder
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.search import search
+from batch_pipeline.state.storage import resolve_storage
+
+EVAL = [
+    {"query": "I forgot my password", "relevant": ["account/reset-password.md"]},
+    {"query": "can I get a refund on a yearly plan", "relevant": ["refunds.md"]},
+    {"query": "what time does the office open", "relevant": ["notes.txt"]},
+    {"query": "where do visitors sign in", "relevant": ["notes.txt"]},
+]
+
+
+def configure(workspace, extra_collection: str = "", extra: str = "", tolerance: float = 0.0):
+    (workspace["root"] / "eval.jsonl").write_text("\n".join(json.dumps(q) for q in EVAL))
+    workspace["config"].write_text(
+        "collections:\n  - name: handbook\n"
+        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+        f"    evaluation: {{path: eval.jsonl, k: 3, tolerance: {tolerance}}}\n"
+        + extra_collection
+        + extra
+    )
+
+
+def pipeline_for(workspace) -> PartitionPipeline:
+    config = load_config(workspace["config"])
+    return PartitionPipeline(config, resolve_storage(str(workspace["home"])), "handbook")
+
+
+def ids(hits):
+    return [(h.doc_id, h.chunk_id) for h in hits]
+
+
+def runner_for(runner):
+    """The session's fp32 model for the default config; other configs load their own."""
+    return lambda model: (
+        runner if model == runner.resolved else EmbeddingRunner(model, "cpu", "float32")
+    )
+
+
+def test_a_new_generation_builds_beside_live_and_is_promoted_only_when_complete(workspace, runner):
+    configure(workspace, tolerance=1.0)
+    first = pipeline_for(workspace)
+    first.run("run-1", runner)
+    assert first.generations.live("handbook").index_name == first.index
+    hits_before = ids(search(first, "reset my password", 3, runner))
+
+    configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
+    second = pipeline_for(workspace)
+    assert second.index != first.index
+    second.run(
+        "run-2", lambda: runner_for(runner)(second.model), doc_ids=["refunds.md"]
+    )  # partial: building
+    review = second.review_generation(runner_for(runner))
+    assert review.decision == "refused" and "not complete" in review.reason
+    assert second.generation().state == "building"
+    # readers still get the old generation, untouched
+    assert second.live_generation().index == first.index
+    assert ids(search(second, "reset my password", 3, runner)) == hits_before
+    assert second.store.open(first.index).count_rows() == first.store.open(first.index).count_rows()
+
+    second.run("run-3", lambda: runner_for(runner)(second.model))  # the backfill: a full pass
+    review = second.review_generation(runner_for(runner))
+    assert review.decision == "promoted", review
+    assert set(review.scores) == {"candidate", "live"}
+    assert second.generations.live("handbook").index_name == second.index
+    assert second.live_generation().index == second.index
+    assert search(second, "reset my password", 3, runner)[0].doc_id == "account/reset-password.md"
+    states = {g.index_name: g.state for g in second.generations.list_all("handbook")}
+    assert states == {first.index: "retired", second.index: "live"}
+
+    # rollback brings the previous live generation back, audited
+    moved = second.generations.rollback("handbook", actor="alice")
+    assert moved == LiveSwitch(previous=second.index, live=first.index, action="rollback")
+    assert second.live_generation().index == first.index
+    assert ids(search(second, "reset my password", 3, runner)) == hits_before
+    log = second.generations.audit_log("handbook")
+    assert [(e.action, e.from_index, e.to_index) for e in log] == [
+        ("promote", None, first.index),
+        ("promote", first.index, second.index),
+        ("promote", second.index, first.index),
+    ]
+    assert log[-1].actor == "alice" and log[-1].details == "rollback" and log[-1].at
+
+
+def test_a_worse_candidate_is_refused(workspace, runner):
+    configure(workspace)
+    first = pipeline_for(workspace)
+    first.run("run-1", runner)
+    configure(workspace, extra="model: {max_seq_length: 6}\n")  # truncates every input
+    worse = pipeline_for(workspace)
+    worse.run("run-2", lambda: runner_for(runner)(worse.model))
+    review = worse.review_generation(runner_for(runner))
+    assert review.decision == "refused"
+    assert "worse than live" in review.reason
+    assert review.scores["candidate"]["mrr_at_3"] < review.scores["live"]["mrr_at_3"]
+    assert worse.generations.live("handbook").index_name == first.index
+    assert worse.generation().state == "candidate"
+    with pytest.raises(GenerationError, match="already live"):
+        worse.generations.promote("handbook", first.fingerprint, "again")
+
+
+def test_without_an_evaluation_set_completeness_alone_promotes_with_a_warning(workspace, runner):
+    workspace["config"].write_text(
+        "collections:\n  - name: handbook\n"
+        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+    )
+    pipeline_for(workspace).run("run-1", runner)
+    workspace["config"].write_text(
+        workspace["config"].read_text() + "    chunking: {max_tokens: 64, overlap_tokens: 8}\n"
+    )
+    second = pipeline_for(workspace)
+    second.run("run-2", lambda: runner_for(runner)(second.model))
+    review = second.review_generation(runner_for(runner))
+    assert review.decision == "promoted" and "completeness alone" in review.reason
+    assert review.warnings == ("the collection has no evaluation set, so no scores were compared",)
+    assert review.metadata()["warnings"] == list(review.warnings)
+
+
+def test_invalidate_run_reembeds_exactly_that_runs_rows(make_pipeline, fake_embedder, workspace):
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    path = workspace["docs"] / "account" / "reset-password.md"
+    path.write_text(path.read_text().replace("spam folder", "junk folder"))
+    pipeline.run("run-2", fake_embedder)
+    rows = pipeline.store.scan(pipeline.index, ["chunk_id", "run_id", "embedded_at"]).to_pylist()
+    by_run2 = {r["chunk_id"] for r in rows if r["run_id"] == "run-2"}
+    others = {r["chunk_id"]: r["embedded_at"] for r in rows if r["run_id"] != "run-2"}
+    assert by_run2
+    result = invalidate_run(pipeline.tracking, pipeline.store, pipeline.generations, "run-2")
+    assert result == Invalidation(rows=len(by_run2), documents=1)
+    out = pipeline.run("run-3", fake_embedder)
+    assert out["execute"].stats.inputs == len(by_run2)
+    after = pipeline.store.scan(pipeline.index, ["chunk_id", "run_id", "embedded_at"]).to_pylist()
+    assert {r["chunk_id"] for r in after if r["run_id"] == "run-3"} == by_run2
+    assert {r["chunk_id"]: r["embedded_at"] for r in after if r["run_id"] != "run-3"} == others
+    with pytest.raises(GenerationError, match="unknown run id 'nope'"):
+        invalidate_run(pipeline.tracking, pipeline.store, pipeline.generations, "nope")
+    actions = [e.action for e in pipeline.generations.audit_log("handbook")]
+    assert "invalidate_run" in actions
+
+
+def test_restore_before_a_run_is_audited_and_the_next_run_repairs(
+    make_pipeline, fake_embedder, workspace
+):
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    (workspace["docs"] / "refunds.md").unlink()
+    pipeline.run("run-2", fake_embedder)
+    assert "refunds.md" not in set(
+        pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
+    )
+    result = restore_before_run(
+        pipeline.tracking, pipeline.store, pipeline.generations, "handbook", "run-2"
+    )
+    assert result.index == pipeline.index
+    assert "refunds.md" in set(
+        pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
+    )
+    assert pipeline.generations.audit_log("handbook")[-1].action == "restore"
+    pipeline.run("run-3", fake_embedder)  # the source still lacks it: the full run converges
+    assert "refunds.md" not in set(
+        pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
+    )
+
+
+def test_drift_check_passes_untouched_and_names_a_corrupted_vector(make_pipeline, runner):
+    pipeline = make_pipeline()
+    pipeline.run("run-1", runner)
+    report = drift_report(pipeline.store, pipeline.index, runner, sample=100, min_cosine=0.999)
+    assert report.passed and report.min_cosine > 0.999
+    table = pipeline.store.open(pipeline.index)
+    victim = table.search().select(["chunk_id", "vector"]).limit(1).to_list()[0]
+    planted = np.roll(np.asarray(victim["vector"]), 7).tolist()
+    table.update(where=f"chunk_id = '{victim['chunk_id']}'", values={"vector": planted})
+    report = drift_report(pipeline.store, pipeline.index, runner, sample=100, min_cosine=0.999)
+    assert not report.passed
+    assert report.drifted_chunks == [victim["chunk_id"]]
+
+
+def test_retired_generations_are_dropped_after_their_retention(workspace, fake_embedder):
+    """Only the lifecycle matters here: the FAKE embedder stands in for both models."""
+    configure(workspace, tolerance=1.0)
+    first = pipeline_for(workspace)
+    first.run("run-1", fake_embedder)
+    configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
+    second = pipeline_for(workspace)
+    second.run("run-2", lambda: FakeEmbedder(second.model))
+    assert second.review_generation(FakeEmbedder).decision == "promoted"
+    registry = second.generations
+    assert second.lifecycle.drop_expired(timedelta(days=7)) == []
+    assert second.store.has_table(first.index)
+    assert second.lifecycle.drop_expired(timedelta(0)) == [first.index]
+    assert not second.store.has_table(first.index)
+    assert registry.get("handbook", first.fingerprint).state == "dropped"
+    assert registry.audit_log("handbook")[-1].action == "drop"
+    with pytest.raises(GenerationError, match="no retired generation"):
+        registry.rollback("handbook")

@@ -1,0 +1,125 @@
+"""The execution engine: order, fidelity against sentence-transformers, OOM back-off."""
+
+import numpy as np
+import pytest
+import torch
+
+from batch_pipeline.inference.runner import EmbeddingRunner, RunStats
+
+TEXTS = [
+    "Reset links expire after 30 minutes.",
+    "Annual plans can be refunded pro rata within 30 days, monthly plans are not refunded at all.",
+    "ok",
+    "Single sign-on users reset their password with their identity provider instead. " * 6,
+    "The office opens at nine.",
+    "Webhook payloads are signed with HMAC-SHA256 and retried for 24 hours on failure.",
+] * 3
+
+
+def fake_cuda_oom(max_batch: int, attempts: list[int]):
+    """FAKE fault injection: raises torch's real OOM type for batches above `max_batch`."""
+
+    def inject(texts):
+        attempts.append(len(texts))
+        if len(texts) > max_batch:
+            raise torch.OutOfMemoryError("CUDA out of memory (fake, injected by the test)")
+
+    return inject
+
+
+def test_embed_matches_sentence_transformers_encode(runner):
+    ours = runner.embed(TEXTS, token_budget=256, max_batch_size=4)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    cosine = (ours * reference).sum(axis=1) / (
+        np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1)
+    )
+    assert cosine.min() > 0.9999
+
+
+def test_bf16_on_cpu_stays_within_the_fidelity_bar(model, runner):
+    bf16 = EmbeddingRunner(model, device="cpu", dtype="bfloat16")
+    ours = bf16.embed(TEXTS)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    cosine = (ours * reference).sum(axis=1)
+    assert cosine.min() > 0.9999
+    assert not np.allclose(ours, reference, atol=1e-7)  # it really ran in reduced precision
+
+
+def test_results_do_not_depend_on_batching(runner):
+    a = runner.embed(TEXTS, token_budget=64, max_batch_size=1)
+    b = runner.embed(TEXTS, token_budget=8192, max_batch_size=128)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_order_is_preserved(runner):
+    forward = runner.embed(TEXTS)
+    backward = runner.embed(TEXTS[::-1])
+    np.testing.assert_allclose(forward, backward[::-1], atol=1e-5)
+
+
+def test_run_yields_positions_for_each_batch(runner):
+    batches = [([4, 1], [TEXTS[4], TEXTS[1]]), ([0, 3, 2], [TEXTS[0], TEXTS[3], TEXTS[2]])]
+    got = {}
+    for positions, vectors in runner.run(batches):
+        for p, v in zip(positions, vectors, strict=True):
+            got[p] = v
+    reference = runner.embed(TEXTS[:5])
+    for p in range(5):
+        np.testing.assert_allclose(got[p], reference[p], atol=1e-5)
+
+
+def test_out_of_memory_splits_the_batch_and_lowers_the_budget(runner, monkeypatch):
+    reference = runner.embed(TEXTS)
+    attempts: list[int] = []
+    monkeypatch.setattr(runner, "fault_injector", fake_cuda_oom(3, attempts))
+    stats = RunStats()
+    out = {}
+    batches = [(list(range(0, 8)), TEXTS[0:8]), (list(range(8, 18)), TEXTS[8:18])]
+    for positions, vectors in runner.run(batches, stats):
+        for p, v in zip(positions, vectors, strict=True):
+            out[p] = v
+    assert attempts[:3] == [8, 4, 2]  # split in two until it fits
+    assert max(attempts[6:]) <= 4  # the lowered budget applies to the rest of the run
+    assert stats.oom_splits >= 2
+    assert not stats.failed
+    assert sorted(out) == list(range(18))
+    np.testing.assert_allclose(np.stack([out[i] for i in range(18)]), reference, atol=1e-5)
+
+
+def test_an_input_that_fails_alone_is_reported_not_dropped(runner, monkeypatch):
+    def inject(texts):  # FAKE: one poisoned input always runs out of memory
+        if any(t == "ok" for t in texts):
+            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+
+    monkeypatch.setattr(runner, "fault_injector", inject)
+    stats = RunStats()
+    seen = []
+    for positions, _ in runner.run([(list(range(6)), TEXTS[:6])], stats):
+        seen += positions
+    assert sorted(seen) == [0, 1, 3, 4, 5]
+    assert list(stats.failed) == [2]
+    assert "out of memory" in stats.failed[2]
+
+
+def test_other_errors_are_not_swallowed(runner, monkeypatch):
+    def inject(texts):  # FAKE
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(runner, "fault_injector", inject)
+    with pytest.raises(RuntimeError, match="device lost"):
+        list(runner.run([([0], ["x"])]))
+
+
+def test_identical_inputs_are_embedded_once_and_fanned_out(make_pipeline, runner, workspace):
+    same = "# FAQ\n\n## Contact\n\nWrite to support@relay.example.\n"
+    (workspace["docs"] / "faq-a.md").write_text(same)
+    (workspace["docs"] / "faq-b.md").write_text(same)
+    pipeline = make_pipeline()
+    out = pipeline.run("run-1", runner)
+    assert out["plan"].duplicates_folded == 1
+    rows = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
+    a = [r for r in rows if r["doc_id"] == "faq-a.md"]
+    b = [r for r in rows if r["doc_id"] == "faq-b.md"]
+    assert len(a) == len(b) == 1
+    assert a[0]["input_hash"] == b[0]["input_hash"]
+    np.testing.assert_array_equal(a[0]["vector"], b[0]["vector"])

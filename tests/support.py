@@ -1,0 +1,221 @@
+"""Plain helpers shared by the tests (no fixtures, no tests): small corpora and configs,
+the CLI and daemon as subprocesses, and Dagster materialisation with the project's resources.
+
+Fixtures live in `conftest.py`. Test modules import helpers from here, never from each other.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from batch_pipeline.config import load_config
+from batch_pipeline.inference.fingerprint import model_fingerprint
+from batch_pipeline.inference.models import resolve_model
+from batch_pipeline.names import generation_index
+from batch_pipeline.stages import STAGES
+from resources import InferenceResource, PipelineResource
+from resources.testing import FakeInferenceResource
+
+# ------------------------------------------------------------------ corpora and configs
+
+GUIDE = """\
+# Resetting your password
+
+Forgotten passwords can be reset from the sign-in page.
+
+## Before you start
+
+You need access to the email address on your account. Reset links expire after 30 minutes.
+
+## Steps
+
+1. Open the sign-in page.
+2. Click **Forgot password** and enter your email address.
+3. Follow the link in the email and choose a new password.
+
+## Troubleshooting
+
+If the email does not arrive, check your spam folder. Single sign-on users reset their
+password with their identity provider instead.
+"""
+
+BILLING = """\
+# Refund policy
+
+Annual plans can be refunded pro rata within 30 days. Monthly plans are not refunded.
+
+## How to ask
+
+Write to billing support with your workspace URL and the invoice number.
+"""
+
+NOTES = """\
+Plain text notes about the office.
+
+The office opens at nine. Visitors sign in at the front desk.
+"""
+
+
+def write_corpus(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "account").mkdir(exist_ok=True)
+    (root / "account" / "reset-password.md").write_text(GUIDE)
+    (root / "refunds.md").write_text(BILLING)
+    (root / "notes.txt").write_text(NOTES)
+    return root
+
+
+def write_config(path: Path, source: str = "docs", extra: str = "", name: str = "handbook") -> Path:
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            collections:
+              - name: {name}
+                source: {{kind: filesystem, path: {source}, glob: "**/*"}}
+            {extra}"""
+        )
+    )
+    return path
+
+
+def many_articles(root: Path, count: int = 24) -> Path:
+    """`count` Markdown articles of four sections each, of varied lengths."""
+    root.mkdir(parents=True)
+    for i in range(count):
+        sections = "\n\n".join(
+            f"## Topic {j}\n\nArticle {i} covers topic {j}: "
+            + "details and steps. " * (3 + j * i % 7)
+            for j in range(4)
+        )
+        (root / f"article-{i:02d}.md").write_text(f"# Article {i}\n\n{sections}\n")
+    return root
+
+
+def index_of(config_path: Path, collection: str = "handbook") -> str:
+    """The generation table of a collection under a config (its model fingerprint)."""
+    config = load_config(config_path)
+    chunking = config.collection(collection).chunking
+    return generation_index(collection, model_fingerprint(resolve_model(config.model), chunking))
+
+
+# ------------------------------------------------------------ subprocesses: CLI, daemon
+
+
+def pipeline_env(config: Path, home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment, pointed at one pipeline config and home."""
+    return {
+        **os.environ,
+        "BATCH_PIPELINE_CONFIG": str(config),
+        "BATCH_PIPELINE_HOME": str(home),
+        **extra,
+    }
+
+
+def cli_command(*args: str) -> list[str]:
+    """The project's `batch-pipeline` CLI, run by this interpreter."""
+    return [sys.executable, "-m", "batch_pipeline.cli", *args]
+
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@contextmanager
+def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """`dagster-daemon run` on this code location, output to `log`; stopped on leaving."""
+    with log.open("w") as out:
+        daemon = subprocess.Popen(
+            [str(BIN / "dagster-daemon"), "run", "-m", "batch_pipeline.definitions"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield daemon
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------- servers
+
+POSTGRES_URL = os.environ.get(
+    "BATCH_PIPELINE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ----------------------------------------------------------------- Dagster
+
+STAGE_ASSETS = [stage.asset for stage in STAGES]
+
+
+def stage_resources(workspace: dict, fake_model: bool = False) -> dict:
+    """The code location's resources over a test workspace; `fake_model` puts the FAKE
+    embedder under the `inference` key (for tests where the model does not matter)."""
+    inference = (
+        FakeInferenceResource(device="cpu") if fake_model else InferenceResource(device="cpu")
+    )
+    return {
+        "pipeline": PipelineResource(
+            config_path=str(workspace["config"]), home=str(workspace["home"])
+        ),
+        "inference": inference,
+        "s3": S3Resource(),
+    }
+
+
+def materialize(
+    workspace: dict,
+    instance: dg.DagsterInstance,
+    partition: str = "handbook",
+    run_config: dict | None = None,
+    tags: dict | None = None,
+    fake_model: bool = False,
+) -> dg.ExecuteInProcessResult:
+    """The five stage assets of one partition, materialised in-process."""
+    from batch_pipeline.definitions import build_definitions
+
+    defs = build_definitions(workspace["config"])
+    return dg.materialize(
+        [defs.get_assets_def(name) for name in STAGE_ASSETS],
+        partition_key=partition,
+        instance=instance,
+        resources=stage_resources(workspace, fake_model),
+        run_config=run_config,
+        tags=tags,
+    )
+
+
+def metadata_of(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    (event,) = result.asset_materializations_for_node(asset)
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def tick(defs, workspace: dict, instance, cursor=None, name="handbook", fake_model=False):  # noqa: ANN001,ANN201
+    """One evaluation of a collection's publish sensor."""
+    sensor = defs.get_sensor_def(f"{name}_publish_sensor")
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources=stage_resources(workspace, fake_model)
+    ) as context:
+        return sensor(context)

@@ -1,0 +1,127 @@
+"""Configuration: validation errors name the field, paths resolve, names are safe."""
+
+import pytest
+
+from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.state.storage import resolve_storage
+
+
+def write(tmp_path, text):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_relative_source_path_resolves_against_the_config_folder(tmp_path):
+    config = load_config(
+        write(tmp_path, "collections:\n  - name: kb\n    source: {kind: filesystem, path: docs}\n")
+    )
+    assert config.collections[0].source.path == (tmp_path / "docs").resolve()
+    assert config.collections[0].source.glob == "**/*.md"
+    assert config.model.name == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        (
+            "collections:\n  - name: kb\n    source: {kind: filesystem}\n",
+            "collections[0].source.path",
+            "Field required",
+        ),
+        (
+            "collections:\n  - name: kb\n    source: {kind: filesystem, path: d}\n"
+            "    chunking: {max_tokens: -3}\n",
+            "collections[0].chunking.max_tokens",
+            "greater than 16",
+        ),
+        (
+            "collections:\n  - name: kb\n    source: {kind: filesystem, path: d}\n"
+            "    chunking: {max_tokens: 128, overlap_tokens: 100}\n",
+            "collections[0].chunking",
+            "overlap_tokens must be less than half",
+        ),
+        (
+            "collections:\n  - name: kb\n    source: {kind: ftp, path: d}\n",
+            "collections[0].source",
+            "kind",
+        ),
+        (
+            "model: {nmae: x}\ncollections:\n  - name: kb\n    source: {path: d}\n",
+            "model.nmae",
+            "Extra inputs are not permitted",
+        ),
+        ("collections: []\n", "collections", "at least 1"),
+        (
+            "maintenance: {staging_runs_kept: 0}\n"
+            "collections:\n  - name: kb\n    source: {kind: filesystem, path: d}\n",
+            "maintenance.staging_runs_kept",
+            "greater than or equal to 1",
+        ),
+    ],
+)
+def test_a_bad_value_names_its_field(tmp_path, text, field, reason):
+    with pytest.raises(ConfigError) as error:
+        load_config(write(tmp_path, text))
+    message = str(error.value)
+    assert f"  {field}:" in message
+    assert reason in message
+
+
+@pytest.mark.parametrize("name", ["Hand Book", "../etc", "kb'; drop", "x" * 64, "1kb", ""])
+def test_unsafe_collection_names_are_rejected(tmp_path, name):
+    text = f"collections:\n  - name: {name!r}\n    source: {{kind: filesystem, path: d}}\n"
+    with pytest.raises(ConfigError, match=r"collections\[0\]\.name: .*not a safe collection name"):
+        load_config(write(tmp_path, text))
+
+
+def test_duplicate_collection_names_are_rejected(tmp_path):
+    text = (
+        "collections:\n"
+        "  - {name: kb, source: {kind: filesystem, path: a}}\n"
+        "  - {name: kb, source: {kind: filesystem, path: b}}\n"
+    )
+    with pytest.raises(ConfigError, match="used twice"):
+        load_config(write(tmp_path, text))
+
+
+def test_missing_and_malformed_files_say_so(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "collections: [\n"))
+
+
+def test_the_shipped_config_is_valid():
+    config = load_config()
+    assert config.partition_keys() == ["handbook"]
+    assert config.collections[0].source.path.is_dir()
+
+
+def test_storage_defaults_and_overrides(tmp_path, monkeypatch):
+    monkeypatch.delenv("BATCH_PIPELINE_LANCEDB_URI", raising=False)
+    monkeypatch.delenv("BATCH_PIPELINE_TRACKING_URL", raising=False)
+    storage = resolve_storage(str(tmp_path))
+    assert storage.lancedb_uri == str(tmp_path / "lancedb")
+    assert storage.tracking_url == f"sqlite:///{tmp_path / 'tracking.db'}"
+    monkeypatch.setenv("BATCH_PIPELINE_LANCEDB_URI", "s3://bucket/index")
+    monkeypatch.setenv("BATCH_PIPELINE_TRACKING_URL", "postgresql+psycopg://127.0.0.1/test")
+    storage = resolve_storage(str(tmp_path))
+    assert storage.lancedb_uri == "s3://bucket/index"
+    assert storage.tracking_url.startswith("postgresql+psycopg://")
+
+
+def test_storage_options_come_from_json_and_a_bad_value_names_the_variable(tmp_path, monkeypatch):
+    options = '{"aws_endpoint": "http://127.0.0.1:9", "allow_http": true}'
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", options)
+    monkeypatch.setenv("BATCH_PIPELINE_STAGING_DIR", "s3://bucket/staging")
+    storage = resolve_storage(str(tmp_path))
+    assert storage.storage_options == {"aws_endpoint": "http://127.0.0.1:9", "allow_http": "true"}
+    assert storage.staging_dir == "s3://bucket/staging"
+    assert "127.0.0.1:9" not in repr(storage)  # options hold credentials: never shown
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", "{not json")
+    with pytest.raises(ConfigError, match="BATCH_PIPELINE_STORAGE_OPTIONS: not valid JSON"):
+        resolve_storage(str(tmp_path))
+    monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", '["a"]')
+    with pytest.raises(ConfigError, match="BATCH_PIPELINE_STORAGE_OPTIONS: must be a JSON object"):
+        resolve_storage(str(tmp_path))
