@@ -1,0 +1,110 @@
+"""The architecture, checked: every import points down the layers, the engine needs no
+Dagster, and each stage and kind of state has a folder of its own."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Lowest first. A module may import its own layer and those below it, never one above.
+LAYERS: list[tuple[str, ...]] = [
+    ("batch_pipeline.names", "batch_pipeline.iterables", "batch_pipeline.faults"),
+    ("batch_pipeline.config",),
+    ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
+    ("batch_pipeline.state",),
+    ("batch_pipeline.stages",),
+    ("batch_pipeline.generations",),
+    ("batch_pipeline.pipeline",),
+    ("batch_pipeline.health", "batch_pipeline.triggers", "batch_pipeline.search"),
+    ("batch_pipeline.cli", "batch_pipeline.bench", "batch_pipeline.partitions"),
+    ("resources",),
+    ("assets",),
+    ("sensors",),
+    ("batch_pipeline.definitions",),
+]
+PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
+
+
+def layer_of(module: str) -> int | None:
+    if module == "batch_pipeline":  # the package itself: only sets offline defaults
+        return 0
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for number, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or module.startswith(prefix + ".")
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), number)
+    return None if best is None else best[1]
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PROJECT:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+MODULES = project_modules()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_sits_in_a_layer(module):
+    assert layer_of(module) is not None, f"{module}: add it to a layer in LAYERS"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_layers(module):
+    own = layer_of(module)
+    upward = []
+    for imported in imports_of(MODULES[module]):
+        if imported.split(".")[0] not in PROJECT or imported not in MODULES:
+            continue  # a third-party module, or a name imported from a project module
+        target = layer_of(imported)
+        if target is not None and own is not None and target > own:
+            upward.append(f"{imported} (layer {target})")
+    assert not upward, f"{module} (layer {own}) imports from above: {upward}"
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(m for m in MODULES if m.startswith("batch_pipeline") and "definitions" not in m),
+)
+def test_the_engine_imports_no_dagster(module):
+    dagster = {i for i in imports_of(MODULES[module]) if i.split(".")[0].startswith("dagster")}
+    assert not dagster, f"{module} imports {sorted(dagster)}"
+
+
+def test_each_stage_and_kind_of_state_has_a_folder():
+    from batch_pipeline.stages import STAGES
+
+    engine = REPO / "batch_pipeline"
+    for folder in ("stages", "text", "inference", "sources", "state", "generations", "health"):
+        assert (engine / folder / "__init__.py").is_file(), folder
+    for stage in STAGES:
+        assert (engine / "stages" / f"{stage.name}.py").is_file(), stage.name
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    """The checker itself: a state module importing a stage is flagged."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from batch_pipeline.stages.collect import NEW\n")
+    own, target = layer_of("batch_pipeline.state.bad"), layer_of("batch_pipeline.stages.collect")
+    assert "batch_pipeline.stages.collect" in imports_of(bad)
+    assert target > own
