@@ -21,7 +21,7 @@ from batch_pipeline.stages.join import vectors_in_chunk_order
 from batch_pipeline.state.reconcile import chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
-from batch_pipeline.state.tracking import FailureRecord, TrackingStore
+from batch_pipeline.state.tracking import CONTENT_FAILURE_REASONS, FailureRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 
 DOCS_PER_COMMIT = 500
@@ -84,16 +84,16 @@ def land_documents(
     changed_at: dict[str, float | None] = {}
     deleted: list[str] = []
     settled: list[str] = []
-    for batch in read_batches(collected_path, ["doc_id", "status", "source_changed_at"]):
-        for doc_id, status, changed in zip(
-            *(batch[c].to_pylist() for c in ("doc_id", "status", "source_changed_at")),
-            strict=True,
+    columns = ["doc_id", "status", "source_changed_at", "error_reason"]
+    for batch in read_batches(collected_path, columns):
+        for doc_id, status, changed, reason in zip(
+            *(batch[c].to_pylist() for c in columns), strict=True
         ):
             if status in (NEW, CHANGED, DELETED):
                 changed_at[doc_id] = changed
             if status == DELETED:
                 deleted.append(doc_id)
-            elif status in (FAILED, QUARANTINED):
+            elif status == QUARANTINED or (status == FAILED and reason in CONTENT_FAILURE_REASONS):
                 settled.append(doc_id)
 
     def not_superseded(doc_ids: list[str]) -> list[str]:
@@ -149,7 +149,7 @@ def land_documents(
         summary.documents_landed += len(landed_docs)
         summary.documents_deleted += len(removed)
 
-    finished: set[str] = set()
+    finished: set[str] = set()  # documents with chunks, once their group is committed
     group: dict[str, list[dict]] = {}
     with scratch_dir(chunks_path) as tmp:
         for row in vectors_in_chunk_order(chunks_path, embeddings_path, ctx.dimension, tmp):
@@ -165,14 +165,17 @@ def land_documents(
             group[doc_id].append(row)
     if group:
         commit(group, [])
+        finished.update(group)
     for batch in batched(deleted, DOCS_PER_COMMIT):
         commit({}, batch)
     if summary.table_version is None:
         table = store.open(ctx.index)
         summary.table_version = table.version if table is not None else None
 
-    # Failed documents keep their previous rows; their pending changes are settled.
-    settled += [f.doc_id for f in summary.failures]
+    # New or changed documents without chunks failed in prepare, for a reason in their content
+    # (recorded there): settled like collect's content failures. Documents whose vectors could
+    # not be computed (land's failures) stay pending: they are retried.
+    settled += [d for d in changed_at if d not in finished and d not in deleted_set]
     tracking.record_landed(ctx.index, [], [], ctx.run_id, settled)
     for batch in read_batches(collected_path, ["doc_id", "status", "source_version"]):
         tracking.update_source_versions(

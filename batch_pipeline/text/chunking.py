@@ -16,6 +16,7 @@ from batch_pipeline.text.normalize import ParsedDocument
 
 SPECIAL_TOKENS = 2  # [CLS] ... [SEP] for BERT-style encoders
 BOUNDARY_MARGIN = 2  # re-tokenising a cut can merge sub-words differently at its edges
+HEADER_SHARE = 4  # the title and heading path take at most 1/4 of a chunk's tokens
 
 # Break priorities between two tokens: higher is a better place to cut.
 _PARAGRAPH, _SENTENCE, _LINE, _WORD, _NONE = 4, 3, 2, 1, 0
@@ -55,7 +56,9 @@ def section_path(title: str, headings: tuple[str, ...]) -> str:
     return " > ".join(headings[1:] if headings and headings[0] == title else headings)
 
 
-def _header(title: str, headings: tuple[str, ...], settings: ChunkSettings) -> str:
+def _header(tokenizer, title: str, headings: tuple[str, ...], settings: ChunkSettings) -> str:
+    """The document prefix, then the title and heading path, cut to at most
+    `max_tokens // HEADER_SHARE` tokens so that every chunk keeps room for its text."""
     parts = []
     if settings.include_title and title:
         parts.append(title)
@@ -63,8 +66,26 @@ def _header(title: str, headings: tuple[str, ...], settings: ChunkSettings) -> s
         path = section_path(title, headings)
         if path:
             parts.append(path)
-    header = "\n".join(parts)
+    header = _truncate(tokenizer, "\n".join(parts), settings.max_tokens // HEADER_SHARE)
     return settings.document_prefix + (header + "\n\n" if header else "")
+
+
+def _truncate(tokenizer, text: str, max_tokens: int) -> str:
+    """`text` cut at a token boundary to at most `max_tokens` tokens."""
+    if not text:
+        return text
+    offsets = _encode(tokenizer, text, offsets=True)["offset_mapping"]
+    if len(offsets) <= max_tokens:
+        return text
+    return text[: offsets[max_tokens - 1][1]].rstrip()
+
+
+def _encode(tokenizer, text, special: bool = False, offsets: bool = False) -> dict:
+    """Tokenise without the "sequence length is longer than" warning: chunking measures
+    lengths on purpose, before anything is cut to the model's limit."""
+    return tokenizer(
+        text, add_special_tokens=special, return_offsets_mapping=offsets, verbose=False
+    )
 
 
 def _break_priority(text: str, end: int, next_start: int) -> int:
@@ -113,7 +134,7 @@ def split_by_tokens(text: str, offsets: list[tuple[int, int]], budget: int, over
 
 
 def _count(tokenizer, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+    return len(_encode(tokenizer, text)["input_ids"]) if text else 0
 
 
 def chunk_document(
@@ -126,17 +147,9 @@ def chunk_document(
         occurrence = occurrences[section.headings]
         occurrences[section.headings] += 1
         key = _section_key(section.headings, occurrence)
-        header = _header(parsed.title, section.headings, settings)
+        header = _header(tokenizer, parsed.title, section.headings, settings)
         budget = settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(tokenizer, header)
-        if budget < settings.max_tokens // 4:  # absurdly long headings: keep the text instead
-            header = _header(parsed.title, (), settings)
-            budget = (
-                settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(tokenizer, header)
-            )
-        encoding = tokenizer(
-            section.text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
-        offsets = encoding["offset_mapping"]
+        offsets = _encode(tokenizer, section.text, offsets=True)["offset_mapping"]
         if not offsets:
             continue
         windows = (
@@ -151,9 +164,7 @@ def chunk_document(
                 pending.append((f"{doc_id}#{key}:{n}", label, text, header + text))
     if not pending:
         return []
-    counts = [
-        len(ids) for ids in tokenizer([p[3] for p in pending], add_special_tokens=True)["input_ids"]
-    ]
+    counts = [len(ids) for ids in _encode(tokenizer, [p[3] for p in pending], True)["input_ids"]]
     return [
         Chunk(
             chunk_id=chunk_id,

@@ -118,3 +118,27 @@ def test_title_and_headings_are_part_of_the_model_input(tokenizer):
     )[0]
     assert bare.input_text == "Write to us."
     assert bare.input_hash != chunk.input_hash
+
+
+def _page(title: str) -> str:
+    body = "\n\n".join(
+        f"## Part {n}\n\n" + " ".join(f"Sentence {n}.{i} explains a step." for i in range(25))
+        for n in range(3)
+    )
+    return f"# {title}\n\n{body}\n"
+
+
+@pytest.mark.parametrize("title_words", [115, 145, 400])  # ~230, ~290 and ~800 tokens
+def test_a_long_title_keeps_room_for_text_in_every_chunk(tokenizer, title_words, capfd):
+    settings = ChunkSettings(max_tokens=256, overlap_tokens=32)
+    short = chunk_document("a.md", parse_document(_page("Short title"), "a.md"), tokenizer, settings)
+    title = " ".join(f"word{i}" for i in range(title_words))
+    long = chunk_document("a.md", parse_document(_page(title), "a.md"), tokenizer, settings)
+
+    assert len(long) <= len(short) + 3  # was 90 chunks instead of 5, or an IndexError
+    for chunk in long:
+        assert len(tokenizer(chunk.input_text)["input_ids"]) <= settings.max_tokens
+        header = chunk.input_text.removesuffix(chunk.text)
+        assert len(tokenizer(header, add_special_tokens=False)["input_ids"]) <= 256 // 4
+        assert chunk.text.strip()
+    assert "Token indices sequence length" not in capfd.readouterr().err

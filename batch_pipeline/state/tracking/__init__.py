@@ -3,9 +3,15 @@ runs, generations and the audit log, and the landing lease."""
 
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
 from batch_pipeline.state.tracking.lease import LockTimeoutError
-from batch_pipeline.state.tracking.store import FailureRecord, LandedDocument, TrackingStore
+from batch_pipeline.state.tracking.store import (
+    CONTENT_FAILURE_REASONS,
+    FailureRecord,
+    LandedDocument,
+    TrackingStore,
+)
 
 __all__ = [
+    "CONTENT_FAILURE_REASONS",
     "AuditEntry",
     "FailureRecord",
     "GenerationRecord",

@@ -39,6 +39,24 @@ class LandedDocument:
     source_changed_at: float | None = None
 
 
+# Failure reasons that lie in a document's own content: retrying cannot help until the content
+# changes, so such a document counts as accounted for (its generation can complete and go
+# live). Any other reason (an unreadable object, a vector that could not be computed) is
+# transient: the document stays pending and is retried.
+CONTENT_FAILURE_REASONS = frozenset(
+    {
+        "empty",
+        "binary",
+        "invalid_utf8",
+        "whitespace_only",
+        "too_large",
+        "invalid_doc_id",
+        "no_text",
+        "chunking_failed",
+    }
+)
+
+
 @dataclass(frozen=True)
 class FailureRecord:
     doc_id: str

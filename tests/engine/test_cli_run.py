@@ -1,0 +1,33 @@
+"""`batch-pipeline run` as a user runs it: its summary counts every stage's failures, and a
+document that fails for a reason in its own content does not keep a new collection from
+going live."""
+
+import json
+
+from batch_pipeline import cli
+from tests.support import write_config, write_corpus
+
+
+def test_failures_of_every_stage_count_and_the_first_generation_goes_live(tmp_path, capsys):
+    docs = write_corpus(tmp_path / "docs")
+    (docs / "empty.md").write_bytes(b"")  # fails in collect
+    (docs / "front-matter-only.md").write_text("---\ntitle: Nothing else\n---\n")  # in prepare
+    config = write_config(tmp_path / "pipeline.yaml")
+    base = ["--config", str(config), "--home", str(tmp_path / "home")]
+
+    assert cli.main([*base, "run", "--collection", "handbook", "--json", "--run-id", "r1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["collect"]["documents_failed"] == 1
+    assert report["prepare"]["documents_failed"] == 1
+    assert report["documents_failed"] == 2  # the plain summary said 1 ("0" with prepare alone)
+    assert report["generation"]["state"] == "live"  # stayed "building" until quarantine
+
+    assert cli.main([*base, "run", "--collection", "handbook", "--run-id", "r2"]) == 0
+    assert capsys.readouterr().out.strip().endswith(", 2 failed")
+
+    assert cli.main([*base, "search", "reset my password", "--collection", "handbook"]) == 0
+    assert "reset-password.md" in capsys.readouterr().out
+    assert cli.main([*base, "doctor", "--json"]) == 1  # completeness still reports them
+    (health,) = json.loads(capsys.readouterr().out)
+    assert (health["documents_complete"], health["documents_intended"]) == (3, 5)
+    assert any("completeness" in problem for problem in health["problems"])
