@@ -84,7 +84,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         budget = pipeline.config.freshness.lag_budget_seconds
         limits = pipeline.config.limits
         completeness = partition_completeness(
-            engine.tracking, engine.index, limits.quarantine_after_failures
+            engine.tracking, engine.index, limits.quarantine_after_failures, report
         )
         return dg.MaterializeResult(
             metadata={

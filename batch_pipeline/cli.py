@@ -29,9 +29,10 @@ from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.search import CollectionNotIndexedError, search
+from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableError
 from batch_pipeline.state.vector_store import VectorStore
 
 
@@ -161,6 +162,7 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
         ("stale_documents", "STALE"),
         ("lag_seconds", "LAG S"),
         ("failing_documents", "FAILING"),
+        ("index_mismatch", "MISMATCH"),
         ("last_run_chunks_embedded", "EMBEDDED"),
         ("last_landed_at", "LAST LANDED"),
         ("last_run_id", "LAST RUN"),
@@ -173,10 +175,18 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    for r in rows:
-        if r["source_error"]:
-            print(f"{r['collection']}: source unavailable: {r['source_error']}", file=sys.stderr)
-    return 0
+    return _source_errors(rows)
+
+
+def _source_errors(reports: list[dict]) -> int:
+    """One line per collection whose source cannot be listed; exit status 2 if any."""
+    failed = [r for r in reports if r["source_error"]]
+    for r in failed:
+        print(
+            f"batch-pipeline: {r['collection']}: source unavailable: {r['source_error']}",
+            file=sys.stderr,
+        )
+    return 2 if failed else 0
 
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
@@ -229,7 +239,7 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
 
 
 def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
-    """Exit status 1 when any collection has a problem."""
+    """Exit status 1 when any collection has a problem, 2 when a source cannot be listed."""
     reports = [collection_health(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
@@ -245,7 +255,7 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
             )
             for problem in r["problems"]:
                 print(f"  - {problem}")
-    return 0 if all(r["healthy"] for r in reports) else 1
+    return _source_errors(reports) or (0 if all(r["healthy"] for r in reports) else 1)
 
 
 def _generations(ctx: _Context, args: argparse.Namespace) -> int:
@@ -326,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         CollectionNotIndexedError,
         NoLiveGenerationError,
         GenerationError,
+        SourceUnavailableError,
+        TrackingUnavailableError,
         ValueError,
     ) as error:
         print(f"batch-pipeline: {error}", file=sys.stderr)

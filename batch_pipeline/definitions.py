@@ -14,19 +14,14 @@ from dagster_aws.s3 import S3Resource
 from assets import build_stage_assets
 from assets.partitions import collection_partitions
 from batch_pipeline.config import load_config
+from batch_pipeline.sources import S3_ENV
 from resources import InferenceResource, PipelineResource
 from sensors import build_triggers
 
-# Optional S3 settings, read by dagster-aws's S3Resource from the environment when set;
-# credentials come from the usual AWS variables or profiles, never from code or config.
-S3_ENV = {
-    "endpoint_url": "BATCH_PIPELINE_S3_ENDPOINT_URL",
-    "region_name": "AWS_DEFAULT_REGION",
-    "profile_name": "AWS_PROFILE",
-}
-
 
 def s3_resource() -> S3Resource:
+    """dagster-aws's S3Resource over the same environment the CLI reads (`S3_ENV`), as
+    `dg.EnvVar`s; credentials come from the usual AWS variables or profiles."""
     return S3Resource(**{k: dg.EnvVar(v) for k, v in S3_ENV.items() if os.environ.get(v)})
 
 

@@ -2,9 +2,10 @@
 
 A fingerprint change never rewrites the live table: the pipeline builds a new generation
 beside it (`building`), which becomes a `candidate` once a full pass has landed every document
-(or recorded it as failed for a reason in its content) and nothing is pending. Promotion makes a candidate `live` and the
-old live generation `retired`, in one transaction: readers follow the `live` row. Every
-promotion, rollback, drop, invalidation and restore is written to the audit log.
+(or recorded it as failed for a reason in its content) and nothing is pending. Promotion makes
+a candidate `live` and the old live generation `retired`, in one transaction: readers follow
+the `live` row. Every promotion, rollback, drop, invalidation and restore is written to the
+audit log.
 """
 
 import getpass

@@ -1,22 +1,32 @@
 """Completeness of a partition: landed / (intended - quarantined).
 
-Intended documents are those the pipeline knows at the source: landed ones and failing ones.
-A landed document whose newer version is failing does not count as landed; a document that
-failed `quarantine_after_failures` times is quarantined and leaves the denominator.
+Intended documents are those the pipeline knows: landed ones, failing ones, and (given a
+reconcile report) rows the table holds that tracking does not know. A document counts as
+landed only if tracking records it and, given a report, the table holds exactly its chunks:
+after a lost LanceDB folder completeness is 0%, not what tracking remembers. A landed document
+whose newer version is failing does not count as landed; a document that failed
+`quarantine_after_failures` times is quarantined and leaves the denominator.
 """
 
+from batch_pipeline.state.reconcile import ReconcileReport
 from batch_pipeline.state.tracking import TrackingStore
 
 
 def partition_completeness(
-    tracking: TrackingStore, index: str, quarantine_after_failures: int
+    tracking: TrackingStore,
+    index: str,
+    quarantine_after_failures: int,
+    report: ReconcileReport | None = None,
 ) -> dict[str, float | int]:
-    """Completeness of generation `index` as tracking records it."""
+    """Completeness of generation `index`, checked against the table when `report` is given."""
     landed = tracking.landed_doc_ids(index)
     failing = tracking.failures_by_doc(index)
     quarantined = {d for d, f in failing.items() if f["attempts"] >= quarantine_after_failures}
     intended = landed | set(failing)
     complete = landed - set(failing)
+    if report is not None:
+        complete -= set(report.only_in_tracking) | set(report.chunk_mismatch)
+        intended |= set(report.only_in_index)
     denominator = len(intended) - len(quarantined)
     return {
         "documents_intended": len(intended),

@@ -36,7 +36,10 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
             pass
     except SourceUnavailableError as error:
         source_error = str(error)
-    stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED))
+    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    # what the table lacks or holds wrongly is stale too, whatever tracking remembers
+    missing = len(report.only_in_tracking) + len(report.chunk_mismatch)
+    stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED)) + missing
     live = pipeline.generations.live(pipeline.name)
     generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
     return {
@@ -57,24 +60,39 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
         "models_in_index": stats.models if stats else [],
         "stale_documents": None if source_error else stale,
         "failing_documents": pipeline.tracking.failure_count(pipeline.index),
+        "index_mismatch": missing + len(report.only_in_index),
         **partition_freshness(pipeline.tracking, pipeline.index, also_pending=summary.changes),
         **partition_completeness(
-            pipeline.tracking, pipeline.index, pipeline.config.limits.quarantine_after_failures
+            pipeline.tracking,
+            pipeline.index,
+            pipeline.config.limits.quarantine_after_failures,
+            report,
         ),
         "source_error": source_error,
     }
 
 
+def source_problem(pipeline: PartitionPipeline) -> str | None:
+    """Why the collection's source cannot be listed, or None if it can (reads one entry)."""
+    try:
+        next(iter(pipeline.source.list_entries()), None)
+    except SourceUnavailableError as error:
+        return str(error)
+    return None
+
+
 def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     limits = pipeline.config.limits
-    completeness = partition_completeness(
-        pipeline.tracking, pipeline.index, limits.quarantine_after_failures
-    )
     report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    completeness = partition_completeness(
+        pipeline.tracking, pipeline.index, limits.quarantine_after_failures, report
+    )
     table = pipeline.store.open(pipeline.index)
+    source_error = source_problem(pipeline)
     health = {
         "collection": pipeline.name,
+        "source_error": source_error,
         **completeness,
         "reconciled": report.ok,
         **report.metadata(),
@@ -84,7 +102,7 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
         "table_fragments": pipeline.store.fragment_count(pipeline.index),
         "failing_documents": pipeline.tracking.failure_count(pipeline.index),
     }
-    problems = []
+    problems = [f"source unavailable: {source_error}"] if source_error else []
     if completeness["completeness"] < limits.completeness_threshold:
         problems.append(
             f"completeness {completeness['completeness']:.2%} is below "

@@ -1,5 +1,6 @@
 """Document sources: a folder, an S3 bucket or a SQL table, behind one interface."""
 
+import os
 from collections.abc import Callable
 
 from batch_pipeline.config import FilesystemSourceConfig, S3SourceConfig, SqlSourceConfig
@@ -20,6 +21,7 @@ __all__ = [
     "DocumentSource",
     "PartitionFilter",
     "RawDocument",
+    "S3_ENV",
     "S3ClientFactory",
     "SourceEntry",
     "SourceUnavailableError",
@@ -29,11 +31,32 @@ __all__ = [
 S3ClientFactory = Callable[[S3SourceConfig], object]
 
 
+# The environment both the code location and the CLI read for S3 (credentials come from the
+# usual AWS variables or profiles): S3 client argument -> environment variable.
+S3_ENV = {
+    "endpoint_url": "BATCH_PIPELINE_S3_ENDPOINT_URL",
+    "region_name": "AWS_DEFAULT_REGION",
+    "profile_name": "AWS_PROFILE",
+}
+
+
+def s3_environment() -> dict[str, str]:
+    """The S3 settings set in the environment, by client argument (unset ones left out)."""
+    return {arg: os.environ[env] for arg, env in S3_ENV.items() if os.environ.get(env)}
+
+
 def default_s3_client(config: S3SourceConfig):  # noqa: ANN201
-    """A boto3 client from the environment's credentials and the source's endpoint/region."""
+    """A boto3 client as the code location builds one: the environment's settings (S3_ENV),
+    overridden by the source's own `endpoint_url` and `region`."""
     import boto3
 
-    return boto3.client("s3", endpoint_url=config.endpoint_url, region_name=config.region)
+    settings = s3_environment()
+    profile = settings.pop("profile_name", None)
+    if config.endpoint_url:
+        settings["endpoint_url"] = config.endpoint_url
+    if config.region:
+        settings["region_name"] = config.region
+    return boto3.session.Session(profile_name=profile).client("s3", **settings)
 
 
 def make_source(

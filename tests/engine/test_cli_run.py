@@ -31,3 +31,21 @@ def test_failures_of_every_stage_count_and_the_first_generation_goes_live(tmp_pa
     (health,) = json.loads(capsys.readouterr().out)
     assert (health["documents_complete"], health["documents_intended"]) == (3, 5)
     assert any("completeness" in problem for problem in health["problems"])
+
+
+def test_the_cli_reads_the_s3_endpoint_from_the_environment(
+    tmp_path, capsys, monkeypatch, s3_bucket, moto_server
+):
+    """No endpoint_url in the YAML: the CLI, like the code location, reads
+    BATCH_PIPELINE_S3_ENDPOINT_URL (it went to https://<bucket>.s3.amazonaws.com before)."""
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="kb/refunds.md", Body=b"# Refunds\n\nWithin 30 days.\n")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"collections:\n  - name: kb\n    source: {{kind: s3, bucket: {bucket}, prefix: kb/}}\n"
+    )
+    monkeypatch.setenv("BATCH_PIPELINE_S3_ENDPOINT_URL", moto_server)
+    base = ["--config", str(config), "--home", str(tmp_path / "home")]
+    assert cli.main([*base, "run", "--collection", "kb", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["land"]["documents_landed"] == 1

@@ -131,7 +131,8 @@ def _page(title: str) -> str:
 @pytest.mark.parametrize("title_words", [115, 145, 400])  # ~230, ~290 and ~800 tokens
 def test_a_long_title_keeps_room_for_text_in_every_chunk(tokenizer, title_words, capfd):
     settings = ChunkSettings(max_tokens=256, overlap_tokens=32)
-    short = chunk_document("a.md", parse_document(_page("Short title"), "a.md"), tokenizer, settings)
+    page = parse_document(_page("Short title"), "a.md")
+    short = chunk_document("a.md", page, tokenizer, settings)
     title = " ".join(f"word{i}" for i in range(title_words))
     long = chunk_document("a.md", parse_document(_page(title), "a.md"), tokenizer, settings)
 

@@ -8,6 +8,7 @@ from batch_pipeline.state.tracking.store import (
     FailureRecord,
     LandedDocument,
     TrackingStore,
+    TrackingUnavailableError,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "LandedDocument",
     "LockTimeoutError",
     "TrackingStore",
+    "TrackingUnavailableError",
 ]

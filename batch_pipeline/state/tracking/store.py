@@ -68,6 +68,22 @@ class FailureRecord:
     source_version: str | None = None
 
 
+class TrackingUnavailableError(RuntimeError):
+    """The tracking database cannot be opened; the message says which and what to set."""
+
+    def __init__(self, url: str, error: BaseException) -> None:
+        try:
+            shown = sa.engine.make_url(url).render_as_string(hide_password=True)
+        except sa.exc.ArgumentError:
+            shown = repr(url) if "@" not in url else "(an unparsable URL)"
+        cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        super().__init__(
+            f"cannot open the tracking store at {shown}: {type(error).__name__}: {cause}; "
+            "set BATCH_PIPELINE_TRACKING_URL to a reachable SQLAlchemy URL "
+            "(or unset it to use SQLite under --home)"
+        )
+
+
 def _failure_row(row: sa.Row) -> dict[str, Any]:
     """A failures row for readers: its collection and its generation, each by name."""
     values = dict(row._mapping)
@@ -87,8 +103,11 @@ class TrackingStore(GenerationRecords):
         self.url = url
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = connect(url)
-        create_schema(self.engine)
+        try:
+            self.engine = connect(url)
+            create_schema(self.engine)
+        except (sa.exc.SQLAlchemyError, ImportError) as error:
+            raise TrackingUnavailableError(url, error) from None
 
     def dispose(self) -> None:
         self.engine.dispose()
