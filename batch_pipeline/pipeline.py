@@ -244,10 +244,17 @@ class PartitionPipeline:
             fingerprint=self.fingerprint,
             dimension=dimension,
         )
-        table = self.store.open(self.index)
-        version_before = table.version if table is not None else 0
         upkeep = self.config.maintenance
         with self.tracking.landing_lease(self.index, owner=run_id):
+            table = self.store.open(self.index)  # under the lease: no commit can come between
+            version_before = table.version if table is not None else 0
+            self.tracking.record_run_started(
+                run_id,
+                self.index,
+                model_name=self.model.name,
+                fingerprint=self.fingerprint,
+                table_version_before=version_before,
+            )
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )

@@ -196,8 +196,15 @@ def _landed_document(
     doc_id: str, doc_rows: list[dict], changed_at: float | None, ctx: LandingContext
 ) -> dict:
     first = doc_rows[0]
+    runs = {r["run_id"] for r in doc_rows}
     return {
         "doc_id": doc_id,
+        # the run whose vectors the document holds: this run if it embedded any of them, else
+        # the run that embedded the newest (after a crash between a commit and this record,
+        # the crashed run, whose rows the retry found in the table)
+        "run_id": ctx.run_id
+        if ctx.run_id in runs
+        else max(doc_rows, key=lambda r: r["embedded_at"])["run_id"],
         "content_hash": first["content_hash"],
         "source_version": first["source_version"],
         "title": first["title"] or "",

@@ -113,6 +113,22 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout)["execute"]["chunks_embedded"] == 0  # rows were there
     assert_same_index(land_home, index, reference)
+    # tracking and the rows agree on which run landed what, and every run id is known
+    tracking = TrackingStore(f"sqlite:///{land_home / 'tracking.db'}")
+    rows = VectorStore(str(land_home / "lancedb")).scan(index, ["doc_id", "run_id"]).to_pylist()
+    row_runs = {r["doc_id"]: r["run_id"] for r in rows}
+    tracked = {d: doc.run_id for d, doc in tracking.landed_documents(index).items()}
+    assert tracked == row_runs  # tracking credited the recovery run before
+    (crashed_run,) = set(row_runs.values())
+    assert tracking.runs_with_id(crashed_run)  # "unknown run id" before
+    invalidated = subprocess.run(
+        cli_command("invalidate-run", crashed_run),
+        env=pipeline_env(land_home.parent / "pipeline.yaml", land_home),
+        capture_output=True,
+        text=True,
+    )
+    assert invalidated.returncode == 0, invalidated.stderr
+    assert f"{len(rows)} rows" in invalidated.stdout
 
 
 def _stages_to_plan(pipeline, run_id: str):

@@ -76,6 +76,9 @@ runs = sa.Table(
     sa.Column("chunks_removed", sa.Integer, nullable=False),
     sa.Column("table_version", sa.Integer),
     sa.Column("table_version_before", sa.Integer),
+    # "landing" from before a run's first commit until it finishes; "landed" (or NULL, from
+    # older versions) after. So a run that crashed after committing rows is still known.
+    sa.Column("state", sa.String(16)),
 )
 
 # One row per collection and model fingerprint: building, candidate, live, retired, dropped.

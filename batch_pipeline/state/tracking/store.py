@@ -91,6 +91,13 @@ def _failure_row(row: sa.Row) -> dict[str, Any]:
     return {"collection": generation_collection(index), "generation": index, **values}
 
 
+LANDING, LANDED = "landing", "landed"
+
+
+def _landed(state: sa.ColumnElement) -> sa.ColumnElement:
+    return sa.or_(state.is_(None), state == LANDED)
+
+
 def _run_row(row: sa.Row) -> dict[str, Any]:
     values = dict(row._mapping)
     return {"generation": values.pop("collection"), **values}
@@ -346,19 +353,54 @@ class TrackingStore(GenerationRecords):
 
     # ----------------------------------------------------------------------- runs
 
+    def record_run_started(self, run_id: str, index: str, **values: Any) -> None:
+        """Note that a run is about to commit into generation `index` (before its first
+        commit), so every run id that can appear in a table is known even if the run dies.
+        A retried run keeps its first record: its `table_version_before` is the true one."""
+        with self.engine.begin() as conn:
+            known = conn.execute(
+                sa.select(runs.c.run_id).where(runs.c.run_id == run_id, runs.c.generation == index)
+            ).first()
+            if known is None:
+                conn.execute(
+                    runs.insert().values(
+                        run_id=run_id,
+                        generation=index,
+                        finished_at=time.time(),
+                        state=LANDING,
+                        docs_landed=0,
+                        docs_deleted=0,
+                        docs_failed=0,
+                        chunks_embedded=0,
+                        chunks_reused=0,
+                        chunks_removed=0,
+                        **values,
+                    )
+                )
+
     def record_run(self, run_id: str, index: str, **values: Any) -> None:
+        """A run's summary once it has landed (replacing its `landing` record)."""
         key = (runs.c.run_id == run_id, runs.c.generation == index)
         with self.engine.begin() as conn:
+            started = conn.execute(sa.select(runs.c.table_version_before).where(*key)).first()
+            if started is not None and started.table_version_before is not None:
+                values["table_version_before"] = started.table_version_before
             conn.execute(runs.delete().where(*key))
             conn.execute(
                 runs.insert().values(
-                    run_id=run_id, generation=index, finished_at=time.time(), **values
+                    run_id=run_id,
+                    generation=index,
+                    finished_at=time.time(),
+                    state=LANDED,
+                    **values,
                 )
             )
 
     def run_finished(self, index: str, run_id: str) -> bool:
-        """Whether this run landed into generation `index` (it recorded its run)."""
-        query = sa.select(runs.c.run_id).where(runs.c.generation == index, runs.c.run_id == run_id)
+        """Whether this run finished landing into generation `index`."""
+        query = sa.select(runs.c.run_id).where(
+            runs.c.generation == index, runs.c.run_id == run_id, _landed(runs.c.state)
+        )
         with self.engine.connect() as conn:
             return conn.execute(query).first() is not None
 
@@ -371,7 +413,7 @@ class TrackingStore(GenerationRecords):
     def last_run(self, index: str) -> dict[str, Any] | None:
         query = (
             sa.select(runs)
-            .where(runs.c.generation == index)
+            .where(runs.c.generation == index, _landed(runs.c.state))
             .order_by(runs.c.finished_at.desc())
             .limit(1)
         )
