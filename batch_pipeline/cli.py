@@ -198,6 +198,11 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         plan_settings=PlanSettings(args.token_budget, args.max_batch_size),
         doc_ids=args.doc_ids,
         checkpoint_every=args.checkpoint_every,
+        on_wait=lambda holder: print(
+            f"batch-pipeline: waiting for run {holder}, which is running partition "
+            f"{pipeline.partition}; then running only what is still stale",
+            file=sys.stderr,
+        ),
     )
     review = pipeline.review_generation(
         lambda model: EmbeddingRunner(model, device=args.device, dtype=args.dtype)

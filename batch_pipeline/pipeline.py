@@ -278,7 +278,9 @@ class PartitionPipeline:
             docs_deleted=summary.documents_deleted,
             docs_failed=len(summary.failures),
             chunks_embedded=summary.chunks_embedded,
+            chunks_resumed=summary.chunks_resumed,
             chunks_reused=summary.chunks_reused,
+            chunks_superseded=summary.chunks_superseded,
             chunks_removed=summary.chunks_removed,
             table_version=summary.table_version,
             table_version_before=version_before,
@@ -340,20 +342,29 @@ class PartitionPipeline:
         plan_settings: PlanSettings | None = None,
         doc_ids: list[str] | None = None,
         checkpoint_every: int = 8,
+        on_wait: Callable[[str], None] | None = None,
     ) -> dict[str, object]:
         """All five stages in order (what a Dagster run of one partition does); their
         summaries by stage name.
 
         `runner` may be a loaded model or a function that loads one only if there is work.
+        The partition's run lease is held throughout: a second run of the partition waits
+        for the first (`on_wait` hears who holds it) and then finds only what is still stale.
+        (Dagster runs of a partition are queued one at a time by the run coordinator.)
         """
         get_runner = runner if callable(runner) else (lambda: runner)
-        collected = self.collect(run_id, doc_ids)
-        chunks = self.prepare(run_id, collected.path)
-        plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
-        embeddings = self.execute(run_id, plan.path, get_runner, checkpoint_every)
-        landed = self.land(
-            run_id, collected.path, chunks.path, embeddings.path, self.model.embedding_dimension
-        )
+        with self.tracking.partition_lease(self.partition, owner=run_id, on_wait=on_wait):
+            collected = self.collect(run_id, doc_ids)
+            chunks = self.prepare(run_id, collected.path)
+            plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
+            embeddings = self.execute(run_id, plan.path, get_runner, checkpoint_every)
+            landed = self.land(
+                run_id,
+                collected.path,
+                chunks.path,
+                embeddings.path,
+                self.model.embedding_dimension,
+            )
         return {
             COLLECT.name: collected.summary,
             PREPARE.name: chunks.summary,

@@ -52,6 +52,7 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
         "last_run_id": last["run_id"] if last else None,
         "last_landed_at": iso_time(last["finished_at"]) if last else None,
         "last_run_chunks_embedded": last["chunks_embedded"] if last else None,
+        "last_run_chunks_resumed": (last["chunks_resumed"] or 0) if last else None,
         "newest_embedded_at": stats.newest_embedded_at.isoformat()
         if stats and stats.newest_embedded_at
         else None,

@@ -35,6 +35,7 @@ CHECKPOINTS_KEY = b"checkpoints"
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
+    """Vectors by input hash: the checkpoint files' schema."""
     return pa.schema(
         [
             pa.field("input_hash", pa.string(), nullable=False),
@@ -42,6 +43,16 @@ def embeddings_schema(dim: int) -> pa.Schema:
             pa.field("embedded_at", pa.timestamp("us", tz="UTC"), nullable=False),
         ]
     )
+
+
+def output_schema(dim: int) -> pa.Schema:
+    """Execute's output: the vectors, each marked `resumed` if it was taken from a checkpoint
+    of an interrupted run rather than computed by this one."""
+    return embeddings_schema(dim).append(pa.field("resumed", pa.bool_(), nullable=False))
+
+
+def _marked(table: pa.Table, resumed: bool) -> pa.Table:
+    return table.append_column("resumed", pa.array([resumed] * table.num_rows, pa.bool_()))
 
 
 @dataclass
@@ -137,7 +148,7 @@ def _write_resumed(
                 keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
                 if keep:
                     rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
-                    writer.write_table(rows.cast(schema))
+                    writer.write_table(_marked(rows.cast(schema), True))
                     written.update(keys[i] for i in keep)
         except OSError:
             continue
@@ -165,7 +176,6 @@ def execute_plan(
     without loading the model. The plan is streamed: memory holds the batches in flight, not
     the plan.
     """
-    schema = embeddings_schema(dimension)
     folder = as_stage_path(checkpoint_dir) if checkpoint_dir is not None else None
     parts, done_keys = _checkpointed_keys(
         _checkpoint_parts(folder, dimension) if folder is not None else []
@@ -173,7 +183,7 @@ def execute_plan(
     own = folder / uuid.uuid4().hex if folder is not None else None
     used = {posixpath.relpath(part.path, folder.path).split("/", 1)[0] for part in parts}
     used |= {own.name} if own is not None else set()
-    out_schema = schema.with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
+    out_schema = output_schema(dimension).with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
     resumed: set[str] = set()  # checkpointed inputs that this plan asks for
     todo_count = 0
     for record_batch in read_batches(plan_path, ["input_hash"], batch_rows=65536):
@@ -249,7 +259,7 @@ def _embed(
             },
             schema=schema,
         )
-        writer.write_table(table)
+        writer.write_table(_marked(table, False))
         pending.append(table)
         if n % max(1, checkpoint_every) == 0:
             checkpoint()

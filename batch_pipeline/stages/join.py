@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from batch_pipeline.stages.execute import embeddings_schema
+from batch_pipeline.stages.execute import output_schema
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
-from batch_pipeline.state.staging import StagePath, read_batches, row_count
+from batch_pipeline.state.staging import StagePath, parquet_file, read_batches, row_count
 
 JOIN_BUCKET_ROWS = 16384  # vectors held at once while joining them onto chunks
 
@@ -22,7 +22,8 @@ JOIN_BUCKET_ROWS = 16384  # vectors held at once while joining them onto chunks
 def vectors_in_chunk_order(
     chunks_path: StagePath | Path, embeddings_path: StagePath | Path, dim: int, tmp: str
 ) -> Iterator[dict]:
-    """Each chunk row, in file order, with `vector` and `embedded_at` set on stale chunks.
+    """Each chunk row, in file order, with `vector`, `embedded_at` and `resumed` (taken from
+    a checkpoint) set on stale chunks.
 
     An on-disk hash join in bounded memory: the vectors (in plan order) and the stale chunks'
     input hashes are spilled into buckets by hash, joined bucket by bucket, and the matches
@@ -30,11 +31,14 @@ def vectors_in_chunk_order(
     range of rows meeting exactly one bucket of vectors. A vector that is missing (its batch
     failed) leaves `vector` as None.
     """
-    schema = embeddings_schema(dim)  # input_hash, vector, embedded_at
+    schema = output_schema(dim)  # input_hash, vector, embedded_at, resumed
+    marked = "resumed" in parquet_file(embeddings_path).schema_arrow.names  # older files: not
     embedded = row_count(embeddings_path)
     buckets = bucket_count(embedded, JOIN_BUCKET_ROWS)
     vectors = BucketSpill(Path(tmp), "vectors", schema)
-    for batch in read_batches(embeddings_path, ["input_hash", "vector", "embedded_at"]):
+    for batch in read_batches(embeddings_path, schema.names if marked else schema.names[:3]):
+        if not marked:
+            batch = batch.append_column("resumed", pa.array([False] * batch.num_rows))
         vectors.add(batch, hash_buckets(batch["input_hash"].to_pylist(), buckets))
     vectors.close()
 
@@ -70,6 +74,7 @@ def vectors_in_chunk_order(
                 "row": pa.array(rows),
                 "vector": have["vector"].take(take),
                 "embedded_at": have["embedded_at"].take(take),
+                "resumed": have["resumed"].take(take),
             }
         )
         found.add(part, rows // JOIN_BUCKET_ROWS)
@@ -82,6 +87,7 @@ def vectors_in_chunk_order(
         for i, row in enumerate(rows):
             number = offset + i
             row["vector"] = row["embedded_at"] = None
+            row["resumed"] = False
             if not row["stale"]:
                 continue
             bucket = number // JOIN_BUCKET_ROWS
@@ -94,10 +100,12 @@ def vectors_in_chunk_order(
                     if table.num_rows
                     else np.zeros((0, dim), np.float32),
                     table["embedded_at"].to_pylist(),
+                    table["resumed"].to_pylist(),
                 )
             position = loaded[0].get(number)
             if position is not None:
                 row["vector"] = loaded[1][position]
                 row["embedded_at"] = loaded[2][position]
+                row["resumed"] = loaded[3][position]
         offset += len(rows)
         yield from rows

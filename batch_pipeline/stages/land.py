@@ -29,12 +29,19 @@ DOCS_PER_COMMIT = 500
 
 @dataclass
 class LandSummary:
+    """What a land did. Of the chunks written, `chunks_embedded` got vectors this run
+    computed, `chunks_resumed` vectors from an interrupted run's checkpoints, and
+    `chunks_reused` the vectors already in the table; `chunks_superseded` were not written
+    because another run landed newer content of their documents first."""
+
     documents_landed: int = 0
     documents_deleted: int = 0
     chunks_written: int = 0
     chunks_embedded: int = 0
+    chunks_resumed: int = 0
     chunks_reused: int = 0
     chunks_removed: int = 0
+    chunks_superseded: int = 0
     table_version: int | None = None
     documents_superseded: int = 0  # a concurrent run landed newer content first
     compacted: bool = False  # small commits had piled up past the thresholds
@@ -47,7 +54,9 @@ class LandSummary:
             "documents_failed": len(self.failures),
             "chunks_written": self.chunks_written,
             "chunks_embedded": self.chunks_embedded,
+            "chunks_resumed": self.chunks_resumed,
             "chunks_reused": self.chunks_reused,
+            "chunks_superseded": self.chunks_superseded,
             "chunks_removed": self.chunks_removed,
             "documents_superseded": self.documents_superseded,
             "compacted": self.compacted,
@@ -119,6 +128,9 @@ def land_documents(
 
     def commit(rows_by_doc: dict[str, list[dict]], removed: list[str]) -> None:
         group = not_superseded(list(rows_by_doc))
+        summary.chunks_superseded += sum(
+            len(chunks) for d, chunks in rows_by_doc.items() if d not in set(group)
+        )
         removed = not_superseded(removed)
         reuse_ids = [r["chunk_id"] for d in group for r in rows_by_doc[d] if not r["stale"]]
         reused = {
@@ -133,8 +145,10 @@ def land_documents(
                 continue
             rows.extend(doc_rows)
             landed_docs.append(_landed_document(doc_id, doc_rows, changed_at.get(doc_id), ctx))
-            summary.chunks_embedded += sum(r["stale"] for r in rows_by_doc[doc_id])
-            summary.chunks_reused += sum(not r["stale"] for r in rows_by_doc[doc_id])
+            chunks = rows_by_doc[doc_id]
+            summary.chunks_embedded += sum(r["stale"] and not r["resumed"] for r in chunks)
+            summary.chunks_resumed += sum(r["stale"] and r["resumed"] for r in chunks)
+            summary.chunks_reused += sum(not r["stale"] for r in chunks)
         scope = [d["doc_id"] for d in landed_docs] + removed
         if not scope:
             return

@@ -101,3 +101,34 @@ def test_table_stats_stream_and_the_drift_sample_reads_by_offset(make_pipeline, 
     assert set(sample) <= {r["chunk_id"] for r in rows}
     everything = store.sample(index, ["chunk_id"], size=10_000, seed=1)["chunk_id"].to_pylist()
     assert sorted(everything) == sorted(r["chunk_id"] for r in rows)
+
+
+def test_a_run_overtaken_by_newer_content_counts_those_chunks_as_superseded(
+    make_pipeline, fake_embedder, workspace
+):
+    import os
+
+    from batch_pipeline.inference.batching import PlanSettings as Settings
+
+    pipeline = make_pipeline()
+    pipeline.run("run-0", fake_embedder)
+    path = workspace["docs"] / "refunds.md"
+    path.write_text("# Refund policy\n\nVersion one of the refund rules.\n")
+    os.utime(path, (1_900_000_000, 1_900_000_000))
+    slow = pipeline.collect("run-a")  # run A sees version one ...
+    path.write_text("# Refund policy\n\nVersion two, newer, of the refund rules.\n")
+    os.utime(path, (1_900_000_100, 1_900_000_100))
+    fast = make_pipeline().run("run-b", fake_embedder)  # ... run B lands version two first
+    assert fast["land"].documents_landed == 1
+
+    chunks = pipeline.prepare("run-a", slow.path)
+    plan = pipeline.plan("run-a", chunks.path, Settings())
+    embeddings = pipeline.execute("run-a", plan.path, lambda: fake_embedder)
+    landed = pipeline.land(
+        "run-a", slow.path, chunks.path, embeddings.path, pipeline.model.embedding_dimension
+    )
+    assert landed.documents_superseded == 1 and landed.documents_landed == 0
+    assert landed.chunks_superseded == chunks.summary.chunks > 0
+    assert landed.chunks_written == landed.chunks_embedded == 0
+    texts = pipeline.store.scan(pipeline.index, ["doc_id", "text"]).to_pylist()
+    assert any("Version two" in r["text"] for r in texts if r["doc_id"] == "refunds.md")

@@ -1,5 +1,6 @@
 """Two runs on one partition at once, on SQLite and PostgreSQL; bounded table maintenance."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -41,16 +42,25 @@ def test_two_concurrent_runs_on_one_partition_leave_a_consistent_index(tmp_path,
     )
     home = tmp_path / "home"
     env = pipeline_env(config, home, BATCH_PIPELINE_TRACKING_URL=tracking_url)
-    command = cli_command("run", "--collection", "handbook", "--max-batch-size", "16")
+    command = cli_command("run", "--collection", "handbook", "--max-batch-size", "16", "--json")
     runs = [
         subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         for _ in range(2)
     ]
+    reports, errors = [], []
     for run in runs:
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err
+        reports.append(json.loads(out))
+        errors.append(err)
+    # the second run waited for the first, then found nothing stale: nothing embedded twice
+    embedded = sorted(r["execute"]["chunks_embedded"] for r in reports)
+    written = sorted(r["land"]["chunks_written"] for r in reports)
+    assert embedded[0] == 0 and written[0] == 0, reports
+    assert embedded[1] > 0
+    assert sum("waiting for run" in err for err in errors) == 1
     storage = resolve_storage(str(home), tracking_url=tracking_url)
     store, tracking = VectorStore(storage.lancedb_uri), TrackingStore(storage.tracking_url)
     index = index_of(config)
@@ -81,7 +91,7 @@ def test_the_landing_lock_excludes_and_expires(tmp_path):
     assert overlaps == []
     with (
         tracking.landing_lease("kb", "holder", lease_seconds=60),
-        pytest.raises(LockTimeoutError, match="being landed by another run"),
+        pytest.raises(LockTimeoutError, match="held by holder"),
         tracking.landing_lease("kb", "waiter", wait_seconds=0.5),
     ):
         pass

@@ -95,6 +95,9 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     report = json.loads(retried.stdout)
     assert report["execute"]["inputs_resumed_from_checkpoint"] == checkpointed
     assert report["execute"]["chunks_embedded"] == total - checkpointed
+    # land tells resumed vectors from fresh ones (it counted all as embedded before)
+    assert report["land"]["chunks_resumed"] == checkpointed
+    assert report["land"]["chunks_embedded"] == total - checkpointed
     # work lost to the crash is at most one checkpoint interval (here: none after a checkpoint)
     assert (
         checkpointed + report["execute"]["chunks_embedded"] <= total + CHECKPOINT_EVERY * MAX_BATCH

@@ -1,16 +1,17 @@
-"""The landing lease: one run at a time lands into a generation, across processes and hosts.
+"""Leases in the tracking database: one holder at a time, across processes and hosts.
 
-A lease row in the tracking database (SQLite or PostgreSQL alike): the first insert wins, and a
-heartbeat renews the lease while the holder works. A holder that died (SIGKILL, lost node)
-stops renewing, so its lease expires; on the same host a dead holder's lease is taken over
-at once.
+The landing lease lets one run at a time land into a generation; the partition lease lets one
+`batch-pipeline run` at a time go through a partition's stages. A lease is a row in the
+tracking database (SQLite or PostgreSQL alike): the first insert wins, and a heartbeat renews
+it while the holder works. A holder that died (SIGKILL, lost node) stops renewing, so its
+lease expires; on the same host a dead holder's lease is taken over at once.
 """
 
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ from batch_pipeline.state.tracking.schema import leases
 
 
 class LockTimeoutError(RuntimeError):
-    """Another run held the generation's landing lease for too long."""
+    """Another run held a lease for too long."""
 
 
 def _process_is_gone(host: str | None, pid: int | None) -> bool:
@@ -36,48 +37,57 @@ def _process_is_gone(host: str | None, pid: int | None) -> bool:
     return False
 
 
-def _acquire(engine: Engine, index: str, owner: str, lease_seconds: float) -> None:
-    """Take the lease or raise IntegrityError (someone else holds it)."""
+def _acquire(engine: Engine, name: str, owner: str, lease_seconds: float) -> str | None:
+    """Take the lease, or return who holds it."""
     now = time.time()
-    with engine.begin() as conn:
-        conn.execute(leases.delete().where(leases.c.generation == index, leases.c.expires_at < now))
-        holder = conn.execute(
-            sa.select(leases.c.owner, leases.c.host, leases.c.pid).where(
-                leases.c.generation == index
-            )
-        ).first()
-        if holder is not None and _process_is_gone(holder.host, holder.pid):
+    try:
+        with engine.begin() as conn:
+            conn.execute(leases.delete().where(leases.c.name == name, leases.c.expires_at < now))
+            holder = conn.execute(
+                sa.select(leases.c.owner, leases.c.host, leases.c.pid).where(leases.c.name == name)
+            ).first()
+            if holder is not None and _process_is_gone(holder.host, holder.pid):
+                conn.execute(
+                    leases.delete().where(leases.c.name == name, leases.c.owner == holder.owner)
+                )
+            elif holder is not None:
+                return holder.owner
             conn.execute(
-                leases.delete().where(leases.c.generation == index, leases.c.owner == holder.owner)
+                leases.insert().values(
+                    name=name,
+                    owner=owner,
+                    expires_at=now + lease_seconds,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                )
             )
-        conn.execute(
-            leases.insert().values(
-                generation=index,
-                owner=owner,
-                expires_at=now + lease_seconds,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-            )
-        )
+    except sa.exc.IntegrityError:  # taken between our look and our insert
+        return "another run"
+    return None
 
 
 @contextmanager
-def landing_lease(
-    engine: Engine, index: str, owner: str, lease_seconds: float = 120, wait_seconds: float = 900
+def lease(
+    engine: Engine,
+    name: str,
+    owner: str,
+    lease_seconds: float = 120,
+    wait_seconds: float = 900,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Iterator[None]:
-    """Hold generation `index`'s landing lease while the block runs (waiting for it first)."""
+    """Hold lease `name` while the block runs, waiting for it first (`on_wait` hears once who
+    holds it). A heartbeat renews it every quarter of `lease_seconds`."""
     deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            _acquire(engine, index, owner, lease_seconds)
-            break
-        except sa.exc.IntegrityError:
-            if time.monotonic() > deadline:
-                raise LockTimeoutError(
-                    f"generation {index!r} is being landed by another run; "
-                    f"gave up after {wait_seconds:.0f}s"
-                ) from None
-            time.sleep(0.2)
+    told = False
+    while (holder := _acquire(engine, name, owner, lease_seconds)) is not None:
+        if on_wait is not None and not told:
+            on_wait(holder)
+            told = True
+        if time.monotonic() > deadline:
+            raise LockTimeoutError(
+                f"{name!r} is held by {holder} (another run); gave up after {wait_seconds:.0f}s"
+            )
+        time.sleep(0.2)
     stop = threading.Event()
 
     def heartbeat() -> None:
@@ -85,7 +95,7 @@ def landing_lease(
             with engine.begin() as conn:
                 conn.execute(
                     leases.update()
-                    .where(leases.c.generation == index, leases.c.owner == owner)
+                    .where(leases.c.name == name, leases.c.owner == owner)
                     .values(expires_at=time.time() + lease_seconds)
                 )
 
@@ -97,6 +107,4 @@ def landing_lease(
         stop.set()
         renewer.join()
         with engine.begin() as conn:
-            conn.execute(
-                leases.delete().where(leases.c.generation == index, leases.c.owner == owner)
-            )
+            conn.execute(leases.delete().where(leases.c.name == name, leases.c.owner == owner))

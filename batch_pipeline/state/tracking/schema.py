@@ -76,6 +76,8 @@ runs = sa.Table(
     sa.Column("chunks_removed", sa.Integer, nullable=False),
     sa.Column("table_version", sa.Integer),
     sa.Column("table_version_before", sa.Integer),
+    sa.Column("chunks_resumed", sa.Integer),  # vectors taken from checkpoints, not embedded
+    sa.Column("chunks_superseded", sa.Integer),  # not written: another run landed newer first
     # "landing" from before a run's first commit until it finishes; "landed" (or NULL, from
     # older versions) after. So a run that crashed after committing rows is still known.
     sa.Column("state", sa.String(16)),
@@ -118,11 +120,13 @@ audit_log = sa.Table(
     sa.Column("details", sa.Text),
 )
 
-# One row per generation while a run lands into it (a lease, so a killed holder expires).
+# One row per lease held: a generation's landing lease (key: the generation) while a run lands
+# into it, or a partition's run lease (key: "partition:<key>") while a run goes through its
+# stages. A lease, so a killed holder expires.
 leases = sa.Table(
     "collection_locks",
     metadata,
-    _generation_key(),
+    sa.Column("collection", sa.String(128), key="name", primary_key=True),
     sa.Column("owner", sa.String(128), nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Column("host", sa.String(255)),

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import GENERATION_SEPARATOR, generation_collection
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
-from batch_pipeline.state.tracking.lease import landing_lease
+from batch_pipeline.state.tracking.lease import lease
 from batch_pipeline.state.tracking.schema import (
     connect,
     create_schema,
@@ -120,8 +120,22 @@ class TrackingStore(GenerationRecords):
         self.engine.dispose()
 
     def landing_lease(self, index: str, owner: str, **timing: float) -> AbstractContextManager:
-        """Hold the generation's landing lease (see `lease.landing_lease`)."""
-        return landing_lease(self.engine, index, owner, **timing)
+        """Hold generation `index`'s landing lease: one run lands into it at a time."""
+        return lease(self.engine, index, owner, **timing)
+
+    def partition_lease(
+        self,
+        partition: str,
+        owner: str,
+        on_wait: Callable[[str], None] | None = None,
+        wait_seconds: float = 24 * 3600,
+    ) -> AbstractContextManager:
+        """Hold a partition's run lease: one run goes through its stages at a time; a second
+        waits (hearing who holds it through `on_wait`) and then finds only what is still
+        stale, instead of embedding the same documents twice."""
+        return lease(
+            self.engine, f"partition:{partition}", owner, wait_seconds=wait_seconds, on_wait=on_wait
+        )
 
     # ------------------------------------------------------------------ documents
 
