@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import GPU_POOL, GROUP_NAME, OWNERS, TRANSIENT_RETRY
-from assets.stage_io import parquet_metadata, upstream_path
+from assets.stage_io import as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import EXECUTE, PLAN
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
@@ -33,11 +33,13 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         for input_hash, reason in output.summary.failed_inputs.items():
             context.log.warning(f"input {input_hash[:12]} failed: {reason}")
         return dg.MaterializeResult(
-            metadata={
-                **parquet_metadata(output.path),
-                **output.summary.metadata(),
-                "model": engine.model.name,
-            }
+            metadata=as_metadata(
+                {
+                    **parquet_metadata(output.path),
+                    **output.summary.metadata(),
+                    "model": engine.model.name,
+                }
+            )
         )
 
     return chunk_embeddings

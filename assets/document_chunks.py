@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
-from assets.stage_io import parquet_metadata, upstream_path
+from assets.stage_io import as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import COLLECT, PREPARE
 from resources.pipeline import PipelineResource
 
@@ -29,13 +29,15 @@ def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
         settings = engine.chunk_settings()
         return dg.MaterializeResult(
-            metadata={
-                **parquet_metadata(output.path),
-                **output.summary.metadata(),
-                "max_tokens": settings.max_tokens,
-                "overlap_tokens": settings.overlap_tokens,
-                "model_fingerprint": engine.fingerprint,
-            }
+            metadata=as_metadata(
+                {
+                    **parquet_metadata(output.path),
+                    **output.summary.metadata(),
+                    "max_tokens": settings.max_tokens,
+                    "overlap_tokens": settings.overlap_tokens,
+                    "model_fingerprint": engine.fingerprint,
+                }
+            )
         )
 
     return document_chunks

@@ -2,7 +2,8 @@
 
 import dagster as dg
 
-from assets.partitions import OWNERS
+from assets.partitions import OWNERS, partition_check
+from assets.stage_io import as_metadata
 from batch_pipeline.generations.drift import drift_report
 from batch_pipeline.stages import LAND
 from resources.inference import InferenceResource
@@ -22,12 +23,12 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         owners=OWNERS,
         kinds={"python", "lancedb"},
         check_specs=[
-            dg.AssetCheckSpec(
+            partition_check(
                 DRIFT,
-                asset=INDEX_GENERATION,
-                description="A random sample of landed chunks, re-embedded by the current "
-                "inference path, matches the stored vectors (cosine >= "
-                "generations.drift_min_cosine).",
+                INDEX_GENERATION,
+                partitions,
+                "A random sample of landed chunks, re-embedded by the current inference path, "
+                "matches the stored vectors (cosine >= generations.drift_min_cosine).",
             )
         ],
     )
@@ -53,7 +54,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
             settings.drift_min_cosine,
         )
         return dg.MaterializeResult(
-            metadata=review.metadata(),
+            metadata=as_metadata(review.metadata()),
             check_results=[
                 dg.AssetCheckResult(
                     check_name=DRIFT, passed=drift.passed, metadata=drift.metadata()

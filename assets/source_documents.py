@@ -5,7 +5,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
-from assets.stage_io import parquet_metadata
+from assets.stage_io import as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
 from batch_pipeline.stages import COLLECT
 from resources.pipeline import PipelineResource
@@ -50,17 +50,19 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         for failure in summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
         return dg.MaterializeResult(
-            metadata={
-                **parquet_metadata(output.path),
-                **summary.metadata(),
-                "source": engine.source.describe(),
-                "collection_config": dg.MetadataValue.json(redacted(engine.collection)),
-                "mode": "targeted" if config.targeted_ids() else "full",
-                "targeted_doc_ids": len(config.targeted_ids() or []),
-                "bytes_read": summary.bytes_read,
-                "model": engine.model.name,
-                "model_fingerprint": engine.fingerprint,
-            }
+            metadata=as_metadata(
+                {
+                    **parquet_metadata(output.path),
+                    **summary.metadata(),
+                    "source": engine.source.describe(),
+                    "collection_config": dg.MetadataValue.json(redacted(engine.collection)),
+                    "mode": "targeted" if config.targeted_ids() else "full",
+                    "targeted_doc_ids": len(config.targeted_ids() or []),
+                    "bytes_read": summary.bytes_read,
+                    "model": engine.model.name,
+                    "model_fingerprint": engine.fingerprint,
+                }
+            )
         )
 
     return source_documents

@@ -5,10 +5,13 @@ reads the latest materialisation of the same partition. So a stage re-run on its
 retry from failure in a new run) reads exactly what its upstream last produced.
 """
 
+from datetime import datetime
+
 import dagster as dg
 import pyarrow as pa
 
 from batch_pipeline.stages import Stage
+from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
 from batch_pipeline.state.staging import StagePath, StagingArea, parquet_file
 
 
@@ -50,7 +53,26 @@ def upstream_path(
 
 
 def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
+    """`dagster/column_schema`: each column's name, type and what it holds."""
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name=f.name, type=str(f.type), description=COLUMN_DESCRIPTIONS.get(f.name)
+            )
+            for f in schema
+        ]
+    )
+
+
+def as_metadata(values: dict[str, object]) -> dict[str, object]:
+    """Engine figures as Dagster metadata: times as timestamps (the UI shows dates), missing
+    values left out (rather than the text "null"), everything else as it is."""
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        out[key] = dg.MetadataValue.timestamp(value) if isinstance(value, datetime) else value
+    return out
 
 
 def parquet_metadata(path: StagePath) -> dict[str, object]:

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
-from assets.stage_io import column_schema, upstream_path
+from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
+from assets.stage_io import as_metadata, column_schema, upstream_path
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.pipeline import configured_generations
@@ -34,23 +34,29 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
         ),
         check_specs=[
-            dg.AssetCheckSpec(
+            partition_check(
                 INDEX_MATCHES_TRACKING,
-                asset=LAND.asset,
-                description="The table holds exactly the chunks the tracking store records for "
-                "each document (same ids, input hashes and fingerprint); a full run repairs drift.",
+                LAND.asset,
+                partitions,
+                "The table holds exactly the chunks the tracking store records for each "
+                "document (same ids, input hashes and fingerprint); a full run repairs drift. "
+                "Blocking: index_generation does not run on a table that fails it.",
+                blocking=True,
             ),
-            dg.AssetCheckSpec(
+            partition_check(
                 FRESHNESS_WITHIN_BUDGET,
-                asset=LAND.asset,
-                description="No collection's oldest unlanded source change is older than "
+                LAND.asset,
+                partitions,
+                "No collection's oldest unlanded source change is older than "
                 "freshness.lag_budget_seconds.",
             ),
-            dg.AssetCheckSpec(
+            partition_check(
                 COMPLETENESS,
-                asset=LAND.asset,
-                description="Landed documents / (known documents - quarantined) is at least "
-                "limits.completeness_threshold.",
+                LAND.asset,
+                partitions,
+                "Landed documents / (known documents - quarantined) is at least "
+                "limits.completeness_threshold; a document counts as landed only if the table "
+                "holds exactly its chunks.",
             ),
         ],
     )
@@ -87,22 +93,24 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             engine.tracking, engine.index, limits.quarantine_after_failures, report
         )
         return dg.MaterializeResult(
-            metadata={
-                "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.index)),
-                "dagster/row_count": table["rows"],
-                "dagster/column_schema": column_schema(chunk_schema(dimension)),
-                **summary.metadata(),
-                **{k: v for k, v in table.items() if k != "rows"},
-                **freshness,
-                **completeness,
-                **{f"maintenance_{k}": v for k, v in maintenance.items()},
-                "documents_failing": engine.tracking.failure_count(engine.index),
-                "run_id": run_id,
-                "model": engine.model.name,
-                "model_fingerprint": engine.fingerprint,
-                "generation": engine.index,
-                "generation_state": engine.generation().state,
-            },
+            metadata=as_metadata(
+                {
+                    "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.index)),
+                    "dagster/row_count": table["rows"],
+                    "dagster/column_schema": column_schema(chunk_schema(dimension)),
+                    **summary.metadata(),
+                    **{k: v for k, v in table.items() if k != "rows"},
+                    **freshness,
+                    **completeness,
+                    **{f"maintenance_{k}": v for k, v in maintenance.items()},
+                    "documents_failing": engine.tracking.failure_count(engine.index),
+                    "run_id": run_id,
+                    "model": engine.model.name,
+                    "model_fingerprint": engine.fingerprint,
+                    "generation": engine.index,
+                    "generation_state": engine.generation().state,
+                }
+            ),
             check_results=[
                 dg.AssetCheckResult(
                     check_name=COMPLETENESS,

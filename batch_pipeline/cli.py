@@ -18,6 +18,7 @@ import json
 import sys
 import textwrap
 import uuid
+from datetime import datetime
 
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.generations.lifecycle import NoLiveGenerationError
@@ -102,6 +103,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plain(value: object) -> object:
+    """JSON for what the engine returns: times in ISO 8601, anything else as text."""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, default=_plain)
+
+
 class _Context:
     def __init__(self, args: argparse.Namespace) -> None:
         self.config = load_config(args.config)
@@ -153,7 +163,7 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
 def _status(ctx: _Context, args: argparse.Namespace) -> int:
     rows = [collection_status(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(_json(rows))
         return 0
     columns = [
         ("collection", "COLLECTION"),
@@ -170,7 +180,7 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
         ("model", "MODEL"),
     ]
     table = [[h for _, h in columns]] + [
-        ["-" if r[k] is None else str(r[k]) for k, _ in columns] for r in rows
+        ["-" if r[k] is None else str(_plain(r[k])) for k, _ in columns] for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
@@ -216,7 +226,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         "generation": review.metadata(),
     }
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(_json(report))
     else:
         land = stages[LAND.name]
         print(
@@ -230,7 +240,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
 def _failures(ctx: _Context, args: argparse.Namespace) -> int:
     rows = ctx.tracking.list_failures(collection=ctx.filter(args.collection))
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(_json(rows))
         return 0
     if not rows:
         print("no failures")
@@ -247,7 +257,7 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     """Exit status 1 when any collection has a problem, 2 when a source cannot be listed."""
     reports = [collection_health(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
     if args.json:
-        print(json.dumps(reports, indent=2, default=str))
+        print(_json(reports))
     else:
         for r in reports:
             verdict = "healthy" if r["healthy"] else "PROBLEMS"
@@ -268,7 +278,7 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
     if args.action == "list":
         records = registry.list_all(ctx.filter(args.collection))
         if args.json:
-            print(json.dumps([g.as_dict() for g in records], indent=2, default=str))
+            print(_json([g.as_dict() for g in records]))
             return 0
         for g in records:
             print(

@@ -360,16 +360,38 @@ class PipelineConfig(_Strict):
         raise KeyError(f"unknown collection {name!r}; configured: {known}")
 
 
-_SECRET_KEYS = re.compile(r"(password|secret|token|credential|api_key|access_key)", re.I)
+# Settings whose values are secrets, by exact (case-insensitive) name: not by substring, so
+# `max_tokens` and `overlap_tokens` stay visible while `password` or `aws_session_token` do not.
+SECRET_SETTINGS = frozenset(
+    {
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "access_key",
+        "secret_key",
+        "private_key",
+        "credentials",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+    }
+)
 
 
 def redacted(value: Any) -> Any:
-    """A JSON-ready copy with passwords in URLs and secret-looking keys masked."""
+    """A JSON-ready copy with secret settings (`SECRET_SETTINGS`) and passwords in URLs masked."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if isinstance(value, dict):
         return {
-            k: "***" if _SECRET_KEYS.search(str(k)) and v else redacted(v) for k, v in value.items()
+            k: "***" if str(k).lower() in SECRET_SETTINGS and v else redacted(v)
+            for k, v in value.items()
         }
     if isinstance(value, list):
         return [redacted(v) for v in value]

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from batch_pipeline.state.tracking import TrackingStore
 
 
-def iso_time(timestamp: float | None) -> str | None:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat() if timestamp else None
+def utc_time(timestamp: float | None) -> datetime | None:
+    """An epoch timestamp as a UTC datetime (None stays None)."""
+    return datetime.fromtimestamp(timestamp, UTC) if timestamp else None
 
 
 def partition_freshness(
@@ -27,8 +28,8 @@ def partition_freshness(
     times = [t for t in (also_pending or {}).values() if t] + [facts["oldest_pending"]]
     oldest = min((t for t in times if t), default=None)
     return {
-        "newest_source_change_landed": iso_time(facts["newest_landed"]),
-        "oldest_source_change_pending": iso_time(oldest),
+        "newest_source_change_landed": utc_time(facts["newest_landed"]),
+        "oldest_source_change_pending": utc_time(oldest),
         "pending_documents": max(facts["pending"], len(also_pending or {})),
         "lag_seconds": round(max(0.0, now - oldest), 1) if oldest else 0.0,
     }

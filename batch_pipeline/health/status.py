@@ -1,7 +1,7 @@
 """Per-collection status: what is in the index, when it landed, and what is stale."""
 
 from batch_pipeline.health.completeness import partition_completeness
-from batch_pipeline.health.freshness import iso_time, partition_freshness
+from batch_pipeline.health.freshness import partition_freshness, utc_time
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.collect import (
@@ -50,12 +50,10 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
         "rows": stats.rows if stats else 0,
         "documents": stats.documents if stats else 0,
         "last_run_id": last["run_id"] if last else None,
-        "last_landed_at": iso_time(last["finished_at"]) if last else None,
+        "last_landed_at": utc_time(last["finished_at"]) if last else None,
         "last_run_chunks_embedded": last["chunks_embedded"] if last else None,
         "last_run_chunks_resumed": (last["chunks_resumed"] or 0) if last else None,
-        "newest_embedded_at": stats.newest_embedded_at.isoformat()
-        if stats and stats.newest_embedded_at
-        else None,
+        "newest_embedded_at": stats.newest_embedded_at if stats else None,
         "model": pipeline.model.name,
         "model_fingerprint": pipeline.fingerprint,
         "models_in_index": stats.models if stats else [],

@@ -65,22 +65,28 @@ class ExecuteSummary:
     resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
 
     def metadata(self) -> dict[str, object]:
+        """Counts always; throughput, padding, device and dtype only when something ran, so a
+        no-op run does not plot a zero throughput or a perfect padding efficiency."""
         s = self.stats
-        return {
+        values: dict[str, object] = {
             "chunks_embedded": s.inputs,
             "inputs_resumed_from_checkpoint": self.resumed_inputs,
             "inputs_failed": len(self.failed_inputs),
             "tokens": s.tokens,
-            "padded_tokens": s.padded_tokens,
-            "padding_efficiency": round(s.tokens / s.padded_tokens, 4) if s.padded_tokens else 1.0,
             "batches_run": s.batches,
-            "seconds": round(s.seconds, 3),
-            "tokens_per_second": round(s.tokens_per_second, 1),
             "oom_splits": s.oom_splits,
-            "device": self.device,
-            "dtype": self.dtype,
             "embedding_dimension": self.dimension,
         }
+        if s.inputs:
+            values.update(
+                padded_tokens=s.padded_tokens,
+                padding_efficiency=round(s.tokens / s.padded_tokens, 4),
+                seconds=round(s.seconds, 3),
+                tokens_per_second=round(s.tokens_per_second, 1),
+                device=self.device,
+                dtype=self.dtype,
+            )
+        return values
 
 
 def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], list[str]]]:
@@ -198,7 +204,7 @@ def execute_plan(
         if not todo_count:
             return ExecuteSummary(
                 stats=RunStats(),
-                device="none (nothing to embed)",
+                device="none",  # nothing to embed: no model was loaded
                 dtype="none",
                 dimension=dimension,
                 resumed_inputs=len(done_keys),

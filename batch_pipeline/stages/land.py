@@ -296,7 +296,7 @@ def table_metadata(store: VectorStore, index: str) -> dict[str, object]:
         "rows": stats.rows,
         "documents": stats.documents,
         "table_version": stats.version,
-        "oldest_embedded_at": str(stats.oldest_embedded_at),
-        "newest_embedded_at": str(stats.newest_embedded_at),
+        "oldest_embedded_at": stats.oldest_embedded_at,
+        "newest_embedded_at": stats.newest_embedded_at,
         "models": stats.models,
     }

@@ -30,26 +30,30 @@ class PlanSummary:
         return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
 
     def metadata(self) -> dict[str, object]:
-        sizes = self.batch_sizes or [0]
-        histogram = Counter(
-            next(f"<={b}" for b in (1, 4, 16, 32, 64, 128, 256, 10**9) if s <= b)
-            for s in self.batch_sizes
-        )
-        return {
+        """Counts always; padding and batch-size figures only when something was planned."""
+        values: dict[str, object] = {
             "inputs_planned": self.inputs,
             "duplicates_folded": self.duplicates_folded,
             "batch_count": self.batches,
             "real_tokens": self.real_tokens,
             "padded_tokens": self.padded_tokens,
-            "padding_efficiency": round(self.padding_efficiency, 4),
-            "batch_size_min": min(sizes),
-            "batch_size_median": float(statistics.median(sizes)),
-            "batch_size_max": max(sizes),
-            "batch_size_histogram": dict(sorted(histogram.items())),
-            "largest_batch_estimated_mib": round(self.largest_batch_bytes / 2**20, 2),
             "token_budget": self.token_budget,
             "max_batch_size": self.max_batch_size,
         }
+        if self.batch_sizes:
+            histogram = Counter(
+                next(f"<={b}" for b in (1, 4, 16, 32, 64, 128, 256, 10**9) if s <= b)
+                for s in self.batch_sizes
+            )
+            values.update(
+                padding_efficiency=round(self.padding_efficiency, 4),
+                batch_size_min=min(self.batch_sizes),
+                batch_size_median=float(statistics.median(self.batch_sizes)),
+                batch_size_max=max(self.batch_sizes),
+                batch_size_histogram=dict(sorted(histogram.items())),
+                largest_batch_estimated_mib=round(self.largest_batch_bytes / 2**20, 2),
+            )
+        return values
 
 
 def plan_inputs(

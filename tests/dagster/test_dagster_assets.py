@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -134,3 +135,76 @@ def test_the_generation_asset_reports_its_decision_and_drift(workspace):
         assert meta["candidate_recall_at_3"] == 1.0
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert checks["embedding_drift"].passed
+
+
+def test_metadata_renders_and_plots_right(workspace):
+    """Times are Dagster timestamps, missing values are left out, every column is described,
+    checks are per partition, and a no-op run records no throughput."""
+    with dg.instance_for_test() as instance:
+        first = materialize(workspace, instance, fake_model=True)
+        (event,) = first.asset_materializations_for_node("vector_index")
+        for key in ("oldest_embedded_at", "newest_embedded_at", "newest_source_change_landed"):
+            assert isinstance(event.metadata[key], dg.TimestampMetadataValue), key
+        assert "oldest_source_change_pending" not in event.metadata  # nothing pending: absent
+        assert all(v.value not in ("null", "None") for v in event.metadata.values())
+        for asset in STAGE_ASSETS:
+            (materialization,) = first.asset_materializations_for_node(asset)
+            columns = materialization.metadata["dagster/column_schema"].value.columns
+            assert columns and all(c.description for c in columns), asset
+        for check in first.get_asset_check_evaluations():
+            assert check.partition == "handbook", check.check_name
+        collect = metadata_of(first, "source_documents")
+        assert collect["collection_config"]["chunking"]["overlap_tokens"] == 32  # was "***"
+
+        noop = materialize(workspace, instance, fake_model=True)
+        execute = metadata_of(noop, "chunk_embeddings")
+        assert execute["chunks_embedded"] == 0
+        for absent in ("tokens_per_second", "padding_efficiency", "device", "seconds"):
+            assert absent not in execute, absent  # recorded 0.0, 1.0 and "none" before
+        assert "padding_efficiency" not in metadata_of(noop, "batch_plan")
+
+
+def test_index_matches_tracking_blocks_what_follows_and_checks_are_described():
+    from batch_pipeline.definitions import build_definitions as build
+
+    defs = build(REPO / "pipeline.yaml")
+    specs = {
+        spec.name: spec
+        for name in ("vector_index", "index_generation")
+        for spec in defs.get_assets_def(name).check_specs
+    }
+    assert set(specs) == {
+        "index_matches_tracking",
+        "freshness_lag_within_budget",
+        "completeness",
+        "embedding_drift",
+    }
+    assert specs["index_matches_tracking"].blocking
+    assert all(spec.description and spec.partitions_def for spec in specs.values())
+
+
+def test_the_project_is_a_dg_project_with_one_code_location_name():
+    import tomllib
+
+    import yaml
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    module = pyproject["tool"]["dagster"]["module_name"]
+    names = {
+        workspace["load_from"][0]["python_module"]["location_name"],
+        pyproject["tool"]["dagster"]["code_location_name"],
+        pyproject["tool"]["dg"]["project"]["code_location_name"],
+        module,  # what `-m batch_pipeline.definitions` names it
+    }
+    assert names == {"batch_pipeline.definitions"}
+    checked = subprocess.run(
+        [str(Path(sys.executable).parent / "dg"), "check", "defs"],
+        cwd=REPO,
+        env={**os.environ, "VIRTUAL_ENV": str(Path(sys.executable).parent.parent)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr

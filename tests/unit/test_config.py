@@ -125,3 +125,31 @@ def test_storage_options_come_from_json_and_a_bad_value_names_the_variable(tmp_p
     monkeypatch.setenv("BATCH_PIPELINE_STORAGE_OPTIONS", '["a"]')
     with pytest.raises(ConfigError, match="BATCH_PIPELINE_STORAGE_OPTIONS: must be a JSON object"):
         resolve_storage(str(tmp_path))
+
+
+def test_redaction_masks_secret_settings_and_url_passwords_but_not_token_counts():
+    from batch_pipeline.config import parse_config, redacted
+
+    config = parse_config(
+        {
+            "collections": [
+                {
+                    "name": "cms",
+                    "source": {"kind": "sql", "url": "postgresql://u:hunter2@db/x", "table": "t"},
+                    "chunking": {"max_tokens": 200, "overlap_tokens": 20},
+                }
+            ]
+        },
+        base_dir=".",
+    )
+    shown = redacted(config.collections[0])
+    assert shown["chunking"]["max_tokens"] == 200  # was "***": "token" matched as a substring
+    assert shown["chunking"]["overlap_tokens"] == 20
+    assert shown["source"]["url"] == "postgresql://u:***@db/x"
+    options = {"aws_secret_access_key": "s", "Password": "p", "aws_region": "eu", "tokens": 3}
+    assert redacted(options) == {
+        "aws_secret_access_key": "***",
+        "Password": "***",
+        "aws_region": "eu",
+        "tokens": 3,
+    }
