@@ -7,7 +7,7 @@ its own under `staging/<partition>/<run_id>/`. The generation the configuration 
 handled by `GenerationLifecycle`.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -135,6 +135,11 @@ class PartitionPipeline:
         if self.shard is None:
             return self.collection_source
         return PartitionFilter(self.collection_source, self.owns, self.partition)
+
+    def landed_versions(self) -> Iterator[tuple[str, str]]:
+        """(doc id, source version) of every document this generation has landed, streamed."""
+        for page in self.tracking.iter_documents(self.index, ["doc_id", "source_version"]):
+            yield from page
 
     def collect_limits(self) -> CollectLimits:
         limits = self.config.limits

@@ -45,9 +45,12 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             window_seconds=settings.window_seconds,
             max_docs=settings.max_docs_per_run,
             snapshots=StateSnapshots(engine.staging.sensor_state(collection)),
+            landed=lambda: engine.landed_versions(),
         )
         if decision.cursor_reset:
-            context.log.warning("unreadable cursor: starting over with a full reconciliation")
+            context.log.warning(
+                "unreadable cursor or lost state file: starting over from what tracking has landed"
+            )
         engine.tracking.record_pending(engine.index, decision.pending_changes)
         run_requests = [
             dg.RunRequest(

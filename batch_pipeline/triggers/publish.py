@@ -1,20 +1,23 @@
 """The publish sensor's logic, without Dagster: detect changes, micro-batch, decide runs.
 
-The cursor is JSON: `{"v": 1, "state": <the source's change state>, "pending": {...}}`.
-Changes seen within `window_seconds` of the first pending one go into one run; at most
-`max_docs` documents per run. A source that cannot be reached leaves the cursor as it was.
-A missing or unreadable cursor starts over with a full reconciliation run.
+The cursor stays small at any corpus size: `{"v": 2, "ref": <digest>, "n": <ticks that changed
+it>}`. What it refers to, the source's change state and the changes pending, is a gzipped JSON
+file in staging named by its digest (`StateSnapshots`); a new file is written only when they
+changed, and the previous one is kept until the cursor has moved on, so a tick that fails after
+writing loses nothing. A lost file, or an unreadable cursor, resets: from the tracking store's
+landed versions when it knows the collection, else with a full reconciliation run. Cursors of
+the older format (state inline) are read and upgraded.
 
-A listing source's state holds one entry per document, so for a big corpus it is kept out of
-the cursor: past `INLINE_STATE_BYTES` it is written to a content-addressed file in staging
-(`StateSnapshots`) and the cursor holds only its digest (`"state_ref"`). A new file is written
-only when the state changed, and the previous one is kept until the cursor has moved on, so a
-tick that fails after writing loses nothing. A missing snapshot resets like a bad cursor.
+Changes are batched: a run starts on the first tick at least `window_seconds` after the oldest
+pending change happened (its mtime, LastModified or updated-at where the source has one, else
+when the sensor saw it), or once `max_docs` documents are pending; at most `max_docs` a run.
+A source that cannot be reached leaves the cursor as it was.
 """
 
 import gzip
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from batch_pipeline.config import CollectionConfig
@@ -22,8 +25,7 @@ from batch_pipeline.iterables import batched
 from batch_pipeline.sources import DocumentSource, SourceUnavailableError
 from batch_pipeline.state.staging import StagePath
 
-CURSOR_VERSION = 1
-INLINE_STATE_BYTES = 64 * 1024  # larger source states go to a snapshot file
+CURSOR_VERSION = 2
 
 
 class StateSnapshots:
@@ -108,15 +110,20 @@ class PublishDecision:
 
 
 def _parse(cursor: str | None, snapshots: StateSnapshots | None) -> dict | None:
+    """The state and pending changes a cursor refers to (None: start over)."""
     if not cursor:
         return None
     try:
         data = json.loads(cursor)
     except (TypeError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+    if not isinstance(data, dict) or data.get("v") not in (1, CURSOR_VERSION):
         return None
-    if isinstance(data.get("state_ref"), str) and snapshots is not None:
+    if data.get("v") == CURSOR_VERSION and isinstance(data.get("ref"), str):
+        if snapshots is None:
+            return None
+        data = {**(snapshots.load(data["ref"]) or {}), "ref": data["ref"], "n": data.get("n", 0)}
+    elif isinstance(data.get("state_ref"), str) and snapshots is not None:  # format 1
         data["state"] = snapshots.load(data["state_ref"])
     if not isinstance(data.get("state"), dict) or not isinstance(data.get("pending"), dict):
         return None
@@ -124,14 +131,20 @@ def _parse(cursor: str | None, snapshots: StateSnapshots | None) -> dict | None:
 
 
 def _cursor(state: dict, pending: dict, previous: dict | None, snapshots) -> str:  # noqa: ANN001
-    """The next cursor, with the state inline or, when big, in a snapshot file."""
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
-    if snapshots is None or len(text) <= INLINE_STATE_BYTES:
+    """The next cursor: a digest of the state and pending changes, and a tick counter; the
+    two themselves go to a snapshot file (inline only without a snapshot folder)."""
+    if snapshots is None:
         return json.dumps({"v": CURSOR_VERSION, "state": state, "pending": pending})
+    text = json.dumps({"state": state, "pending": pending}, sort_keys=True, separators=(",", ":"))
     digest = snapshots.save(text)
-    before = (previous or {}).get("state_ref")
+    before = (previous or {}).get("ref")
+    counter = int((previous or {}).get("n", 0)) + (digest != before)
     snapshots.prune({digest, before} if isinstance(before, str) else {digest})
-    return json.dumps({"v": CURSOR_VERSION, "state_ref": digest, "pending": pending})
+    return json.dumps({"v": CURSOR_VERSION, "ref": digest, "n": counter})
+
+
+def _documents(count: int) -> str:
+    return f"{count} changed document" + ("" if count == 1 else "s")
 
 
 def _key(*parts: str) -> str:
@@ -146,21 +159,31 @@ def evaluate_publish(
     window_seconds: float,
     max_docs: int,
     snapshots: StateSnapshots | None = None,
+    landed: Callable[[], Iterable[tuple[str, str]]] | None = None,
 ) -> PublishDecision:
+    """What this tick does. `landed` streams (doc id, source version) of what tracking
+    records as landed; with it, a first tick (or a reset) turns only what differs into
+    targeted runs instead of a full reconciliation run."""
     previous = _parse(cursor, snapshots)
     try:
         changes = source.changes_since(previous["state"] if previous else None)
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
 
-    if previous is None:  # first tick, or a cursor from an older version: start over
-        new_cursor = _cursor(changes.state, {}, None, snapshots)
-        state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
-        return PublishDecision(
-            cursor=new_cursor,
-            runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
-            cursor_reset=cursor is not None,
-        )
+    reset = previous is None and cursor is not None
+    if previous is None:  # first tick, or a cursor that cannot be read: start over
+        known = dict(landed()) if landed is not None else {}
+        if not known:  # tracking does not know the collection: a full reconciliation run
+            state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
+            return PublishDecision(
+                cursor=_cursor(changes.state, {}, None, snapshots),
+                runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
+                cursor_reset=reset,
+            )
+        listed = {entry.doc_id for entry in changes.changed} | set(changes.deleted)
+        changes.changed = [e for e in changes.changed if known.get(e.doc_id) != e.version]
+        changes.deleted = sorted(set(changes.deleted) | (set(known) - listed))
+        previous = {"state": {}, "pending": {}}
 
     pending: dict = previous["pending"]
     for entry in changes.changed:
@@ -178,11 +201,9 @@ def evaluate_publish(
         d: pending[d]["changed_at"] for d in [e.doc_id for e in changes.changed] + changes.deleted
     }
 
-    decision = PublishDecision(cursor=None, pending_changes=found)
-    oldest_seen = min((p["seen_at"] for p in pending.values()), default=None)
-    due = oldest_seen is not None and (
-        now - oldest_seen >= window_seconds or len(pending) >= max_docs
-    )
+    decision = PublishDecision(cursor=None, pending_changes=found, cursor_reset=reset)
+    oldest = oldest_change(pending)
+    due = oldest is not None and (now - oldest >= window_seconds or len(pending) >= max_docs)
     if due:
         for batch in batched(sorted(pending), max_docs):
             signature = [f"{d}@{pending[d]['version']}" for d in batch]
@@ -195,9 +216,22 @@ def evaluate_publish(
             )
         pending = {}
     elif pending:
-        wait = window_seconds - (now - oldest_seen)
-        decision.skip_reason = f"{len(pending)} changed documents pending; run in {wait:.0f}s"
+        wait = max(0.1, window_seconds - (now - oldest))
+        decision.skip_reason = (
+            f"{_documents(len(pending))} waiting for the {window_seconds:g} s batching window; "
+            f"the run starts on the first tick after {wait:.1f} s"
+        )
     else:
         decision.skip_reason = "no source changes"
     decision.cursor = _cursor(changes.state, pending, previous, snapshots)
     return decision
+
+
+def oldest_change(pending: dict) -> float | None:
+    """When the oldest pending change happened: the source's own time of the change where it
+    has one (never later than when the sensor saw it), else when the sensor saw it."""
+    times = [
+        min(p["changed_at"], p["seen_at"]) if p.get("changed_at") else p["seen_at"]
+        for p in pending.values()
+    ]
+    return min(times, default=None)

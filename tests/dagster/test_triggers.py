@@ -96,19 +96,16 @@ def test_filesystem_sensor_embeds_only_what_changed(workspace):
         assert result.run_id in new_runs
 
 
-def test_a_big_source_state_lives_in_staging_and_the_cursor_stays_small(workspace, monkeypatch):
-    from batch_pipeline.triggers import publish
-
+def test_the_source_state_lives_in_staging_and_the_cursor_stays_small(workspace):
     docs = workspace["docs"]
     for n in range(300):
         (docs / f"page-{n:03d}.md").write_text(f"# Page {n}\n\nBody {n}.\n")
-    monkeypatch.setattr(publish, "INLINE_STATE_BYTES", 1024)
     defs = sensor_config(workspace, '{kind: filesystem, path: docs, glob: "**/*"}')
     snapshots = workspace["home"] / "staging" / "sensor-state" / "handbook"
     with dg.instance_for_test() as instance:
         first = tick(defs, workspace, instance)
-        assert len(first.run_requests) == 1 and len(first.cursor) < 300  # a digest, no listing
-        assert "state" not in json.loads(first.cursor)
+        assert len(first.run_requests) == 1 and len(first.cursor) < 100  # was 13 KB at 100 docs
+        assert set(json.loads(first.cursor)) == {"v", "ref", "n"}  # a digest and a counter
         (docs / "page-007.md").write_text("# Page 7\n\nRewritten.\n")
         (docs / "page-008.md").unlink()
         changed = tick(defs, workspace, instance, first.cursor)
@@ -148,7 +145,7 @@ def test_an_unreadable_cursor_resets_to_a_full_reconciliation(workspace):
             result = tick(defs, workspace, instance, cursor)
             (request,) = result.run_requests
             assert request.run_config["ops"]["source_documents"]["config"]["changed_doc_ids"] == []
-            assert json.loads(result.cursor)["v"] == 1
+            assert json.loads(result.cursor)["v"] == 2
 
 
 def test_changes_within_the_window_go_into_one_capped_set_of_runs(tmp_path):
@@ -161,7 +158,11 @@ def test_changes_within_the_window_go_into_one_capped_set_of_runs(tmp_path):
     waiting = evaluate_publish(
         "kb", source, start.cursor, now=1010.0, window_seconds=30, max_docs=5
     )
-    assert not waiting.runs and "3 changed documents pending" in waiting.skip_reason
+    assert not waiting.runs
+    assert waiting.skip_reason == (
+        "3 changed documents waiting for the 30 s batching window; "
+        "the run starts on the first tick after 30.0 s"
+    )
     assert set(waiting.pending_changes) == {"0.md", "1.md", "2.md"}
     (root / "3.md").write_text("doc 3")
     still = evaluate_publish(
@@ -310,3 +311,71 @@ def test_a_bad_cron_names_the_field(tmp_path, bad):
     path.write_text(collections + f"schedule: {{cron: '{bad}'}}\n")
     with pytest.raises(ConfigError, match=r"schedule.cron: cron must have five fields"):
         load_config(path)
+
+
+def test_the_window_counts_from_the_change_not_from_its_detection(tmp_path):
+    """The issue's timeline with the defaults (window 30 s): an edit at t0, seen at +12.6 s.
+    The run waited for 30 s after it was seen; now it starts on the first tick past t0 + 30 s
+    (with a tick every 15 s: at +42.6 s instead of +57.6 s)."""
+    import os
+
+    from batch_pipeline.state.staging import as_stage_path
+    from batch_pipeline.triggers.publish import StateSnapshots
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("first")
+    source = FilesystemSource(root, "*.md")
+    snapshots = StateSnapshots(as_stage_path(tmp_path / "state"))
+    t0 = 1_900_000_000.0
+
+    def tick_at(offset: float, cursor: str | None):
+        return evaluate_publish("kb", source, cursor, t0 + offset, 30, 200, snapshots)
+
+    start = tick_at(-60, None)
+    (root / "a.md").write_text("edited")
+    os.utime(root / "a.md", (t0, t0))
+    seen = tick_at(12.6, start.cursor)
+    assert not seen.runs
+    assert seen.skip_reason.startswith("1 changed document waiting")  # was "documents ... 0s"
+    assert seen.skip_reason.endswith("after 17.4 s")
+    early = tick_at(27.6, seen.cursor)
+    assert not early.runs and early.skip_reason.endswith("after 2.4 s")
+    due = tick_at(31.0, early.cursor)  # the first tick past t0 + 30 s launches the run
+    assert [r.changed_doc_ids for r in due.runs] == [["a.md"]]
+    for decision in (start, seen, early, due):
+        assert len(decision.cursor) < 100
+
+
+def test_an_older_cursor_with_its_state_inline_is_read_not_reset(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("one")
+    source = FilesystemSource(root, "*.md")
+    state = source.changes_since(None).state
+    old = json.dumps({"v": 1, "state": state, "pending": {}})
+    decision = evaluate_publish("kb", source, old, now=2e9, window_seconds=0, max_docs=10)
+    assert not decision.runs and not decision.cursor_reset
+    assert decision.skip_reason == "no source changes"
+
+
+def test_on_first_start_the_sensor_builds_on_what_tracking_has_landed(workspace):
+    """With the index already built (make demo), a fresh sensor launches no full pass: only
+    what changed since the last landing."""
+    defs = sensor_config(workspace, '{kind: filesystem, path: docs, glob: "**/*"}')
+    with dg.instance_for_test() as instance:
+        from tests.support import materialize
+
+        assert materialize(workspace, instance, fake_model=True).success
+        fresh = tick(defs, workspace, instance)  # no cursor: the first tick of a new sensor
+        assert not fresh.run_requests  # it launched a full reconciliation run before
+        assert fresh.skip_reason.skip_message == "no source changes"
+
+        (workspace["docs"] / "refunds.md").write_text("# Refunds\n\nNow within 60 days.\n")
+        (workspace["docs"] / "notes.txt").unlink()
+        again = tick(defs, workspace, instance)  # a reset sensor, after changes
+        (request,) = again.run_requests
+        assert request.run_config["ops"]["source_documents"]["config"] == {
+            "changed_doc_ids": ["refunds.md"],
+            "deleted_doc_ids": ["notes.txt"],
+        }
