@@ -130,6 +130,9 @@ def run_engine(
         )
         for positions, vectors in runner.run(jobs, stats):
             out[positions] = vectors
+        # a repeated text was embedded once, at its first position: give every repeat its vector
+        first: dict[str, int] = {}
+        out = out[[first.setdefault(text, i) for i, text in enumerate(texts)]]
         _sync(runner.device)
         seconds = time.perf_counter() - start
     info = {

@@ -57,23 +57,21 @@ class ReconcileReport:
         }
 
 
-def reconcile_index(
-    store: VectorStore, tracking: TrackingStore, collection: str
-) -> ReconcileReport:
+def reconcile_index(store: VectorStore, tracking: TrackingStore, index: str) -> ReconcileReport:
     """Compare the table's rows with tracking's chunk digests, document by document."""
-    rows = store.count_rows(collection)
+    rows = store.count_rows(index)
     buckets = bucket_count(rows, BUCKET_ROWS)
     report = ReconcileReport()
     with tempfile.TemporaryDirectory(prefix="batch-pipeline-reconcile-") as scratch:
         indexed = BucketSpill(
             scratch, "indexed", pa.schema([(c, pa.string()) for c in KEY_COLUMNS])
         )
-        for batch in store.scan_batches(collection, KEY_COLUMNS):
+        for batch in store.scan_batches(index, KEY_COLUMNS):
             indexed.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
         tracked = BucketSpill(
             scratch, "tracked", pa.schema([("doc_id", pa.string()), ("chunk_digest", pa.string())])
         )
-        for page in tracking.iter_documents(collection, ["doc_id", "chunk_digest"]):
+        for page in tracking.iter_documents(index, ["doc_id", "chunk_digest"]):
             ids = [doc_id for doc_id, _ in page]
             table = pa.table({"doc_id": ids, "chunk_digest": [digest for _, digest in page]})
             tracked.add(table, hash_buckets(ids, buckets))

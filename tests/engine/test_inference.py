@@ -123,3 +123,16 @@ def test_identical_inputs_are_embedded_once_and_fanned_out(make_pipeline, runner
     assert len(a) == len(b) == 1
     assert a[0]["input_hash"] == b[0]["input_hash"]
     np.testing.assert_array_equal(a[0]["vector"], b[0]["vector"])
+
+
+def test_the_benchmark_gives_repeated_inputs_their_vectors(fake_embedder, model):
+    """A chunk set with a repeated text reported a minimum cosine of 0.0: the repeats' rows
+    were left at zeros (the pipeline itself was right)."""
+    from batch_pipeline.bench import min_cosine, run_engine
+    from batch_pipeline.inference.batching import PlanSettings
+
+    texts = ["reset your password", "refund policy", "reset your password", "office hours"] * 3
+    measured, _ = run_engine(fake_embedder, texts, PlanSettings(64, 2), model)
+    expected = fake_embedder.embed(texts)
+    assert min_cosine(measured.vectors, expected) > 0.9999  # was 0.0
+    assert (measured.vectors[2] == measured.vectors[0]).all()
