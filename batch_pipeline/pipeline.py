@@ -238,12 +238,11 @@ class PartitionPipeline:
         chunks: StagePath,
         embeddings: StagePath,
         dimension: int,
-        partition: str | None = None,
     ) -> LandSummary:
         ctx = LandingContext(
             collection=self.name,
             index=self.index,
-            partition=partition or self.partition,
+            partition=self.partition,
             run_id=run_id,
             model_name=self.model.name,
             fingerprint=self.fingerprint,

@@ -17,9 +17,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import load_config
-from batch_pipeline.inference.fingerprint import model_fingerprint
-from batch_pipeline.inference.models import resolve_model
-from batch_pipeline.names import generation_index
+from batch_pipeline.pipeline import configured_generations
 from batch_pipeline.stages import STAGES
 from resources import InferenceResource, PipelineResource
 from resources.testing import FakeInferenceResource
@@ -101,9 +99,7 @@ def many_articles(root: Path, count: int = 24) -> Path:
 
 def index_of(config_path: Path, collection: str = "handbook") -> str:
     """The generation table of a collection under a config (its model fingerprint)."""
-    config = load_config(config_path)
-    chunking = config.collection(collection).chunking
-    return generation_index(collection, model_fingerprint(resolve_model(config.model), chunking))
+    return configured_generations(load_config(config_path))[collection]
 
 
 # ------------------------------------------------------------ subprocesses: CLI, daemon

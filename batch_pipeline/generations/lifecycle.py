@@ -110,7 +110,7 @@ class GenerationLifecycle:
             self.name, self.fingerprint, self.index, self.model_config.model_dump(mode="json")
         )
 
-    def track(self, full_pass_partitions: Iterable[str] = ()) -> GenerationRecord:
+    def track(self, full_pass_partitions: Iterable[str] = ()) -> None:
         """After a land (under the landing lease): count rows and documents, note the
         partitions that had a full pass, move `building` to `candidate` once complete, and
         promote the collection's first complete generation."""
@@ -133,7 +133,6 @@ class GenerationLifecycle:
             self.registry.promote(
                 self.name, self.fingerprint, "first complete generation", actor="pipeline"
             )
-        return self.record()
 
     def live(self) -> LiveGeneration:
         """The live generation (what every reader uses), or NoLiveGenerationError."""

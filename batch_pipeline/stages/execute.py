@@ -1,7 +1,8 @@
 """Stage 4, execute: run the batch plan and stream the vectors to staging.
 
-The output holds one row per planned input (`input_hash`, `vector`, `embedded_at`); inputs that
-failed on their own are listed in the summary with their reason instead.
+The output holds one row per planned input (`input_hash`, `vector`, `embedded_at`, and
+`resumed`: taken from a checkpoint rather than computed by this run); inputs that failed on
+their own are listed in the summary with their reason instead.
 
 Checkpoints live under `<checkpoint_dir>/<writer>/part-*.parquet`, one folder per execute, so
 runs of one partition at once never write into, or delete, each other's folder. A run resumes

@@ -105,6 +105,8 @@ def land_documents(
             elif status == QUARANTINED or (status == FAILED and reason in CONTENT_FAILURE_REASONS):
                 settled.append(doc_id)
 
+    deleted_set = set(deleted)
+
     def not_superseded(doc_ids: list[str]) -> list[str]:
         """Drop documents another run landed newer content of since this run collected."""
         current = tracking.landed_documents(ctx.index, doc_ids)
@@ -124,13 +126,10 @@ def land_documents(
             keep.append(doc_id)
         return keep
 
-    deleted_set = set(deleted)
-
     def commit(rows_by_doc: dict[str, list[dict]], removed: list[str]) -> None:
         group = not_superseded(list(rows_by_doc))
-        summary.chunks_superseded += sum(
-            len(chunks) for d, chunks in rows_by_doc.items() if d not in set(group)
-        )
+        overtaken = rows_by_doc.keys() - set(group)
+        summary.chunks_superseded += sum(len(rows_by_doc[d]) for d in overtaken)
         removed = not_superseded(removed)
         reuse_ids = [r["chunk_id"] for d in group for r in rows_by_doc[d] if not r["stale"]]
         reused = {
