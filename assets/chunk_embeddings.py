@@ -2,7 +2,14 @@
 
 import dagster as dg
 
-from assets.partitions import GPU_POOL, GROUP_NAME, OWNERS, TRANSIENT_RETRY
+from assets.partitions import (
+    GPU_POOL,
+    GROUP_NAME,
+    OWNERS,
+    PROGRESS_INTERVAL_SECONDS,
+    TRANSIENT_RETRY,
+    progress_log,
+)
 from assets.stage_io import as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import EXECUTE, PLAN
 from resources.inference import InferenceResource
@@ -29,7 +36,13 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         (CUDA, then MPS, then CPU), in the plan's order."""
         engine = pipeline.partition(context.partition_key)
         plan = upstream_path(context, PLAN, engine.staging)
-        output = engine.execute(context.run.run_id, plan, lambda: inference.runner(engine.model))
+        output = engine.execute(
+            context.run.run_id,
+            plan,
+            lambda: inference.runner(engine.model),
+            progress=progress_log(context),
+            progress_interval=PROGRESS_INTERVAL_SECONDS,
+        )
         for input_hash, reason in output.summary.failed_inputs.items():
             context.log.warning(f"input {input_hash[:12]} failed: {reason}")
         return dg.MaterializeResult(

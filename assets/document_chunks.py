@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.partitions import GROUP_NAME, OWNERS
+from assets.partitions import GROUP_NAME, OWNERS, PROGRESS_INTERVAL_SECONDS, progress_log
 from assets.stage_io import as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import COLLECT, PREPARE
 from resources.pipeline import PipelineResource
@@ -24,7 +24,9 @@ def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         and paragraphs, each with its stable id, exact model input and staleness flag."""
         engine = pipeline.partition(context.partition_key)
         collected = upstream_path(context, COLLECT, engine.staging)
-        output = engine.prepare(context.run.run_id, collected)
+        output = engine.prepare(
+            context.run.run_id, collected, progress_log(context), PROGRESS_INTERVAL_SECONDS
+        )
         for failure in output.summary.failures:
             context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
         settings = engine.chunk_settings()

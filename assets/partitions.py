@@ -5,6 +5,7 @@ import warnings
 import dagster as dg
 
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.measures.progress import ProgressSink
 
 GROUP_NAME = "embedding_pipeline"
 OWNERS = ["team:search-platform"]
@@ -14,6 +15,14 @@ GPU_POOL = "gpu"  # one run at a time on a GPU; set its limit with `dagster inst
 TRANSIENT_RETRY = dg.RetryPolicy(
     max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
+
+
+PROGRESS_INTERVAL_SECONDS = 15.0  # how often a long stage logs its progress to the event log
+
+
+def progress_log(context: dg.AssetExecutionContext) -> ProgressSink:
+    """A long stage's progress as lines in the run's event log."""
+    return lambda update: context.log.info(update.line())
 
 
 def collection_partitions(config: PipelineConfig) -> dg.StaticPartitionsDefinition:

@@ -5,13 +5,13 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
+from assets.run_info import run_started_at, run_trigger, step_retries
 from assets.stage_io import as_metadata, column_schema, upstream_path
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.pipeline import configured_generations
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
 from batch_pipeline.stages.land import table_metadata
-from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.vector_store import chunk_schema
 from batch_pipeline.triggers.tags import is_reconcile
 from resources.pipeline import PipelineResource
@@ -19,6 +19,7 @@ from resources.pipeline import PipelineResource
 INDEX_MATCHES_TRACKING = "index_matches_tracking"
 FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
 COMPLETENESS = "completeness"
+RUN_WITHIN_WINDOW = "run_within_window"
 
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -58,6 +59,14 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "limits.completeness_threshold; a document counts as landed only if the table "
                 "holds exactly its chunks.",
             ),
+            partition_check(
+                RUN_WITHIN_WINDOW,
+                LAND.asset,
+                partitions,
+                "The run's wall-clock fits its window: schedule.window_minutes for scheduled, "
+                "manual and backfill runs; sensor.window_seconds plus "
+                "freshness.lag_budget_seconds for sensor runs. Warns on an overrun.",
+            ),
         ],
     )
     def vector_index(
@@ -74,7 +83,17 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             upstream_path(context, stage, engine.staging) for stage in (COLLECT, PREPARE, EXECUTE)
         )
         dimension = engine.model.embedding_dimension
-        summary = engine.land(run_id, collected, chunks, embeddings, dimension)
+        summary = engine.land(
+            run_id,
+            collected,
+            chunks,
+            embeddings,
+            dimension,
+            trigger=run_trigger(context),
+            retries=step_retries(context),
+            started_at=run_started_at(context),
+        )
+        measures, report = summary.measures, summary.reconciled
         maintenance = {}
         if is_reconcile(context.run.tags):
             settings = pipeline.config
@@ -85,13 +104,13 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             )
         table = table_metadata(engine.store, engine.index)
         freshness = partition_freshness(engine.tracking, engine.index)
-        report = reconcile_index(engine.store, engine.tracking, engine.index)
         worst = worst_lag(engine.tracking, configured_generations(pipeline.config))
         budget = pipeline.config.freshness.lag_budget_seconds
         limits = pipeline.config.limits
         completeness = partition_completeness(
             engine.tracking, engine.index, limits.quarantine_after_failures, report
         )
+        backfill = engine.backfill_estimate()
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {
@@ -102,6 +121,8 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     **{k: v for k, v in table.items() if k != "rows"},
                     **freshness,
                     **completeness,
+                    **measures.metadata(),
+                    **(backfill.metadata() if backfill else {}),
                     **{f"maintenance_{k}": v for k, v in maintenance.items()},
                     "documents_failing": engine.tracking.failure_count(engine.index),
                     "run_id": run_id,
@@ -130,6 +151,17 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                         "worst_collection": worst[1] or engine.name,
                         "worst_lag_seconds": worst[0],
                         "lag_budget_seconds": budget,
+                    },
+                ),
+                dg.AssetCheckResult(
+                    check_name=RUN_WITHIN_WINDOW,
+                    passed=not measures.overran,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={
+                        "trigger": measures.trigger,
+                        "run_wall_seconds": round(measures.wall_seconds, 3),
+                        "window_seconds": measures.window_seconds,
+                        "window_used_fraction": round(measures.window_used_fraction or 0, 4),
                     },
                 ),
             ],

@@ -2,7 +2,8 @@
 
     batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
     batch-pipeline status [--collection C] [--json]
-    batch-pipeline run --collection C | --partition P [--doc-id ID ...] [--json]
+    batch-pipeline run --collection C | --partition P [--doc-id ID ...] [--trigger T] [--json]
+    batch-pipeline report [--collection C] [--runs N] [--json]
     batch-pipeline failures [--collection C] [--json]
     batch-pipeline doctor [--collection C] [--json]
     batch-pipeline generations list|promote|rollback [--collection C]
@@ -19,6 +20,9 @@ import sys
 import textwrap
 import uuid
 from datetime import datetime
+from typing import TextIO
+
+from tqdm import tqdm
 
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.generations.lifecycle import NoLiveGenerationError
@@ -28,6 +32,9 @@ from batch_pipeline.health.status import collection_health, collection_status
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
+from batch_pipeline.measures.report import reported_runs, trend, trend_line
+from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
@@ -68,7 +75,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every", type=int, default=8, help="batches per checkpoint")
     run.add_argument("--token-budget", type=int, default=4096, help="padded tokens per batch")
     run.add_argument("--max-batch-size", type=int, default=128, help="inputs per batch")
+    run.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        default=MANUAL,
+        help="what started the run, as its measures record it; cron users say schedule "
+        "(default manual)",
+    )
     run.add_argument("--json", action="store_true", help="print JSON")
+
+    report = commands.add_parser(
+        "report", help="the newest runs per partition: throughput, cost, window, failures"
+    )
+    report.add_argument("--collection", help="only this collection")
+    report.add_argument("--runs", type=int, default=10, help="runs per partition (default 10)")
+    report.add_argument("--json", action="store_true", help="print JSON")
 
     doctor = commands.add_parser(
         "doctor", help="completeness, index/tracking reconciliation and table health"
@@ -179,13 +200,27 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
         ("generation_state", "GENERATION"),
         ("model", "MODEL"),
     ]
+    _print_table(columns, rows)
+    for r in rows:
+        if r["backfill_estimate_seconds"] is not None:
+            fits = "fits" if r["backfill_fits_window"] else "does NOT fit"
+            print(
+                f"{r['collection']}: a full rebuild ({r['backfill_inputs']:,} chunks) would take "
+                f"about {duration(r['backfill_estimate_seconds'])} and cost about "
+                f"{r['backfill_estimate_cost']:.4f} {ctx.config.cost.currency} at the measured "
+                f"throughput; it {fits} the {duration(r['window_seconds'])} window"
+            )
+    return _source_errors(rows)
+
+
+def _print_table(columns: list[tuple[str, str]], rows: list[dict]) -> None:
+    """Aligned columns (key, heading) of `rows`; "-" for a missing value."""
     table = [[h for _, h in columns]] + [
         ["-" if r[k] is None else str(_plain(r[k])) for k, _ in columns] for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    return _source_errors(rows)
 
 
 def _source_errors(reports: list[dict]) -> int:
@@ -202,12 +237,16 @@ def _source_errors(reports: list[dict]) -> int:
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
+    progress, interval = _progress_sink(sys.stderr)
     summaries = pipeline.run(
         run_id,
         lambda: EmbeddingRunner(pipeline.model, device=args.device, dtype=args.dtype),
         plan_settings=PlanSettings(args.token_budget, args.max_batch_size),
         doc_ids=args.doc_ids,
         checkpoint_every=args.checkpoint_every,
+        trigger=args.trigger,
+        progress=progress,
+        progress_interval=interval,
         on_wait=lambda holder: print(
             f"batch-pipeline: waiting for run {holder}, which is running partition "
             f"{pipeline.partition}; then running only what is still stale",
@@ -219,10 +258,12 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
     )
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
     failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
+    measures = summaries[LAND.name].measures
     report = {
         "run_id": run_id,
         **stages,
         "documents_failed": failed,
+        "measures": measures.metadata(),
         "generation": review.metadata(),
     }
     if args.json:
@@ -234,6 +275,91 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
             f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
             f"{failed} failed"
         )
+        line = f"  {duration(measures.wall_seconds)} wall-clock, " + (
+            f"{measures.window_used_fraction:.1%} of its {duration(measures.window_seconds)} window"
+        )
+        if measures.inputs:
+            line += (
+                f"; {measures.inputs_per_second:,.1f} inputs/s on {measures.device} "
+                f"({measures.dtype}), {measures.cost_per_1k_inputs:.6f} {measures.currency} "
+                "per 1k inputs (estimated)"
+            )
+        print(line)
+    return 0
+
+
+def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:
+    """A progress bar on a terminal, plain lines every 30 s otherwise; and the pace."""
+    if not stream.isatty():
+        return (lambda update: print(f"batch-pipeline: {update.line()}", file=stream)), 30.0
+    bars: dict[str, tqdm] = {}
+
+    def show(update: ProgressUpdate) -> None:
+        bar = bars.get(update.stage)
+        if bar is None:
+            bar = bars[update.stage] = tqdm(
+                total=update.total, desc=update.stage, unit=f" {update.unit}", file=stream
+            )
+        bar.update(update.done - bar.n)
+        if update.tokens:
+            bar.set_postfix_str(f"{update.tokens_per_second:,.0f} tokens/s", refresh=False)
+        bar.refresh()
+        if update.finished:
+            bar.close()
+
+    return show, 0.5
+
+
+def _report(ctx: _Context, args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise ConfigError(f"--runs must be at least 1, not {args.runs}")
+    runs = []
+    for name in ctx.collections(args.collection):
+        collection = ctx.config.collection(name)
+        partitions = [name] + (collection.partition_keys() if collection.shards > 1 else [])
+        for partition in partitions:
+            runs += reported_runs(ctx.tracking.partition_runs([partition], args.runs))
+    summary = trend(runs)
+    if args.json:
+        print(_json({"runs": [r.as_dict() for r in runs], "summary": summary}))
+        return 0
+    if not runs:
+        print("no runs with measures yet")
+        return 0
+    columns = [
+        ("partition", "PARTITION"),
+        ("started", "STARTED"),
+        ("trigger", "TRIGGER"),
+        ("inputs", "INPUTS"),
+        ("tokens", "TOKENS"),
+        ("seconds", "SECONDS"),
+        ("inputs_per_second", "INPUTS/S"),
+        ("cost_per_1k_inputs", "COST/1K"),
+        ("window", "WINDOW"),
+        ("failed", "FAILED"),
+        ("retries", "RETRIES"),
+        ("completeness", "COMPLETE"),
+    ]
+    rows = []
+    for run in runs:
+        r = run.as_dict()
+        window = r["window_used_fraction"]
+        rows.append(
+            {
+                **r,
+                "started": datetime.fromisoformat(r["started_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+                "cost_per_1k_inputs": (
+                    None if r["cost_per_1k_inputs"] is None else f"{r['cost_per_1k_inputs']:.6f}"
+                ),
+                "window": None
+                if window is None
+                else f"{window:.1%}" + (" OVERRAN" if r["overran"] else ""),
+                "failed": f"{r['documents_failed']}/{r['documents_attempted']}",
+                "completeness": (None if r["completeness"] is None else f"{r['completeness']:.1%}"),
+            }
+        )
+    _print_table(columns, rows)
+    print(f"summary: {trend_line(summary)}")
     return 0
 
 
@@ -336,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         "search": _search,
         "status": _status,
         "run": _run,
+        "report": _report,
         "failures": _failures,
         "doctor": _doctor,
         "generations": _generations,

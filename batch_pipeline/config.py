@@ -231,6 +231,12 @@ class ScheduleConfig(_Strict):
     enabled: bool = Field(default=True, description="Start the schedule running by default.")
     cron: str = Field(default="0 2 * * *", description="Cron expression.")
     timezone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
+    window_minutes: float = Field(
+        default=240,
+        gt=0,
+        description="The wall-clock window a scheduled, manual or backfill run must fit in; "
+        "a longer run fails the run_within_window check (warning).",
+    )
 
     @field_validator("cron")
     @classmethod
@@ -258,6 +264,40 @@ class FreshnessConfig(_Strict):
     lag_budget_seconds: int = Field(
         default=3600, ge=1, description="The freshness check fails when any partition lags more."
     )
+
+
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+DEFAULT_DEVICE_HOUR = {"cpu": 0.10, "cuda": 3.50, "mps": 0.0}
+
+
+class CostConfig(_Strict):
+    """Prices the run measures estimate cost from. Estimates, not bills: nothing is metered
+    and the currency is only a label."""
+
+    device_hour: dict[str, float] = Field(
+        default=DEFAULT_DEVICE_HOUR,
+        description="Price of one hour of each device kind (cpu, cuda, mps) while execute "
+        "runs on it; kinds left out keep their defaults.",
+    )
+    host_hour: float = Field(
+        default=0.10, ge=0, description="Price of one hour of the host that runs every stage."
+    )
+    currency: str = Field(default="USD", min_length=1, description="Label of the prices.")
+
+    @field_validator("device_hour")
+    @classmethod
+    def _known_devices(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(DEVICE_KINDS))
+        if unknown:
+            raise ValueError(f"unknown device kind {unknown[0]!r}; use {', '.join(DEVICE_KINDS)}")
+        negative = sorted(k for k, v in value.items() if v < 0)
+        if negative:
+            raise ValueError(f"price of {negative[0]!r} must be at least 0")
+        return {**DEFAULT_DEVICE_HOUR, **value}
+
+    def device_price(self, device: str) -> float:
+        """Hourly price of a device as the runner names it (`cuda:0` is a `cuda`)."""
+        return self.device_hour.get(device.split(":", 1)[0], self.device_hour["cpu"])
 
 
 class MaintenanceConfig(_Strict):
@@ -324,6 +364,7 @@ class PipelineConfig(_Strict):
     sensor: SensorConfig = SensorConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     freshness: FreshnessConfig = FreshnessConfig()
+    cost: CostConfig = CostConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
     limits: LimitsConfig = LimitsConfig()
     generations: GenerationsConfig = GenerationsConfig()

@@ -7,6 +7,7 @@ its own under `staging/<partition>/<run_id>/`. The generation the configuration 
 handled by `GenerationLifecycle`.
 """
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,10 +21,19 @@ from batch_pipeline.generations.lifecycle import (
     LiveGeneration,
 )
 from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
+from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.measures.run import (
+    MANUAL,
+    BackfillEstimate,
+    RunMeasures,
+    backfill_estimate,
+    run_window_seconds,
+)
 from batch_pipeline.names import generation_index
 from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE
@@ -33,12 +43,17 @@ from batch_pipeline.stages.collect import (
     LandedDocuments,
     collect_documents,
 )
-from batch_pipeline.stages.execute import ExecuteSummary, checkpoints_used, execute_plan
+from batch_pipeline.stages.execute import (
+    ExecuteSummary,
+    checkpoints_used,
+    execute_plan,
+    execute_record,
+)
 from batch_pipeline.stages.land import LandingContext, LandSummary, land_documents
 from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
 from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
-from batch_pipeline.state.reconcile import reconcile_index
-from batch_pipeline.state.staging import StagePath, is_full_pass
+from batch_pipeline.state.reconcile import ReconcileReport, reconcile_index
+from batch_pipeline.state.staging import StagePath, collected_at, is_full_pass
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -188,7 +203,13 @@ class PartitionPipeline:
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
 
-    def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
+    def prepare(
+        self,
+        run_id: str,
+        collected: StagePath,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> StageOutput:
         out = self.path(run_id, PREPARE.file)
         summary: PrepareSummary = prepare_chunks(
             collected,
@@ -197,6 +218,8 @@ class PartitionPipeline:
             self.chunk_settings(),
             self.fingerprint,
             lambda ids: self.store.chunk_keys(self.index, ids),
+            progress=progress,
+            progress_interval=progress_interval,
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
@@ -218,8 +241,11 @@ class PartitionPipeline:
         plan: StagePath,
         get_runner: Callable[[], Embedder],
         checkpoint_every: int = 8,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
     ) -> StageOutput:
-        """Run the plan; the model is only loaded (by `get_runner`) if there is work."""
+        """Run the plan; the model is only loaded (by `get_runner`) if there is work.
+        `progress` hears how far it got every `progress_interval` seconds."""
         out = self.path(run_id, EXECUTE.file)
         summary: ExecuteSummary = execute_plan(
             plan,
@@ -228,6 +254,8 @@ class PartitionPipeline:
             self.model.embedding_dimension,
             self.checkpoint_dir(),
             checkpoint_every,
+            progress,
+            progress_interval,
         )
         return StageOutput(out, summary)
 
@@ -238,7 +266,13 @@ class PartitionPipeline:
         chunks: StagePath,
         embeddings: StagePath,
         dimension: int,
+        trigger: str = MANUAL,
+        retries: int = 0,
+        started_at: float | None = None,
     ) -> LandSummary:
+        """Land the run, then record it with its measures (`RunMeasures`): `trigger` says
+        what started it, `retries` how many of its steps were retried, `started_at` when it
+        started (default: when its collect started)."""
         ctx = LandingContext(
             collection=self.name,
             index=self.index,
@@ -273,6 +307,15 @@ class PartitionPipeline:
             self.tracking.record_failures(self.index, summary.failures, run_id)
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
+        summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
+        summary.measures = self.measure_run(
+            run_id,
+            summary,
+            execute_record(embeddings),
+            trigger,
+            retries,
+            started_at or collected_at(collected),
+        )
         self.tracking.record_run(
             run_id,
             self.index,
@@ -280,7 +323,6 @@ class PartitionPipeline:
             fingerprint=self.fingerprint,
             docs_landed=summary.documents_landed,
             docs_deleted=summary.documents_deleted,
-            docs_failed=len(summary.failures),
             chunks_embedded=summary.chunks_embedded,
             chunks_resumed=summary.chunks_resumed,
             chunks_reused=summary.chunks_reused,
@@ -288,6 +330,7 @@ class PartitionPipeline:
             chunks_removed=summary.chunks_removed,
             table_version=summary.table_version,
             table_version_before=version_before,
+            **summary.measures.record(),
         )
         self._remove_landed_checkpoints(embeddings)
         self.staging.prune_runs(
@@ -298,6 +341,73 @@ class PartitionPipeline:
             unfinished_grace_seconds=upkeep.unlanded_run_retention_hours * 3600,
         )
         return summary
+
+    # ----------------------------------------------------------------- measures
+
+    def measure_run(
+        self,
+        run_id: str,
+        landed: LandSummary,
+        executed: dict,
+        trigger: str,
+        retries: int,
+        started_at: float,
+    ) -> RunMeasures:
+        """The run's measures from what its stages recorded and the prices in force."""
+        report: ReconcileReport | None = landed.reconciled
+        completeness = partition_completeness(
+            self.tracking, self.index, self.config.limits.quarantine_after_failures, report
+        )
+        failed = self.tracking.failed_in_run(self.index, run_id)
+        device = executed.get("device")
+        cost = self.config.cost
+        return RunMeasures(
+            partition=self.partition,
+            trigger=trigger,
+            started_at=started_at,
+            finished_at=time.time(),
+            inputs=int(executed.get("inputs", 0)),
+            tokens=int(executed.get("tokens", 0)),
+            execute_seconds=float(executed.get("seconds", 0.0)),
+            device=device,
+            dtype=executed.get("dtype"),
+            fidelity_min_cosine=executed.get("fidelity_min_cosine"),
+            device_price_hour=cost.device_price(device) if device else 0.0,
+            host_price_hour=cost.host_hour,
+            currency=cost.currency,
+            window_seconds=run_window_seconds(self.config, trigger),
+            docs_attempted=(
+                landed.documents_landed
+                + landed.documents_deleted
+                + landed.documents_superseded
+                + failed
+            ),
+            docs_failed=failed,
+            retries=retries,
+            inputs_resumed=int(executed.get("inputs_resumed", 0)),
+            oom_splits=int(executed.get("oom_splits", 0)),
+            docs_quarantined=int(completeness["documents_quarantined"]),
+            completeness=float(completeness["completeness"]),
+            partition_inputs=self.chunk_total(),
+        )
+
+    def chunk_total(self) -> int:
+        """Chunks of this partition's landed documents: what a full rebuild would embed."""
+        if self.shard is None:
+            return self.tracking.chunk_total(self.index)
+        pages = self.tracking.iter_documents(self.index, ["doc_id", "chunk_count"])
+        return sum(count for page in pages for doc_id, count in page if self.owns(doc_id))
+
+    def recent_measures(self, limit: int = 20) -> list[RunMeasures]:
+        """The measures of this generation's newest runs on this partition (all shards of a
+        whole collection), newest first."""
+        rows = self.tracking.partition_runs(self.covered_partitions(), limit, self.index)
+        return [m for row in rows if (m := RunMeasures.from_record(row)) is not None]
+
+    def backfill_estimate(self) -> BackfillEstimate | None:
+        """Re-embedding the whole partition at the throughput recent runs measured: would a
+        model change's backfill fit the nightly window? None before any run embedded."""
+        return backfill_estimate(self.recent_measures(), self.chunk_total(), self.config)
 
     def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:
         """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
@@ -347,6 +457,9 @@ class PartitionPipeline:
         doc_ids: list[str] | None = None,
         checkpoint_every: int = 8,
         on_wait: Callable[[str], None] | None = None,
+        trigger: str = MANUAL,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
     ) -> dict[str, object]:
         """All five stages in order (what a Dagster run of one partition does); their
         summaries by stage name.
@@ -355,19 +468,26 @@ class PartitionPipeline:
         The partition's run lease is held throughout: a second run of the partition waits
         for the first (`on_wait` hears who holds it) and then finds only what is still stale.
         (Dagster runs of a partition are queued one at a time by the run coordinator.)
+        `trigger` is recorded with the run's measures; `progress` hears how prepare and
+        execute get on.
         """
+        started_at = time.time()
         get_runner = runner if callable(runner) else (lambda: runner)
         with self.tracking.partition_lease(self.partition, owner=run_id, on_wait=on_wait):
             collected = self.collect(run_id, doc_ids)
-            chunks = self.prepare(run_id, collected.path)
+            chunks = self.prepare(run_id, collected.path, progress, progress_interval)
             plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
-            embeddings = self.execute(run_id, plan.path, get_runner, checkpoint_every)
+            embeddings = self.execute(
+                run_id, plan.path, get_runner, checkpoint_every, progress, progress_interval
+            )
             landed = self.land(
                 run_id,
                 collected.path,
                 chunks.path,
                 embeddings.path,
                 self.model.embedding_dimension,
+                trigger=trigger,
+                started_at=started_at,
             )
         return {
             COLLECT.name: collected.summary,

@@ -2,6 +2,7 @@
 
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
+from batch_pipeline.measures.run import BackfillEstimate
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.collect import (
@@ -42,6 +43,7 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
     stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED)) + missing
     live = pipeline.generations.live(pipeline.name)
     generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
+    backfill = pipeline.backfill_estimate()
     return {
         "collection": pipeline.name,
         "live_table": live.index_name if live else None,
@@ -67,8 +69,17 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
             pipeline.config.limits.quarantine_after_failures,
             report,
         ),
+        **_backfill(backfill),
         "source_error": source_error,
     }
+
+
+def _backfill(estimate: BackfillEstimate | None) -> dict[str, object]:
+    """The backfill estimate's figures (None before any run measured a throughput)."""
+    if estimate is None:
+        keys = ("backfill_inputs", "backfill_estimate_seconds", "backfill_estimate_cost")
+        return {**dict.fromkeys(keys), "backfill_fits_window": None, "window_seconds": None}
+    return {**estimate.metadata(), "window_seconds": estimate.window_seconds}
 
 
 def source_problem(pipeline: PartitionPipeline) -> str | None:

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
 from batch_pipeline.inference.embedder import Embedder, RunStats
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import EXECUTE
 from batch_pipeline.state.staging import (
     StagePath,
     StageWriter,
@@ -30,6 +32,7 @@ from batch_pipeline.state.staging import (
     read_batches,
     read_table,
     schema_metadata,
+    stage_summary,
 )
 
 CHECKPOINTS_KEY = b"checkpoints"
@@ -64,6 +67,28 @@ class ExecuteSummary:
     dimension: int
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
+
+    @property
+    def fidelity_min_cosine(self) -> float | None:
+        """The lowest cosine to fp32 vectors this dtype is known to keep: 1.0 in fp32 (the
+        reference itself); None when not measured."""
+        return 1.0 if self.dtype == "float32" else None
+
+    def record(self) -> dict[str, object]:
+        """What land needs to measure the run, written into the output file's footer."""
+        s = self.stats
+        ran = bool(s.inputs)
+        return {
+            "inputs": s.inputs,
+            "tokens": s.tokens,
+            "seconds": s.seconds,
+            "oom_splits": s.oom_splits,
+            "inputs_failed": len(self.failed_inputs),
+            "inputs_resumed": self.resumed_inputs,
+            "device": self.device if ran else None,
+            "dtype": self.dtype if ran else None,
+            "fidelity_min_cosine": self.fidelity_min_cosine if ran else None,
+        }
 
     def metadata(self) -> dict[str, object]:
         """Counts always; throughput, padding, device and dtype only when something ran, so a
@@ -162,6 +187,12 @@ def _write_resumed(
     return written
 
 
+def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
+    """What the execute that wrote this file recorded (`ExecuteSummary.record`); {} for files
+    written before it did."""
+    return stage_summary(embeddings_path)
+
+
 def checkpoints_used(embeddings_path: StagePath | Path) -> list[str] | None:
     """The checkpoint folders an execute output wrote or resumed from (None: not recorded)."""
     recorded = schema_metadata(embeddings_path).get(CHECKPOINTS_KEY)
@@ -175,8 +206,11 @@ def execute_plan(
     dimension: int,
     checkpoint_dir: StagePath | Path | None = None,
     checkpoint_every: int = 8,
+    progress: ProgressSink | None = None,
+    progress_interval: float = 15.0,
 ) -> ExecuteSummary:
-    """Embed the plan, checkpointing every `checkpoint_every` batches to `checkpoint_dir`.
+    """Embed the plan, checkpointing every `checkpoint_every` batches to `checkpoint_dir`,
+    and telling `progress` how far it got every `progress_interval` seconds.
 
     Inputs found in checkpoints (from a run that was killed) are not embedded again, so a
     retry recomputes at most one checkpoint interval. An empty plan writes an empty file
@@ -203,26 +237,35 @@ def execute_plan(
         done_keys = _write_resumed(writer, parts, resumed, dimension)
         todo_count += len(resumed - done_keys)
         if not todo_count:
-            return ExecuteSummary(
+            summary = ExecuteSummary(
                 stats=RunStats(),
                 device="none",  # nothing to embed: no model was loaded
                 dtype="none",
                 dimension=dimension,
                 resumed_inputs=len(done_keys),
             )
-        return _embed(plan_path, writer, get_runner(), dimension, done_keys, own, checkpoint_every)
+        else:
+            tracker = Progress(EXECUTE.name, todo_count, progress, interval=progress_interval)
+            summary = _embed(
+                plan_path, writer, get_runner, dimension, done_keys, own, checkpoint_every, tracker
+            )
+        writer.summary = summary.record()
+        return summary
 
 
 def _embed(
     plan_path: StagePath | Path,
     writer: StageWriter,
-    runner: Embedder,
+    get_runner: Callable[[], Embedder],
     dimension: int,
     done_keys: set[str],
     checkpoint_dir: StagePath | None,
     checkpoint_every: int,
+    progress: Progress,
 ) -> ExecuteSummary:
     """Embed the planned inputs not in `done_keys`, writing and checkpointing the vectors."""
+    progress.start()  # before the model loads: the total is known now
+    runner = get_runner()
     stats = RunStats()
     schema = embeddings_schema(dimension)
     if runner.dimension != dimension:
@@ -254,7 +297,10 @@ def _embed(
         checkpoints += 1
         crash_point("execute", checkpoints)
 
+    tokens_seen = 0
     for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
+        progress.advance(len(positions), stats.tokens - tokens_seen)
+        tokens_seen = stats.tokens
         now = datetime.now(UTC)
         table = pa.table(
             {
@@ -271,6 +317,8 @@ def _embed(
         if n % max(1, checkpoint_every) == 0:
             checkpoint()
     checkpoint()
+    progress.advance(len(stats.failed), stats.tokens - tokens_seen)  # failed inputs are done too
+    progress.finish()
     return ExecuteSummary(
         stats=stats,
         device=runner.device,

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from batch_pipeline.faults import crash_point
 from batch_pipeline.iterables import batched
+from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.stages.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, UNCHANGED
 from batch_pipeline.stages.join import vectors_in_chunk_order
-from batch_pipeline.state.reconcile import chunk_digest
+from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
 from batch_pipeline.state.tracking import CONTENT_FAILURE_REASONS, FailureRecord, TrackingStore
@@ -46,6 +47,9 @@ class LandSummary:
     documents_superseded: int = 0  # a concurrent run landed newer content first
     compacted: bool = False  # small commits had piled up past the thresholds
     failures: list[FailureRecord] = field(default_factory=list)
+    # set by the pipeline once landed: the table checked against tracking, and the measures
+    reconciled: ReconcileReport | None = None
+    measures: RunMeasures | None = None
 
     def metadata(self) -> dict[str, object]:
         return {

@@ -12,8 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW
-from batch_pipeline.state.staging import StageWriter, read_batches
+from batch_pipeline.state.staging import StageWriter, read_batches, row_count
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.text.chunking import ChunkSettings, chunk_document
 from batch_pipeline.text.normalize import parse_document
@@ -69,18 +71,27 @@ def prepare_chunks(
     fingerprint: str,
     existing_keys: ExistingKeys,
     docs_per_batch: int = 64,
+    progress: ProgressSink | None = None,
+    progress_interval: float = 15.0,
 ) -> PrepareSummary:
     """Chunk every new or changed document; the tokenizer is only loaded (by `get_tokenizer`,
-    seconds of imports) once a document needs chunking, so a no-op refresh skips it."""
+    seconds of imports) once a document needs chunking, so a no-op refresh skips it.
+    `progress` hears how many collected documents were gone through, from the first one that
+    needs chunking on, every `progress_interval` seconds."""
     summary = PrepareSummary()
     tokenizer = None
+    tracker = Progress(
+        PREPARE.name, row_count(collected_path), progress, "documents", progress_interval
+    )
     columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
     with StageWriter(out_path, CHUNKS_SCHEMA) as writer:
         for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
+            tracker.advance(batch.num_rows)
             docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
             if not docs:
                 continue
             if tokenizer is None:  # outside the per-document guard: a load failure stops the run
+                tracker.start()
                 tokenizer = get_tokenizer()
             existing = existing_keys([d["doc_id"] for d in docs])
             by_doc: dict[str, set[str]] = {}
@@ -133,4 +144,5 @@ def prepare_chunks(
                         }
                     )
                 summary.chunks_removed += len(by_doc.get(doc["doc_id"], set()) - kept)
+    tracker.finish()  # reported only if something needed chunking
     return summary

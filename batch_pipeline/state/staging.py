@@ -9,6 +9,7 @@ under its final name only once complete: writers write `<name>.tmp` and then mov
 Stage functions take a `StagePath`, or a plain local `Path` (tests and scripts).
 """
 
+import json
 import posixpath
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 
 WRITE_BATCH_ROWS = 512
 MAX_ROW_GROUP_ROWS = 16384  # what a reader holds at once
+SUMMARY_KEY = "batch_pipeline.summary"  # a stage file's footer: what the stage did
 
 # LanceDB's storage option names (what users already write for LanceDB) -> pyarrow's S3 names
 _S3_OPTION_NAMES = {
@@ -237,13 +239,16 @@ class StagingArea:
 class StageWriter:
     """Buffers rows and writes them to Parquet in record batches; always writes a file.
 
-    Readers only ever see a complete file (`StagePath.atomic_output`).
+    Readers only ever see a complete file (`StagePath.atomic_output`). A `summary` set before
+    the file is closed (what the stage did, known only at its end) goes into the file's
+    footer, where the next stage reads it with `stage_summary`.
     """
 
     def __init__(self, path: "StagePath | Path", schema: pa.Schema) -> None:
         self.path = as_stage_path(path)
         self.schema = schema
         self.rows = 0
+        self.summary: dict[str, object] | None = None
         self._buffer: list[dict] = []
         self._output = ExitStack()
         self._writer = pq.ParquetWriter(
@@ -268,6 +273,8 @@ class StageWriter:
 
     def close(self) -> None:
         self.flush()
+        if self.summary is not None:
+            self._writer.add_key_value_metadata({SUMMARY_KEY: json.dumps(self.summary)})
         self._writer.close()
         self._output.close()
 
@@ -319,6 +326,12 @@ def row_count(path: "StagePath | Path") -> int:
 
 def schema_metadata(path: "StagePath | Path") -> dict[bytes, bytes]:
     return parquet_file(path).schema_arrow.metadata or {}
+
+
+def stage_summary(path: "StagePath | Path") -> dict[str, object]:
+    """The summary a stage wrote into its file's footer ({} if it wrote none)."""
+    recorded = (parquet_file(path).metadata.metadata or {}).get(SUMMARY_KEY.encode())
+    return json.loads(recorded) if recorded else {}
 
 
 def is_full_pass(collected_path: "StagePath | Path") -> bool:

@@ -1,6 +1,8 @@
 """The run tags that say what started a run and in which mode; one spelling for everything
 that writes or reads them (sensors, the schedule, the assets, reports)."""
 
+from batch_pipeline.measures.run import BACKFILL, MANUAL, SCHEDULE, SENSOR
+
 TRIGGER_TAG = "batch_pipeline/trigger"
 MODE_TAG = "batch_pipeline/mode"
 
@@ -22,3 +24,21 @@ def nightly_tags() -> dict[str, str]:
 def is_reconcile(tags: dict[str, str]) -> bool:
     """Whether a run's tags ask for the nightly reconciliation's table maintenance."""
     return tags.get(MODE_TAG) == RECONCILE_MODE
+
+
+# Dagster's own tags on runs that a backfill, a sensor or a schedule launched.
+DAGSTER_BACKFILL_TAG = "dagster/backfill"
+DAGSTER_SENSOR_TAG = "dagster/sensor_name"
+DAGSTER_SCHEDULE_TAG = "dagster/schedule_name"
+
+
+def trigger_of(tags: dict[str, str]) -> str:
+    """What started a run, as its measures record it: backfill, sensor, schedule or manual."""
+    if DAGSTER_BACKFILL_TAG in tags:
+        return BACKFILL
+    trigger = tags.get(TRIGGER_TAG)
+    if trigger in (PUBLISH_SENSOR, PUBLISH_SENSOR_FULL) or DAGSTER_SENSOR_TAG in tags:
+        return SENSOR
+    if trigger == NIGHTLY_SCHEDULE or DAGSTER_SCHEDULE_TAG in tags:
+        return SCHEDULE
+    return MANUAL

@@ -178,6 +178,7 @@ def test_index_matches_tracking_blocks_what_follows_and_checks_are_described():
         "freshness_lag_within_budget",
         "completeness",
         "embedding_drift",
+        "run_within_window",
     }
     assert specs["index_matches_tracking"].blocking
     assert all(spec.description and spec.partitions_def for spec in specs.values())

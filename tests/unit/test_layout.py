@@ -13,9 +13,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("batch_pipeline.names", "batch_pipeline.iterables", "batch_pipeline.faults"),
     ("batch_pipeline.config",),
     ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
+    ("batch_pipeline.measures",),
     ("batch_pipeline.state",),
     ("batch_pipeline.stages",),
-    ("batch_pipeline.generations",),
+    # completeness and freshness read the state only; status reads a pipeline
+    (
+        "batch_pipeline.generations",
+        "batch_pipeline.health.completeness",
+        "batch_pipeline.health.freshness",
+    ),
     ("batch_pipeline.pipeline",),
     ("batch_pipeline.health", "batch_pipeline.triggers", "batch_pipeline.search"),
     ("batch_pipeline.cli", "batch_pipeline.bench", "batch_pipeline.partitions"),

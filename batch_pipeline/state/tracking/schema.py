@@ -81,6 +81,27 @@ runs = sa.Table(
     # "landing" from before a run's first commit until it finishes; "landed" (or NULL, from
     # older versions) after. So a run that crashed after committing rows is still known.
     sa.Column("state", sa.String(16)),
+    # The run's measures (`batch_pipeline.measures.run.RunMeasures`); NULL for older runs.
+    sa.Column("partition", sa.String(128)),
+    sa.Column("trigger", sa.String(16)),  # sensor, schedule, backfill or manual
+    sa.Column("started_at", sa.Float),
+    sa.Column("inputs", sa.Integer),  # inputs embedded by this run
+    sa.Column("tokens", sa.Integer),
+    sa.Column("execute_seconds", sa.Float),
+    sa.Column("device", sa.String(32)),
+    sa.Column("dtype", sa.String(16)),
+    sa.Column("fidelity_min_cosine", sa.Float),
+    sa.Column("device_price_hour", sa.Float),
+    sa.Column("host_price_hour", sa.Float),
+    sa.Column("currency", sa.String(16)),
+    sa.Column("window_seconds", sa.Float),
+    sa.Column("docs_attempted", sa.Integer),
+    sa.Column("retries", sa.Integer),
+    sa.Column("inputs_resumed", sa.Integer),
+    sa.Column("oom_splits", sa.Integer),
+    sa.Column("docs_quarantined", sa.Integer),
+    sa.Column("completeness", sa.Float),
+    sa.Column("partition_inputs", sa.Integer),  # chunks a full rebuild would embed
 )
 
 # One row per collection and model fingerprint: building, candidate, live, retired, dropped.

@@ -395,6 +395,7 @@ class TrackingStore(GenerationRecords):
     def record_run(self, run_id: str, index: str, **values: Any) -> None:
         """A run's summary once it has landed (replacing its `landing` record)."""
         key = (runs.c.run_id == run_id, runs.c.generation == index)
+        values.setdefault("finished_at", time.time())
         with self.engine.begin() as conn:
             started = conn.execute(sa.select(runs.c.table_version_before).where(*key)).first()
             if started is not None and started.table_version_before is not None:
@@ -404,7 +405,6 @@ class TrackingStore(GenerationRecords):
                 runs.insert().values(
                     run_id=run_id,
                     generation=index,
-                    finished_at=time.time(),
                     state=LANDED,
                     **values,
                 )
@@ -423,6 +423,34 @@ class TrackingStore(GenerationRecords):
         query = sa.select(runs).where(runs.c.run_id == run_id).order_by(runs.c.generation)
         with self.engine.connect() as conn:
             return [_run_row(row) for row in conn.execute(query)]
+
+    def partition_runs(
+        self, partitions: list[str], limit: int, index: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest `limit` landed runs of these partitions that recorded their measures,
+        newest first; only those that landed into generation `index` when it is given."""
+        query = sa.select(runs).where(runs.c.partition.in_(partitions), _landed(runs.c.state))
+        if index is not None:
+            query = query.where(runs.c.generation == index)
+        query = query.order_by(runs.c.finished_at.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [_run_row(row) for row in conn.execute(query)]
+
+    def failed_in_run(self, index: str, run_id: str) -> int:
+        """Documents of generation `index` whose latest failure was in this run."""
+        query = sa.select(sa.func.count()).where(
+            failures.c.generation == index, failures.c.run_id == run_id
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def chunk_total(self, index: str) -> int:
+        """Chunks of every landed document of generation `index`."""
+        query = sa.select(sa.func.coalesce(sa.func.sum(documents.c.chunk_count), 0)).where(
+            documents.c.generation == index
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def last_run(self, index: str) -> dict[str, Any] | None:
         query = (

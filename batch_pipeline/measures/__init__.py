@@ -1,0 +1,3 @@
+"""The measures batch inference is judged by, per run and per partition: throughput, cost
+per 1,000 inputs, wall-clock against the run's window, failure and retry rate, completeness;
+the progress of a long stage; and the report that lists them (`batch-pipeline report`)."""

@@ -1,0 +1,123 @@
+"""Progress of a long stage: done of total, rate, ETA, reported at a steady pace.
+
+`Progress` is told what was done (`advance`) and hands a `ProgressUpdate` to its sink at most
+every `interval` seconds, and once at the end, so a backfill of a million inputs reports
+steadily without flooding a log. The sinks: the Dagster event log (the assets), a progress bar
+or plain lines (the CLI). The clock is injected so the pacing can be tested without waiting.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def duration(seconds: float) -> str:
+    """`1h 02m`, `3m 07s`, `12s`."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    stage: str
+    unit: str  # what is counted: "inputs", "documents"
+    done: int
+    total: int
+    tokens: int
+    elapsed: float
+    finished: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the rate so far; None before anything is done."""
+        if self.finished or self.done >= self.total:
+            return 0.0
+        return (self.total - self.done) / self.rate if self.rate > 0 else None
+
+    def line(self) -> str:
+        """`execute: 12,000/1,000,000 inputs (1.2%), 3,400 tokens/s, ETA 2h 13m`."""
+        if not self.done and not self.finished:
+            return f"{self.stage}: {self.total:,} {self.unit} to do"
+        share = self.done / self.total * 100 if self.total else 100.0
+        parts = [f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({share:.1f}%)"]
+        if self.tokens:
+            parts.append(f"{self.tokens_per_second:,.0f} tokens/s")
+        else:
+            parts.append(f"{self.rate:,.1f} {self.unit}/s")
+        if self.finished:
+            parts.append(f"done in {duration(self.elapsed)}")
+        else:
+            eta = self.eta_seconds
+            parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA unknown")
+        return ", ".join(parts)
+
+
+ProgressSink = Callable[[ProgressUpdate], None]
+
+
+class Progress:
+    """Counts work done and, once `start`ed, reports it to `sink` every `interval` seconds
+    and at the end. (A stage that may find nothing to do starts it at its first real work,
+    so a no-op run reports nothing.)"""
+
+    def __init__(
+        self,
+        stage: str,
+        total: int,
+        sink: ProgressSink | None,
+        unit: str = "inputs",
+        interval: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stage = stage
+        self.total = total
+        self.sink = sink
+        self.unit = unit
+        self.interval = interval
+        self.clock = clock
+        self.done = 0
+        self.tokens = 0
+        self._started = clock()
+        self._last = self._started
+        self._reporting = False
+
+    def update(self, finished: bool = False) -> ProgressUpdate:
+        return ProgressUpdate(
+            self.stage,
+            self.unit,
+            self.done,
+            self.total,
+            self.tokens,
+            self.clock() - self._started,
+            finished,
+        )
+
+    def start(self) -> None:
+        """Report the start, so a long stage shows at once what lies ahead."""
+        self._reporting = self.sink is not None
+        if self.sink is not None:
+            self.sink(self.update())
+
+    def advance(self, done: int, tokens: int = 0) -> None:
+        self.done += done
+        self.tokens += tokens
+        now = self.clock()
+        if self._reporting and now - self._last >= self.interval:
+            self._last = now
+            self.sink(self.update())
+
+    def finish(self) -> None:
+        if self._reporting:
+            self.sink(self.update(finished=True))  # type: ignore[misc]

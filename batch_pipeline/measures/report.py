@@ -1,0 +1,101 @@
+"""`batch-pipeline report`: the newest runs per partition with their measures, and a trend.
+
+Rows are built from what the tracking store recorded (`RunMeasures`), so the report works the
+same for Dagster runs and for cron users of `batch-pipeline run`.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from batch_pipeline.measures.run import RunMeasures, median
+
+
+@dataclass(frozen=True)
+class ReportedRun:
+    run_id: str
+    generation: str
+    measures: RunMeasures
+
+    def as_dict(self) -> dict[str, object]:
+        """One run's line of the report, JSON-ready (times in ISO 8601)."""
+        m = self.measures
+        return {
+            "run_id": self.run_id,
+            "partition": m.partition,
+            "generation": self.generation,
+            "started_at": datetime.fromtimestamp(m.started_at, UTC).isoformat(),
+            "trigger": m.trigger,
+            "inputs": m.inputs,
+            "tokens": m.tokens,
+            "seconds": round(m.wall_seconds, 3),
+            "execute_seconds": round(m.execute_seconds, 3),
+            "inputs_per_second": _round(m.inputs_per_second, 2),
+            "tokens_per_second": _round(m.tokens_per_second, 1),
+            "device": m.device,
+            "dtype": m.dtype,
+            "cost_per_1k_inputs": _round(m.cost_per_1k_inputs, 6),
+            "cost_per_1m_tokens": _round(m.cost_per_1m_tokens, 6),
+            "execute_cost": round(m.execute_cost, 6),
+            "run_cost": round(m.run_cost, 6),
+            "currency": m.currency,
+            "window_seconds": m.window_seconds,
+            "window_used_fraction": _round(m.window_used_fraction, 4),
+            "overran": m.overran,
+            "documents_attempted": m.docs_attempted,
+            "documents_failed": m.docs_failed,
+            "failure_rate": _round(m.failure_rate, 4),
+            "retries": m.retries,
+            "inputs_resumed": m.inputs_resumed,
+            "oom_splits": m.oom_splits,
+            "documents_quarantined": m.docs_quarantined,
+            "completeness": m.completeness,
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def reported_runs(rows: Iterable[dict]) -> list[ReportedRun]:
+    """Report lines from tracking's run records, oldest first; runs recorded before measures
+    existed are left out."""
+    found = [
+        ReportedRun(str(row["run_id"]), str(row["generation"]), measures)
+        for row in rows
+        if (measures := RunMeasures.from_record(row)) is not None
+    ]
+    return sorted(found, key=lambda run: run.measures.started_at)
+
+
+def trend(runs: list[ReportedRun]) -> dict[str, object]:
+    """Median throughput and cost per 1k inputs over the runs that embedded something, and
+    every run that overran its window."""
+    measured = [r.measures for r in runs]
+    return {
+        "runs": len(runs),
+        "median_inputs_per_second": _round(median(m.inputs_per_second for m in measured), 2),
+        "median_cost_per_1k_inputs": _round(median(m.cost_per_1k_inputs for m in measured), 6),
+        "currency": measured[-1].currency if measured else None,
+        "overran": [r.run_id for r in runs if r.measures.overran],
+    }
+
+
+def trend_line(summary: dict[str, object]) -> str:
+    """`5 runs; median 45.2 inputs/s and 0.000210 USD per 1k inputs; none overran its window`."""
+    count = summary["runs"]
+    parts = [f"{count} run" + ("" if count == 1 else "s")]
+    if summary["median_inputs_per_second"] is not None:
+        parts.append(
+            f"median {summary['median_inputs_per_second']:,} inputs/s and "
+            f"{summary['median_cost_per_1k_inputs']:.6f} {summary['currency']} per 1k inputs"
+        )
+    else:
+        parts.append("none embedded anything")
+    overran = summary["overran"]
+    parts.append(
+        f"{len(overran)} overran its window: {', '.join(overran)}"  # type: ignore[arg-type]
+        if overran
+        else "none overran its window"
+    )
+    return "; ".join(parts)

@@ -1,0 +1,218 @@
+"""One run's measures, from its own recorded figures.
+
+`RunMeasures` holds what a run recorded (counts, seconds, device, the prices and the window
+in force) and derives the rest: throughput, estimated cost, share of the window used, failure
+rate and the backfill estimate. Costs are estimates from configured prices (`cost:` in the
+configuration), not bills. A run that embedded nothing has no throughput and no cost per
+input: `None`, so plots are not dragged to zero.
+"""
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+
+from batch_pipeline.config import PipelineConfig
+
+# What started a run (the `trigger` of its record).
+SENSOR = "sensor"
+SCHEDULE = "schedule"
+BACKFILL = "backfill"
+MANUAL = "manual"
+TRIGGERS = (SENSOR, SCHEDULE, BACKFILL, MANUAL)
+
+
+def run_window_seconds(config: PipelineConfig, trigger: str) -> float:
+    """The wall-clock a run may take: a sensor run's micro-batch window plus the freshness
+    lag budget; any other run's `schedule.window_minutes`."""
+    if trigger == SENSOR:
+        return float(config.sensor.window_seconds + config.freshness.lag_budget_seconds)
+    return config.schedule.window_minutes * 60.0
+
+
+def _ratio(numerator: float, denominator: float, scale: float = 1.0) -> float | None:
+    return numerator / denominator * scale if denominator else None
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True)
+class RunMeasures:
+    """What one run of one partition did, cost and took (stored with its run record)."""
+
+    partition: str
+    trigger: str
+    started_at: float  # epoch seconds: when the run (its first stage) started
+    finished_at: float  # when land finished
+    inputs: int = 0  # inputs embedded by this run (not resumed, not reused)
+    tokens: int = 0
+    execute_seconds: float = 0.0  # time spent embedding
+    device: str | None = None  # None: nothing was embedded, no model was loaded
+    dtype: str | None = None
+    fidelity_min_cosine: float | None = None  # vs fp32; 1.0 when run in fp32
+    device_price_hour: float = 0.0
+    host_price_hour: float = 0.0
+    currency: str = "USD"
+    window_seconds: float | None = None
+    docs_attempted: int = 0  # documents the run tried to land or delete
+    docs_failed: int = 0  # of those, failed (in any stage)
+    retries: int = 0  # step retries (Dagster's retry number) within the run
+    inputs_resumed: int = 0  # inputs taken from the checkpoints of an interrupted attempt
+    oom_splits: int = 0
+    docs_quarantined: int = 0  # documents of the partition waiting for new content
+    completeness: float | None = None
+    partition_inputs: int = 0  # chunks of the partition: what a full rebuild embeds
+
+    # ------------------------------------------------------------------ derived
+
+    @property
+    def wall_seconds(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def inputs_per_second(self) -> float | None:
+        return _ratio(self.inputs, self.execute_seconds) if self.inputs else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return _ratio(self.tokens, self.execute_seconds) if self.inputs else None
+
+    @property
+    def execute_cost(self) -> float:
+        """Execute's seconds at the device's hourly price."""
+        return self.execute_seconds * self.device_price_hour / 3600
+
+    @property
+    def run_cost(self) -> float:
+        """The whole run's wall-clock at the host's hourly price."""
+        return self.wall_seconds * self.host_price_hour / 3600
+
+    @property
+    def cost_per_1k_inputs(self) -> float | None:
+        return _ratio(self.execute_cost, self.inputs, 1000) if self.inputs else None
+
+    @property
+    def cost_per_1m_tokens(self) -> float | None:
+        return _ratio(self.execute_cost, self.tokens, 1_000_000) if self.tokens else None
+
+    @property
+    def window_used_fraction(self) -> float | None:
+        return _ratio(self.wall_seconds, self.window_seconds or 0)
+
+    @property
+    def overran(self) -> bool:
+        return self.window_seconds is not None and self.wall_seconds > self.window_seconds
+
+    @property
+    def failure_rate(self) -> float | None:
+        return _ratio(self.docs_failed, self.docs_attempted)
+
+    # ---------------------------------------------------------------- storage
+
+    def record(self) -> dict[str, object]:
+        """The run record's columns (see `state.tracking.schema.runs`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, row: dict[str, object]) -> "RunMeasures | None":
+        """The measures of a stored run; None for runs recorded before measures were."""
+        if row.get("partition") is None or row.get("started_at") is None:
+            return None
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in row.items() if k in names and v is not None}
+        return cls(**values)
+
+    def metadata(self) -> dict[str, object]:
+        """Numeric metadata the Dagster UI plots; throughput and cost per input only when
+        something was embedded, the failure rate only when something was attempted."""
+        values: dict[str, object] = {
+            "trigger": self.trigger,
+            "run_wall_seconds": round(self.wall_seconds, 3),
+            "run_cost": round(self.run_cost, 6),
+            "execute_cost": round(self.execute_cost, 6),
+            "currency": self.currency,
+            "window_seconds": self.window_seconds,
+            "window_used_fraction": _rounded(self.window_used_fraction, 4),
+            "documents_attempted": self.docs_attempted,
+            "failure_rate": _rounded(self.failure_rate, 4),
+            "step_retries": self.retries,
+            "inputs_resumed_from_checkpoint": self.inputs_resumed,
+            "oom_splits": self.oom_splits,
+            "documents_quarantined": self.docs_quarantined,
+        }
+        if self.inputs:
+            values.update(
+                inputs_per_second=_rounded(self.inputs_per_second, 2),
+                tokens_per_second=_rounded(self.tokens_per_second, 1),
+                cost_per_1k_inputs=round(self.cost_per_1k_inputs or 0.0, 6),
+                cost_per_1m_tokens=_rounded(self.cost_per_1m_tokens, 6),
+                device=self.device,
+                dtype=self.dtype,
+                fidelity_min_cosine=self.fidelity_min_cosine,
+            )
+        return values
+
+
+def measured_throughput(runs: Iterable[RunMeasures]) -> float | None:
+    """Inputs per second of execute over `runs` that embedded something (total inputs over
+    total seconds, so one tiny run does not skew it); None when none did."""
+    inputs = seconds = 0.0
+    for run in runs:
+        if run.inputs and run.execute_seconds:
+            inputs += run.inputs
+            seconds += run.execute_seconds
+    return _ratio(inputs, seconds)
+
+
+@dataclass(frozen=True)
+class BackfillEstimate:
+    """How long, and at what cost, re-embedding every chunk of a partition would take at the
+    measured throughput (what a model change's backfill needs): execute time only."""
+
+    inputs: int
+    inputs_per_second: float
+    device_price_hour: float
+    window_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.inputs / self.inputs_per_second
+
+    @property
+    def cost(self) -> float:
+        return self.seconds * self.device_price_hour / 3600
+
+    @property
+    def fits_window(self) -> bool:
+        return self.seconds <= self.window_seconds
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "backfill_inputs": self.inputs,
+            "backfill_estimate_seconds": round(self.seconds, 3),
+            "backfill_estimate_cost": round(self.cost, 6),
+            "backfill_fits_window": self.fits_window,
+        }
+
+
+def backfill_estimate(
+    runs: list[RunMeasures], inputs: int, config: PipelineConfig
+) -> BackfillEstimate | None:
+    """The estimate from the newest runs' throughput and device; None before any run
+    embedded something. A backfill is judged against the nightly window."""
+    throughput = measured_throughput(runs)
+    if throughput is None:
+        return None
+    device = next((r.device for r in runs if r.device), "cpu")
+    return BackfillEstimate(
+        inputs=inputs,
+        inputs_per_second=throughput,
+        device_price_hour=config.cost.device_price(device),
+        window_seconds=run_window_seconds(config, SCHEDULE),
+    )
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None

@@ -1,0 +1,75 @@
+"""The run's measures as the Dagster UI shows them: numeric metadata on `vector_index` (which
+the UI plots), Dagster's step retries counted, and a warning when a run overruns its window."""
+
+import dagster as dg
+import pytest
+
+from batch_pipeline.definitions import build_definitions
+from resources.testing import FakeInferenceResource
+from tests.support import STAGE_ASSETS, materialize, metadata_of, stage_resources, write_config
+
+PLOTTED = ("inputs_per_second", "cost_per_1k_inputs", "window_used_fraction", "run_wall_seconds")
+
+
+def test_land_records_the_runs_measures_as_numbers(workspace):
+    write_config(workspace["config"], extra="cost: {device_hour: {cpu: 1.5}, currency: EUR}")
+    with dg.instance_for_test() as instance:
+        result = materialize(workspace, instance, fake_model=True)
+        land = metadata_of(result, "vector_index")
+        for key in PLOTTED:
+            assert isinstance(land[key], float) and land[key] > 0, key
+        assert land["currency"] == "EUR" and land["trigger"] == "manual"
+        assert land["step_retries"] == 0 and land["failure_rate"] == 0.0
+        assert land["backfill_inputs"] == land["dagster/row_count"]
+        rebuild = land["backfill_inputs"] / land["inputs_per_second"]  # this run's throughput
+        assert land["backfill_estimate_seconds"] == pytest.approx(rebuild, abs=2e-3)
+        assert land["backfill_fits_window"] is True
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert checks["run_within_window"].passed
+        logged = [e.user_message for e in instance.all_logs(result.run_id)]
+        execute = [m for m in logged if m.startswith("execute: ")]
+        assert execute[0] == f"execute: {land['chunks_embedded']} inputs to do"
+        assert "done in" in execute[-1]
+        assert any(m.startswith("prepare: ") and "done in" in m for m in logged)
+
+        noop = materialize(workspace, instance, fake_model=True)
+        land = metadata_of(noop, "vector_index")
+        assert "inputs_per_second" not in land and "cost_per_1k_inputs" not in land
+        assert land["window_used_fraction"] > 0  # a no-op run still took time
+
+
+def test_a_run_that_overruns_its_window_warns(workspace):
+    write_config(workspace["config"], extra="schedule: {window_minutes: 0.00001}")
+    with dg.instance_for_test() as instance:
+        result = materialize(workspace, instance, fake_model=True)
+        assert result.success  # a warning, not a failure
+        check = {c.check_name: c for c in result.get_asset_check_evaluations()}["run_within_window"]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+        assert check.metadata["window_used_fraction"].value > 1
+
+
+class FlakyInferenceResource(FakeInferenceResource):
+    """FAULT INJECTION: the first model load fails as a lost connection would."""
+
+    def runner(self, model):  # noqa: ANN001, ANN201
+        if not FAILED_LOADS:
+            FAILED_LOADS.append(model.name)
+            raise ConnectionError("injected: the model server went away")
+        return super().runner(model)
+
+
+FAILED_LOADS: list[str] = []
+
+
+def test_a_step_dagster_retried_counts_as_one_retry(workspace):
+    FAILED_LOADS.clear()
+    defs = build_definitions(workspace["config"])
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.get_assets_def(name) for name in STAGE_ASSETS],
+            partition_key="handbook",
+            instance=instance,
+            resources={**stage_resources(workspace), "inference": FlakyInferenceResource()},
+        )
+        assert result.success and FAILED_LOADS == ["all-MiniLM-L6-v2"]
+        assert metadata_of(result, "vector_index")["step_retries"] == 1

@@ -1,0 +1,54 @@
+"""A long stage reports its progress at a steady pace (a fake clock, no waiting)."""
+
+from batch_pipeline.measures.progress import Progress, ProgressUpdate, duration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_reports_at_its_interval_and_at_the_end():
+    clock, seen = FakeClock(), []
+    progress = Progress("execute", 1000, seen.append, interval=30, clock=clock)
+    progress.start()
+    for _ in range(100):  # 10 inputs and 500 tokens per second for 100 s
+        clock.now += 1
+        progress.advance(10, tokens=500)
+    progress.finish()
+    assert [u.done for u in seen] == [0, 300, 600, 900, 1000]
+    assert seen[-1].finished and not seen[-2].finished
+    assert seen[1].tokens_per_second == 500 and seen[1].eta_seconds == 70
+    assert seen[1].line() == "execute: 300/1,000 inputs (30.0%), 500 tokens/s, ETA 1m 10s"
+    assert seen[0].line() == "execute: 1,000 inputs to do"
+    assert seen[-1].line().endswith("done in 1m 40s")
+
+
+def test_without_tokens_the_line_gives_the_rate_and_an_unknown_eta_before_any_work():
+    update = ProgressUpdate("prepare", "documents", 50, 200, 0, 10.0)
+    assert update.line() == "prepare: 50/200 documents (25.0%), 5.0 documents/s, ETA 30s"
+    stalled = ProgressUpdate("prepare", "documents", 0, 200, 0, 10.0, finished=False)
+    assert stalled.eta_seconds is None
+
+
+def test_nothing_is_reported_before_the_start():
+    seen = []
+    progress = Progress("prepare", 10, seen.append, interval=0)
+    progress.advance(5)
+    progress.finish()
+    assert seen == []
+
+
+def test_no_sink_means_no_reports():
+    progress = Progress("execute", 10, None, interval=0)
+    progress.start()
+    progress.advance(10)
+    progress.finish()  # nothing to call; must not fail
+    assert progress.done == 10
+
+
+def test_durations_read_as_a_person_would_say_them():
+    assert [duration(s) for s in (7, 187, 3725, 86400)] == ["7s", "3m 07s", "1h 02m", "24h 00m"]
