@@ -86,9 +86,9 @@ def prepare_chunks(
     columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
     with StageWriter(out_path, CHUNKS_SCHEMA) as writer:
         for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
-            tracker.advance(batch.num_rows)
             docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
             if not docs:
+                tracker.advance(batch.num_rows)
                 continue
             if tokenizer is None:  # outside the per-document guard: a load failure stops the run
                 tracker.start()
@@ -144,5 +144,6 @@ def prepare_chunks(
                         }
                     )
                 summary.chunks_removed += len(by_doc.get(doc["doc_id"], set()) - kept)
+            tracker.advance(batch.num_rows)
     tracker.finish()  # reported only if something needed chunking
     return summary
