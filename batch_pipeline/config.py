@@ -49,6 +49,27 @@ def _relative_to_config(value: Path | None, info: ValidationInfo) -> Path | None
     return value.resolve()
 
 
+RELATIVE_PATHS = "relative paths resolve against the config file's folder"
+
+
+def _existing_folder(value: Path | None, info: ValidationInfo) -> Path | None:
+    """A folder that must exist when the configuration loads."""
+    value = _relative_to_config(value, info)
+    if value is not None and not value.is_dir():
+        problem = "not a folder" if value.exists() else "folder not found"
+        raise ValueError(f"{problem}: {value} ({RELATIVE_PATHS})")
+    return value
+
+
+def _existing_file(value: Path | None, info: ValidationInfo) -> Path | None:
+    """A file that must exist when the configuration loads."""
+    value = _relative_to_config(value, info)
+    if value is not None and not value.is_file():
+        problem = "not a file" if value.exists() else "file not found"
+        raise ValueError(f"{problem}: {value} ({RELATIVE_PATHS})")
+    return value
+
+
 class FilesystemSourceConfig(_Strict):
     """Documents read from a folder; the doc id is the path relative to that folder."""
 
@@ -56,7 +77,7 @@ class FilesystemSourceConfig(_Strict):
     path: Path = Field(description="Folder holding the documents; relative to the config file.")
     glob: str = Field(default="**/*.md", description="Glob pattern, relative to `path`.")
 
-    _resolve_path = field_validator("path")(_relative_to_config)
+    _resolve_path = field_validator("path")(_existing_folder)
 
 
 class S3SourceConfig(_Strict):
@@ -161,7 +182,7 @@ class ModelConfig(_Strict):
     document_prefix: str = Field(default="", description="Text put before every document input.")
     query_prefix: str = Field(default="", description="Text put before every search query.")
 
-    _resolve_path = field_validator("path")(_relative_to_config)
+    _resolve_path = field_validator("path")(_existing_folder)
 
 
 class EvaluationConfig(_Strict):
@@ -173,7 +194,7 @@ class EvaluationConfig(_Strict):
         default=0.02, ge=0, description="How much worse than live a candidate may score."
     )
 
-    _resolve_path = field_validator("path")(_relative_to_config)
+    _resolve_path = field_validator("path")(_existing_file)
 
 
 class CollectionConfig(_Strict):

@@ -182,6 +182,7 @@ class PartitionPipeline:
     # ------------------------------------------------------------------- stages
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
+        self.source.check()  # a missing bucket, table or column fails here, naming the setting
         out = self.path(run_id, COLLECT.file)
         drifted: list[str] = []
         orphans: list[str] = []

@@ -85,6 +85,7 @@ def _backfill(estimate: BackfillEstimate | None) -> dict[str, object]:
 def source_problem(pipeline: PartitionPipeline) -> str | None:
     """Why the collection's source cannot be listed, or None if it can (reads one entry)."""
     try:
+        pipeline.source.check()
         next(iter(pipeline.source.list_entries()), None)
     except SourceUnavailableError as error:
         return str(error)

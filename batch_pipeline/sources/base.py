@@ -50,6 +50,12 @@ class DocumentSource(ABC):
     def describe(self) -> str:
         """A human-readable location, with no secrets in it."""
 
+    def check(self) -> None:
+        """Cheaply check that what the configuration names exists (bucket, table, columns),
+        before any document is read. Raises `SourceUnavailableError` naming the setting.
+        By default there is nothing to check: listing says all there is to say."""
+        return None
+
     @abstractmethod
     def list_entries(self) -> Iterator[SourceEntry]:
         """Every document currently in the source. Raises `SourceUnavailableError`."""
@@ -109,6 +115,9 @@ class PartitionFilter(DocumentSource):
 
     def describe(self) -> str:
         return f"{self.inner.describe()} [{self.label}]"
+
+    def check(self) -> None:
+        self.inner.check()
 
     def list_entries(self) -> Iterator[SourceEntry]:
         return (e for e in self.inner.list_entries() if self.owns(e.doc_id))

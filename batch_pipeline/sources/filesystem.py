@@ -32,6 +32,9 @@ class FilesystemSource(DocumentSource):
     def describe(self) -> str:
         return f"{self.root} ({self.glob})"
 
+    def check(self) -> None:
+        self._require_root()
+
     def _require_root(self) -> None:
         if not self.root.is_dir():
             raise SourceUnavailableError(

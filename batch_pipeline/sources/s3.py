@@ -37,6 +37,24 @@ class S3Source(DocumentSource):
     def _wanted(self, key: str) -> bool:
         return not key.endswith("/") and fnmatch.fnmatchcase(key[len(self.prefix) :], self.glob)
 
+    def check(self) -> None:
+        """The bucket exists and can be reached (one HEAD request)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as error:
+            code = _error_code(error)
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                raise SourceUnavailableError(
+                    f"source.bucket: bucket {self.bucket!r} does not exist ({self.describe()})"
+                ) from None
+            raise SourceUnavailableError(
+                f"cannot reach {self.describe()}: {code}: {error}"
+            ) from None
+        except BotoCoreError as error:
+            raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+
     def list_entries(self) -> Iterator[SourceEntry]:
         from botocore.exceptions import BotoCoreError, ClientError
 

@@ -71,6 +71,48 @@ class SqlSource(DocumentSource):
         safe = sa.engine.make_url(self.url).render_as_string(hide_password=True)
         return f"{safe} {where}"
 
+    def check(self) -> None:
+        """The table (or query) and every configured column exist."""
+        if self.table_name:
+            try:
+                source = self._from()
+            except SourceUnavailableError as error:
+                if "NoSuchTable" not in str(error):
+                    raise
+                raise SourceUnavailableError(
+                    f"source.table: table {self.table_name!r} does not exist ({self.describe()})"
+                ) from None
+            present = set(source.c.keys())
+        else:
+            present = set(self._query_columns())
+        for setting, name in self._configured_columns():
+            if name not in present:
+                raise SourceUnavailableError(
+                    f"source.{setting}: {self.describe()} has no column {name!r}; "
+                    f"it has {', '.join(sorted(present))}"
+                )
+
+    def _configured_columns(self) -> list[tuple[str, str]]:
+        columns = [
+            ("id_column", self.id_column),
+            ("title_column", self.title_column),
+            ("body_column", self.body_column),
+            ("updated_at_column", self.updated_at_column),
+            ("deleted_column", self.deleted_column),
+        ]
+        return [(setting, name) for setting, name in columns if name]
+
+    def _query_columns(self) -> list[str]:
+        """The columns the configured query returns (it is run with LIMIT 0)."""
+        statement = sa.select(sa.text("*")).select_from(sa.text(f"({self.query}) AS q")).limit(0)
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(statement).keys())
+        except (sa.exc.SQLAlchemyError, OSError) as error:
+            raise SourceUnavailableError(
+                f"source.query: cannot run it on {self.describe()}: {type(error).__name__}: {error}"
+            ) from None
+
     def _from(self) -> sa.FromClause:
         if self._source is None:
             try:

@@ -126,16 +126,18 @@ def test_the_source_state_lives_in_staging_and_the_cursor_stays_small(workspace)
         assert full.run_config["ops"]["source_documents"]["config"]["changed_doc_ids"] == []
 
 
-def test_unreachable_source_skips_without_advancing_the_cursor(workspace):
+def test_a_vanished_source_folder_fails_the_tick_naming_the_setting(workspace):
+    """An unmounted volume: the tick fails with the config field and the path, and no run is
+    requested (the cursor stays where it was, as the tick did not complete)."""
     defs = sensor_config(workspace, "{kind: filesystem, path: docs}")
     with dg.instance_for_test() as instance:
-        first = tick(defs, workspace, instance)
+        tick(defs, workspace, instance)
         workspace["docs"].rename(workspace["root"] / "moved-away")
-        result = tick(defs, workspace, instance, first.cursor)
-        assert not result.run_requests
-        assert "source unavailable" in result.skip_reason.skip_message
-        assert "does not exist" in result.skip_reason.skip_message
-        assert result.cursor == first.cursor
+        with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+            tick(defs, workspace, instance)
+        cause = str(raised.value.__cause__)  # what the tick's error shows under the wrapper
+        assert "collections[0].source.path: folder not found: " in cause
+        assert str(workspace["docs"]) in cause
 
 
 def test_an_unreadable_cursor_resets_to_a_full_reconciliation(workspace):

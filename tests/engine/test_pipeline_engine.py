@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batch_pipeline import pipeline as pipeline_module
+from batch_pipeline.config import ConfigError
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import ModelLoadError
 from batch_pipeline.sources import SourceUnavailableError
@@ -198,7 +199,11 @@ def test_missing_source_path_fails_with_what_to_fix(make_pipeline, workspace, tm
     from tests.support import write_config
 
     config = write_config(tmp_path / "missing.yaml", source="no-such-folder")
+    with pytest.raises(ConfigError, match=r"collections\[0\]\.source\.path: folder not found"):
+        make_pipeline(config)  # at load
+    (tmp_path / "no-such-folder").mkdir()
     pipeline = make_pipeline(config)
+    (tmp_path / "no-such-folder").rmdir()  # unmounted between load and run
     with pytest.raises(SourceUnavailableError, match="no-such-folder.*source.path"):
         pipeline.collect("run-1")
 

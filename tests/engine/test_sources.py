@@ -172,3 +172,32 @@ def test_sql_query_mode_and_unreachable_database(sql_table):
         list(dead.list_entries())
     assert "secret" not in str(error.value)
     assert "***" in dead.describe()
+
+
+def test_a_missing_bucket_is_named_before_anything_is_listed(s3_bucket):
+    client, bucket = s3_bucket
+    S3Source(client, bucket).check()  # exists: nothing to say
+    with pytest.raises(SourceUnavailableError) as raised:
+        S3Source(client, "no-such-bucket-here", "kb/").check()
+    assert str(raised.value) == (
+        "source.bucket: bucket 'no-such-bucket-here' does not exist "
+        "(s3://no-such-bucket-here/kb/ (*))"
+    )
+
+
+def test_a_missing_table_or_column_is_named_before_any_row_is_read(sql_table):
+    url, name, _, _ = sql_table
+    SqlSource(url, table=name, deleted_column="deleted").check()
+    with pytest.raises(SourceUnavailableError, match=r"^source\.table: table 'no_such_table' "):
+        SqlSource(url, table="no_such_table").check()
+    with pytest.raises(SourceUnavailableError) as raised:
+        SqlSource(url, table=name, body_column="content").check()
+    assert str(raised.value).startswith("source.body_column: ")
+    assert "has no column 'content'; it has body, deleted, id, title, updated_at" in str(
+        raised.value
+    )
+    query = f"SELECT id, title, body FROM {name}"  # no updated_at
+    with pytest.raises(SourceUnavailableError, match=r"^source\.updated_at_column: .*'updated_at'"):
+        SqlSource(url, query=query).check()
+    with pytest.raises(SourceUnavailableError, match=r"^source\.query: cannot run it"):
+        SqlSource(url, query="SELECT nonsense FROM nowhere").check()

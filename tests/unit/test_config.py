@@ -13,6 +13,7 @@ def write(tmp_path, text):
 
 
 def test_relative_source_path_resolves_against_the_config_folder(tmp_path):
+    (tmp_path / "docs").mkdir()
     config = load_config(
         write(tmp_path, "collections:\n  - name: kb\n    source: {kind: filesystem, path: docs}\n")
     )
@@ -76,6 +77,8 @@ def test_unsafe_collection_names_are_rejected(tmp_path, name):
 
 
 def test_duplicate_collection_names_are_rejected(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     text = (
         "collections:\n"
         "  - {name: kb, source: {kind: filesystem, path: a}}\n"
@@ -153,3 +156,32 @@ def test_redaction_masks_secret_settings_and_url_passwords_but_not_token_counts(
         "aws_region": "eu",
         "tokens": 3,
     }
+
+
+RELATIVE = "(relative paths resolve against the config file's folder)"
+
+
+def test_every_path_is_checked_when_the_config_loads_and_names_its_field(tmp_path):
+    """A copy of pipeline.yaml in another folder fails at load, not after an embedding run."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "eval.jsonl").write_text("")
+    (tmp_path / "a-file").write_text("")
+    good = (
+        "collections:\n  - name: kb\n    source: {kind: filesystem, path: docs}\n"
+        "    evaluation: {path: eval.jsonl}\n"
+    )
+    load_config(write(tmp_path, good))
+    cases = [
+        (good.replace("path: docs", "path: gone"), "source.path", "folder not found", "gone"),
+        (good.replace("path: docs", "path: a-file"), "source.path", "not a folder", "a-file"),
+        (good.replace("eval.jsonl", "x/eval.jsonl"), "evaluation.path", "file not found", "x"),
+        (good.replace("eval.jsonl", "docs"), "evaluation.path", "not a file", "docs"),
+        ("model: {path: models/mini}\n" + good, "model.path", "folder not found", "models"),
+    ]
+    for text, field, problem, name in cases:
+        with pytest.raises(ConfigError) as raised:
+            load_config(write(tmp_path, text))
+        prefix = "" if field.startswith("model") else "collections[0]."
+        where = (tmp_path / name).resolve()
+        expected = f"{prefix}{field}: {problem}: {where}"
+        assert expected in str(raised.value) and RELATIVE in str(raised.value), str(raised.value)
