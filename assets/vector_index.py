@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import dagster as dg
+from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
 from assets.run_info import run_started_at, run_trigger, step_retries
@@ -20,6 +21,15 @@ INDEX_MATCHES_TRACKING = "index_matches_tracking"
 FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
 COMPLETENESS = "completeness"
 RUN_WITHIN_WINDOW = "run_within_window"
+NO_MASS_DELETION_HELD = "no_mass_deletion_held"
+
+
+class LandConfig(dg.Config):
+    allow_mass_delete: bool = Field(
+        default=False,
+        description="Confirm deletions beyond limits.max_delete_fraction and "
+        "limits.max_delete_documents; without it they are held back and a check fails.",
+    )
 
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -67,10 +77,19 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "manual and backfill runs; sensor.window_seconds plus "
                 "freshness.lag_budget_seconds for sensor runs. Warns on an overrun.",
             ),
+            partition_check(
+                NO_MASS_DELETION_HELD,
+                LAND.asset,
+                partitions,
+                "The run deleted everything its source no longer lists, or held back nothing: "
+                "fails when deletions beyond limits.max_delete_fraction or "
+                "limits.max_delete_documents were held back (an empty listing looks like that). "
+                "Confirm real deletions by materialising with allow_mass_delete: true.",
+            ),
         ],
     )
     def vector_index(
-        context: dg.AssetExecutionContext, pipeline: PipelineResource
+        context: dg.AssetExecutionContext, config: LandConfig, pipeline: PipelineResource
     ) -> dg.MaterializeResult:
         """The collection's chunks and vectors in LanceDB, one row per chunk, each carrying
         its doc id, chunk id, input hash, model and fingerprint, run id, embedding time and
@@ -92,7 +111,13 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             trigger=run_trigger(context),
             retries=step_retries(context),
             started_at=run_started_at(context),
+            allow_mass_delete=config.allow_mass_delete,
         )
+        if summary.deletions_held:
+            context.log.warning(
+                f"held back {summary.deletions_held} deletions: {summary.deletions_held_reason}; "
+                "materialise with allow_mass_delete: true to confirm them"
+            )
         measures, report = summary.measures, summary.reconciled
         maintenance = {}
         if is_reconcile(context.run.tags):
@@ -152,6 +177,16 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                         "worst_lag_seconds": worst[0],
                         "lag_budget_seconds": budget,
                     },
+                ),
+                dg.AssetCheckResult(
+                    check_name=NO_MASS_DELETION_HELD,
+                    passed=not summary.deletions_held,
+                    metadata=as_metadata(
+                        {
+                            "deletions_held": summary.deletions_held,
+                            "reason": summary.deletions_held_reason,
+                        }
+                    ),
                 ),
                 dg.AssetCheckResult(
                     check_name=RUN_WITHIN_WINDOW,

@@ -39,6 +39,7 @@ from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
+from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableError
 from batch_pipeline.state.vector_store import VectorStore
@@ -81,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         default=MANUAL,
         help="what started the run, as its measures record it; cron users say schedule "
         "(default manual)",
+    )
+    run.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="confirm deletions beyond limits.max_delete_fraction / max_delete_documents "
+        "(held back otherwise, and the run exits 3)",
     )
     run.add_argument("--json", action="store_true", help="print JSON")
 
@@ -245,6 +252,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         doc_ids=args.doc_ids,
         checkpoint_every=args.checkpoint_every,
         trigger=args.trigger,
+        allow_mass_delete=args.allow_mass_delete,
         progress=progress,
         progress_interval=interval,
         on_wait=lambda holder: print(
@@ -285,7 +293,24 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
                 "per 1k inputs (estimated)"
             )
         print(line)
-    return 0
+    return _held_deletions(summaries[LAND.name])
+
+
+HELD_DELETIONS_EXIT = 3
+
+
+def _held_deletions(landed: LandSummary) -> int:
+    """Exit status 3, and what to do, when the run held back a mass deletion."""
+    if not landed.deletions_held:
+        return 0
+    print(
+        f"batch-pipeline: held back {landed.deletions_held} deletions: "
+        f"{landed.deletions_held_reason}. Everything else landed. If the source really lost "
+        "these documents, run again with --allow-mass-delete (from Dagster: materialise "
+        "vector_index with the run config allow_mass_delete: true).",
+        file=sys.stderr,
+    )
+    return HELD_DELETIONS_EXIT
 
 
 def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:

@@ -375,6 +375,18 @@ class LimitsConfig(_Strict):
     completeness_threshold: float = Field(
         default=1.0, ge=0, le=1, description="The completeness check fails below this share."
     )
+    max_delete_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A run that would delete more than this share of a partition's landed "
+        "documents lands none of those deletions until confirmed (allow_mass_delete).",
+    )
+    max_delete_documents: int | None = Field(
+        default=None,
+        ge=0,
+        description="... or more than this many documents (default: no count limit).",
+    )
 
 
 class PipelineConfig(_Strict):

@@ -49,7 +49,12 @@ from batch_pipeline.stages.execute import (
     execute_plan,
     execute_record,
 )
-from batch_pipeline.stages.land import LandingContext, LandSummary, land_documents
+from batch_pipeline.stages.land import (
+    DeletionGuard,
+    LandingContext,
+    LandSummary,
+    land_documents,
+)
 from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
 from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.state.reconcile import ReconcileReport, reconcile_index
@@ -270,10 +275,19 @@ class PartitionPipeline:
         trigger: str = MANUAL,
         retries: int = 0,
         started_at: float | None = None,
+        allow_mass_delete: bool = False,
     ) -> LandSummary:
         """Land the run, then record it with its measures (`RunMeasures`): `trigger` says
         what started it, `retries` how many of its steps were retried, `started_at` when it
-        started (default: when its collect started)."""
+        started (default: when its collect started). Deletions beyond the mass-deletion
+        limits are held back (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
+        limits = self.config.limits
+        guard = DeletionGuard(
+            limits.max_delete_fraction,
+            limits.max_delete_documents,
+            self.documents_held,
+            confirmed=allow_mass_delete,
+        )
         ctx = LandingContext(
             collection=self.name,
             index=self.index,
@@ -282,6 +296,7 @@ class PartitionPipeline:
             model_name=self.model.name,
             fingerprint=self.fingerprint,
             dimension=dimension,
+            deletion_guard=guard,
         )
         upkeep = self.config.maintenance
         with self.tracking.landing_lease(self.index, owner=run_id):
@@ -331,6 +346,7 @@ class PartitionPipeline:
             chunks_removed=summary.chunks_removed,
             table_version=summary.table_version,
             table_version_before=version_before,
+            deletions_held=summary.deletions_held,
             **summary.measures.record(),
         )
         self._remove_landed_checkpoints(embeddings)
@@ -389,15 +405,34 @@ class PartitionPipeline:
             oom_splits=int(executed.get("oom_splits", 0)),
             docs_quarantined=int(completeness["documents_quarantined"]),
             completeness=float(completeness["completeness"]),
-            partition_inputs=self.chunk_total(),
+            partition_inputs=self.landed_totals()[1],
         )
 
-    def chunk_total(self) -> int:
-        """Chunks of this partition's landed documents: what a full rebuild would embed."""
+    def documents_held(self) -> int:
+        """Documents this partition holds: as tracking records them, or as the table does
+        when tracking knows fewer (a lost tracking database); what deletions are weighed
+        against."""
+        tracked = self.landed_totals()[0]
+        if self.shard is not None:
+            return tracked
+        stats = self.store.stats(self.index)
+        return max(tracked, stats.documents if stats else 0)
+
+    def landed_totals(self) -> tuple[int, int]:
+        """Documents and chunks this partition has landed (the chunks are what a full
+        rebuild would embed)."""
         if self.shard is None:
-            return self.tracking.chunk_total(self.index)
-        pages = self.tracking.iter_documents(self.index, ["doc_id", "chunk_count"])
-        return sum(count for page in pages for doc_id, count in page if self.owns(doc_id))
+            return (
+                self.tracking.document_count(self.index),
+                self.tracking.chunk_total(self.index),
+            )
+        documents = chunks = 0
+        for page in self.tracking.iter_documents(self.index, ["doc_id", "chunk_count"]):
+            for doc_id, count in page:
+                if self.owns(doc_id):
+                    documents += 1
+                    chunks += count
+        return documents, chunks
 
     def recent_measures(self, limit: int = 20) -> list[RunMeasures]:
         """The measures of this generation's newest runs on this partition (all shards of a
@@ -408,7 +443,7 @@ class PartitionPipeline:
     def backfill_estimate(self) -> BackfillEstimate | None:
         """Re-embedding the whole partition at the throughput recent runs measured: would a
         model change's backfill fit the nightly window? None before any run embedded."""
-        return backfill_estimate(self.recent_measures(), self.chunk_total(), self.config)
+        return backfill_estimate(self.recent_measures(), self.landed_totals()[1], self.config)
 
     def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:
         """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
@@ -461,6 +496,7 @@ class PartitionPipeline:
         trigger: str = MANUAL,
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
+        allow_mass_delete: bool = False,
     ) -> dict[str, object]:
         """All five stages in order (what a Dagster run of one partition does); their
         summaries by stage name.
@@ -470,7 +506,7 @@ class PartitionPipeline:
         for the first (`on_wait` hears who holds it) and then finds only what is still stale.
         (Dagster runs of a partition are queued one at a time by the run coordinator.)
         `trigger` is recorded with the run's measures; `progress` hears how prepare and
-        execute get on.
+        execute get on; `allow_mass_delete` confirms deletions beyond the limits.
         """
         started_at = time.time()
         get_runner = runner if callable(runner) else (lambda: runner)
@@ -489,6 +525,7 @@ class PartitionPipeline:
                 self.model.embedding_dimension,
                 trigger=trigger,
                 started_at=started_at,
+                allow_mass_delete=allow_mass_delete,
             )
         return {
             COLLECT.name: collected.summary,

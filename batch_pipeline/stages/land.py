@@ -11,6 +11,7 @@ A document some of whose chunks failed to embed is not landed at all (its previo
 and is recorded as failed, so a reader never sees a partial document.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class LandSummary:
     table_version: int | None = None
     documents_superseded: int = 0  # a concurrent run landed newer content first
     compacted: bool = False  # small commits had piled up past the thresholds
+    deletions_held: int = 0  # deletions not landed: more than the mass-deletion limits allow
+    deletions_held_reason: str | None = None
     failures: list[FailureRecord] = field(default_factory=list)
     # set by the pipeline once landed: the table checked against tracking, and the measures
     reconciled: ReconcileReport | None = None
@@ -64,7 +67,42 @@ class LandSummary:
             "chunks_removed": self.chunks_removed,
             "documents_superseded": self.documents_superseded,
             "compacted": self.compacted,
+            "deletions_held": self.deletions_held,
+            "deletions_held_reason": self.deletions_held_reason,
         }
+
+
+@dataclass(frozen=True)
+class DeletionGuard:
+    """The mass-deletion limits (`limits.max_delete_fraction`, `limits.max_delete_documents`)
+    against a partition's landed documents, unless the run's operator confirmed them.
+
+    An empty listing (an unmounted volume, a mistyped prefix, credentials that list nothing, a
+    query that suddenly returns no rows) looks exactly like every document being deleted; this
+    is what stops such a run from emptying a production index."""
+
+    max_fraction: float
+    max_documents: int | None
+    # the partition's documents before this run; asked only when something is to be deleted
+    landed_documents: Callable[[], int]
+    confirmed: bool = False  # --allow-mass-delete, or allow_mass_delete in the run config
+
+    def refusal(self, deleting: int) -> str | None:
+        """Why deleting `deleting` documents needs confirmation, or None if it does not."""
+        if self.confirmed or deleting == 0:
+            return None
+        landed = max(self.landed_documents(), deleting)
+        share = deleting / landed
+        if self.max_documents is not None and deleting > self.max_documents:
+            limit = f"limits.max_delete_documents ({self.max_documents})"
+        elif share > self.max_fraction:
+            limit = f"limits.max_delete_fraction ({self.max_fraction:g})"
+        else:
+            return None
+        return (
+            f"the run would delete {deleting} of {landed} landed documents "
+            f"({share:.0%}), more than {limit}"
+        )
 
 
 @dataclass(frozen=True)
@@ -76,6 +114,7 @@ class LandingContext:
     model_name: str
     fingerprint: str
     dimension: int
+    deletion_guard: DeletionGuard | None = None
 
 
 def land_documents(
@@ -110,6 +149,8 @@ def land_documents(
                 settled.append(doc_id)
 
     deleted_set = set(deleted)
+    # weighed before anything lands, against what the partition held when the run began
+    held = ctx.deletion_guard.refusal(len(deleted)) if ctx.deletion_guard else None
 
     def not_superseded(doc_ids: list[str]) -> list[str]:
         """Drop documents another run landed newer content of since this run collected."""
@@ -183,8 +224,11 @@ def land_documents(
     if group:
         commit(group, [])
         finished.update(group)
-    for batch in batched(deleted, DOCS_PER_COMMIT):
-        commit({}, batch)
+    if held is not None:  # land everything else; these stay pending until confirmed
+        summary.deletions_held, summary.deletions_held_reason = len(deleted), held
+    else:
+        for batch in batched(deleted, DOCS_PER_COMMIT):
+            commit({}, batch)
     if summary.table_version is None:
         table = store.open(ctx.index)
         summary.table_version = table.version if table is not None else None

@@ -179,6 +179,7 @@ def test_index_matches_tracking_blocks_what_follows_and_checks_are_described():
         "completeness",
         "embedding_drift",
         "run_within_window",
+        "no_mass_deletion_held",
     }
     assert specs["index_matches_tracking"].blocking
     assert all(spec.description and spec.partitions_def for spec in specs.values())

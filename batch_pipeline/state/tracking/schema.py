@@ -102,6 +102,7 @@ runs = sa.Table(
     sa.Column("docs_quarantined", sa.Integer),
     sa.Column("completeness", sa.Float),
     sa.Column("partition_inputs", sa.Integer),  # chunks a full rebuild would embed
+    sa.Column("deletions_held", sa.Integer),  # beyond the mass-deletion limits, not landed
 )
 
 # One row per collection and model fingerprint: building, candidate, live, retired, dropped.
