@@ -361,6 +361,13 @@ class GenerationsConfig(_Strict):
     drift_min_cosine: float = Field(
         default=0.999, gt=0, le=1, description="The drift check fails below this cosine."
     )
+    review: Literal["on_change", "every_run"] = Field(
+        default="on_change",
+        description="When runs score the generation on the evaluation set and check drift: "
+        "on_change (its table, the live one or its completeness changed since the last "
+        "review, and on the nightly reconciliation) or every_run. A no-op run then loads no "
+        "model.",
+    )
 
 
 class LimitsConfig(_Strict):

@@ -471,9 +471,13 @@ class PartitionPipeline:
         """The live generation's table and model (what every reader uses)."""
         return self.lifecycle.live()
 
-    def review_generation(self, embedder_for: EmbedderFor) -> GenerationReview:
-        """Score this generation on the evaluation set and promote it if the gate allows."""
-        return self.lifecycle.review(embedder_for)
+    def review_generation(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        """Score this generation on the evaluation set and promote it if the gate allows:
+        on every call with `force` or `generations.review: every_run`, otherwise only when
+        something it depends on changed since the last review (so a no-op run loads no
+        model)."""
+        every_run = self.config.generations.review == "every_run"
+        return self.lifecycle.review(embedder_for, force=force or every_run)
 
     def nightly_maintenance(
         self, version_retention: timedelta, generation_retention: timedelta, owner: str

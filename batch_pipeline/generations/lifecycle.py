@@ -57,6 +57,7 @@ class GenerationReview:
     reason: str
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    evaluated: bool = True  # False: nothing changed since the last review, which stands
 
     def metadata(self) -> dict[str, object]:
         """Flat values for run metadata and `--json` output (absent values omitted)."""
@@ -69,6 +70,7 @@ class GenerationReview:
             "rows": self.rows,
             "decision": self.decision,
             "reason": self.reason,
+            "evaluated": self.evaluated,
             **{f"candidate_{k}": v for k, v in self.scores.get("candidate", {}).items()},
             **{f"live_{k}": v for k, v in self.scores.get("live", {}).items()},
         }
@@ -171,10 +173,35 @@ class GenerationLifecycle:
             )
         return scores
 
-    def review(self, embedder_for: EmbedderFor) -> GenerationReview:
-        """Score this generation (and live) on the evaluation set; promote it if the gate
-        allows. The decision and scores are also recorded on the generation."""
+    def _review_key(self, record: GenerationRecord) -> str:
+        """What a review depends on: this table's version and completeness, and the live
+        generation's table and version."""
+        live = self.registry.live(self.name)
+        table = self.store.open(self.index)
+        live_table = self.store.open(live.index_name) if live is not None else None
+        return json.dumps(
+            {
+                "version": table.version if table is not None else None,
+                "complete": record.complete,
+                "documents": record.documents,
+                "live": live.index_name if live is not None else None,
+                "live_version": live_table.version if live_table is not None else None,
+            },
+            sort_keys=True,
+        )
+
+    def needs_review(self) -> bool:
+        """Whether anything a review depends on changed since the last one."""
         record = self.record()
+        return record.decision is None or record.reviewed_key != self._review_key(record)
+
+    def review(self, embedder_for: EmbedderFor, force: bool = True) -> GenerationReview:
+        """Score this generation (and live) on the evaluation set; promote it if the gate
+        allows. The decision and scores are also recorded on the generation. Unless `force`,
+        a generation unchanged since its last review keeps that review, and no model loads."""
+        record = self.record()
+        if not force and not self.needs_review():
+            return self._last_review(record)
         scores = self._scores(embedder_for, self.registry.live(self.name))
         warnings: tuple[str, ...] = ()
         if record.state == LIVE:
@@ -198,6 +225,7 @@ class GenerationLifecycle:
             decision=f"{decision}: {reason}",
         )
         record = self.record()
+        self.registry.update(self.name, self.fingerprint, reviewed_key=self._review_key(record))
         live = self.registry.live(self.name)
         return GenerationReview(
             generation=self.index,
@@ -211,6 +239,24 @@ class GenerationLifecycle:
             reason=reason,
             scores=scores,
             warnings=warnings,
+        )
+
+    def _last_review(self, record: GenerationRecord) -> GenerationReview:
+        """The review recorded on the generation, unchanged (`evaluated` False)."""
+        decision, _, reason = (record.decision or "").partition(": ")
+        live = self.registry.live(self.name)
+        return GenerationReview(
+            generation=self.index,
+            fingerprint=self.fingerprint,
+            state=record.state,
+            complete=record.complete,
+            documents=record.documents,
+            rows=record.rows,
+            live_generation=live.index_name if live else None,
+            decision=decision,
+            reason=f"{reason} (unchanged since the last review)",
+            scores=json.loads(record.scores or "{}"),
+            evaluated=False,
         )
 
     def drop_expired(self, retention: timedelta, now: datetime | None = None) -> list[str]:

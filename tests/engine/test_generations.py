@@ -213,3 +213,30 @@ def test_retired_generations_are_dropped_after_their_retention(workspace, fake_e
     assert registry.audit_log("handbook")[-1].action == "drop"
     with pytest.raises(GenerationError, match="no retired generation"):
         registry.rollback("handbook")
+
+
+def test_an_unchanged_generation_keeps_its_review_and_loads_no_model(workspace, fake_embedder):
+    configure(workspace, tolerance=1.0)
+    loads = []
+
+    def embedder_for(model):  # noqa: ANN001, ANN202
+        loads.append(model.name)
+        return fake_embedder
+
+    pipeline = pipeline_for(workspace)
+    pipeline.run("run-1", fake_embedder)
+    first = pipeline.review_generation(embedder_for)
+    assert first.evaluated and first.decision == "live" and loads
+    loads.clear()
+    pipeline.run("run-2", fake_embedder)  # nothing changed
+    again = pipeline_for(workspace).review_generation(embedder_for)
+    assert not again.evaluated and loads == []
+    assert again.scores == json.loads(json.dumps(first.scores))
+    assert again.decision == "live" and again.reason.endswith("(unchanged since the last review)")
+    assert pipeline_for(workspace).review_generation(embedder_for, force=True).evaluated
+    (workspace["docs"] / "new.md").write_text("# New\n\nA new page about desks.\n")
+    pipeline.run("run-3", fake_embedder)
+    assert pipeline_for(workspace).review_generation(embedder_for).evaluated  # table changed
+
+    configure(workspace, tolerance=1.0, extra="generations: {review: every_run}\n")
+    assert pipeline_for(workspace).review_generation(embedder_for).evaluated

@@ -126,6 +126,8 @@ generations = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("promoted_at", sa.Float),
     sa.Column("retired_at", sa.Float),
+    # the table versions (its own and live's) and completeness its last review saw
+    sa.Column("reviewed_key", sa.Text),
 )
 
 # Every promotion, rollback, drop, invalidation and restore; `collection` is the configured name.

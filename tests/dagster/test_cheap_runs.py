@@ -1,0 +1,48 @@
+"""A run that finds nothing to do loads no model: not in execute, and not in
+index_generation, whose review and drift check stand while the table is unchanged."""
+
+import dagster as dg
+
+from resources.testing import FakeInferenceResource
+from tests.support import STAGE_ASSETS, metadata_of, stage_resources
+
+LOADS: list[str] = []
+
+
+class CountingInferenceResource(FakeInferenceResource):
+    """The FAKE embedder, counting model loads."""
+
+    def runner(self, model):  # noqa: ANN001, ANN201
+        LOADS.append(model.name)
+        return super().runner(model)
+
+
+def materialize_all(workspace, instance, tags=None):  # noqa: ANN001, ANN201
+    from batch_pipeline.definitions import build_definitions
+
+    defs = build_definitions(workspace["config"])
+    return dg.materialize(
+        [defs.get_assets_def(name) for name in (*STAGE_ASSETS, "index_generation")],
+        partition_key="handbook",
+        instance=instance,
+        resources={**stage_resources(workspace), "inference": CountingInferenceResource()},
+        tags=tags,
+    )
+
+
+def test_a_no_op_run_loads_no_model_and_the_last_review_stands(workspace):
+    LOADS.clear()
+    with dg.instance_for_test() as instance:
+        first = materialize_all(workspace, instance)
+        assert metadata_of(first, "index_generation")["evaluated"] is True and LOADS
+        LOADS.clear()
+        noop = materialize_all(workspace, instance)
+        assert LOADS == []
+        review = metadata_of(noop, "index_generation")
+        assert review["evaluated"] is False and review["state"] == "live"
+        (drift,) = [
+            c for c in noop.get_asset_check_evaluations() if c.check_name == "embedding_drift"
+        ]
+        assert drift.passed and drift.metadata["checked"].value is False
+        nightly = materialize_all(workspace, instance, tags={"batch_pipeline/mode": "reconcile"})
+        assert metadata_of(nightly, "index_generation")["evaluated"] is True and LOADS
