@@ -21,6 +21,7 @@ SHARDED = (
 
 
 def test_shards_partition_the_collection(tmp_path):
+    (tmp_path / "docs").mkdir()
     (tmp_path / "pipeline.yaml").write_text(SHARDED)
     config = load_config(tmp_path / "pipeline.yaml")
     keys = config.partition_keys()
