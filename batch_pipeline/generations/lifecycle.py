@@ -226,6 +226,28 @@ class GenerationLifecycle:
         )
         record = self.record()
         self.registry.update(self.name, self.fingerprint, reviewed_key=self._review_key(record))
+        return self._review(record, decision, reason, scores, warnings)
+
+    def _last_review(self, record: GenerationRecord) -> GenerationReview:
+        """The review recorded on the generation, unchanged (`evaluated` False)."""
+        decision, _, reason = (record.decision or "").partition(": ")
+        return self._review(
+            record,
+            decision,
+            f"{reason} (unchanged since the last review)",
+            json.loads(record.scores or "{}"),
+            evaluated=False,
+        )
+
+    def _review(
+        self,
+        record: GenerationRecord,
+        decision: str,
+        reason: str,
+        scores: dict,
+        warnings: tuple[str, ...] = (),
+        evaluated: bool = True,
+    ) -> GenerationReview:
         live = self.registry.live(self.name)
         return GenerationReview(
             generation=self.index,
@@ -239,24 +261,7 @@ class GenerationLifecycle:
             reason=reason,
             scores=scores,
             warnings=warnings,
-        )
-
-    def _last_review(self, record: GenerationRecord) -> GenerationReview:
-        """The review recorded on the generation, unchanged (`evaluated` False)."""
-        decision, _, reason = (record.decision or "").partition(": ")
-        live = self.registry.live(self.name)
-        return GenerationReview(
-            generation=self.index,
-            fingerprint=self.fingerprint,
-            state=record.state,
-            complete=record.complete,
-            documents=record.documents,
-            rows=record.rows,
-            live_generation=live.index_name if live else None,
-            decision=decision,
-            reason=f"{reason} (unchanged since the last review)",
-            scores=json.loads(record.scores or "{}"),
-            evaluated=False,
+            evaluated=evaluated,
         )
 
     def drop_expired(self, retention: timedelta, now: datetime | None = None) -> list[str]:
