@@ -44,6 +44,7 @@ from batch_pipeline.stages.collect import (
     collect_documents,
 )
 from batch_pipeline.stages.execute import (
+    PLAN_SECONDS,
     ExecuteSummary,
     checkpoints_used,
     execute_plan,
@@ -58,7 +59,13 @@ from batch_pipeline.stages.land import (
 from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
 from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.state.reconcile import ReconcileReport, reconcile_index
-from batch_pipeline.state.staging import StagePath, collected_at, is_full_pass
+from batch_pipeline.state.staging import (
+    STAGE_SECONDS,
+    StagePath,
+    collected_at,
+    is_full_pass,
+    stage_summary,
+)
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -187,6 +194,7 @@ class PartitionPipeline:
     # ------------------------------------------------------------------- stages
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput:
+        started = time.perf_counter()
         self.source.check()  # a missing bucket, table or column fails here, naming the setting
         out = self.path(run_id, COLLECT.file)
         drifted: list[str] = []
@@ -205,6 +213,7 @@ class PartitionPipeline:
             self.collect_limits(),
             orphans,
             lambda changes: self.tracking.record_pending(self.index, changes),
+            started,
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
@@ -281,6 +290,7 @@ class PartitionPipeline:
         what started it, `retries` how many of its steps were retried, `started_at` when it
         started (default: when its collect started). Deletions beyond the mass-deletion
         limits are held back (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
+        land_started = time.perf_counter()
         limits = self.config.limits
         guard = DeletionGuard(
             limits.max_delete_fraction,
@@ -324,13 +334,22 @@ class PartitionPipeline:
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
         summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
+        executed = execute_record(embeddings)
+        seconds = {
+            COLLECT.name: stage_summary(collected).get(STAGE_SECONDS),
+            PREPARE.name: stage_summary(chunks).get(STAGE_SECONDS),
+            PLAN.name: executed.get(PLAN_SECONDS),
+            EXECUTE.name: executed.get(STAGE_SECONDS),
+            LAND.name: time.perf_counter() - land_started,
+        }
         summary.measures = self.measure_run(
             run_id,
             summary,
-            execute_record(embeddings),
+            executed,
             trigger,
             retries,
             started_at or collected_at(collected),
+            {stage: round(float(s), 3) for stage, s in seconds.items() if s is not None},
         )
         self.tracking.record_run(
             run_id,
@@ -369,6 +388,7 @@ class PartitionPipeline:
         trigger: str,
         retries: int,
         started_at: float,
+        stage_seconds: dict[str, float] | None = None,
     ) -> RunMeasures:
         """The run's measures from what its stages recorded and the prices in force."""
         report: ReconcileReport | None = landed.reconciled
@@ -406,6 +426,7 @@ class PartitionPipeline:
             docs_quarantined=int(completeness["documents_quarantined"]),
             completeness=float(completeness["completeness"]),
             partition_inputs=self.landed_totals()[1],
+            stage_seconds=stage_seconds or {},
         )
 
     def documents_held(self) -> int:

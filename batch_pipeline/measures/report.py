@@ -50,6 +50,7 @@ class ReportedRun:
             "oom_splits": m.oom_splits,
             "documents_quarantined": m.docs_quarantined,
             "completeness": m.completeness,
+            "stage_seconds": m.stage_seconds,
         }
 
 

@@ -7,9 +7,10 @@ configuration), not bills. A run that embedded nothing has no throughput and no 
 input: `None`, so plots are not dragged to zero.
 """
 
+import json
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from batch_pipeline.config import PipelineConfig
 
@@ -63,6 +64,7 @@ class RunMeasures:
     docs_quarantined: int = 0  # documents of the partition waiting for new content
     completeness: float | None = None
     partition_inputs: int = 0  # chunks of the partition: what a full rebuild embeds
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's wall-clock
 
     # ------------------------------------------------------------------ derived
 
@@ -112,7 +114,7 @@ class RunMeasures:
 
     def record(self) -> dict[str, object]:
         """The run record's columns (see `state.tracking.schema.runs`)."""
-        return asdict(self)
+        return {**asdict(self), "stage_seconds": json.dumps(self.stage_seconds)}
 
     @classmethod
     def from_record(cls, row: dict[str, object]) -> "RunMeasures | None":
@@ -121,6 +123,7 @@ class RunMeasures:
             return None
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in row.items() if k in names and v is not None}
+        values["stage_seconds"] = json.loads(str(values.get("stage_seconds") or "{}"))
         return cls(**values)
 
     def metadata(self) -> dict[str, object]:
@@ -140,6 +143,7 @@ class RunMeasures:
             "inputs_resumed_from_checkpoint": self.inputs_resumed,
             "oom_splits": self.oom_splits,
             "documents_quarantined": self.docs_quarantined,
+            **{f"stage_seconds_{stage}": s for stage, s in self.stage_seconds.items()},
         }
         if self.inputs:
             values.update(

@@ -333,9 +333,11 @@ def collect_documents(
     limits: CollectLimits | None = None,
     also_landed: Iterable[str] = (),
     on_changes: Callable[[dict[str, float | None]], None] | None = None,
+    stage_started: float | None = None,
 ) -> CollectSummary:
     """Classify the source's documents against `landed` and write them to `out_path`.
 
+    `stage_started` (a `time.perf_counter()` reading) is when the stage began, for its seconds.
     New, changed and deleted documents go to `on_changes` (to be recorded as pending) a
     batch at a time as they are found.
     """
@@ -344,7 +346,7 @@ def collect_documents(
     # When collection started: land never overwrites what another run landed after this.
     started = str(time.time()).encode()
     schema = COLLECTED_SCHEMA.with_metadata({b"mode": mode, b"collected_at": started})
-    with StageWriter(out_path, schema) as writer:
+    with StageWriter(out_path, schema, stage_started) as writer:
         for row in classify_documents(
             source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed
         ):

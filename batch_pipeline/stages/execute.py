@@ -12,6 +12,7 @@ and those it resumed from), and land removes exactly those once their vectors ar
 
 import json
 import posixpath
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from batch_pipeline.inference.embedder import Embedder, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.state.staging import (
+    STAGE_SECONDS,
     StagePath,
     StageWriter,
     as_stage_path,
@@ -36,6 +38,7 @@ from batch_pipeline.state.staging import (
 )
 
 CHECKPOINTS_KEY = b"checkpoints"
+PLAN_SECONDS = "plan_seconds"  # the plan stage's seconds, carried in execute's footer
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -217,6 +220,7 @@ def execute_plan(
     without loading the model. The plan is streamed: memory holds the batches in flight, not
     the plan.
     """
+    started = time.perf_counter()
     folder = as_stage_path(checkpoint_dir) if checkpoint_dir is not None else None
     parts, done_keys = _checkpointed_keys(
         _checkpoint_parts(folder, dimension) if folder is not None else []
@@ -233,7 +237,7 @@ def execute_plan(
                 resumed.add(key)
             else:
                 todo_count += 1
-    with StageWriter(out_path, out_schema) as writer:
+    with StageWriter(out_path, out_schema, started) as writer:
         done_keys = _write_resumed(writer, parts, resumed, dimension)
         todo_count += len(resumed - done_keys)
         if not todo_count:
@@ -249,7 +253,9 @@ def execute_plan(
             summary = _embed(
                 plan_path, writer, get_runner, dimension, done_keys, own, checkpoint_every, tracker
             )
-        writer.summary = summary.record()
+        # land never sees the plan file: execute carries the plan's seconds forward
+        planned = stage_summary(plan_path).get(STAGE_SECONDS)
+        writer.summary = {**summary.record(), PLAN_SECONDS: planned}
         return summary
 
 

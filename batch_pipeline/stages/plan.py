@@ -5,6 +5,7 @@ packed under a padded-token budget by `batch_pipeline.inference.batching`.
 """
 
 import statistics
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,7 @@ def plan_stale_chunks(
     """
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
 
+    started = time.perf_counter()
     from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
     from batch_pipeline.state.staging import StageWriter, read_batches
 
@@ -131,7 +133,7 @@ def plan_stale_chunks(
             stale = record_batch.filter(record_batch["stale"]).drop_columns(["stale"])
             spill.add(stale, hash_buckets(stale["input_hash"].to_pylist(), buckets))
         spill.close()
-        with StageWriter(out_path, plan_schema) as out:
+        with StageWriter(out_path, plan_schema, started) as out:
             for bucket in spill.buckets():
                 inputs = spill.read(bucket)
                 hashes = inputs["input_hash"].to_pylist()

@@ -5,6 +5,7 @@ input plus the model fingerprint, is not what the index holds for that chunk id.
 changed document that are not stale keep their landed vectors.
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,13 +79,14 @@ def prepare_chunks(
     seconds of imports) once a document needs chunking, so a no-op refresh skips it.
     `progress` hears how many collected documents were gone through, from the first one that
     needs chunking on, every `progress_interval` seconds."""
+    started = time.perf_counter()
     summary = PrepareSummary()
     tokenizer = None
     tracker = Progress(
         PREPARE.name, row_count(collected_path), progress, "documents", progress_interval
     )
     columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
-    with StageWriter(out_path, CHUNKS_SCHEMA) as writer:
+    with StageWriter(out_path, CHUNKS_SCHEMA, started) as writer:
         for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
             docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
             if not docs:

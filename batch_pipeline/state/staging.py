@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 WRITE_BATCH_ROWS = 512
 MAX_ROW_GROUP_ROWS = 16384  # what a reader holds at once
 SUMMARY_KEY = "batch_pipeline.summary"  # a stage file's footer: what the stage did
+STAGE_SECONDS = "stage_seconds"  # in every footer: how long the stage that wrote it took
 
 # LanceDB's storage option names (what users already write for LanceDB) -> pyarrow's S3 names
 _S3_OPTION_NAMES = {
@@ -244,11 +245,15 @@ class StageWriter:
     footer, where the next stage reads it with `stage_summary`.
     """
 
-    def __init__(self, path: "StagePath | Path", schema: pa.Schema) -> None:
+    def __init__(
+        self, path: "StagePath | Path", schema: pa.Schema, started: float | None = None
+    ) -> None:
         self.path = as_stage_path(path)
         self.schema = schema
         self.rows = 0
         self.summary: dict[str, object] | None = None
+        # when the stage began (time.perf_counter()): its seconds go into the footer
+        self.started = time.perf_counter() if started is None else started
         self._buffer: list[dict] = []
         self._output = ExitStack()
         self._writer = pq.ParquetWriter(
@@ -273,8 +278,8 @@ class StageWriter:
 
     def close(self) -> None:
         self.flush()
-        if self.summary is not None:
-            self._writer.add_key_value_metadata({SUMMARY_KEY: json.dumps(self.summary)})
+        summary = {**(self.summary or {}), STAGE_SECONDS: time.perf_counter() - self.started}
+        self._writer.add_key_value_metadata({SUMMARY_KEY: json.dumps(summary)})
         self._writer.close()
         self._output.close()
 

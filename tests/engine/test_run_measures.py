@@ -208,3 +208,16 @@ def test_run_prints_plain_progress_lines_when_not_on_a_terminal(workspace, capsy
     progress = [line for line in captured.err.splitlines() if "execute:" in line]
     assert progress[0].endswith("inputs to do") and "done in" in progress[-1]
     assert "of its 4h 00m window" in captured.out
+
+
+def test_each_stages_seconds_are_recorded_with_the_run(make_pipeline, fake_embedder):
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    row, measures = measures_of(pipeline, "run-1")
+    assert set(measures.stage_seconds) == {"collect", "prepare", "plan", "execute", "land"}
+    assert all(seconds >= 0 for seconds in measures.stage_seconds.values())
+    assert json.loads(row["stage_seconds"]) == measures.stage_seconds
+    # the stages ran inside the run: together no longer than its wall-clock
+    assert sum(measures.stage_seconds.values()) <= measures.wall_seconds + 0.01
+    metadata = measures.metadata()
+    assert metadata["stage_seconds_execute"] == measures.stage_seconds["execute"]

@@ -103,6 +103,7 @@ runs = sa.Table(
     sa.Column("completeness", sa.Float),
     sa.Column("partition_inputs", sa.Integer),  # chunks a full rebuild would embed
     sa.Column("deletions_held", sa.Integer),  # beyond the mass-deletion limits, not landed
+    sa.Column("stage_seconds", sa.Text),  # JSON: each stage's wall-clock seconds
 )
 
 # One row per collection and model fingerprint: building, candidate, live, retired, dropped.
