@@ -234,10 +234,7 @@ class SqlSource(DocumentSource):
         state = state or {}
         since = state.get("updated_at")
         seen = set(state.get("ids", []))
-        updated = self._col(self.updated_at_column)
-        statement = sa.select(*self._entry_columns()).order_by(updated)
-        if since is not None:
-            statement = statement.where(updated >= self._cursor_value(since))
+        statement = self.changes_statement(since)
         result = ChangeSet()
         newest, at_newest = since, set(seen)
         for row in self._execute(statement):
@@ -253,6 +250,16 @@ class SqlSource(DocumentSource):
             at_newest.add(doc_id)
         result.state = {"updated_at": newest, "ids": sorted(at_newest)}
         return result
+
+    def changes_statement(self, since: str | None) -> sa.Select:
+        """The query a sensor tick runs: rows updated at or after the cursor, in updated-at
+        order. A plain range on the bare column, so an index on it (`CREATE INDEX ... ON
+        table (updated_at)`) makes a tick cost O(changes), not O(rows)."""
+        updated = self._col(self.updated_at_column)
+        statement = sa.select(*self._entry_columns()).order_by(updated)
+        if since is not None:
+            statement = statement.where(updated >= self._cursor_value(since))
+        return statement
 
     def _cursor_value(self, since: str) -> object:
         column = self._col(self.updated_at_column)

@@ -4,6 +4,7 @@ import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from batch_pipeline.sources import DocumentReadError, SourceUnavailableError
 from batch_pipeline.sources.filesystem import FilesystemSource
@@ -201,3 +202,29 @@ def test_a_missing_table_or_column_is_named_before_any_row_is_read(sql_table):
         SqlSource(url, query=query).check()
     with pytest.raises(SourceUnavailableError, match=r"^source\.query: cannot run it"):
         SqlSource(url, query="SELECT nonsense FROM nowhere").check()
+
+
+def test_a_tick_can_use_an_index_on_updated_at(sql_table):
+    """With an index on updated_at, a tick's query is an index range scan (O(changes)):
+    the plan is asked of the database itself, SQLite and PostgreSQL."""
+    url, name, engine, table = sql_table
+    rows = [
+        {"id": n, "title": f"t{n}", "body": "b", "updated_at": T0 + timedelta(seconds=n)}
+        for n in range(2000)
+    ]
+    with engine.begin() as conn:
+        conn.execute(table.insert(), rows)
+        conn.execute(sa.text(f"CREATE INDEX {name}_updated ON {name} (updated_at)"))
+    source = SqlSource(url, table=name)
+    state = source.changes_since(None).state  # the first tick reads everything once
+    statement = source.changes_statement(state["updated_at"])
+    compiled = statement.compile(engine, compile_kwargs={"literal_binds": True})
+    explain = "EXPLAIN QUERY PLAN" if engine.dialect.name == "sqlite" else "EXPLAIN"
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SET enable_seqscan = off"))  # is the index usable at all?
+        plan = " ".join(str(r[-1]) for r in conn.execute(sa.text(f"{explain} {compiled}")))
+    assert f"INDEX {name}_updated (updated_at>?)" in plan or (
+        f"{name}_updated" in plan and "Index Cond: (updated_at >=" in plan
+    ), plan
+    assert source.changes_since(state).changed == []  # nothing newer: nothing read
