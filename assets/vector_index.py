@@ -8,7 +8,6 @@ from pydantic import Field
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
 from assets.run_info import run_started_at, run_trigger, step_retries
 from assets.stage_io import as_metadata, column_schema, upstream_path
-from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.pipeline import configured_generations
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
@@ -132,10 +131,8 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         worst = worst_lag(engine.tracking, configured_generations(pipeline.config))
         budget = pipeline.config.freshness.lag_budget_seconds
         limits = pipeline.config.limits
-        completeness = partition_completeness(
-            engine.tracking, engine.index, limits.quarantine_after_failures, report
-        )
-        backfill = engine.backfill_estimate()
+        completeness = summary.completeness  # of the table as land left it
+        backfill = engine.backfill_estimate(measures.partition_inputs)
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {

@@ -58,7 +58,7 @@ from batch_pipeline.stages.land import (
 )
 from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
 from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
-from batch_pipeline.state.reconcile import ReconcileReport, reconcile_index
+from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import (
     STAGE_SECONDS,
     StagePath,
@@ -334,6 +334,12 @@ class PartitionPipeline:
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
         summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
+        summary.completeness = partition_completeness(
+            self.tracking,
+            self.index,
+            self.config.limits.quarantine_after_failures,
+            summary.reconciled,
+        )
         executed = execute_record(embeddings)
         seconds = {
             COLLECT.name: stage_summary(collected).get(STAGE_SECONDS),
@@ -391,10 +397,7 @@ class PartitionPipeline:
         stage_seconds: dict[str, float] | None = None,
     ) -> RunMeasures:
         """The run's measures from what its stages recorded and the prices in force."""
-        report: ReconcileReport | None = landed.reconciled
-        completeness = partition_completeness(
-            self.tracking, self.index, self.config.limits.quarantine_after_failures, report
-        )
+        completeness = landed.completeness
         failed = self.tracking.failed_in_run(self.index, run_id)
         device = executed.get("device")
         cost = self.config.cost
@@ -461,10 +464,13 @@ class PartitionPipeline:
         rows = self.tracking.partition_runs(self.covered_partitions(), limit, self.index)
         return [m for row in rows if (m := RunMeasures.from_record(row)) is not None]
 
-    def backfill_estimate(self) -> BackfillEstimate | None:
-        """Re-embedding the whole partition at the throughput recent runs measured: would a
-        model change's backfill fit the nightly window? None before any run embedded."""
-        return backfill_estimate(self.recent_measures(), self.landed_totals()[1], self.config)
+    def backfill_estimate(self, inputs: int | None = None) -> BackfillEstimate | None:
+        """Re-embedding the whole partition (`inputs` chunks; default: counted now) at the
+        throughput recent runs measured: would a model change's backfill fit the nightly
+        window? None before any run embedded."""
+        if inputs is None:
+            inputs = self.landed_totals()[1]
+        return backfill_estimate(self.recent_measures(), inputs, self.config)
 
     def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:
         """Drop the checkpoints this run wrote or resumed from: their vectors are landed.

@@ -50,8 +50,10 @@ class LandSummary:
     deletions_held: int = 0  # deletions not landed: more than the mass-deletion limits allow
     deletions_held_reason: str | None = None
     failures: list[FailureRecord] = field(default_factory=list)
-    # set by the pipeline once landed: the table checked against tracking, and the measures
+    # set by the pipeline once landed: the table checked against tracking, the partition's
+    # completeness from that check, and the run's measures
     reconciled: ReconcileReport | None = None
+    completeness: dict[str, float | int] = field(default_factory=dict)
     measures: RunMeasures | None = None
 
     def metadata(self) -> dict[str, object]:
