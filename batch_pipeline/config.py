@@ -70,6 +70,16 @@ def _existing_file(value: Path | None, info: ValidationInfo) -> Path | None:
     return value
 
 
+def _resolved_url(url: str | None, url_env: str | None) -> str:
+    """A SQL source's URL: as written, or read from the environment variable `url_env`."""
+    if url is not None:
+        return url
+    value = os.environ.get(url_env or "")
+    if not value:
+        raise ConfigError(f"source.url_env: environment variable {url_env} is not set")
+    return value
+
+
 class FilesystemSourceConfig(_Strict):
     """Documents read from a folder; the doc id is the path relative to that folder."""
 
@@ -124,12 +134,7 @@ class SqlSourceConfig(_Strict):
         return self
 
     def resolved_url(self) -> str:
-        if self.url is not None:
-            return self.url
-        value = os.environ.get(self.url_env or "")
-        if not value:
-            raise ConfigError(f"source.url_env: environment variable {self.url_env} is not set")
-        return value
+        return _resolved_url(self.url, self.url_env)
 
 
 SourceConfig = Annotated[
@@ -396,6 +401,151 @@ class LimitsConfig(_Strict):
     )
 
 
+class TicketFolderExport(_Strict):
+    """Daily ticket exports in a folder: one JSONL file per day."""
+
+    kind: Literal["filesystem"] = "filesystem"
+    path: Path = Field(description="Folder holding the exports; relative to the config file.")
+    file_pattern: str = Field(
+        default="{day}.jsonl", description="A day's file name; {day} is the ISO date."
+    )
+
+    _resolve_path = field_validator("path")(_existing_folder)
+
+
+class TicketS3Export(_Strict):
+    """Daily ticket exports in an S3 bucket: one JSONL object per day under a prefix."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3, description="Bucket name.")
+    prefix: str = Field(default="tickets/", description="Keys under this prefix.")
+    file_pattern: str = Field(
+        default="{day}.jsonl", description="A day's key below the prefix; {day} is the ISO date."
+    )
+    endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint URL.")
+    region: str | None = Field(default=None, description="AWS region name.")
+
+
+class TicketSqlExport(_Strict):
+    """Tickets in a SQL table; a day is the rows whose created_at falls in it (time zone of
+    the ticket configuration)."""
+
+    kind: Literal["sql"]
+    url: str | None = Field(default=None, description="SQLAlchemy URL (no password: use url_env).")
+    url_env: str | None = Field(
+        default=None, description="Name of an environment variable holding the SQLAlchemy URL."
+    )
+    table: str = Field(description="Table name (schema.table allowed).")
+    id_column: str = "id"
+    created_at_column: str = "created_at"
+    subject_column: str | None = "subject"
+    body_column: str = "body"
+    channel_column: str | None = "channel"
+    label_column: str | None = Field(default=None, description="Optional column of true intents.")
+
+    @model_validator(mode="after")
+    def _one_url(self) -> "TicketSqlExport":
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("set exactly one of url and url_env")
+        return self
+
+    def resolved_url(self) -> str:
+        return _resolved_url(self.url, self.url_env)
+
+
+TicketExportConfig = Annotated[
+    TicketFolderExport | TicketS3Export | TicketSqlExport, Field(discriminator="kind")
+]
+
+
+class TicketEvaluationConfig(_Strict):
+    """The gate a new taxonomy (or model) generation must pass before it goes live."""
+
+    path: Path = Field(
+        description="JSONL of labelled tickets {subject, body, label}; relative to the config."
+    )
+    tolerance: float = Field(
+        default=0.02, ge=0, description="How much worse than live accuracy and macro-F1 may be."
+    )
+    min_accuracy: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="No generation goes live below this accuracy, even with no live one.",
+    )
+
+    _resolve_path = field_validator("path")(_existing_file)
+
+
+class TicketsConfig(_Strict):
+    """Nightly ticket intent classification: one daily partition per day of tickets."""
+
+    name: str = Field(
+        default="tickets",
+        description="Names the product's generations and tracking records (a-z, 0-9, _).",
+    )
+    source: TicketExportConfig
+    taxonomy: Path = Field(description="YAML file of intents; relative to the config file.")
+    evaluation: TicketEvaluationConfig | None = None
+    start_date: str = Field(description="First day with tickets (YYYY-MM-DD): the first partition.")
+    timezone: str = Field(default="UTC", description="IANA time zone that days are counted in.")
+    schedule_hour: int = Field(
+        default=1,
+        ge=0,
+        le=23,
+        description="Hour (in `timezone`) the daily run classifies yesterday.",
+    )
+    schedule_enabled: bool = Field(default=True, description="Start the daily schedule running.")
+    max_tokens: int = Field(
+        default=128, gt=8, description="Model input per ticket is cut to this many tokens."
+    )
+    min_confidence: float = Field(
+        default=0.35, ge=-1, le=1, description="Below this top score a ticket is `unknown`."
+    )
+    min_margin: float = Field(
+        default=0.02, ge=0, le=2, description="Below this gap to the second intent: `unknown`."
+    )
+    max_mix_shift: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="The intent_mix_shift check warns when a day's intent mix is further than "
+        "this (total variation distance) from the trailing 7 days'.",
+    )
+
+    _resolve_taxonomy = field_validator("taxonomy")(_existing_file)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return CollectionConfig._safe_name(value)
+
+    @field_validator("start_date")
+    @classmethod
+    def _iso_day(cls, value: str) -> str:
+        from datetime import date
+
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError:
+            raise ValueError(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        return ScheduleConfig._valid_timezone(value)
+
+    @model_validator(mode="after")
+    def _readable_taxonomy(self) -> "TicketsConfig":
+        from batch_pipeline.tickets.taxonomy import TaxonomyError, load_taxonomy
+
+        try:
+            load_taxonomy(self.taxonomy)
+        except TaxonomyError as error:
+            raise ValueError(f"taxonomy: {error}") from None
+        return self
+
+
 class PipelineConfig(_Strict):
     """The whole configuration file."""
 
@@ -408,6 +558,9 @@ class PipelineConfig(_Strict):
     maintenance: MaintenanceConfig = MaintenanceConfig()
     limits: LimitsConfig = LimitsConfig()
     generations: GenerationsConfig = GenerationsConfig()
+    tickets: TicketsConfig | None = Field(
+        default=None, description="The ticket intent classification product (optional)."
+    )
 
     @field_validator("collections")
     @classmethod

@@ -32,7 +32,6 @@ from batch_pipeline.measures.run import (
     BackfillEstimate,
     RunMeasures,
     backfill_estimate,
-    run_window_seconds,
 )
 from batch_pipeline.names import generation_index
 from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
@@ -399,23 +398,13 @@ class PartitionPipeline:
         """The run's measures from what its stages recorded and the prices in force."""
         completeness = landed.completeness
         failed = self.tracking.failed_in_run(self.index, run_id)
-        device = executed.get("device")
-        cost = self.config.cost
-        return RunMeasures(
+        return RunMeasures.from_execute(
+            executed,
+            self.config,
+            trigger,
             partition=self.partition,
-            trigger=trigger,
             started_at=started_at,
             finished_at=time.time(),
-            inputs=int(executed.get("inputs", 0)),
-            tokens=int(executed.get("tokens", 0)),
-            execute_seconds=float(executed.get("seconds", 0.0)),
-            device=device,
-            dtype=executed.get("dtype"),
-            fidelity_min_cosine=executed.get("fidelity_min_cosine"),
-            device_price_hour=cost.device_price(device) if device else 0.0,
-            host_price_hour=cost.host_hour,
-            currency=cost.currency,
-            window_seconds=run_window_seconds(self.config, trigger),
             docs_attempted=(
                 landed.documents_landed
                 + landed.documents_deleted
@@ -424,8 +413,6 @@ class PartitionPipeline:
             ),
             docs_failed=failed,
             retries=retries,
-            inputs_resumed=int(executed.get("inputs_resumed", 0)),
-            oom_splits=int(executed.get("oom_splits", 0)),
             docs_quarantined=int(completeness["documents_quarantined"]),
             completeness=float(completeness["completeness"]),
             partition_inputs=self.landed_totals()[1],

@@ -76,6 +76,9 @@ def score_generation(
     }
 
 
+COUNT_KEYS = frozenset({"queries", "tickets"})  # how many were scored: not a score to compare
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """Whether a candidate may be promoted, why, and anything an operator should know."""
@@ -106,7 +109,9 @@ def gate(
     worse = [
         f"{metric} {candidate[metric]:.4f} < live {live[metric]:.4f} - {tolerance}"
         for metric in candidate
-        if metric != "queries" and candidate[metric] < live[metric] - tolerance
+        if metric not in COUNT_KEYS
+        and metric in live
+        and candidate[metric] < live[metric] - tolerance
     ]
     if worse:
         return GateDecision(False, "refused: worse than live: " + "; ".join(worse))

@@ -66,6 +66,31 @@ class RunMeasures:
     partition_inputs: int = 0  # chunks of the partition: what a full rebuild embeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's wall-clock
 
+    @classmethod
+    def from_execute(
+        cls, executed: dict, config: PipelineConfig, trigger: str, **values: object
+    ) -> "RunMeasures":
+        """A run's measures from what its execute recorded (`ExecuteSummary.record`), the
+        prices and window in force, and `values` (the partition, times and counts)."""
+        device = executed.get("device")
+        cost = config.cost
+        return cls(
+            trigger=trigger,
+            inputs=int(executed.get("inputs", 0)),
+            tokens=int(executed.get("tokens", 0)),
+            execute_seconds=float(executed.get("seconds", 0.0)),
+            device=device,
+            dtype=executed.get("dtype"),
+            fidelity_min_cosine=executed.get("fidelity_min_cosine"),
+            device_price_hour=cost.device_price(device) if device else 0.0,
+            host_price_hour=cost.host_hour,
+            currency=cost.currency,
+            window_seconds=run_window_seconds(config, trigger),
+            inputs_resumed=int(executed.get("inputs_resumed", 0)),
+            oom_splits=int(executed.get("oom_splits", 0)),
+            **values,
+        )
+
     # ------------------------------------------------------------------ derived
 
     @property

@@ -8,7 +8,7 @@ a reader never sees half a document. Every value in a filter string goes through
 
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,6 +32,20 @@ def sql_literal(value: str) -> str:
 
 def in_filter(column: str, values: Iterable[str]) -> str:
     return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
+
+
+def commit_with_retries(table: Any, commit: Callable[[], object]) -> None:
+    """Run one commit on `table`, retrying it (on the latest version) while it conflicts with
+    a concurrent writer's; any other error is raised at once."""
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            commit()
+            return
+        except Exception as error:  # noqa: BLE001 - only commit conflicts are retried
+            if attempt == COMMIT_RETRIES - 1 or "conflict" not in str(error).lower():
+                raise
+            time.sleep(0.2 * 2**attempt)
+            table.checkout_latest()
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -163,25 +177,20 @@ class VectorStore:
         if not doc_ids:
             return table.version
         data = pa.Table.from_pylist(rows, schema=table.schema)
-        for attempt in range(COMMIT_RETRIES):
-            try:
-                if replaces_nothing:
-                    if data.num_rows:
-                        table.add(data)
-                    break
-                (
-                    table.merge_insert("chunk_id")
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
-                    .execute(data)
-                )
-                break
-            except Exception as error:  # noqa: BLE001 - only commit conflicts are retried
-                if attempt == COMMIT_RETRIES - 1 or "conflict" not in str(error).lower():
-                    raise
-                time.sleep(0.2 * 2**attempt)
-                table.checkout_latest()
+        if replaces_nothing:
+            if data.num_rows:
+                commit_with_retries(table, lambda: table.add(data))
+            return table.version
+        commit_with_retries(
+            table,
+            lambda: (
+                table.merge_insert("chunk_id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(in_filter("doc_id", doc_ids))
+                .execute(data)
+            ),
+        )
         return table.version
 
     def maintain_if_needed(

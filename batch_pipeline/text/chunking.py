@@ -66,11 +66,11 @@ def _header(tokenizer, title: str, headings: tuple[str, ...], settings: ChunkSet
         path = section_path(title, headings)
         if path:
             parts.append(path)
-    header = _truncate(tokenizer, "\n".join(parts), settings.max_tokens // HEADER_SHARE)
+    header = truncate_to_tokens(tokenizer, "\n".join(parts), settings.max_tokens // HEADER_SHARE)
     return settings.document_prefix + (header + "\n\n" if header else "")
 
 
-def _truncate(tokenizer, text: str, max_tokens: int) -> str:
+def truncate_to_tokens(tokenizer, text: str, max_tokens: int) -> str:
     """`text` cut at a token boundary to at most `max_tokens` tokens."""
     if not text:
         return text
@@ -133,7 +133,8 @@ def split_by_tokens(text: str, offsets: list[tuple[int, int]], budget: int, over
         start = next_start
 
 
-def _count(tokenizer, text: str) -> int:
+def count_tokens(tokenizer, text: str) -> int:
+    """Tokens of `text`, special tokens not counted."""
     return len(_encode(tokenizer, text)["input_ids"]) if text else 0
 
 
@@ -148,7 +149,9 @@ def chunk_document(
         occurrences[section.headings] += 1
         key = _section_key(section.headings, occurrence)
         header = _header(tokenizer, parsed.title, section.headings, settings)
-        budget = settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - _count(tokenizer, header)
+        budget = (
+            settings.max_tokens - SPECIAL_TOKENS - BOUNDARY_MARGIN - count_tokens(tokenizer, header)
+        )
         offsets = _encode(tokenizer, section.text, offsets=True)["offset_mapping"]
         if not offsets:
             continue

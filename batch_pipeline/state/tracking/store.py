@@ -322,6 +322,20 @@ class TrackingStore(GenerationRecords):
 
         self._write_racing_inserts(upsert)
 
+    def replace_failures(
+        self, index: str, prefix: str, records: list[FailureRecord], run_id: str
+    ) -> None:
+        """Make the failures of documents whose id starts with `prefix` exactly `records`
+        (one day's tickets, say, when the day lands again: fixed rows stop counting)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                failures.delete().where(
+                    failures.c.generation == index,
+                    failures.c.doc_id.startswith(prefix, autoescape=True),
+                )
+            )
+        self.record_failures(index, records, run_id)
+
     def _write_racing_inserts(self, write: Callable[[sa.Connection], None]) -> None:
         """Run `write` in one transaction; rerun it if a concurrent run inserted a key first.
 

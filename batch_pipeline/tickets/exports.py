@@ -1,0 +1,215 @@
+"""One day's ticket export, from a folder, an S3 bucket or a SQL table.
+
+A folder or bucket holds one JSONL file per day (`2026-11-29.jsonl`); a SQL table holds every
+ticket, and a day is the rows whose `created_at` falls in it, in the configured time zone.
+Every reader yields the raw rows as dicts (`id`, `created_at`, `subject`, `body`, `channel`,
+`label`); checking them is collect's job. A folder or bucket day with no file raises
+`ExportMissingError`: an export that has not arrived yet must not land as an empty day.
+"""
+
+import json
+from collections.abc import Iterator
+from datetime import date, datetime, time, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from batch_pipeline.config import (
+    TicketExportConfig,
+    TicketFolderExport,
+    TicketS3Export,
+    TicketSqlExport,
+)
+from batch_pipeline.sources.base import SourceUnavailableError
+
+TICKET_FIELDS = ("id", "created_at", "subject", "body", "channel", "label")
+INVALID_JSON = "__invalid_json__"  # the key a line that is not a JSON object is reported under
+
+
+class ExportMissingError(SourceUnavailableError):
+    """The day's export file is not there (yet): the run fails rather than land an empty day."""
+
+
+def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
+    """The day's first instant and the next day's, in `timezone` (aware datetimes)."""
+    zone = ZoneInfo(timezone)
+    start = datetime.combine(day, time(), zone)
+    return start, datetime.combine(day + timedelta(days=1), time(), zone)
+
+
+def _jsonl_rows(lines: Iterator[str]) -> Iterator[dict]:
+    """Each line's object; a line that is not one comes out as a row holding the problem
+    (under `INVALID_JSON`), so collect records it and the rest of the day still lands."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            problem = None if isinstance(row, dict) else "not a JSON object"
+        except ValueError as error:
+            problem = str(error)
+        if problem is not None:
+            yield {INVALID_JSON: f"line {number}: {problem}", "id": f"line-{number}"}
+        else:
+            yield row
+
+
+class TicketExport:
+    """Reads a day's tickets; `check()` fails early, naming the setting, when it cannot."""
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Cheap: the export's location exists."""
+
+    def read_day(self, day: date) -> Iterator[dict]:
+        raise NotImplementedError
+
+
+class FolderExport(TicketExport):
+    def __init__(self, config: TicketFolderExport) -> None:
+        self.folder = Path(config.path)
+        self.pattern = config.file_pattern
+
+    def describe(self) -> str:
+        return str(self.folder / self.pattern)
+
+    def check(self) -> None:
+        if not self.folder.is_dir():
+            raise SourceUnavailableError(f"tickets.source.path: folder not found: {self.folder}")
+
+    def read_day(self, day: date) -> Iterator[dict]:
+        path = self.folder / self.pattern.format(day=day.isoformat())
+        if not path.is_file():
+            raise ExportMissingError(f"no ticket export for {day}: {path} does not exist")
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            yield from _jsonl_rows(lines)
+
+
+class S3Export(TicketExport):
+    def __init__(self, config: TicketS3Export, client: object) -> None:
+        self.client = client
+        self.bucket = config.bucket
+        self.prefix = config.prefix
+        self.pattern = config.file_pattern
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{self.pattern}"
+
+    def check(self) -> None:
+        from batch_pipeline.sources.s3 import S3Source
+
+        S3Source(self.client, self.bucket, self.prefix).check()
+
+    def read_day(self, day: date) -> Iterator[dict]:
+        from botocore.exceptions import ClientError
+
+        key = self.prefix + self.pattern.format(day=day.isoformat())
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise ExportMissingError(
+                    f"no ticket export for {day}: s3://{self.bucket}/{key} does not exist"
+                ) from None
+            raise SourceUnavailableError(f"cannot read s3://{self.bucket}/{key}: {error}") from None
+        lines = (line.decode("utf-8", errors="replace") for line in body.iter_lines())
+        yield from _jsonl_rows(lines)
+
+
+class SqlExport(TicketExport):
+    def __init__(self, config: TicketSqlExport, timezone: str) -> None:
+        import sqlalchemy as sa
+
+        self.config = config
+        self.timezone = timezone
+        self.engine = sa.create_engine(config.resolved_url(), pool_pre_ping=True)
+        self._table = None
+
+    def describe(self) -> str:
+        import sqlalchemy as sa
+
+        url = sa.engine.make_url(self.config.resolved_url())
+        return f"{url.render_as_string(hide_password=True)} {self.config.table}"
+
+    def _columns(self) -> dict[str, str]:
+        c = self.config
+        named = {
+            "id": c.id_column,
+            "created_at": c.created_at_column,
+            "subject": c.subject_column,
+            "body": c.body_column,
+            "channel": c.channel_column,
+            "label": c.label_column,
+        }
+        return {field: column for field, column in named.items() if column}
+
+    def table(self):  # noqa: ANN201
+        import sqlalchemy as sa
+
+        if self._table is None:
+            schema, _, name = self.config.table.rpartition(".")
+            try:
+                self._table = sa.Table(
+                    name, sa.MetaData(), schema=schema or None, autoload_with=self.engine
+                )
+            except sa.exc.NoSuchTableError:
+                raise SourceUnavailableError(
+                    f"tickets.source.table: table {self.config.table!r} does not exist "
+                    f"({self.describe()})"
+                ) from None
+            except (sa.exc.SQLAlchemyError, OSError) as error:
+                raise SourceUnavailableError(
+                    f"cannot reach {self.describe()}: {type(error).__name__}: {error}"
+                ) from None
+        return self._table
+
+    def check(self) -> None:
+        present = set(self.table().c.keys())
+        for field, column in self._columns().items():
+            if column not in present:
+                setting = f"{field}_column"
+                raise SourceUnavailableError(
+                    f"tickets.source.{setting}: {self.config.table!r} has no column {column!r}; "
+                    f"it has {', '.join(sorted(present))}"
+                )
+
+    def read_day(self, day: date) -> Iterator[dict]:
+        import sqlalchemy as sa
+
+        table = self.table()
+        columns = self._columns()
+        created = table.c[columns["created_at"]]
+        start, end = day_bounds(day, self.timezone)
+        if not getattr(created.type, "timezone", False):  # a naive column holds UTC
+            start, end = (t.astimezone(ZoneInfo("UTC")).replace(tzinfo=None) for t in (start, end))
+        query = (
+            sa.select(*(table.c[column].label(field) for field, column in columns.items()))
+            .where(created >= start, created < end)
+            .order_by(table.c[columns["id"]])
+        )
+        with self.engine.connect() as conn:
+            result = conn.execution_options(stream_results=True).execute(query)
+            for row in result:
+                values = dict(row._mapping)
+                if isinstance(values.get("created_at"), datetime):
+                    stamp = values["created_at"]
+                    values["created_at"] = stamp.isoformat()
+                values["id"] = str(values["id"])
+                yield values
+
+
+def make_export(
+    config: TicketExportConfig, timezone: str, s3_client: object | None = None
+) -> TicketExport:
+    """The reader for `tickets.source`."""
+    if isinstance(config, TicketFolderExport):
+        return FolderExport(config)
+    if isinstance(config, TicketS3Export):
+        from batch_pipeline.sources import default_s3_client
+
+        return S3Export(config, s3_client or default_s3_client(config))
+    if isinstance(config, TicketSqlExport):
+        return SqlExport(config, timezone)
+    raise TypeError(f"unsupported ticket export kind {config.kind!r}")

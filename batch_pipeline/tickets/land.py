@@ -1,0 +1,158 @@
+"""Ticket stage 5, land: the day's tickets classified and written in one commit.
+
+A ticket whose row in the generation already has the same input keeps that row untouched;
+the others are classified (their vector from this run's execute, or one this model already
+computed) and written; tickets gone from the export are removed. All of it is one commit
+scoped to the day (`IntentStore.replace_day`); with nothing to change there is no commit, so
+replaying a run changes nothing.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.state.staging import StagePath, read_batches, read_table
+from batch_pipeline.state.tracking import FailureRecord
+from batch_pipeline.tickets import TICKET_EXECUTE
+from batch_pipeline.tickets.classify import IntentClassifier
+from batch_pipeline.tickets.collect import failure_key
+from batch_pipeline.tickets.intent_store import IntentStore, intent_schema
+from batch_pipeline.tickets.mix import IntentMix
+
+
+@dataclass(frozen=True)
+class DayTarget:
+    """Where and under what a day lands: the generation's table and its lineage."""
+
+    index: str
+    day: str
+    run_id: str
+    model_fingerprint: str
+    taxonomy_version: str
+    dimension: int
+
+
+@dataclass
+class TicketLandSummary:
+    tickets_classified: int = 0  # by this run
+    tickets_unchanged: int = 0
+    tickets_removed: int = 0
+    table_version: int | None = None
+    committed: bool = False
+    failures: list[FailureRecord] = field(default_factory=list)
+    mix: IntentMix = field(default_factory=IntentMix)
+    measures: RunMeasures | None = None  # set once the run is recorded
+
+    def metadata(self, intents: list[str]) -> dict[str, object]:
+        return {
+            "tickets_newly_classified": self.tickets_classified,
+            "tickets_unchanged": self.tickets_unchanged,
+            "tickets_removed": self.tickets_removed,
+            "tickets_failed": len(self.failures),
+            "committed": self.committed,
+            **self.mix.metadata(intents),
+        }
+
+
+def _vectors_by_input(embeddings: StagePath | Path) -> dict[str, np.ndarray]:
+    vectors: dict[str, np.ndarray] = {}
+    for batch in read_batches(embeddings, ["input_hash", "vector"]):
+        keys = batch["input_hash"].to_pylist()
+        values = batch["vector"].flatten().to_numpy().reshape(len(keys), -1)
+        vectors.update(zip(keys, values, strict=True))
+    return vectors
+
+
+def land_day(
+    intents: IntentStore,
+    target: DayTarget,
+    inputs_path: StagePath | Path,
+    embeddings_path: StagePath | Path,
+    known_vectors: Callable[[], dict[str, np.ndarray]],
+    classifier: Callable[[], IntentClassifier],
+    channels: dict[str, str | None],
+) -> TicketLandSummary:
+    """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
+    this model computed before, by input hash; `classifier()` is only called if some ticket
+    needs classifying; `channels` gives each ticket's channel."""
+    summary = TicketLandSummary()
+    inputs = read_table(inputs_path, ["ticket_id", "input_hash"]).to_pylist()
+    existing = intents.day_rows(target.index, target.day)
+    ids = existing["ticket_id"].to_pylist() if existing.num_rows else []
+    by_ticket = {ticket_id: i for i, ticket_id in enumerate(ids)}
+    existing_hashes = existing["input_hash"].to_pylist() if existing.num_rows else []
+    keep: list[int] = []
+    todo: list[dict] = []
+    for row in inputs:
+        at = by_ticket.get(row["ticket_id"])
+        if at is not None and existing_hashes[at] == row["input_hash"]:
+            keep.append(at)
+        else:
+            todo.append(row)
+    summary.tickets_unchanged = len(keep)
+    summary.tickets_removed = (
+        len(by_ticket) - len(keep) - sum(1 for row in todo if row["ticket_id"] in by_ticket)
+    )
+    new_rows = pa.Table.from_pylist([], schema=intent_schema(target.dimension))
+    if todo:
+        computed = _vectors_by_input(embeddings_path)
+        earlier = known_vectors() if any(r["input_hash"] not in computed for r in todo) else {}
+        ready = []
+        for row in todo:
+            vector = computed.get(row["input_hash"])
+            vector = vector if vector is not None else earlier.get(row["input_hash"])
+            if vector is None:
+                summary.failures.append(
+                    FailureRecord(
+                        doc_id=failure_key(target.day, row["ticket_id"]),
+                        stage=TICKET_EXECUTE.name,
+                        reason="inference_failed",
+                        error_class="InferenceError",
+                        message="no vector was computed for this ticket's input",
+                    )
+                )
+            else:
+                ready.append((row, vector))
+        if ready:
+            vectors = np.stack([v for _, v in ready]).astype(np.float32)
+            predictions = classifier().classify(vectors)
+            now = datetime.now(UTC)
+            new_rows = pa.Table.from_pylist(
+                [
+                    {
+                        "ticket_id": row["ticket_id"],
+                        "day": target.day,
+                        "channel": channels.get(row["ticket_id"]),
+                        "intent": p.intent,
+                        "confidence": p.confidence,
+                        "top_intents": [name for name, _ in p.top],
+                        "top_scores": [score for _, score in p.top],
+                        "input_hash": row["input_hash"],
+                        "vector": vector,
+                        "model_fingerprint": target.model_fingerprint,
+                        "taxonomy_version": target.taxonomy_version,
+                        "run_id": target.run_id,
+                        "classified_at": now,
+                    }
+                    for (row, vector), p in zip(ready, predictions, strict=True)
+                ],
+                schema=intent_schema(target.dimension),
+            )
+            summary.tickets_classified = new_rows.num_rows
+    kept = existing.take(pa.array(sorted(keep), pa.int64())) if keep else None
+    changed = summary.tickets_classified or summary.tickets_removed
+    if changed or not intents.store.has_table(target.index):
+        day = pa.concat_tables([kept.cast(new_rows.schema), new_rows]) if kept else new_rows
+        summary.table_version = intents.replace_day(target.index, target.day, day, target.dimension)
+        summary.committed = True
+    else:
+        table = intents.store.open(target.index)
+        summary.table_version = table.version if table is not None else None
+    final = intents.day_rows(target.index, target.day, ["intent", "confidence"])
+    summary.mix = IntentMix.of(final["intent"].to_pylist(), final["confidence"].to_pylist())
+    return summary

@@ -1,0 +1,80 @@
+"""The intent taxonomy: a YAML file of intents, each with a description and example utterances.
+
+```yaml
+intents:
+  refund_request:
+    description: The customer asks for their money back.
+    examples: [Can I get a refund for last month?]
+```
+
+Its version is a hash of the file's bytes: any edit is a new version, and so a new generation.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+UNKNOWN = "unknown"  # what a ticket is when no intent is clear enough; never an intent's name
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class TaxonomyError(ValueError):
+    """A taxonomy file that cannot be used; the message names the intent and the problem."""
+
+
+@dataclass(frozen=True)
+class Intent:
+    name: str
+    description: str
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    intents: tuple[Intent, ...]
+    version: str  # sha256 of the file's bytes, 12 hex digits
+
+    @property
+    def names(self) -> list[str]:
+        return [intent.name for intent in self.intents]
+
+
+def parse_taxonomy(text: str, source: str = "taxonomy") -> Taxonomy:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise TaxonomyError(f"{source}: not valid YAML: {error}") from None
+    intents = data.get("intents") if isinstance(data, dict) else None
+    if not isinstance(intents, dict) or len(intents) < 2:
+        raise TaxonomyError(f"{source}: expected `intents:`, a mapping of at least two intents")
+    parsed = []
+    for name, spec in intents.items():
+        where = f"{source}: intents.{name}"
+        if not isinstance(name, str) or not _NAME.match(name) or name == UNKNOWN:
+            raise TaxonomyError(
+                f"{where}: an intent name is a lowercase letter then a-z, 0-9 or _, "
+                f"and not {UNKNOWN!r}"
+            )
+        if not isinstance(spec, dict) or not str(spec.get("description") or "").strip():
+            raise TaxonomyError(f"{where}: needs a description")
+        examples = spec.get("examples") or []
+        if not isinstance(examples, list) or not all(
+            isinstance(e, str) and e.strip() for e in examples
+        ):
+            raise TaxonomyError(f"{where}.examples: must be a list of non-empty strings")
+        parsed.append(
+            Intent(name, str(spec["description"]).strip(), tuple(e.strip() for e in examples))
+        )
+    version = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return Taxonomy(tuple(parsed), version)
+
+
+def load_taxonomy(path: Path) -> Taxonomy:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TaxonomyError(f"{path}: cannot be read: {error}") from None
+    return parse_taxonomy(text, str(path))
