@@ -24,13 +24,24 @@ setup: $(STAMP)
 demo: setup
 	@for partition in $$($(BIN)/python -m batch_pipeline.partitions); do \
 		echo "== materialising partition $$partition"; \
-		$(BIN)/dagster asset materialize -m batch_pipeline.definitions --select '*' \
+		$(BIN)/dagster asset materialize -m batch_pipeline.definitions \
+			--select 'group:embedding_pipeline or group:index_generations' \
 			--partition $$partition 2>&1 | grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
 	$(BIN)/batch-pipeline status
 	@echo "== sample search"
 	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
+	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
+		echo "== classifying the tickets of $$day"; \
+		$(BIN)/dagster asset materialize -m batch_pipeline.definitions \
+			--select 'group:ticket_intents' --partition $$day 2>&1 \
+			| grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
+	@echo "== the intent mix of the newest day"
+	$(BIN)/batch-pipeline intents --day $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 1)
+	$(BIN)/batch-pipeline classify "I was charged twice this month"
 
 test: setup
 	$(BIN)/pytest; status=$$?; \

@@ -9,6 +9,7 @@
     batch-pipeline generations list|promote|rollback [--collection C]
     batch-pipeline invalidate-run RUN_ID
     batch-pipeline restore --collection C --before-run RUN_ID
+    batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -43,6 +44,9 @@ from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableError
 from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.tickets import commands as ticket_commands
+from batch_pipeline.tickets.commands import add_commands as add_ticket_commands
+from batch_pipeline.tickets.pipeline import TicketProduct
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     target = run.add_mutually_exclusive_group(required=True)
     target.add_argument("--collection", help="a configured collection (all of its shards)")
     target.add_argument("--partition", help="one partition: a collection or a shard (name-sNN)")
+    target.add_argument("--day", help="one day of the ticket intent product (YYYY-MM-DD)")
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
@@ -125,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("--collection", required=True)
     restore.add_argument("--before-run", required=True, dest="run_id")
 
+    add_ticket_commands(commands)
+
     failed = commands.add_parser("failures", help="documents that failed, with their reason")
     failed.add_argument("--collection", help="only this collection")
     failed.add_argument("--json", action="store_true", help="print JSON")
@@ -164,6 +171,14 @@ class _Context:
     def partition(self, partition: str) -> PartitionPipeline:
         """One partition's engine: a collection, or one shard of it."""
         return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
+
+    def tickets(self) -> TicketProduct:
+        """The ticket intent product's engine (a ConfigError if it is not configured)."""
+        return TicketProduct(self.config, self.storage, self.tracking, self.store)
+
+    def is_tickets(self, name: str | None) -> bool:
+        """Whether `name` is the ticket product's (its generations share the registry)."""
+        return self.config.tickets is not None and name == self.config.tickets.name
 
     def pipeline(self, collection: str) -> PartitionPipeline:
         """The whole collection's engine (all its shards), for a configured collection."""
@@ -242,6 +257,8 @@ def _source_errors(reports: list[dict]) -> int:
 
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
+    if args.day:
+        return ticket_commands.run_day(ctx.tickets(), args, _progress_sink(sys.stderr)[0])
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
     progress, interval = _progress_sink(sys.stderr)
@@ -438,25 +455,36 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
                 f"{g.decision or ''}"
             )
         return 0
-    pipeline = ctx.pipeline(args.collection)
     if args.action == "rollback":
+        if not ctx.is_tickets(args.collection):
+            ctx.collections(args.collection)  # a configured collection, or a ConfigError
         moved = registry.rollback(args.collection)
+        print(f"{args.collection}: live generation {moved.previous} -> {moved.live}")
+        return 0
+    pipeline = ctx.tickets() if ctx.is_tickets(args.collection) else ctx.pipeline(args.collection)
+    fingerprint = args.generation or pipeline.fingerprint
+    record = registry.get(args.collection, fingerprint)
+    if record is None:
+        raise GenerationError(f"collection {args.collection!r} has no generation {fingerprint}")
+    if args.force:
+        moved = registry.promote(args.collection, fingerprint, "forced by operator")
     else:
-        fingerprint = args.generation or pipeline.fingerprint
-        record = registry.get(args.collection, fingerprint)
-        if record is None:
-            raise GenerationError(f"collection {args.collection!r} has no generation {fingerprint}")
-        if args.force:
-            moved = registry.promote(args.collection, fingerprint, "forced by operator")
-        else:
-            if fingerprint != pipeline.fingerprint:
-                raise GenerationError("only the current config's generation can be gated; --force")
-            live_before = registry.live(args.collection)
-            review = pipeline.review_generation(lambda model: EmbeddingRunner(model, device="auto"))
-            if review.decision != "promoted":
-                raise GenerationError(f"not promoted: {review.reason}")
-            previous = live_before.index_name if live_before else None
-            moved = LiveSwitch(previous, pipeline.index)
+        if fingerprint != pipeline.fingerprint:
+            raise GenerationError("only the current config's generation can be gated; --force")
+        live_before = registry.live(args.collection)
+
+        def embedder_for(model):  # noqa: ANN001, ANN202
+            return EmbeddingRunner(model, device="auto")
+
+        review = (
+            pipeline.review(embedder_for, force=True)
+            if ctx.is_tickets(args.collection)
+            else pipeline.review_generation(embedder_for)
+        )
+        if review.decision != "promoted":
+            raise GenerationError(f"not promoted: {review.reason}")
+        previous = live_before.index_name if live_before else None
+        moved = LiveSwitch(previous, pipeline.index)
     print(f"{args.collection}: live generation {moved.previous} -> {moved.live}")
     return 0
 
@@ -493,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         "generations": _generations,
         "invalidate-run": _invalidate,
         "restore": _restore,
+        "intents": lambda ctx, args: ticket_commands.intents(ctx.tickets(), args),
+        "classify": lambda ctx, args: ticket_commands.classify(ctx.tickets(), args),
     }
     try:
         ctx = _Context(args)

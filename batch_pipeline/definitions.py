@@ -13,10 +13,12 @@ from dagster_aws.s3 import S3Resource
 
 from assets import build_stage_assets
 from assets.partitions import collection_partitions
+from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import load_config
 from batch_pipeline.sources import S3_ENV
 from resources import InferenceResource, PipelineResource
 from sensors import build_triggers
+from sensors.ticket_schedule import build_ticket_job, build_ticket_schedule
 
 
 def s3_resource() -> S3Resource:
@@ -29,9 +31,16 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
     config = load_config(config_path)
     partitions = collection_partitions(config)
     job, sensors, schedules = build_triggers(config)
+    assets, jobs = build_stage_assets(partitions), [job]
+    if config.tickets is not None:  # the second product, on daily partitions
+        days = ticket_partitions(config)
+        ticket_job = build_ticket_job()
+        assets += build_ticket_assets(days)
+        jobs.append(ticket_job)
+        schedules = [*schedules, build_ticket_schedule(config, ticket_job)]
     return dg.Definitions(
-        assets=build_stage_assets(partitions),
-        jobs=[job],
+        assets=assets,
+        jobs=jobs,
         sensors=sensors,
         schedules=schedules,
         resources={

@@ -4,11 +4,12 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.config import PipelineConfig, S3SourceConfig, load_config
+from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.tickets.pipeline import TicketProduct
 
 
 class PipelineResource(dg.ConfigurableResource):
@@ -65,18 +66,30 @@ class PipelineResource(dg.ConfigurableResource):
     def partition(self, partition: str, s3: S3Resource | None = None) -> PartitionPipeline:
         """The engine for one partition (a collection or one of its shards); S3 sources read
         through `s3`."""
-
-        def s3_client(source: S3SourceConfig):  # noqa: ANN202
-            resource = s3 or S3Resource()
-            overrides = {
-                k: v
-                for k, v in (("endpoint_url", source.endpoint_url), ("region_name", source.region))
-                if v
-            }
-            if overrides:
-                resource = S3Resource(**{**resource.model_dump(), **overrides})
-            return resource.get_client()
-
         return PartitionPipeline(
-            self._config, self._storage, partition, self._tracking, self._store, s3_client=s3_client
+            self._config,
+            self._storage,
+            partition,
+            self._tracking,
+            self._store,
+            s3_client=lambda source: _s3_client(s3, source),
         )
+
+    def tickets(self, s3: S3Resource | None = None) -> TicketProduct:
+        """The ticket intent product's engine (days come from `.day(partition_key)`)."""
+        source = self._config.tickets.source if self._config.tickets else None
+        client = _s3_client(s3, source) if isinstance(source, TicketS3Export) else None
+        return TicketProduct(self._config, self._storage, self._tracking, self._store, client)
+
+
+def _s3_client(s3: S3Resource | None, source: S3SourceConfig | TicketS3Export):  # noqa: ANN202
+    """A client from the S3 resource, with the source's own endpoint and region."""
+    resource = s3 or S3Resource()
+    overrides = {
+        k: v
+        for k, v in (("endpoint_url", source.endpoint_url), ("region_name", source.region))
+        if v
+    }
+    if overrides:
+        resource = S3Resource(**{**resource.model_dump(), **overrides})
+    return resource.get_client()

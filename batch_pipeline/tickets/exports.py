@@ -62,6 +62,10 @@ class TicketExport:
     def check(self) -> None:
         """Cheap: the export's location exists."""
 
+    def has_day(self, day: date) -> bool:
+        """Whether the day's export is there (a table always has every day)."""
+        return True
+
     def read_day(self, day: date) -> Iterator[dict]:
         raise NotImplementedError
 
@@ -77,6 +81,9 @@ class FolderExport(TicketExport):
     def check(self) -> None:
         if not self.folder.is_dir():
             raise SourceUnavailableError(f"tickets.source.path: folder not found: {self.folder}")
+
+    def has_day(self, day: date) -> bool:
+        return (self.folder / self.pattern.format(day=day.isoformat())).is_file()
 
     def read_day(self, day: date) -> Iterator[dict]:
         path = self.folder / self.pattern.format(day=day.isoformat())
@@ -100,6 +107,16 @@ class S3Export(TicketExport):
         from batch_pipeline.sources.s3 import S3Source
 
         S3Source(self.client, self.bucket, self.prefix).check()
+
+    def has_day(self, day: date) -> bool:
+        from botocore.exceptions import ClientError
+
+        key = self.prefix + self.pattern.format(day=day.isoformat())
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError:
+            return False
+        return True
 
     def read_day(self, day: date) -> Iterator[dict]:
         from botocore.exceptions import ClientError

@@ -24,6 +24,7 @@ def intent_schema(dim: int) -> pa.Schema:
             pa.field("confidence", pa.float32(), nullable=False),
             pa.field("top_intents", pa.list_(pa.string()), nullable=False),
             pa.field("top_scores", pa.list_(pa.float32()), nullable=False),
+            pa.field("input_text", pa.string(), nullable=False),
             pa.field("input_hash", pa.string(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
             pa.field("model_fingerprint", pa.string(), nullable=False),

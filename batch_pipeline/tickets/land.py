@@ -81,7 +81,7 @@ def land_day(
     this model computed before, by input hash; `classifier()` is only called if some ticket
     needs classifying; `channels` gives each ticket's channel."""
     summary = TicketLandSummary()
-    inputs = read_table(inputs_path, ["ticket_id", "input_hash"]).to_pylist()
+    inputs = read_table(inputs_path, ["ticket_id", "input_hash", "input_text"]).to_pylist()
     existing = intents.day_rows(target.index, target.day)
     ids = existing["ticket_id"].to_pylist() if existing.num_rows else []
     by_ticket = {ticket_id: i for i, ticket_id in enumerate(ids)}
@@ -132,6 +132,7 @@ def land_day(
                         "confidence": p.confidence,
                         "top_intents": [name for name, _ in p.top],
                         "top_scores": [score for _, score in p.top],
+                        "input_text": row["input_text"],
                         "input_hash": row["input_hash"],
                         "vector": vector,
                         "model_fingerprint": target.model_fingerprint,

@@ -19,10 +19,15 @@ from datetime import date, timedelta
 from functools import cached_property
 
 import numpy as np
+import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError, PipelineConfig, TicketsConfig
 from batch_pipeline.generations.evaluation import gate
-from batch_pipeline.generations.lifecycle import EmbedderFor, GenerationReview
+from batch_pipeline.generations.lifecycle import (
+    EmbedderFor,
+    GenerationReview,
+    NoLiveGenerationError,
+)
 from batch_pipeline.generations.registry import DROPPED, LIVE, GenerationRegistry
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.embedder import Embedder
@@ -54,7 +59,7 @@ from batch_pipeline.tickets.evaluation import (
 from batch_pipeline.tickets.exports import TicketExport, make_export
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.land import DayTarget, TicketLandSummary, land_day
-from batch_pipeline.tickets.mix import TRAILING_DAYS
+from batch_pipeline.tickets.mix import TRAILING_DAYS, IntentMix
 from batch_pipeline.tickets.prepare import prepare_inputs, ticket_input
 from batch_pipeline.tickets.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
 
@@ -223,12 +228,8 @@ class TicketProduct:
         cached = json.loads(record.scores or "{}")
         if cached.get("eval_set") == version and "candidate" in cached:
             return cached["candidate"]
-        built = json.loads(record.model_config)
-        from batch_pipeline.config import ModelConfig
-
-        model = resolve_model(ModelConfig.model_validate(built["model"]))
-        embedder = embedder_for(model)
-        taxonomy = parse_taxonomy(built["taxonomy"])
+        embedder = embedder_for(self.model_for(record))
+        taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
         labelled = load_labelled_tickets(evaluation.path, taxonomy.names)
         predictions = self.classify_texts([(t.subject, t.body) for t in labelled], embedder, record)
         scores = classification_scores([t.label for t in labelled], [p.intent for p in predictions])
@@ -238,6 +239,69 @@ class TicketProduct:
             scores=json.dumps({"eval_set": version, "candidate": scores}),
         )
         return scores
+
+    def model_for(self, record: GenerationRecord) -> ResolvedModel:
+        """The model a generation was built with."""
+        from batch_pipeline.config import ModelConfig
+
+        return resolve_model(ModelConfig.model_validate(json.loads(record.model_config)["model"]))
+
+    def reader_generation(self) -> GenerationRecord:
+        """What readers use: the live generation."""
+        live = self.live()
+        if live is None:
+            raise NoLiveGenerationError(
+                f"{self.name!r} has no live generation yet; classify a day first "
+                "(make demo, or batch-pipeline run --day YYYY-MM-DD)"
+            )
+        return live
+
+    def day_report(self, day: str, examples: int = 2) -> dict:
+        """A day under the live generation: the intent mix, unknown rate, confidence spread,
+        shift against the trailing days, and the most confident examples per intent."""
+        pipeline = self.day(day)
+        record = self.reader_generation()
+        rows = self.intents.day_rows(
+            record.index_name, pipeline.day, ["ticket_id", "intent", "confidence", "input_text"]
+        ).to_pylist()
+        if not rows and pipeline.partition not in self.intents.days(record.index_name):
+            raise NoLiveGenerationError(
+                f"{pipeline.partition} is not classified under the live generation "
+                f"{record.index_name}; materialise that partition of ticket_intents "
+                f"(or batch-pipeline run --day {pipeline.partition})"
+            )
+        mix = IntentMix.of([r["intent"] for r in rows], [r["confidence"] for r in rows])
+        mix = mix.with_shift(pipeline.trailing_counts(record.index_name))
+        chosen: dict[str, list[dict]] = {}
+        for row in sorted(rows, key=lambda r: -r["confidence"]):
+            picked = chosen.setdefault(row["intent"], [])
+            if len(picked) < examples:
+                picked.append(
+                    {
+                        "ticket_id": row["ticket_id"],
+                        "confidence": round(row["confidence"], 4),
+                        "text": row["input_text"],
+                    }
+                )
+        counts = dict(sorted(mix.counts.items(), key=lambda item: (-item[1], item[0])))
+        spread = {k: round(v, 4) for k, v in mix.confidence_spread().items()}
+        failed = [
+            f
+            for f in self.tracking.list_failures(index=record.index_name)
+            if f["doc_id"].startswith(f"{pipeline.partition}/")
+        ]
+        return {
+            "day": pipeline.partition,
+            "generation": record.index_name,
+            "taxonomy_version": json.loads(record.model_config)["taxonomy_version"],
+            "tickets": mix.total,
+            "counts": counts,
+            "unknown_rate": round(mix.unknown_rate or 0.0, 4),
+            "confidence": {"mean": round(mix.mean_confidence or 0.0, 4), **spread},
+            "shift": None if mix.shift is None else round(mix.shift, 4),
+            "examples": chosen,
+            "failed": len(failed),
+        }
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Gate this configuration's generation: complete (it holds every day the live one
@@ -353,7 +417,7 @@ class DayPipeline:
         for index in self.product.same_model_generations():
             rows = self.product.intents.day_rows(index, self.day, ["input_hash", "vector"])
             if rows.num_rows:
-                vectors = rows["vector"].flatten().to_numpy().reshape(rows.num_rows, -1)
+                vectors = pc.list_flatten(rows["vector"]).to_numpy().reshape(rows.num_rows, -1)
                 found.update(zip(rows["input_hash"].to_pylist(), vectors, strict=True))
         return found
 
@@ -408,12 +472,13 @@ class DayPipeline:
         )
         return StageOutput(out, summary)
 
-    def trailing_counts(self) -> list[dict[str, int]]:
-        """The intent counts of the trailing days this generation holds."""
+    def trailing_counts(self, index: str | None = None) -> list[dict[str, int]]:
+        """The intent counts of the trailing days a generation (default: this
+        configuration's) holds."""
         counts = []
         for back in range(1, TRAILING_DAYS + 1):
             day = self.day - timedelta(days=back)
-            rows = self.product.intents.day_rows(self.product.index, day, ["intent"])
+            rows = self.product.intents.day_rows(index or self.product.index, day, ["intent"])
             if rows.num_rows:
                 counts.append(dict(Counter(rows["intent"].to_pylist())))
         return counts

@@ -10,7 +10,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Lowest first. A module may import its own layer and those below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    ("batch_pipeline.names", "batch_pipeline.iterables", "batch_pipeline.faults"),
+    (
+        "batch_pipeline.names",
+        "batch_pipeline.iterables",
+        "batch_pipeline.faults",
+        "batch_pipeline.tickets.taxonomy",  # read by config: a bad taxonomy fails at load
+    ),
     ("batch_pipeline.config",),
     ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
     ("batch_pipeline.measures",),
@@ -23,8 +28,14 @@ LAYERS: list[tuple[str, ...]] = [
         "batch_pipeline.health.freshness",
     ),
     ("batch_pipeline.pipeline",),
+    ("batch_pipeline.tickets",),  # the second product: its own stages over the shared ones
     ("batch_pipeline.health", "batch_pipeline.triggers", "batch_pipeline.search"),
-    ("batch_pipeline.cli", "batch_pipeline.bench", "batch_pipeline.partitions"),
+    (
+        "batch_pipeline.cli",
+        "batch_pipeline.bench",
+        "batch_pipeline.partitions",
+        "batch_pipeline.tickets.commands",
+    ),
     ("resources",),
     ("assets",),
     ("sensors",),

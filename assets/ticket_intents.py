@@ -1,0 +1,232 @@
+"""The ticket intent product's five stages, one daily partition per day of tickets.
+
+collect (`ticket_exports`) -> prepare (`ticket_inputs`) -> plan (`ticket_batch_plan`) ->
+execute (`ticket_embeddings`) -> land (`ticket_intents`). Plan and execute run the vector
+index's own engine stages; each asset is an adapter over `batch_pipeline.tickets`.
+"""
+
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.partitions import (
+    GPU_POOL,
+    PROGRESS_INTERVAL_SECONDS,
+    TRANSIENT_RETRY,
+    partition_check,
+    progress_log,
+)
+from assets.run_info import run_started_at, run_trigger, step_retries
+from assets.stage_io import as_metadata, column_schema, parquet_metadata, upstream_path
+from batch_pipeline.config import PipelineConfig
+from batch_pipeline.tickets import (
+    TICKET_COLLECT,
+    TICKET_EXECUTE,
+    TICKET_LAND,
+    TICKET_PLAN,
+    TICKET_PREPARE,
+)
+from batch_pipeline.tickets.intent_store import intent_schema
+from resources.inference import InferenceResource
+from resources.pipeline import PipelineResource
+
+TICKETS_GROUP = "ticket_intents"
+TICKETS_OWNERS = ["team:support-analytics"]
+INTENT_MIX_SHIFT = "intent_mix_shift"
+DAY_COMPLETE = "day_complete"
+
+
+def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
+    """One partition per day from `tickets.start_date`, counted in `tickets.timezone`; the
+    newest is yesterday (a day is classified once it is over)."""
+    settings = config.tickets
+    return dg.DailyPartitionsDefinition(start_date=settings.start_date, timezone=settings.timezone)
+
+
+def _common(partitions: dg.PartitionsDefinition) -> dict:
+    return {"partitions_def": partitions, "group_name": TICKETS_GROUP, "owners": TICKETS_OWNERS}
+
+
+def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+    @dg.asset(
+        name=TICKET_COLLECT.asset,
+        retry_policy=TRANSIENT_RETRY,
+        kinds=set(TICKET_COLLECT.kinds),
+        **_common(partitions),
+    )
+    def ticket_exports(
+        context: dg.AssetExecutionContext, pipeline: PipelineResource
+    ) -> dg.MaterializeResult:
+        """The day's ticket export, every row checked: a row with no id, no body, a
+        created_at that is not a date, or an id seen before that day is kept as failed with
+        its reason, and the rest of the day goes on."""
+        day = pipeline.tickets().day(context.partition_key)
+        output = day.collect(context.run.run_id)
+        return dg.MaterializeResult(
+            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
+        )
+
+    @dg.asset(
+        name=TICKET_PREPARE.asset,
+        deps=[TICKET_COLLECT.asset],
+        kinds=set(TICKET_PREPARE.kinds),
+        **_common(partitions),
+    )
+    def ticket_inputs(
+        context: dg.AssetExecutionContext, pipeline: PipelineResource
+    ) -> dg.MaterializeResult:
+        """Each ticket's model input (subject and body, normalised, cut to max_tokens), its
+        hash, and whether it needs a vector: not if this model already computed one for the
+        same input, so a taxonomy change re-scores without a forward pass."""
+        day = pipeline.tickets().day(context.partition_key)
+        collected = upstream_path(context, TICKET_COLLECT, day.product.staging)
+        output = day.prepare(context.run.run_id, collected)
+        return dg.MaterializeResult(
+            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
+        )
+
+    @dg.asset(
+        name=TICKET_PLAN.asset,
+        deps=[TICKET_PREPARE.asset],
+        kinds=set(TICKET_PLAN.kinds),
+        **_common(partitions),
+    )
+    def ticket_batch_plan(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        inference: InferenceResource,
+    ) -> dg.MaterializeResult:
+        """Every input that needs a vector, once, packed into batches under the device's
+        token budget: the vector index's own plan stage."""
+        day = pipeline.tickets().day(context.partition_key)
+        inputs = upstream_path(context, TICKET_PREPARE, day.product.staging)
+        settings, width = inference.plan_settings(day.product.model)
+        output = day.plan(context.run.run_id, inputs, settings, width)
+        return dg.MaterializeResult(
+            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
+        )
+
+    @dg.asset(
+        name=TICKET_EXECUTE.asset,
+        deps=[TICKET_PLAN.asset],
+        retry_policy=TRANSIENT_RETRY,
+        pool=GPU_POOL,
+        kinds=set(TICKET_EXECUTE.kinds),
+        **_common(partitions),
+    )
+    def ticket_embeddings(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        inference: InferenceResource,
+    ) -> dg.MaterializeResult:
+        """One vector per planned input, from the inference resource: the vector index's own
+        execute stage (checkpoints, OOM splitting, progress)."""
+        day = pipeline.tickets().day(context.partition_key)
+        plan = upstream_path(context, TICKET_PLAN, day.product.staging)
+        output = day.execute(
+            context.run.run_id,
+            plan,
+            lambda: inference.runner(day.product.model),
+            progress=progress_log(context),
+            progress_interval=PROGRESS_INTERVAL_SECONDS,
+        )
+        return dg.MaterializeResult(
+            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
+        )
+
+    @dg.asset(
+        name=TICKET_LAND.asset,
+        deps=[TICKET_EXECUTE.asset, TICKET_PREPARE.asset, TICKET_COLLECT.asset],
+        retry_policy=TRANSIENT_RETRY,
+        kinds=set(TICKET_LAND.kinds),
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(hours=50), warn_window=timedelta(hours=26)
+        ),
+        check_specs=[
+            partition_check(
+                INTENT_MIX_SHIFT,
+                TICKET_LAND.asset,
+                partitions,
+                "The day's intent mix is within tickets.max_mix_shift (total variation "
+                "distance) of the trailing 7 days' pooled mix. Warns on a larger shift: a "
+                "new kind of ticket, an outage, or a broken export.",
+            ),
+            partition_check(
+                DAY_COMPLETE,
+                TICKET_LAND.asset,
+                partitions,
+                "Every valid ticket of the day is classified under the generation (bad rows "
+                "are recorded as failures with their reason and do not count).",
+            ),
+        ],
+        **_common(partitions),
+    )
+    def ticket_intents(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        inference: InferenceResource,
+    ) -> dg.MaterializeResult:
+        """The day's tickets classified against the intent taxonomy: one row per ticket with
+        its intent (or unknown), confidence and top three, input hash, model fingerprint,
+        taxonomy version, run id and time. The day is replaced in one commit; a ticket with
+        an unchanged input keeps its row. Then the generation is reviewed: a new taxonomy is
+        promoted once it holds every day the live one does and passes the evaluation gate."""
+        product = pipeline.tickets()
+        day = product.day(context.partition_key)
+        collected, inputs, embeddings = (
+            upstream_path(context, stage, product.staging)
+            for stage in (TICKET_COLLECT, TICKET_PREPARE, TICKET_EXECUTE)
+        )
+        summary = day.land(
+            context.run.run_id,
+            collected,
+            inputs,
+            embeddings,
+            lambda: inference.runner(product.model),
+            trigger=run_trigger(context),
+            retries=step_retries(context),
+            started_at=run_started_at(context),
+        )
+        review = product.review(inference.runner)
+        for failure in summary.failures[:20]:
+            context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
+        shift = summary.mix.shift
+        limit = pipeline.config.tickets.max_mix_shift
+        measures = summary.measures
+        return dg.MaterializeResult(
+            metadata=as_metadata(
+                {
+                    "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
+                    "dagster/row_count": summary.mix.total,
+                    "dagster/column_schema": column_schema(
+                        intent_schema(product.model.embedding_dimension)
+                    ),
+                    **summary.metadata(product.taxonomy.names),
+                    **measures.metadata(),
+                    "generation": product.index,
+                    "taxonomy_version": product.taxonomy.version,
+                    "model_fingerprint": product.model_fingerprint,
+                    **{f"generation_{k}": v for k, v in review.metadata().items()},
+                }
+            ),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=INTENT_MIX_SHIFT,
+                    passed=shift is None or shift <= limit,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata=as_metadata({"shift": shift, "max_mix_shift": limit}),
+                ),
+                dg.AssetCheckResult(
+                    check_name=DAY_COMPLETE,
+                    passed=measures.completeness is None or measures.completeness >= 1.0,
+                    metadata=as_metadata(
+                        {
+                            "completeness": measures.completeness,
+                            "tickets_failed": len(summary.failures),
+                        }
+                    ),
+                ),
+            ],
+        )
+
+    return [ticket_exports, ticket_inputs, ticket_batch_plan, ticket_embeddings, ticket_intents]

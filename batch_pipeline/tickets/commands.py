@@ -1,0 +1,123 @@
+"""The ticket product's commands of the `batch-pipeline` CLI.
+
+    batch-pipeline intents --day 2026-11-29 [--examples N] [--json]
+    batch-pipeline classify "I was charged twice this month" [--subject S] [--json]
+    batch-pipeline run --day 2026-11-29 [--trigger schedule] [--json]   (no Dagster)
+
+Readers use the live generation; before one exists, `intents` says how to build it.
+"""
+
+import argparse
+import json
+import uuid
+
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.measures.progress import duration
+from batch_pipeline.tickets.pipeline import TicketProduct
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    intents = commands.add_parser(
+        "intents", help="one day's intent mix, unknown rate, confidence and examples"
+    )
+    intents.add_argument("--day", required=True, help="the day (YYYY-MM-DD)")
+    intents.add_argument("--examples", type=int, default=2, help="examples per intent (default 2)")
+    intents.add_argument("--json", action="store_true", help="print JSON")
+    classify = commands.add_parser("classify", help="the top three intents of one ticket")
+    classify.add_argument("text", help="the ticket's body")
+    classify.add_argument("--subject", default="", help="the ticket's subject")
+    classify.add_argument("--json", action="store_true", help="print JSON")
+
+
+def intents(product: TicketProduct, args: argparse.Namespace) -> int:
+    report = product.day_report(args.day, max(0, args.examples))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"{report['day']}: {report['tickets']} tickets classified under {report['generation']} "
+        f"(taxonomy {report['taxonomy_version']}); {report['failed']} rows failed"
+    )
+    if not report["tickets"]:
+        return 0
+    spread = report["confidence"]
+    print(
+        f"unknown rate {report['unknown_rate']:.1%}; confidence mean {spread['mean']:.3f}, "
+        f"p10 {spread.get('p10', spread['mean']):.3f}, p50 {spread.get('p50', spread['mean']):.3f}"
+        f", p90 {spread.get('p90', spread['mean']):.3f}"
+    )
+    if report["shift"] is not None:
+        print(f"mix shift against the trailing days: {report['shift']:.3f} (total variation)")
+    print()
+    for name, count in report["counts"].items():
+        share = count / report["tickets"]
+        print(f"{name:<24} {count:>5}  {share:6.1%}  {'#' * round(share * 60)}")
+        for example in report["examples"].get(name, []):
+            text = example["text"].replace("\n", " ")
+            print(f"    {example['confidence']:.2f}  {text[:90]}{'...' if len(text) > 90 else ''}")
+    return 0
+
+
+def classify(product: TicketProduct, args: argparse.Namespace) -> int:
+    record = product.reader_generation()
+    embedder = EmbeddingRunner(product.model_for(record))
+    (prediction,) = product.classify_texts([(args.subject, args.text)], embedder, record)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "intent": prediction.intent,
+                    "confidence": prediction.confidence,
+                    "top": [{"intent": n, "score": s} for n, s in prediction.top],
+                    "generation": record.index_name,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"{prediction.intent}  ({record.index_name})")
+    for rank, (name, score) in enumerate(prediction.top, start=1):
+        print(f"  {rank}. {score:.4f}  {name}")
+    return 0
+
+
+def run_day(product: TicketProduct, args: argparse.Namespace, progress) -> int:  # noqa: ANN001
+    """One day's five stages without Dagster, then the generation's review."""
+    run_id = args.run_id or str(uuid.uuid4())
+    runners: dict = {}
+
+    def runner_for(model):  # noqa: ANN001, ANN202 - one loaded model per run
+        key = model.path
+        if key not in runners:
+            runners[key] = EmbeddingRunner(model, device=args.device, dtype=args.dtype)
+        return runners[key]
+
+    summaries = product.day(args.day).run(
+        run_id,
+        lambda: runner_for(product.model),
+        PlanSettings(args.token_budget, args.max_batch_size),
+        trigger=args.trigger,
+        progress=progress,
+    )
+    review = product.review(runner_for)
+    landed = summaries["land"]
+    measures = landed.measures
+    if args.json:
+        report = {
+            "run_id": run_id,
+            "day": args.day,
+            **{name: s.metadata() for name, s in summaries.items() if name != "land"},
+            "land": landed.metadata(product.taxonomy.names),
+            "measures": measures.metadata(),
+            "generation": review.metadata(),
+        }
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(
+        f"run {run_id}: {args.day}: {landed.tickets_classified} tickets classified, "
+        f"{landed.tickets_unchanged} unchanged, {landed.tickets_removed} removed, "
+        f"{len(landed.failures)} failed; {duration(measures.wall_seconds)} wall-clock"
+    )
+    print(f"  generation {review.generation}: {review.decision}: {review.reason}")
+    return 0

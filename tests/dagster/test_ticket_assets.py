@@ -1,0 +1,87 @@
+"""The ticket intent product in Dagster: daily partitions, the five assets, the checks and the
+01:00 schedule that targets yesterday in the configured time zone."""
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from batch_pipeline.definitions import build_definitions
+from batch_pipeline.tickets import TICKET_STAGES
+from resources import InferenceResource, PipelineResource
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ticket_workspace(root: Path, timezone: str = "UTC") -> Path:
+    (root / "docs").mkdir()
+    (root / "docs" / "a.md").write_text("# A\n\nSome text.\n")
+    shutil.copytree(REPO / "data" / "tickets", root / "exports")
+    shutil.copy(REPO / "data" / "intent_taxonomy.yaml", root / "taxonomy.yaml")
+    lines = (REPO / "data" / "tickets_eval.jsonl").read_text().splitlines()[:60]
+    (root / "eval.jsonl").write_text("\n".join(lines) + "\n")
+    config = root / "pipeline.yaml"
+    config.write_text(
+        f"""collections:
+  - name: handbook
+    source: {{kind: filesystem, path: docs}}
+tickets:
+  source: {{kind: filesystem, path: exports}}
+  taxonomy: taxonomy.yaml
+  evaluation: {{path: eval.jsonl}}
+  start_date: "2026-11-23"
+  timezone: {timezone}
+"""
+    )
+    return config
+
+
+def test_the_daily_schedule_targets_yesterday_in_the_configured_time_zone(tmp_path):
+    config = ticket_workspace(tmp_path, timezone="America/New_York")
+    defs = build_definitions(config)
+    schedule = defs.get_schedule_def("ticket_intents_daily")
+    assert schedule.cron_schedule == "0 1 * * *"
+    assert schedule.execution_timezone == "America/New_York"
+    # 01:00 in New York on the 30th is 06:00 UTC: yesterday there is the 29th
+    at = datetime(2026, 11, 30, 1, 0, tzinfo=ZoneInfo("America/New_York"))
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=at)
+        (request,) = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2026-11-29"
+    partitions = defs.get_assets_def("ticket_intents").partitions_def
+    assert partitions.timezone == "America/New_York"
+    assert partitions.get_first_partition_key() == "2026-11-23"
+
+
+def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
+    config = ticket_workspace(tmp_path)
+    defs = build_definitions(config)
+    resources = {
+        "pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home")),
+        "inference": InferenceResource(device="cpu"),
+        "s3": S3Resource(),
+    }
+    assets = [defs.get_assets_def(stage.asset) for stage in TICKET_STAGES]
+    assert {a.group_names_by_key[a.key] for a in assets} == {"ticket_intents"}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            assets, partition_key="2026-11-29", instance=instance, resources=resources
+        )
+        assert result.success
+        (event,) = result.asset_materializations_for_node("ticket_intents")
+        meta = {k: v.value for k, v in event.metadata.items()}
+        intents = [k for k in meta if k.startswith("intent_") and k != "intent_mix_shift"]
+        assert len(intents) == 16  # 15 intents and unknown, zeros included
+        assert sum(meta[k] for k in intents) == meta["tickets_classified"] == 309
+        assert meta["tickets_failed"] == 3
+        assert 0 <= meta["unknown_rate"] < 0.1 and meta["mean_confidence"] > 0.5
+        assert meta["generation_decision"] == "promoted"
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert checks["day_complete"].passed
+        assert checks["intent_mix_shift"].passed  # no trailing days yet: nothing to compare
+        assert checks["intent_mix_shift"].severity == dg.AssetCheckSeverity.WARN
+        exports = result.asset_materializations_for_node("ticket_exports")[0].metadata
+        assert exports["failed_duplicate_id"].value == 1

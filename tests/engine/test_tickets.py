@@ -1,0 +1,287 @@
+"""The ticket intent product on real parts: the real model, LanceDB, SQLite and PostgreSQL.
+
+Each behaviour is run with the folder export and with the SQL table export (SQLite and
+PostgreSQL). Days are small (a dozen tickets) so the real model is cheap.
+"""
+
+import json
+import random
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.tickets.pipeline import TicketProduct
+
+REPO = Path(__file__).resolve().parents[2]
+DAY = "2026-11-29"
+EVAL_TICKETS = 120  # of the sample's labelled set: enough for the gate to tell taxonomies apart
+
+
+def sample_tickets(day: str, count: int = 12) -> list[dict]:
+    """The sample export's first `count` good tickets of `day`."""
+    rows = [json.loads(line) for line in (REPO / "data" / "tickets" / f"{day}.jsonl").open()]
+    good = [r for r in rows if r.get("body") and r["created_at"].startswith(day)]
+    return good[:count]
+
+
+class TicketWorkspace:
+    """A config with a `tickets:` section over a folder or a SQL table, and a home."""
+
+    def __init__(self, root: Path, kind: str, sql_url: str | None = None) -> None:
+        self.root = root
+        self.kind = kind
+        self.sql_url = sql_url
+        self.taxonomy = root / "taxonomy.yaml"
+        shutil.copy(REPO / "data" / "intent_taxonomy.yaml", self.taxonomy)
+        labelled = (REPO / "data" / "tickets_eval.jsonl").read_text().splitlines()
+        (root / "eval.jsonl").write_text("\n".join(labelled[:EVAL_TICKETS]) + "\n")
+        (root / "docs").mkdir(exist_ok=True)
+        (root / "docs" / "a.md").write_text("# A\n\nSome text.\n")
+        self.days: dict[str, list[dict]] = {}
+        if kind == "folder":
+            (root / "exports").mkdir()
+            source = "{kind: filesystem, path: exports}"
+        else:
+            self.table = f"tickets_{random.randrange(16**8):08x}"
+            engine = sa.create_engine(sql_url)
+            self.sql_table = sa.Table(
+                self.table,
+                sa.MetaData(),
+                sa.Column("id", sa.Text, primary_key=True),
+                sa.Column("created_at", sa.DateTime(timezone=True)),
+                sa.Column("subject", sa.Text),
+                sa.Column("body", sa.Text),
+                sa.Column("channel", sa.Text),
+            )
+            self.sql_table.create(engine)
+            self.engine = engine
+            source = f"{{kind: sql, url: '{sql_url}', table: {self.table}}}"
+        self.config = root / "pipeline.yaml"
+        self.config.write_text(
+            f"""collections:
+  - name: handbook
+    source: {{kind: filesystem, path: docs}}
+tickets:
+  source: {source}
+  taxonomy: taxonomy.yaml
+  evaluation: {{path: eval.jsonl, tolerance: 0.02, min_accuracy: 0.6}}
+  start_date: "2026-11-20"
+"""
+        )
+        self.home = root / "home"
+
+    def write_day(self, day: str, tickets: list[dict]) -> None:
+        self.days[day] = tickets
+        if self.kind == "folder":
+            lines = [json.dumps(t) for t in tickets]
+            (self.root / "exports" / f"{day}.jsonl").write_text("\n".join(lines) + "\n")
+            return
+        with self.engine.begin() as conn:
+            conn.execute(self.sql_table.delete().where(self.sql_table.c.id.startswith(f"{day}:")))
+            for t in tickets:
+                created = datetime.fromisoformat(t["created_at"].replace("Z", "+00:00"))
+                conn.execute(
+                    self.sql_table.insert().values(
+                        id=f"{day}:{t['id']}",
+                        created_at=created.astimezone(UTC),
+                        subject=t.get("subject"),
+                        body=t.get("body"),
+                        channel=t.get("channel"),
+                    )
+                )
+
+    def product(self) -> TicketProduct:
+        return TicketProduct(load_config(self.config), resolve_storage(str(self.home)))
+
+    def close(self) -> None:
+        if self.kind != "folder":
+            self.sql_table.drop(self.engine)
+            self.engine.dispose()
+
+
+@pytest.fixture(params=["folder", "sqlite", "postgresql"])
+def tickets(request, tmp_path):
+    from tests.support import POSTGRES_URL
+
+    url = {"sqlite": f"sqlite:///{tmp_path / 'tickets.db'}", "postgresql": POSTGRES_URL}.get(
+        request.param
+    )
+    workspace = TicketWorkspace(tmp_path, "folder" if url is None else "sql", url)
+    workspace.write_day(DAY, sample_tickets(DAY))
+    yield workspace
+    workspace.close()
+
+
+def run_day(product: TicketProduct, runner, day: str = DAY, run_id: str = "r1"):  # noqa: ANN001, ANN201
+    out = product.day(day).run(run_id, runner)
+    return out["land"], out
+
+
+def embedder_for(runner):  # noqa: ANN001, ANN201
+    return lambda model: runner
+
+
+def test_a_day_lands_every_ticket_with_lineage_and_a_replay_changes_nothing(tickets, runner):
+    product = tickets.product()
+    landed, _ = run_day(product, runner)
+    assert landed.tickets_classified == 12 and landed.committed
+    rows = product.intents.day_rows(product.index, DAY).to_pylist()
+    assert len(rows) == 12
+    row = rows[0]
+    assert row["model_fingerprint"] == product.model_fingerprint
+    assert row["taxonomy_version"] == product.taxonomy.version
+    assert row["run_id"] == "r1" and row["day"] == DAY
+    assert len(row["top_intents"]) == 3 and row["top_scores"][0] == pytest.approx(row["confidence"])
+    version = product.store.open(product.index).version
+
+    replay, stages = run_day(product, runner, run_id="r2")
+    assert stages["execute"].stats.inputs == 0  # nothing embedded again
+    assert not replay.committed and replay.tickets_classified == 0
+    assert product.store.open(product.index).version == version
+    assert product.intents.day_rows(product.index, DAY)["run_id"].to_pylist() == ["r1"] * 12
+
+
+def test_a_ticket_added_to_a_classified_day_is_the_only_one_classified(tickets, runner):
+    product = tickets.product()
+    run_day(product, runner)
+    added = {
+        "id": "NEW-1",
+        "created_at": f"{DAY}T12:00:00Z",
+        "subject": "Charged twice",
+        "body": "I was charged twice this month for the Team plan.",
+        "channel": "email",
+    }
+    tickets.write_day(DAY, [*tickets.days[DAY], added])
+    landed, stages = run_day(tickets.product(), runner, run_id="r2")
+    assert stages["execute"].stats.inputs == 1
+    assert landed.tickets_classified == 1 and landed.tickets_unchanged == 12
+    rows = {r["ticket_id"]: r for r in product.intents.day_rows(product.index, DAY).to_pylist()}
+    new_id = "NEW-1" if tickets.kind == "folder" else f"{DAY}:NEW-1"
+    assert rows[new_id]["run_id"] == "r2" and rows[new_id]["intent"] == "duplicate_charge"
+    assert {r["run_id"] for k, r in rows.items() if k != new_id} == {"r1"}
+
+
+def test_bad_rows_are_recorded_with_their_reason_and_the_day_still_lands(tickets, runner):
+    good = tickets.days[DAY]
+    bad = [
+        {**good[0], "body": ""},  # a repeated id, and no body
+        {"id": "X-2", "created_at": f"{DAY}T10:00:00Z", "subject": "hi", "body": None},
+    ]
+    if tickets.kind == "folder":  # a SQL column cannot hold an unparseable date or a repeat
+        bad.append({"id": "X-3", "created_at": "yesterday", "subject": "s", "body": "b"})
+        bad.append({**good[1]})
+        tickets.write_day(DAY, [*good, *bad])
+        (tickets.root / "exports" / f"{DAY}.jsonl").open("a").write("{not json\n")
+    else:
+        tickets.write_day(DAY, [*good, bad[1]])
+    product = tickets.product()
+    landed, _ = run_day(product, runner)
+    assert landed.mix.total == 12
+    reasons = {
+        f["doc_id"]: f["reason"] for f in product.tracking.list_failures(index=product.index)
+    }
+    if tickets.kind == "folder":
+        assert sorted(reasons.values()) == sorted(
+            ["duplicate_id", "duplicate_id", "missing_body", "invalid_date", "invalid_json"]
+        )
+        assert reasons[f"{DAY}/X-3"] == "invalid_date"
+    else:
+        assert reasons == {f"{DAY}/{DAY}:X-2": "missing_body"}
+    # fixed at the source, the failure is gone on the next run
+    tickets.write_day(DAY, good)
+    run_day(tickets.product(), runner, run_id="r2")
+    assert product.tracking.list_failures(index=product.index) == []
+
+
+def test_a_taxonomy_edit_builds_a_gated_generation_beside_the_live_one(tickets, runner):
+    product = tickets.product()
+    run_day(product, runner)
+    first = product.review(embedder_for(runner))
+    assert first.decision == "promoted" and first.scores["candidate"]["accuracy"] >= 0.85
+    live_rows = product.intents.day_rows(product.index, DAY).to_pylist()
+
+    text = tickets.taxonomy.read_text().replace(
+        "The customer was billed twice", "The customer was charged two times"
+    )
+    tickets.taxonomy.write_text(text)
+    edited = tickets.product()
+    assert edited.index != product.index
+    landed, stages = run_day(edited, runner, run_id="r2")
+    assert stages["execute"].stats.inputs == 0  # same model: vectors reused, only re-scored
+    assert landed.tickets_classified == 12
+    assert {
+        r["taxonomy_version"] for r in edited.intents.day_rows(edited.index, DAY).to_pylist()
+    } == {edited.taxonomy.version}
+    assert product.intents.day_rows(product.index, DAY).to_pylist() == live_rows  # untouched
+    review = edited.review(embedder_for(runner))
+    assert review.decision == "promoted"  # complete and no worse than live
+    assert GenerationRegistry(edited.tracking).live("tickets").index_name == edited.index
+    back = GenerationRegistry(edited.tracking).rollback("tickets")
+    assert back.live == product.index
+
+
+def test_the_gate_refuses_a_taxonomy_whose_descriptions_are_shuffled(tickets, runner):
+    product = tickets.product()
+    run_day(product, runner)
+    assert product.review(embedder_for(runner)).decision == "promoted"
+    data = yaml.safe_load(tickets.taxonomy.read_text())
+    names = list(data["intents"])
+    descriptions = [data["intents"][n]["description"] for n in names]
+    rotated = descriptions[1:] + descriptions[:1]  # every intent gets another's description
+    for name, description in zip(names, rotated, strict=True):
+        data["intents"][name]["description"] = description
+    tickets.taxonomy.write_text(yaml.safe_dump(data))
+    shuffled = tickets.product()
+    run_day(shuffled, runner, run_id="r2")
+    review = shuffled.review(embedder_for(runner))
+    assert review.decision == "refused", review.reason
+    assert "worse than live" in review.reason or "min_accuracy" in review.reason
+    assert review.scores["candidate"]["accuracy"] < review.scores["live"]["accuracy"] - 0.2
+    assert GenerationRegistry(shuffled.tracking).live("tickets").index_name == product.index
+
+
+def test_a_new_generation_is_not_promoted_until_it_holds_every_live_day(tmp_path, runner):
+    workspace = TicketWorkspace(tmp_path, "folder")
+    workspace.write_day("2026-11-28", sample_tickets("2026-11-28", 6))
+    workspace.write_day(DAY, sample_tickets(DAY, 6))
+    product = workspace.product()
+    run_day(product, runner, "2026-11-28")
+    run_day(product, runner, DAY, run_id="r2")
+    assert product.review(embedder_for(runner)).decision == "promoted"
+    workspace.taxonomy.write_text(workspace.taxonomy.read_text() + "\n# edited\n")
+    edited = workspace.product()
+    run_day(edited, runner, DAY, run_id="r3")
+    review = edited.review(embedder_for(runner))
+    assert review.decision == "refused" and "backfill 2026-11-28" in review.reason
+    run_day(edited, runner, "2026-11-28", run_id="r4")
+    assert edited.review(embedder_for(runner)).decision == "promoted"
+
+
+def test_a_missing_export_fails_the_day_and_lands_nothing(tmp_path, runner):
+    workspace = TicketWorkspace(tmp_path, "folder")
+    product = workspace.product()
+    with pytest.raises(Exception, match="no ticket export for 2026-11-27"):
+        run_day(product, runner, "2026-11-27")
+    assert not product.store.has_table(product.index)
+
+
+def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
+    workspace = TicketWorkspace(tmp_path, "folder")
+    text = workspace.config.read_text()
+    workspace.config.write_text(text.replace("taxonomy: taxonomy.yaml", "taxonomy: missing.yaml"))
+    with pytest.raises(ConfigError, match=r"tickets.taxonomy: file not found: .*missing.yaml"):
+        load_config(workspace.config)
+    workspace.taxonomy.write_text("intents:\n  only_one: {description: x}\n")
+    workspace.config.write_text(text)
+    with pytest.raises(ConfigError, match="at least two intents"):
+        load_config(workspace.config)
+    workspace.config.write_text(text.replace('"2026-11-20"', '"yesterday"'))
+    with pytest.raises(ConfigError, match="tickets.start_date: 'yesterday' is not a date"):
+        load_config(workspace.config)
