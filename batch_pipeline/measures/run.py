@@ -161,7 +161,7 @@ class RunMeasures:
             "execute_cost": round(self.execute_cost, 6),
             "currency": self.currency,
             "window_seconds": self.window_seconds,
-            "window_used_fraction": _rounded(self.window_used_fraction, 4),
+            "window_used_fraction": _rounded(self.window_used_fraction, 6),
             "documents_attempted": self.docs_attempted,
             "failure_rate": _rounded(self.failure_rate, 4),
             "step_retries": self.retries,
