@@ -59,6 +59,33 @@ class GenerationReview:
     warnings: tuple[str, ...] = ()
     evaluated: bool = True  # False: nothing changed since the last review, which stands
 
+    @classmethod
+    def of(
+        cls,
+        record: GenerationRecord,
+        live: GenerationRecord | None,
+        decision: str,
+        reason: str,
+        scores: dict,
+        warnings: tuple[str, ...] = (),
+        evaluated: bool = True,
+    ) -> "GenerationReview":
+        """A review of the generation `record`, with `live` the live one after it."""
+        return cls(
+            generation=record.index_name,
+            fingerprint=record.fingerprint,
+            state=record.state,
+            complete=record.complete,
+            documents=record.documents,
+            rows=record.rows,
+            live_generation=live.index_name if live else None,
+            decision=decision,
+            reason=reason,
+            scores=scores,
+            warnings=warnings,
+            evaluated=evaluated,
+        )
+
     def metadata(self) -> dict[str, object]:
         """Flat values for run metadata and `--json` output (absent values omitted)."""
         values: dict[str, object] = {
@@ -248,20 +275,8 @@ class GenerationLifecycle:
         warnings: tuple[str, ...] = (),
         evaluated: bool = True,
     ) -> GenerationReview:
-        live = self.registry.live(self.name)
-        return GenerationReview(
-            generation=self.index,
-            fingerprint=self.fingerprint,
-            state=record.state,
-            complete=record.complete,
-            documents=record.documents,
-            rows=record.rows,
-            live_generation=live.index_name if live else None,
-            decision=decision,
-            reason=reason,
-            scores=scores,
-            warnings=warnings,
-            evaluated=evaluated,
+        return GenerationReview.of(
+            record, self.registry.live(self.name), decision, reason, scores, warnings, evaluated
         )
 
     def drop_expired(self, retention: timedelta, now: datetime | None = None) -> list[str]:

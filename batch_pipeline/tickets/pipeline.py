@@ -375,23 +375,11 @@ class TicketProduct:
         evaluated: bool = True,
     ) -> GenerationReview:
         record = self.record()
-        live = self.live()
         if scores is None:
             cached = json.loads(record.scores or "{}")
             scores = {"candidate": cached["candidate"]} if "candidate" in cached else {}
-        return GenerationReview(
-            generation=self.index,
-            fingerprint=self.fingerprint,
-            state=record.state,
-            complete=record.complete,
-            documents=record.documents,
-            rows=record.rows,
-            live_generation=live.index_name if live else None,
-            decision=decision,
-            reason=reason,
-            scores=scores,
-            warnings=warnings,
-            evaluated=evaluated,
+        return GenerationReview.of(
+            record, self.live(), decision, reason, scores, warnings, evaluated
         )
 
 
