@@ -106,7 +106,12 @@ class S3Export(TicketExport):
     def check(self) -> None:
         from batch_pipeline.sources.s3 import S3Source
 
-        S3Source(self.client, self.bucket, self.prefix).check()
+        try:
+            S3Source(self.client, self.bucket, self.prefix).check()
+        except SourceUnavailableError as error:  # the setting lives under tickets.source
+            raise SourceUnavailableError(
+                str(error).replace("source.", "tickets.source.", 1)
+            ) from None
 
     def has_day(self, day: date) -> bool:
         from botocore.exceptions import ClientError

@@ -7,7 +7,7 @@ PostgreSQL). Days are small (a dozen tickets) so the real model is cheap.
 import json
 import random
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import yaml
 
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.tickets.pipeline import TicketProduct
 
@@ -285,3 +286,33 @@ def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
     workspace.config.write_text(text.replace('"2026-11-20"', '"yesterday"'))
     with pytest.raises(ConfigError, match="tickets.start_date: 'yesterday' is not a date"):
         load_config(workspace.config)
+
+
+def test_an_s3_export_lands_a_day_and_a_missing_bucket_fails_naming_the_field(
+    tmp_path, runner, s3_bucket, moto_server
+):
+    client, bucket = s3_bucket
+    tickets = sample_tickets(DAY, 8)
+    body = "\n".join(json.dumps(t) for t in tickets) + "\n{broken\n"
+    client.put_object(Bucket=bucket, Key=f"exports/{DAY}.jsonl", Body=body.encode())
+    workspace = TicketWorkspace(tmp_path, "folder")
+    source = (
+        f"{{kind: s3, bucket: {bucket}, prefix: exports/, endpoint_url: '{moto_server}', "
+        "region: us-east-1}"
+    )
+    text = workspace.config.read_text().replace("{kind: filesystem, path: exports}", source)
+    workspace.config.write_text(text)
+    product = workspace.product()
+    landed, _ = run_day(product, runner)
+    assert landed.mix.total == 8
+    assert [f.reason for f in landed.failures] == ["invalid_json"]
+    assert product.export.has_day(date(2026, 11, 29)) and not product.export.has_day(
+        date(2026, 11, 28)
+    )
+    with pytest.raises(Exception, match="no ticket export for 2026-11-28"):
+        run_day(product, runner, "2026-11-28", run_id="r2")
+    workspace.config.write_text(text.replace(bucket, "no-such-bucket-here"))
+    with pytest.raises(
+        SourceUnavailableError, match="tickets.source.bucket: bucket 'no-such-bucket-here'"
+    ):
+        run_day(workspace.product(), runner, run_id="r3")
