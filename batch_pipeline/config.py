@@ -326,6 +326,23 @@ class CostConfig(_Strict):
         return self.device_hour.get(device.split(":", 1)[0], self.device_hour["cpu"])
 
 
+class PrepareConfig(_Strict):
+    """How the prepare stage uses the host's cores (its output is the same either way)."""
+
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Processes that normalise and chunk documents; default one per core "
+        "this process may use.",
+    )
+    min_documents_per_worker: int = Field(
+        default=256,
+        ge=1,
+        description="A run starts one worker per this many documents to chunk (at most "
+        "`workers`): a small run chunks in-process rather than pay for starting a pool.",
+    )
+
+
 class MaintenanceConfig(_Strict):
     """LanceDB table upkeep: nightly, and whenever small commits pile up past a threshold."""
 
@@ -555,6 +572,7 @@ class PipelineConfig(_Strict):
     schedule: ScheduleConfig = ScheduleConfig()
     freshness: FreshnessConfig = FreshnessConfig()
     cost: CostConfig = CostConfig()
+    prepare: PrepareConfig = PrepareConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
     limits: LimitsConfig = LimitsConfig()
     generations: GenerationsConfig = GenerationsConfig()

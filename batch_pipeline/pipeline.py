@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
 from batch_pipeline.generations.lifecycle import (
@@ -228,12 +228,14 @@ class PartitionPipeline:
         summary: PrepareSummary = prepare_chunks(
             collected,
             out,
-            lambda: load_tokenizer(self.model.path),
+            partial(load_tokenizer, self.model.path),  # picklable: worker processes load it
             self.chunk_settings(),
             self.fingerprint,
             lambda ids: self.store.chunk_keys(self.index, ids),
             progress=progress,
             progress_interval=progress_interval,
+            workers=self.config.prepare.workers,
+            min_documents_per_worker=self.config.prepare.min_documents_per_worker,
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)

@@ -152,13 +152,25 @@ def run_size(documents: int) -> dict:
         def timed(stage: str, call):  # noqa: ANN001, ANN202
             t0 = time.perf_counter()
             out = call()
-            figures[f"{stage}_seconds"] = round(time.perf_counter() - t0, 1)
+            figures[f"{stage}_seconds"] = round(time.perf_counter() - t0, 2)
             figures[f"{stage}_peak_rss_mib"] = round(peak_rss_mib(), 1)
             return out
 
         collected = timed("collect", lambda: pipeline.collect("bench"))
+        # prepare twice on the same collected file: in one process (the baseline), then with
+        # one worker per core (what runs use), so the speed-up is measured in one run
+        single = _pipeline(root, workers=1)
+        timed("prepare_1_worker", lambda: single.prepare("bench-1", collected.path))
         chunks = timed("prepare", lambda: pipeline.prepare("bench", collected.path))
+        figures["prepare_workers"] = chunks.summary.workers
+        figures["prepare_speedup"] = round(
+            figures["prepare_1_worker_seconds"] / max(figures["prepare_seconds"], 1e-9), 2
+        )
         plan = timed("plan", lambda: pipeline.plan("bench", chunks.path, PlanSettings()))
+        for stage in ("collect", "prepare_1_worker", "prepare", "plan"):
+            figures[f"{stage}_docs_per_second"] = round(
+                documents / max(figures[f"{stage}_seconds"], 1e-9)
+            )
         figures["chunks"] = chunks.summary.chunks
         figures["inputs_planned"] = plan.summary.inputs
         figures["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -193,13 +205,18 @@ def run_size(documents: int) -> dict:
         return figures
 
 
-def _pipeline(root: Path):  # noqa: ANN202
+def _pipeline(root: Path, workers: int | None = None):  # noqa: ANN202
     from batch_pipeline.config import parse_config
     from batch_pipeline.pipeline import PartitionPipeline
     from batch_pipeline.state.storage import resolve_storage
 
     config = parse_config(
-        {"collections": [{"name": "synthetic", "source": {"kind": "filesystem", "path": "docs"}}]},
+        {
+            "collections": [
+                {"name": "synthetic", "source": {"kind": "filesystem", "path": "docs"}}
+            ],
+            "prepare": {"workers": workers},
+        },
         base_dir=root,
     )
     return PartitionPipeline(config, resolve_storage(str(root / "home")), "synthetic")
@@ -249,7 +266,14 @@ def main() -> int:
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
         r = results[-1]
         print(
-            f"{r['documents']:>8} docs {r['chunks']:>9} chunks  collect {r['collect_seconds']:>7}s"
+            f"{r['documents']:>8} docs {r['chunks']:>9} chunks  docs/s: collect "
+            f"{r['collect_docs_per_second']:>6}  prepare {r['prepare_1_worker_docs_per_second']:>5}"
+            f" (1 worker) -> {r['prepare_docs_per_second']:>5} ({r['prepare_workers']} workers, "
+            f"{r['prepare_speedup']}x)  plan {r['plan_docs_per_second']:>6}",
+            flush=True,
+        )
+        print(
+            f"{'':>18} collect {r['collect_seconds']:>7}s"
             f"  prepare {r['prepare_seconds']:>7}s  plan {r['plan_seconds']:>6}s  "
             f"peak RSS {r['peak_rss_mib']:>7} MiB  land {r['land_seconds']:>7}s "
             f"(peak RSS {r['land_peak_rss_mib']} MiB)  no-op {r['noop_seconds_per_10k_docs']}s/10k"

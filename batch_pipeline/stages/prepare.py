@@ -6,13 +6,16 @@ changed document that are not stale keep their landed vectors.
 """
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from batch_pipeline.inference.runner import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW
@@ -51,6 +54,7 @@ class PrepareSummary:
     chunks_removed: int = 0
     tokens_stale: int = 0
     failures: list[FailureRecord] = field(default_factory=list)
+    workers: int = 0  # processes that chunked (0: nothing needed chunking)
 
     def metadata(self) -> dict[str, int]:
         return {
@@ -61,7 +65,106 @@ class PrepareSummary:
             "chunks_skipped": self.chunks_unchanged,
             "chunks_to_remove": self.chunks_removed,
             "tokens_to_embed": self.tokens_stale,
+            "prepare_workers": self.workers,
         }
+
+
+def _chunk(doc: dict, tokenizer: Any, settings: ChunkSettings) -> tuple[str | None, list]:
+    """One document's title and chunks; raises ValueError when no text is left."""
+    parsed = parse_document(doc["text"], doc["doc_id"], doc["format"])
+    parsed.title = doc["title"] or parsed.title
+    chunks = chunk_document(doc["doc_id"], parsed, tokenizer, settings)
+    if not chunks:
+        raise ValueError("the document has no text left after normalisation")
+    return parsed.title, chunks
+
+
+def _chunk_all(docs: list[dict], tokenizer: Any, settings: ChunkSettings) -> list[tuple]:
+    """Each document's (title, chunks as tuples of `Chunk`'s fields), or (None, None, reason,
+    error class, message). Plain tuples: they cross from a worker process cheaply."""
+    results: list[tuple] = []
+    for doc in docs:
+        try:
+            title, chunks = _chunk(doc, tokenizer, settings)
+            results.append((title, [astuple(chunk) for chunk in chunks]))
+        except Exception as error:  # noqa: BLE001 - recorded per document, run goes on
+            reason = "no_text" if isinstance(error, ValueError) else "chunking_failed"
+            results.append((None, None, reason, type(error).__name__, str(error)))
+    return results
+
+
+# A worker process's tokenizer and settings, set once by `_start_worker`.
+_WORKER: dict[str, Any] = {}
+
+
+def _start_worker(load_tokenizer: Callable[[], Any], settings: ChunkSettings) -> None:
+    _WORKER["tokenizer"] = load_tokenizer()
+    _WORKER["settings"] = settings
+
+
+def _chunk_in_worker(docs: list[dict]) -> list[tuple]:
+    return _chunk_all(docs, _WORKER["tokenizer"], _WORKER["settings"])
+
+
+class _Chunker:
+    """Chunks batches of documents in this process, or in a pool of worker processes.
+
+    Results come back in submission order, so the output is the same (same chunks, same
+    order) with any number of workers; at most `2 x workers` batches are in flight, so memory
+    stays bounded however large the corpus. Workers are spawned (not forked: the parent may
+    hold torch's threads) and each loads the tokenizer once.
+    """
+
+    def __init__(self, get_tokenizer: Callable[[], Any], settings: ChunkSettings, workers: int):
+        self.get_tokenizer = get_tokenizer
+        self.settings = settings
+        self.workers = workers
+        self.pool = None
+        self.tokenizer = None
+        self.pending: deque = deque()
+
+    def __enter__(self) -> "_Chunker":
+        if self.workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(self.get_tokenizer, self.settings),
+            )
+        else:  # outside the per-document guard: a load failure stops the run
+            self.tokenizer = self.get_tokenizer()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def submit(self, item: Any, docs: list[dict]) -> Iterator[tuple[Any, list[dict], list]]:
+        """Queue a batch; yield the batches that are done, oldest first."""
+        if self.pool is None:
+            yield item, docs, _chunk_all(docs, self.tokenizer, self.settings)
+            return
+        self.pending.append((item, docs, self.pool.submit(_chunk_in_worker, docs)))
+        while len(self.pending) > 2 * self.workers:
+            yield self._next()
+
+    def drain(self) -> Iterator[tuple[Any, list[dict], list]]:
+        while self.pending:
+            yield self._next()
+
+    def _next(self) -> tuple[Any, list[dict], list]:
+        item, docs, future = self.pending.popleft()
+        return item, docs, future.result()
+
+
+def prepare_workers(requested: int | None, documents: int, min_documents: int) -> int:
+    """Processes to chunk `documents` with: `requested` (default one per available core),
+    but one when there are too few documents to pay for starting the others."""
+    workers = requested or default_threads()  # one per core this process may use
+    return max(1, min(workers, documents // max(1, min_documents)))
 
 
 def prepare_chunks(
@@ -74,78 +177,114 @@ def prepare_chunks(
     docs_per_batch: int = 64,
     progress: ProgressSink | None = None,
     progress_interval: float = 15.0,
+    workers: int | None = 1,
+    min_documents_per_worker: int = 256,
 ) -> PrepareSummary:
     """Chunk every new or changed document; the tokenizer is only loaded (by `get_tokenizer`,
     seconds of imports) once a document needs chunking, so a no-op refresh skips it.
     `progress` hears how many collected documents were gone through, from the first one that
-    needs chunking on, every `progress_interval` seconds."""
+    needs chunking on, every `progress_interval` seconds.
+
+    With `workers` > 1 (None: one per available core) and at least
+    `min_documents_per_worker` documents to chunk per worker, documents are chunked in that
+    many processes (see `_Chunker`; `get_tokenizer` must then be picklable, such as a
+    `functools.partial`); the output is identical either way.
+    """
     started = time.perf_counter()
     summary = PrepareSummary()
-    tokenizer = None
     tracker = Progress(
         PREPARE.name, row_count(collected_path), progress, "documents", progress_interval
     )
+    to_chunk = sum(
+        pc.sum(pc.is_in(batch["status"], pa.array([NEW, CHANGED]))).as_py() or 0
+        for batch in read_batches(collected_path, ["status"], batch_rows=65536)
+    )
     columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
     with StageWriter(out_path, CHUNKS_SCHEMA, started) as writer:
-        for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
-            docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
-            if not docs:
-                tracker.advance(batch.num_rows)
-                continue
-            if tokenizer is None:  # outside the per-document guard: a load failure stops the run
-                tracker.start()
-                tokenizer = get_tokenizer()
-            existing = existing_keys([d["doc_id"] for d in docs])
-            by_doc: dict[str, set[str]] = {}
-            for chunk_id, (doc_id, _, _) in existing.items():
-                by_doc.setdefault(doc_id, set()).add(chunk_id)
-            for doc in docs:
-                try:
-                    parsed = parse_document(doc["text"], doc["doc_id"], doc["format"])
-                    parsed.title = doc["title"] or parsed.title
-                    chunks = chunk_document(doc["doc_id"], parsed, tokenizer, settings)
-                    if not chunks:
-                        raise ValueError("the document has no text left after normalisation")
-                except Exception as error:  # noqa: BLE001 - recorded per document, run goes on
-                    summary.failures.append(
-                        FailureRecord(
-                            doc["doc_id"],
-                            "prepare",
-                            "no_text" if isinstance(error, ValueError) else "chunking_failed",
-                            type(error).__name__,
-                            str(error),
-                            doc["content_hash"],
-                            doc["source_version"],
-                        )
-                    )
+        if not to_chunk:  # a no-op refresh: no tokenizer, no pool
+            tracker.advance(row_count(collected_path))
+            tracker.finish()
+            return summary
+        tracker.start()
+        count = prepare_workers(workers, to_chunk, min_documents_per_worker)
+        with _Chunker(get_tokenizer, settings, count) as chunker:
+            done = []
+            for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
+                docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
+                if not docs:
+                    tracker.advance(batch.num_rows)
                     continue
-                summary.documents += 1
-                kept = set()
-                for chunk in chunks:
-                    landed = existing.get(chunk.chunk_id)
-                    stale = landed is None or landed[1:] != (chunk.input_hash, fingerprint)
-                    kept.add(chunk.chunk_id)
-                    summary.chunks += 1
-                    summary.chunks_stale += stale
-                    summary.chunks_unchanged += not stale
-                    summary.tokens_stale += chunk.token_count if stale else 0
-                    writer.write(
-                        {
-                            "doc_id": doc["doc_id"],
-                            "chunk_id": chunk.chunk_id,
-                            "chunk_index": chunk.chunk_index,
-                            "title": parsed.title,
-                            "section": chunk.section,
-                            "text": chunk.text,
-                            "input_text": chunk.input_text,
-                            "input_hash": chunk.input_hash,
-                            "token_count": chunk.token_count,
-                            "source_version": doc["source_version"],
-                            "content_hash": doc["content_hash"],
-                            "stale": stale,
-                        }
+                done.extend(chunker.submit(batch.num_rows, docs))
+                for rows, finished_docs, results in done:
+                    _write_chunks(
+                        writer, summary, finished_docs, results, existing_keys, fingerprint
                     )
-                summary.chunks_removed += len(by_doc.get(doc["doc_id"], set()) - kept)
-            tracker.advance(batch.num_rows)
+                    tracker.advance(rows)
+                done = []
+            for rows, finished_docs, results in chunker.drain():
+                _write_chunks(writer, summary, finished_docs, results, existing_keys, fingerprint)
+                tracker.advance(rows)
     tracker.finish()  # reported only if something needed chunking
+    summary.workers = count
     return summary
+
+
+def _write_chunks(
+    writer: StageWriter,
+    summary: PrepareSummary,
+    docs: list[dict],
+    results: list[tuple],
+    existing_keys: ExistingKeys,
+    fingerprint: str,
+) -> None:
+    """Write one batch's chunks as one table, each marked stale or not against what the
+    index holds."""
+    existing = existing_keys([d["doc_id"] for d in docs])
+    by_doc: dict[str, set[str]] = {}
+    for chunk_id, (doc_id, _, _) in existing.items():
+        by_doc.setdefault(doc_id, set()).add(chunk_id)
+    columns: dict[str, list] = {name: [] for name in CHUNKS_SCHEMA.names}
+    for doc, result in zip(docs, results, strict=True):
+        if result[0] is None and result[1] is None:
+            _, _, reason, error_class, message = result
+            summary.failures.append(
+                FailureRecord(
+                    doc["doc_id"],
+                    "prepare",
+                    reason,
+                    error_class,
+                    message,
+                    doc["content_hash"],
+                    doc["source_version"],
+                )
+            )
+            continue
+        title, chunks = result
+        summary.documents += 1
+        kept = set()
+        for chunk_id, index, section, text, input_text, input_hash, tokens in chunks:
+            landed = existing.get(chunk_id)
+            stale = landed is None or landed[1:] != (input_hash, fingerprint)
+            kept.add(chunk_id)
+            summary.chunks_stale += stale
+            summary.tokens_stale += tokens if stale else 0
+            for name, value in (
+                ("doc_id", doc["doc_id"]),
+                ("chunk_id", chunk_id),
+                ("chunk_index", index),
+                ("title", title),
+                ("section", section),
+                ("text", text),
+                ("input_text", input_text),
+                ("input_hash", input_hash),
+                ("token_count", tokens),
+                ("source_version", doc["source_version"]),
+                ("content_hash", doc["content_hash"]),
+                ("stale", stale),
+            ):
+                columns[name].append(value)
+        summary.chunks += len(chunks)
+        summary.chunks_removed += len(by_doc.get(doc["doc_id"], set()) - kept)
+    summary.chunks_unchanged = summary.chunks - summary.chunks_stale
+    if columns["chunk_id"]:
+        writer.write_table(pa.table(columns, schema=CHUNKS_SCHEMA))

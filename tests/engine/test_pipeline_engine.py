@@ -290,3 +290,39 @@ def test_collect_records_changes_as_pending_a_batch_at_a_time(
     assert collected.summary.counts["new"] == 8
     assert max(batches) <= 2 and sum(batches) == 8
     assert pipeline.tracking.freshness(pipeline.index)["pending"] == 8
+
+
+def test_prepare_in_worker_processes_writes_the_same_chunks_in_the_same_order(
+    make_pipeline, workspace
+):
+    from tests.support import many_articles, write_config
+
+    many_articles(workspace["root"] / "many", count=40)
+    (workspace["root"] / "many" / "empty.md").write_text("---\ntitle: x\n---\n")  # no text
+    config = write_config(workspace["config"], source="many")
+    text = config.read_text()
+    outputs = {}
+    for workers in (1, 3):
+        config.write_text(text + f"prepare: {{workers: {workers}, min_documents_per_worker: 4}}\n")
+        pipeline = make_pipeline(home=workspace["root"] / f"home-{workers}")
+        collected = pipeline.collect("run-1")
+        prepared = pipeline.prepare("run-1", collected.path)
+        assert prepared.summary.workers == workers
+        outputs[workers] = (pq.read_table(prepared.path), prepared.summary)
+    single, parallel = outputs[1], outputs[3]
+    assert single[0].num_rows > 100
+    assert parallel[0].equals(single[0])  # same chunks, same order, same staleness
+    assert (
+        [(f.doc_id, f.reason) for f in parallel[1].failures]
+        == [(f.doc_id, f.reason) for f in single[1].failures]
+        == [("empty.md", "no_text")]
+    )
+
+
+def test_prepare_chunks_in_process_when_too_few_documents_would_pay_for_workers():
+    from batch_pipeline.stages.prepare import prepare_workers
+
+    assert prepare_workers(4, documents=10_000, min_documents=256) == 4
+    assert prepare_workers(4, documents=600, min_documents=256) == 2
+    assert prepare_workers(4, documents=100, min_documents=256) == 1
+    assert prepare_workers(1, documents=10_000, min_documents=256) == 1
