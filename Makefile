@@ -59,7 +59,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 bench: setup
+	@echo "== the handbook chunk set (uniform prose)"
 	$(BIN)/python -m batch_pipeline.bench
+	@echo "== the README chunk set (installed packages' long descriptions: mixed lengths, code)"
+	$(BIN)/python -m batch_pipeline.bench --chunks benchmarks/readme_chunks.jsonl
 
 clean-state:
 	rm -rf .batch_pipeline

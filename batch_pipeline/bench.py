@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "real_tokens": real,
         "device": runner.device,
         "dtype": runner.dtype,
+        "dtype_decision": runner.dtype_decision.metadata() if runner.dtype_decision else None,
         "threads": runner.num_threads,
         "token_budget": settings.token_budget,
         "max_batch_size": settings.max_batch_size,
@@ -275,6 +276,9 @@ def _print_table(result: dict) -> None:
         f"({result['dtype']}, {result['threads']} threads), {result['rounds']} rounds, "
         f"budget {result['token_budget']} padded tokens / {result['max_batch_size']} inputs"
     )
+    decision = result.get("dtype_decision")
+    if decision:
+        print(f"dtype {decision['dtype_decision']}: {decision['dtype_reason']}")
     header = f"{'':<52}{'chunks/s':>10}{'tokens/s':>11}{'padding eff':>13}{'peak RSS MiB':>14}"
     print(header)
     for key in ("a", "b"):

@@ -31,8 +31,9 @@ from batch_pipeline.generations.registry import GenerationError, GenerationRegis
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
 from batch_pipeline.health.status import collection_health, collection_status
 from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.models import ModelNotAvailableError
-from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.inference.runner import LoadedModels
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.report import reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
@@ -172,6 +173,15 @@ class _Context:
         """One partition's engine: a collection, or one shard of it."""
         return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
 
+    def runners(self, args: argparse.Namespace) -> LoadedModels:
+        """Models loaded once per command, with `--device` and `--dtype` where given; `auto`
+        dtype measurements are cached under the home."""
+        return LoadedModels(
+            device=getattr(args, "device", "auto"),
+            dtype=getattr(args, "dtype", "auto"),
+            calibration_cache=self.storage.home / CALIBRATION_FILE,
+        )
+
     def tickets(self) -> TicketProduct:
         """The ticket intent product's engine (a ConfigError if it is not configured)."""
         return TicketProduct(self.config, self.storage, self.tracking, self.store)
@@ -258,13 +268,16 @@ def _source_errors(reports: list[dict]) -> int:
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
     if args.day:
-        return ticket_commands.run_day(ctx.tickets(), args, _progress_sink(sys.stderr)[0])
+        return ticket_commands.run_day(
+            ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0]
+        )
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
     progress, interval = _progress_sink(sys.stderr)
+    runners = ctx.runners(args)  # one load: execute and the review share the model
     summaries = pipeline.run(
         run_id,
-        lambda: EmbeddingRunner(pipeline.model, device=args.device, dtype=args.dtype),
+        lambda: runners(pipeline.model),
         plan_settings=PlanSettings(args.token_budget, args.max_batch_size),
         doc_ids=args.doc_ids,
         checkpoint_every=args.checkpoint_every,
@@ -278,9 +291,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
             file=sys.stderr,
         ),
     )
-    review = pipeline.review_generation(
-        lambda model: EmbeddingRunner(model, device=args.device, dtype=args.dtype)
-    )
+    review = pipeline.review_generation(runners)
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
     failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
     measures = summaries[LAND.name].measures
@@ -473,9 +484,7 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
             raise GenerationError("only the current config's generation can be gated; --force")
         live_before = registry.live(args.collection)
 
-        def embedder_for(model):  # noqa: ANN001, ANN202
-            return EmbeddingRunner(model, device="auto")
-
+        embedder_for = ctx.runners(args)
         review = (
             pipeline.review(embedder_for, force=True)
             if ctx.is_tickets(args.collection)

@@ -10,15 +10,26 @@ This module needs torch and sentence-transformers only (no dagster, no lancedb),
 check can import it on a bare machine.
 """
 
+import itertools
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.inference.calibration import (
+    SAMPLE_INPUTS,
+    CalibrationCache,
+    DtypeDecision,
+    cpu_has_bf16_instructions,
+    cpu_model_name,
+    decide,
+    measure,
+)
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel
 
@@ -46,22 +57,10 @@ def pick_device(requested: str = "auto") -> str:
     return "cpu"
 
 
-def cpu_has_bf16_matrix_units() -> bool:
-    """True on CPUs with AMX-BF16 tiles (Intel Sapphire Rapids and later)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return "amx_bf16" in line.split()
-    except OSError:
-        pass
-    return False
-
-
 def pick_dtype(device: str, requested: str = "auto") -> str:
-    """`auto`: bf16 (else fp16) on CUDA, fp16 on MPS, and on CPU bf16 where the CPU has
-    AMX-BF16 matrix units (about twice as fast, minimum cosine 0.99997 against fp32 on the
-    benchmark set), fp32 elsewhere."""
+    """The dtype a run starts in: `requested`, or for `auto` the default of the device (fp32
+    on CPU, bf16 or else fp16 on CUDA, fp16 on MPS). With `auto` the runner may then switch
+    to a faster dtype it measured to be faithful (`batch_pipeline.inference.calibration`)."""
     import torch
 
     if requested not in DTYPES:
@@ -72,7 +71,18 @@ def pick_dtype(device: str, requested: str = "auto") -> str:
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     if device == "mps":
         return "float16"
-    return "bfloat16" if cpu_has_bf16_matrix_units() else "float32"
+    return "float32"
+
+
+def calibration_candidates(device: str) -> list[str]:
+    """The dtypes `auto` measures on this device (none: the default stands)."""
+    import torch
+
+    if device == "cpu":
+        return ["float32", "bfloat16"] if cpu_has_bf16_instructions() else []
+    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        return ["bfloat16", "float16"]
+    return []
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -113,6 +123,9 @@ class EmbeddingRunner:
         quantize_int8: bool = False,
         prefetch_batches: int = 2,
         fault_injector: Callable[[list[str]], None] | None = None,
+        fidelity_min_cosine: float = 0.9999,
+        calibration_cache: Path | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         import torch
 
@@ -124,6 +137,23 @@ class EmbeddingRunner:
         self.fault_injector = fault_injector  # tests only: raise a fake error for a batch
         if self.device == "cpu":
             torch.set_num_threads(self.num_threads)
+        # `auto` with candidates: calibrated on the first inputs this runner sees
+        self._candidates = (
+            [] if dtype != "auto" or quantize_int8 else calibration_candidates(self.device)
+        )
+        self.fidelity_min_cosine = fidelity_min_cosine
+        self.calibration_cache = CalibrationCache(calibration_cache)
+        self._timer = timer
+        self.dtype_decision: DtypeDecision | None = (
+            None
+            if self._candidates
+            else DtypeDecision(
+                self.dtype,
+                "set explicitly"
+                if dtype != "auto"
+                else f"the default on {self.device}: no faster candidate to measure here",
+            )
+        )
         # On CPU, weights stay fp32 and a reduced dtype runs the matrix products under
         # autocast (layer norms and softmax stay fp32); on GPUs the weights are cast.
         self._autocast = self.device == "cpu" and self.dtype != "float32"
@@ -164,6 +194,75 @@ class EmbeddingRunner:
                 model, {torch.nn.Linear}, dtype=torch.qint8
             )
         return model
+
+    # -------------------------------------------------------------- calibration
+
+    def _use_dtype(self, dtype: str) -> None:
+        import torch
+
+        if self.device == "cpu":
+            self._autocast = dtype != "float32"
+        else:
+            self.model.to(getattr(torch, dtype))
+        self.dtype = dtype
+
+    def _device_name(self) -> str:
+        import torch
+
+        if self.device.startswith("cuda"):
+            return torch.cuda.get_device_name(torch.device(self.device))
+        return cpu_model_name()
+
+    def calibrate(self, texts: list[str]) -> DtypeDecision:
+        """Decide `auto`'s dtype on these inputs (see `batch_pipeline.inference.calibration`):
+        from the cache when this machine, torch and model were measured before."""
+        import torch
+
+        default = self.dtype
+        about = {
+            "device": self._device_name(),
+            "torch": torch.__version__,
+            "model": self.resolved.files_hash,
+            "max_seq_length": self.resolved.max_seq_length,
+            "threads": self.num_threads,
+            "dtypes": self._candidates,
+        }
+        key = self.calibration_cache.key(**about)
+        measured = self.calibration_cache.get(key)
+        cached = measured is not None
+        if measured is None:
+            sample = texts[:SAMPLE_INPUTS]
+
+            def embed_as(dtype: str, batch: list[str]) -> np.ndarray:
+                self._use_dtype(dtype)
+                return self._forward(batch, self._tokenize(batch))
+
+            measured = measure(embed_as, sample, self._candidates, timer=self._timer)
+            self.calibration_cache.put(key, measured, about)
+        decision = decide(measured, default, self.fidelity_min_cosine, cached=cached)
+        self._use_dtype(decision.dtype)
+        self.dtype_decision = decision
+        self._candidates = []
+        return decision
+
+    def _calibrated(
+        self, batches: Iterable[tuple[list[int], list[str]]]
+    ) -> Iterable[tuple[list[int], list[str]]]:
+        """The batches, after calibrating on the first ones' inputs when `auto` still has
+        a decision to make."""
+        if not self._candidates:
+            return batches
+        iterator = iter(batches)
+        head: list[tuple[list[int], list[str]]] = []
+        texts: list[str] = []
+        for item in iterator:
+            head.append(item)
+            texts.extend(item[1])
+            if len(texts) >= SAMPLE_INPUTS:
+                break
+        if texts:
+            self.calibrate(texts)
+        return itertools.chain(head, iterator)
 
     # ------------------------------------------------------------------ running
 
@@ -279,7 +378,7 @@ class EmbeddingRunner:
         stats = stats if stats is not None else RunStats()
         limit: int | None = None
         started = time.perf_counter()
-        for prepared in self._prefetch(batches):
+        for prepared in self._prefetch(self._calibrated(batches)):
             for part in self._capped(prepared, limit):
                 splits_before = stats.oom_splits
                 results = self._run_batch(part, stats)
@@ -321,3 +420,18 @@ class EmbeddingRunner:
             return None
         free, _total = torch.cuda.mem_get_info(torch.device(self.device))
         return int(free)
+
+
+class LoadedModels:
+    """One loaded runner per model, for a process: a run that embeds, then scores its
+    generation, loads the model once. Call it with a model; `settings` go to the runner."""
+
+    def __init__(self, **settings: object) -> None:
+        self.settings = settings
+        self._runners: dict[tuple[str, str], EmbeddingRunner] = {}
+
+    def __call__(self, model: ResolvedModel) -> EmbeddingRunner:
+        key = (str(model.path), repr(model.identity()))
+        if key not in self._runners:
+            self._runners[key] = EmbeddingRunner(model, **self.settings)
+        return self._runners[key]

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
+from batch_pipeline.inference.calibration import DtypeDecision
 from batch_pipeline.inference.embedder import Embedder, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -70,11 +71,15 @@ class ExecuteSummary:
     dimension: int
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
+    dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype
 
     @property
     def fidelity_min_cosine(self) -> float | None:
         """The lowest cosine to fp32 vectors this dtype is known to keep: 1.0 in fp32 (the
-        reference itself); None when not measured."""
+        reference itself), as calibration measured it, or None when not measured."""
+        decision = self.dtype_decision
+        if decision is not None and decision.dtype == self.dtype:
+            return decision.min_cosine
         return 1.0 if self.dtype == "float32" else None
 
     def record(self) -> dict[str, object]:
@@ -107,6 +112,8 @@ class ExecuteSummary:
             "embedding_dimension": self.dimension,
         }
         if s.inputs:
+            if self.dtype_decision is not None:
+                values.update(self.dtype_decision.metadata())
             values.update(
                 padded_tokens=s.padded_tokens,
                 padding_efficiency=round(s.tokens / s.padded_tokens, 4),
@@ -332,4 +339,5 @@ def _embed(
         dimension=runner.dimension,
         failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
         resumed_inputs=len(done_keys),
+        dtype_decision=getattr(runner, "dtype_decision", None),
     )

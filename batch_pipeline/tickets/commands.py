@@ -82,17 +82,10 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     return 0
 
 
-def run_day(product: TicketProduct, args: argparse.Namespace, progress) -> int:  # noqa: ANN001
-    """One day's five stages without Dagster, then the generation's review."""
+def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progress) -> int:  # noqa: ANN001
+    """One day's five stages without Dagster, then the generation's review; `runner_for`
+    loads each model once."""
     run_id = args.run_id or str(uuid.uuid4())
-    runners: dict = {}
-
-    def runner_for(model):  # noqa: ANN001, ANN202 - one loaded model per run
-        key = model.path
-        if key not in runners:
-            runners[key] = EmbeddingRunner(model, device=args.device, dtype=args.dtype)
-        return runners[key]
-
     summaries = product.day(args.day).run(
         run_id,
         lambda: runner_for(product.model),

@@ -136,3 +136,42 @@ def test_the_benchmark_gives_repeated_inputs_their_vectors(fake_embedder, model)
     expected = fake_embedder.embed(texts)
     assert min_cosine(measured.vectors, expected) > 0.9999  # was 0.0
     assert (measured.vectors[2] == measured.vectors[0]).all()
+
+
+def test_auto_dtype_calibrates_on_the_first_inputs_and_caches_the_decision(
+    model, runner, monkeypatch, tmp_path
+):
+    """A fake timer makes bf16 twice as fast; the vectors and their cosines are real."""
+    from batch_pipeline.inference import runner as runner_module
+    from batch_pipeline.inference.runner import EmbeddingRunner
+
+    monkeypatch.setattr(runner_module, "cpu_has_bf16_instructions", lambda: True)
+    clock = {"now": 0.0, "runner": None}
+
+    def timer() -> float:
+        current = clock["runner"]
+        clock["now"] += 0.0 if current is None else (1.0 if current.dtype == "float32" else 0.5)
+        return clock["now"]
+
+    cache = tmp_path / "calibration.json"
+    auto = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
+    clock["runner"] = auto
+    assert auto.dtype_decision is None and auto.dtype == "float32"
+    texts = [f"how do I change setting number {i} of my account" for i in range(20)]
+    vectors = auto.embed(texts)
+    decision = auto.dtype_decision
+    assert decision.dtype == "bfloat16" == auto.dtype and not decision.cached
+    assert 0.999 < decision.min_cosine < 1.0
+    reference = runner.embed(texts)
+    assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.999
+    assert cache.is_file()
+
+    again = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
+    clock["runner"], before = again, clock["now"]
+    again.embed(texts[:3])
+    assert again.dtype_decision.cached and again.dtype == "bfloat16"
+    assert clock["now"] == before  # nothing was timed: the cache answered
+
+    explicit = EmbeddingRunner(model, device="cpu", dtype="float32", calibration_cache=cache)
+    explicit.embed(texts[:3])
+    assert explicit.dtype == "float32" and explicit.dtype_decision.reason == "set explicitly"

@@ -146,8 +146,12 @@ def test_deleting_less_than_the_limit_needs_no_confirmation(source, fake_embedde
 
 def test_the_cli_exits_3_and_says_how_to_confirm(source, fake_embedder, capsys, monkeypatch):
     from batch_pipeline.inference import fake
+    from batch_pipeline.inference import runner as runner_module
 
-    monkeypatch.setattr(cli, "EmbeddingRunner", lambda model, **_: fake.FakeEmbedder(model))
+    # the CLI loads models through LoadedModels, which builds runner_module.EmbeddingRunner
+    monkeypatch.setattr(
+        runner_module, "EmbeddingRunner", lambda model, **_: fake.FakeEmbedder(model)
+    )
     base = ["--config", str(source.config), "--home", str(source.home), "run"]
     assert cli.main([*base, "--collection", "kb"]) == 0
     for name in DOCS:

@@ -200,8 +200,12 @@ def test_prepare_and_execute_report_progress_up_to_all_their_work(make_pipeline,
 
 def test_run_prints_plain_progress_lines_when_not_on_a_terminal(workspace, capsys, monkeypatch):
     from batch_pipeline.inference import fake
+    from batch_pipeline.inference import runner as runner_module
 
-    monkeypatch.setattr(cli, "EmbeddingRunner", lambda model, **_: fake.FakeEmbedder(model))
+    # the CLI loads models through LoadedModels, which builds runner_module.EmbeddingRunner
+    monkeypatch.setattr(
+        runner_module, "EmbeddingRunner", lambda model, **_: fake.FakeEmbedder(model)
+    )
     args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
     assert cli.main([*args, "run", "--collection", "handbook", "--trigger", "schedule"]) == 0
     captured = capsys.readouterr()
