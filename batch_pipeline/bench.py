@@ -94,7 +94,7 @@ def baseline_padding(texts: list[str], token_counts: list[int]) -> tuple[int, in
     return sum(token_counts), padded
 
 
-def _sync(device: str) -> None:
+def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         import torch
 
@@ -102,13 +102,13 @@ def _sync(device: str) -> None:
 
 
 def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
-    _sync(runner.device)
+    synchronize(runner.device)
     with PeakRss() as rss:
         start = time.perf_counter()
         vectors = runner.model.encode(
             texts, batch_size=BASELINE_BATCH_SIZE, convert_to_numpy=True, show_progress_bar=False
         )
-        _sync(runner.device)
+        synchronize(runner.device)
         seconds = time.perf_counter() - start
     return Measurement(seconds, rss.peak, np.asarray(vectors, dtype=np.float32))
 
@@ -117,7 +117,7 @@ def run_engine(
     runner: EmbeddingRunner, texts: list[str], settings: PlanSettings, model: ResolvedModel
 ) -> tuple[Measurement, dict]:
     """The pipeline's path: count tokens, plan (dedupe, sort, pack), run; all inside the timer."""
-    _sync(runner.device)
+    synchronize(runner.device)
     with PeakRss() as rss:
         start = time.perf_counter()
         counts = runner.token_counts(texts)
@@ -133,7 +133,7 @@ def run_engine(
         # a repeated text was embedded once, at its first position: give every repeat its vector
         first: dict[str, int] = {}
         out = out[[first.setdefault(text, i) for i, text in enumerate(texts)]]
-        _sync(runner.device)
+        synchronize(runner.device)
         seconds = time.perf_counter() - start
     info = {
         "plan_seconds": planned,
@@ -162,7 +162,7 @@ def flops(token_counts: list[int], model: ResolvedModel) -> float:
     )
 
 
-def _model_config(args: argparse.Namespace):  # noqa: ANN202
+def model_config_of(args: argparse.Namespace):  # noqa: ANN202
     """A ModelConfig look-alike, so the benchmark needs no pydantic."""
     return SimpleNamespace(
         name="all-MiniLM-L6-v2",
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     texts = load_chunks(Path(args.chunks))
-    model = resolve_model(_model_config(args))
+    model = resolve_model(model_config_of(args))
     runner = EmbeddingRunner(model, device=args.device, dtype=args.dtype, num_threads=args.threads)
     budget = args.token_budget
     if budget is None:

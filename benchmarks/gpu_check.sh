@@ -7,7 +7,9 @@
 # there, small enough to travel with the working tree).
 #
 # Prints tokens/s of (a) SentenceTransformer.encode(batch_size=32) and (b) the project's plan +
-# runner, the ratio b/a, the minimum cosine, and the fraction of the bf16 roofline reached.
+# runner, the ratio b/a, the minimum cosine, and the fraction of the bf16 roofline reached; then
+# times the pipeline end to end (prepare -> plan -> execute on 2,000 handbook documents, one
+# prepare worker per core) and says which stage bounds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -28,5 +30,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 python3 -c 'import torch, transformers, sentence_transformers as st; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "sentence-transformers", st.__version__)'
 
 out_dir="${OUT:-/tmp}"
-timeout 280 python3 -m batch_pipeline.bench --device cuda --rounds "${ROUNDS:-5}" \
+timeout 170 python3 -m batch_pipeline.bench --device cuda --rounds "${ROUNDS:-3}" \
   --model-path "$model" --json-out "$out_dir/gpu_bench.json"
+timeout 100 python3 -m batch_pipeline.bench_end_to_end --device cuda --copies "${COPIES:-20}" \
+  --model-path "$model" --json-out "$out_dir/gpu_end_to_end.json"

@@ -6,9 +6,8 @@ changed document that are not stale keep their landed vectors.
 """
 
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import astuple, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW
 from batch_pipeline.state.staging import StageWriter, read_batches, row_count
 from batch_pipeline.state.tracking import FailureRecord
-from batch_pipeline.text.chunking import ChunkSettings, chunk_document
-from batch_pipeline.text.normalize import parse_document
+from batch_pipeline.text.chunk_pool import ChunkPool
+from batch_pipeline.text.chunking import ChunkSettings
 
 CHUNKS_SCHEMA = pa.schema(
     [
@@ -69,97 +68,6 @@ class PrepareSummary:
         }
 
 
-def _chunk(doc: dict, tokenizer: Any, settings: ChunkSettings) -> tuple[str | None, list]:
-    """One document's title and chunks; raises ValueError when no text is left."""
-    parsed = parse_document(doc["text"], doc["doc_id"], doc["format"])
-    parsed.title = doc["title"] or parsed.title
-    chunks = chunk_document(doc["doc_id"], parsed, tokenizer, settings)
-    if not chunks:
-        raise ValueError("the document has no text left after normalisation")
-    return parsed.title, chunks
-
-
-def _chunk_all(docs: list[dict], tokenizer: Any, settings: ChunkSettings) -> list[tuple]:
-    """Each document's (title, chunks as tuples of `Chunk`'s fields), or (None, None, reason,
-    error class, message). Plain tuples: they cross from a worker process cheaply."""
-    results: list[tuple] = []
-    for doc in docs:
-        try:
-            title, chunks = _chunk(doc, tokenizer, settings)
-            results.append((title, [astuple(chunk) for chunk in chunks]))
-        except Exception as error:  # noqa: BLE001 - recorded per document, run goes on
-            reason = "no_text" if isinstance(error, ValueError) else "chunking_failed"
-            results.append((None, None, reason, type(error).__name__, str(error)))
-    return results
-
-
-# A worker process's tokenizer and settings, set once by `_start_worker`.
-_WORKER: dict[str, Any] = {}
-
-
-def _start_worker(load_tokenizer: Callable[[], Any], settings: ChunkSettings) -> None:
-    _WORKER["tokenizer"] = load_tokenizer()
-    _WORKER["settings"] = settings
-
-
-def _chunk_in_worker(docs: list[dict]) -> list[tuple]:
-    return _chunk_all(docs, _WORKER["tokenizer"], _WORKER["settings"])
-
-
-class _Chunker:
-    """Chunks batches of documents in this process, or in a pool of worker processes.
-
-    Results come back in submission order, so the output is the same (same chunks, same
-    order) with any number of workers; at most `2 x workers` batches are in flight, so memory
-    stays bounded however large the corpus. Workers are spawned (not forked: the parent may
-    hold torch's threads) and each loads the tokenizer once.
-    """
-
-    def __init__(self, get_tokenizer: Callable[[], Any], settings: ChunkSettings, workers: int):
-        self.get_tokenizer = get_tokenizer
-        self.settings = settings
-        self.workers = workers
-        self.pool = None
-        self.tokenizer = None
-        self.pending: deque = deque()
-
-    def __enter__(self) -> "_Chunker":
-        if self.workers > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(self.get_tokenizer, self.settings),
-            )
-        else:  # outside the per-document guard: a load failure stops the run
-            self.tokenizer = self.get_tokenizer()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-    def submit(self, item: Any, docs: list[dict]) -> Iterator[tuple[Any, list[dict], list]]:
-        """Queue a batch; yield the batches that are done, oldest first."""
-        if self.pool is None:
-            yield item, docs, _chunk_all(docs, self.tokenizer, self.settings)
-            return
-        self.pending.append((item, docs, self.pool.submit(_chunk_in_worker, docs)))
-        while len(self.pending) > 2 * self.workers:
-            yield self._next()
-
-    def drain(self) -> Iterator[tuple[Any, list[dict], list]]:
-        while self.pending:
-            yield self._next()
-
-    def _next(self) -> tuple[Any, list[dict], list]:
-        item, docs, future = self.pending.popleft()
-        return item, docs, future.result()
-
-
 def prepare_workers(requested: int | None, documents: int, min_documents: int) -> int:
     """Processes to chunk `documents` with: `requested` (default one per available core),
     but one when there are too few documents to pay for starting the others."""
@@ -187,7 +95,7 @@ def prepare_chunks(
 
     With `workers` > 1 (None: one per available core) and at least
     `min_documents_per_worker` documents to chunk per worker, documents are chunked in that
-    many processes (see `_Chunker`; `get_tokenizer` must then be picklable, such as a
+    many processes (see `ChunkPool`; `get_tokenizer` must then be picklable, such as a
     `functools.partial`); the output is identical either way.
     """
     started = time.perf_counter()
@@ -207,7 +115,7 @@ def prepare_chunks(
             return summary
         tracker.start()
         count = prepare_workers(workers, to_chunk, min_documents_per_worker)
-        with _Chunker(get_tokenizer, settings, count) as chunker:
+        with ChunkPool(get_tokenizer, settings, count) as chunker:
             done = []
             for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
                 docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]

@@ -10,10 +10,11 @@ LOADS: list[str] = []
 
 
 class CountingInferenceResource(FakeInferenceResource):
-    """The FAKE embedder, counting model loads."""
+    """The FAKE embedder, counting model loads (a runner built, not one reused)."""
 
     def runner(self, model):  # noqa: ANN001, ANN201
-        LOADS.append(model.name)
+        if str(model.path) not in self._fakes:
+            LOADS.append(model.name)
         return super().runner(model)
 
 
@@ -46,3 +47,15 @@ def test_a_no_op_run_loads_no_model_and_the_last_review_stands(workspace):
         assert drift.passed and drift.metadata["checked"].value is False
         nightly = materialize_all(workspace, instance, tags={"batch_pipeline/mode": "reconcile"})
         assert metadata_of(nightly, "index_generation")["evaluated"] is True and LOADS
+
+
+def test_a_targeted_run_loads_the_model_once_for_execute_and_the_review(workspace):
+    with dg.instance_for_test() as instance:
+        materialize_all(workspace, instance)
+        page = workspace["docs"] / "refunds.md"
+        page.write_text(page.read_text() + "\n\nRefunds for annual plans are prorated.\n")
+        LOADS.clear()
+        changed = materialize_all(workspace, instance)
+        assert metadata_of(changed, "chunk_embeddings")["chunks_embedded"] >= 1
+        assert metadata_of(changed, "index_generation")["evaluated"] is True  # table changed
+        assert len(LOADS) == 1  # execute loaded it; the review reused it

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "batch_pipeline.cli",
         "batch_pipeline.bench",
+        "batch_pipeline.bench_end_to_end",
         "batch_pipeline.partitions",
         "batch_pipeline.tickets.commands",
     ),
