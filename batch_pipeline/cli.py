@@ -166,8 +166,11 @@ class _Context:
             raise ConfigError(str(error.args[0])) from None
 
     def filter(self, only: str | None) -> str | None:
-        """A `--collection` filter, checked against the configuration (None: no filter)."""
-        return None if only is None else self.collections(only)[0]
+        """A `--collection` filter, checked against the configuration (None: no filter);
+        the ticket product's name is accepted too."""
+        if only is None or self.is_tickets(only):
+            return only
+        return self.collections(only)[0]
 
     def partition(self, partition: str) -> PartitionPipeline:
         """One partition's engine: a collection, or one shard of it."""
@@ -367,11 +370,16 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise ConfigError(f"--runs must be at least 1, not {args.runs}")
     runs = []
-    for name in ctx.collections(args.collection):
+    names = [] if ctx.is_tickets(args.collection) else ctx.collections(args.collection)
+    for name in names:
         collection = ctx.config.collection(name)
         partitions = [name] + (collection.partition_keys() if collection.shards > 1 else [])
         for partition in partitions:
             runs += reported_runs(ctx.tracking.partition_runs([partition], args.runs))
+    if ctx.config.tickets is not None and args.collection in (None, ctx.config.tickets.name):
+        # the ticket product's newest runs over its days (a day has one run, as a rule)
+        days = ctx.tickets().partition_days()
+        runs += reported_runs(ctx.tracking.partition_runs(days, args.runs))
     summary = trend(runs)
     if args.json:
         print(_json({"runs": [r.as_dict() for r in runs], "summary": summary}))

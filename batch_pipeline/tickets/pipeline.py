@@ -147,6 +147,12 @@ class TicketProduct:
     def day(self, value: str | date) -> "DayPipeline":
         return DayPipeline(self, parse_day(value, self.settings))
 
+    def partition_days(self, today: date | None = None) -> list[str]:
+        """Every daily partition key, from `start_date` to yesterday."""
+        first = date.fromisoformat(self.settings.start_date)
+        last = (today or date.today()) - timedelta(days=1)
+        return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
     # -------------------------------------------------------------- generations
 
     def generation_config(self) -> dict:

@@ -316,3 +316,22 @@ def test_an_s3_export_lands_a_day_and_a_missing_bucket_fails_naming_the_field(
         SourceUnavailableError, match="tickets.source.bucket: bucket 'no-such-bucket-here'"
     ):
         run_day(workspace.product(), runner, run_id="r3")
+
+
+def test_report_and_failures_cover_the_ticket_product(tmp_path, runner, capsys):
+    from batch_pipeline import cli
+
+    workspace = TicketWorkspace(tmp_path, "folder")
+    good = sample_tickets(DAY, 6)
+    workspace.write_day(DAY, [*good, {**good[0], "body": ""}])
+    run_day(workspace.product(), runner)
+    base = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    assert cli.main([*base, "report", "--collection", "tickets", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (line,) = report["runs"]
+    assert line["partition"] == DAY and line["inputs"] == 6
+    assert line["documents_failed"] == 1 and line["documents_attempted"] == 7
+    assert cli.main([*base, "failures", "--collection", "tickets", "--json"]) == 0
+    (failure,) = json.loads(capsys.readouterr().out)
+    assert failure["collection"] == "tickets" and failure["reason"] == "duplicate_id"
+    assert failure["doc_id"] == f"{DAY}/{good[0]['id']}"
