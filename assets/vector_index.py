@@ -138,7 +138,9 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 {
                     "dagster/uri": dg.MetadataValue.path(engine.store.table_uri(engine.index)),
                     "dagster/row_count": table["rows"],
-                    "dagster/column_schema": column_schema(chunk_schema(dimension)),
+                    "dagster/column_schema": column_schema(
+                        chunk_schema(dimension, engine.collection.metadata.fields)
+                    ),
                     **summary.metadata(),
                     **{k: v for k, v in table.items() if k != "rows"},
                     **freshness,

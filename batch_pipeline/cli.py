@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     find.add_argument("query")
     find.add_argument("--collection", required=True)
     find.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    find.add_argument(
+        "--where",
+        help="filter on metadata fields, e.g. \"product = 'billing' AND draft = false\"",
+    )
     find.add_argument("--json", action="store_true", help="print JSON")
 
     status = commands.add_parser("status", help="rows, last run, model and staleness")
@@ -200,7 +204,7 @@ class _Context:
 
 
 def _search(ctx: _Context, args: argparse.Namespace) -> int:
-    hits = search(ctx.pipeline(args.collection), args.query, args.k)
+    hits = search(ctx.pipeline(args.collection), args.query, args.k, where=args.where)
     if args.json:
         print(json.dumps([h.as_dict() for h in hits], indent=2))
         return 0
@@ -211,6 +215,8 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
         where = " > ".join(p for p in (hit.title, hit.section) if p)
         if where:
             print(f"   {where}")
+        if hit.metadata:
+            print("   " + ", ".join(f"{k}={v}" for k, v in sorted(hit.metadata.items())))
         snippet = textwrap.shorten(hit.text.replace("\n", " "), width=220, placeholder=" ...")
         print(textwrap.indent(textwrap.fill(snippet, 96), "   "))
     return 0

@@ -121,6 +121,10 @@ class SqlSourceConfig(_Strict):
     deleted_column: str | None = Field(
         default=None, description="Boolean column; true rows count as deleted."
     )
+    metadata_columns: list[str] = Field(
+        default_factory=list,
+        description="Columns carried to every row of the document as its metadata.",
+    )
     format: Literal["markdown", "rst", "html", "text"] = Field(
         default="text", description="Markup of the body column."
     )
@@ -202,12 +206,62 @@ class EvaluationConfig(_Strict):
     _resolve_path = field_validator("path")(_existing_file)
 
 
+# Columns every generation's table has (`state.vector_store.chunk_schema`; a unit test keeps
+# the two in step): declared metadata fields may not take these names.
+RESERVED_COLUMNS = frozenset(
+    {
+        "collection",
+        "partition",
+        "doc_id",
+        "chunk_id",
+        "chunk_index",
+        "title",
+        "section",
+        "text",
+        "input_text",
+        "vector",
+        "input_hash",
+        "model_name",
+        "model_fingerprint",
+        "run_id",
+        "embedded_at",
+        "source_version",
+        "content_hash",
+        "metadata",
+    }
+)
+FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+MetadataType = Literal["string", "int", "float", "bool"]
+
+
+class MetadataConfig(_Strict):
+    """Document metadata carried to every row of the document (front matter, S3 object
+    metadata, SQL metadata columns): declared fields become typed columns that searches can
+    filter on; everything else goes into the one JSON column `metadata`."""
+
+    fields: dict[str, MetadataType] = Field(
+        default_factory=dict,
+        description="Declared fields and their types (string, int, float, bool).",
+    )
+
+    @field_validator("fields")
+    @classmethod
+    def _safe_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not FIELD_NAME_RE.match(name):
+                raise ValueError(f"{name!r}: a field name is a lowercase letter then a-z, 0-9 or _")
+            if name in RESERVED_COLUMNS:
+                raise ValueError(f"{name!r} is a column every table already has; rename the field")
+        return value
+
+
 class CollectionConfig(_Strict):
     """One collection: one Dagster partition and one LanceDB table per model generation."""
 
     name: str = Field(description="Partition key and table name: a-z, 0-9 and _, 63 at most.")
     source: SourceConfig
     chunking: ChunkingConfig = ChunkingConfig()
+    metadata: MetadataConfig = MetadataConfig()
     evaluation: EvaluationConfig | None = None
     shards: int = Field(
         default=1,

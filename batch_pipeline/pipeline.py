@@ -199,6 +199,7 @@ class PartitionPipeline:
         drifted: list[str] = []
         orphans: list[str] = []
         if doc_ids is None:  # a full run also repairs any drift between index and tracking
+            self._fill_new_metadata_columns()
             report = reconcile_index(self.store, self.tracking, self.index)
             drifted = report.chunk_mismatch + report.only_in_tracking
             orphans = [d for d in report.only_in_index if self.owns(d)]
@@ -216,6 +217,19 @@ class PartitionPipeline:
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
+
+    def _fill_new_metadata_columns(self) -> None:
+        """Metadata fields declared since the table was built: add their columns, and have
+        this run read and re-land every document so they fill in; vectors are reused (the
+        model inputs did not change), so nothing is embedded."""
+        table = self.store.open(self.index)
+        if table is None:
+            return
+        fields = dict(self.collection.metadata.fields)
+        if all(name in table.schema.names for name in (*fields, "metadata")):
+            return
+        self.store.ensure_table(self.index, self.model.embedding_dimension, fields)
+        self.tracking.forget_content(self.index, [doc_id for doc_id, _ in self.landed_versions()])
 
     def prepare(
         self,
@@ -308,6 +322,7 @@ class PartitionPipeline:
             fingerprint=self.fingerprint,
             dimension=dimension,
             deletion_guard=guard,
+            metadata_fields=dict(self.collection.metadata.fields),
         )
         upkeep = self.config.maintenance
         with self.tracking.landing_lease(self.index, owner=run_id):

@@ -1,6 +1,8 @@
 """Nearest-chunk search over a collection's LanceDB table (what retrieval readers do)."""
 
-from dataclasses import asdict, dataclass
+import json
+import re
+from dataclasses import asdict, dataclass, field
 
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import resolve_model
@@ -17,6 +19,7 @@ class SearchHit:
     title: str | None
     section: str | None
     text: str
+    metadata: dict = field(default_factory=dict)  # declared fields and the rest, together
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -26,12 +29,85 @@ class CollectionNotIndexedError(RuntimeError):
     """Search on a collection that has never landed."""
 
 
+class WhereError(ValueError):
+    """A `--where` filter that cannot be used; the message says where and why."""
+
+
+# What a filter may name besides the declared metadata fields, and those fields' types.
+FILTERABLE = {"doc_id": "string", "title": "string", "section": "string", "chunk_index": "int"}
+_TOKEN = re.compile(
+    r"\s*(?:(?P<string>'(?:[^']|'')*')|(?P<number>-?\d+(?:\.\d+)?)"
+    r"|(?P<op>!=|<=|>=|=|<|>)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    found, at = [], 0
+    while at < len(text.rstrip()):
+        match = _TOKEN.match(text, at)
+        if match is None or match.end() == at:
+            raise WhereError(f"--where: cannot read {text[at:].strip()[:30]!r}")
+        kind = match.lastgroup
+        found.append((kind, match.group(kind)))
+        at = match.end()
+    return found
+
+
+def where_filter(text: str, fields: dict[str, str]) -> tuple[str, set[str]]:
+    """A LanceDB filter from `field op value [AND ...]`: fields must be declared metadata
+    fields (or doc_id, title, section, chunk_index), values literals of the field's type. The
+    filter is rebuilt from the parsed parts, strings escaped; the input is never passed on.
+    Returns the filter and the fields it names."""
+    allowed = {**FILTERABLE, **fields}
+    tokens = _tokens(text)
+    if not tokens:
+        raise WhereError("--where: empty filter")
+    parts, named, i = [], set(), 0
+    while True:
+        if i + 3 > len(tokens):
+            raise WhereError("--where: expected `field op value`, e.g. product = 'billing'")
+        (kind, name), (op_kind, op), (value_kind, value) = tokens[i : i + 3]
+        if kind != "word" or name not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise WhereError(f"--where: unknown field {name!r}; fields: {known}")
+        if op_kind != "op":
+            raise WhereError(f"--where: expected one of = != < <= > >= after {name}, not {op!r}")
+        parts.append(f"{name} {op} {_literal(name, allowed[name], value_kind, value)}")
+        named.add(name)
+        i += 3
+        if i == len(tokens):
+            return " AND ".join(parts), named
+        joiner_kind, joiner = tokens[i]
+        if joiner_kind != "word" or joiner.upper() != "AND":
+            raise WhereError(f"--where: expected AND, not {joiner!r}")
+        i += 1
+
+
+def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
+    from batch_pipeline.state.vector_store import sql_literal
+
+    if kind == "string" and value_kind == "string":
+        return sql_literal(value[1:-1].replace("''", "'"))
+    if kind in ("int", "float") and value_kind == "number":
+        return str(int(value)) if kind == "int" and "." not in value else str(float(value))
+    if kind == "bool" and value_kind == "word" and value.lower() in ("true", "false"):
+        return value.upper()
+    raise WhereError(f"--where: {name} is {kind}; {value!r} is not a {kind} literal")
+
+
 def search(
-    pipeline: PartitionPipeline, query: str, k: int = 5, runner: Embedder | None = None
+    pipeline: PartitionPipeline,
+    query: str,
+    k: int = 5,
+    runner: Embedder | None = None,
+    where: str | None = None,
 ) -> list[SearchHit]:
-    """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical)."""
+    """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical),
+    among those matching `where` (see `where_filter`)."""
     if k < 1:
         raise ValueError("k must be at least 1")
+    fields = dict(pipeline.collection.metadata.fields)
+    condition, named = where_filter(where, fields) if where else (None, set())
     live = pipeline.live_generation()  # readers follow the live generation
     table = pipeline.store.open(live.index)
     if table is None:
@@ -39,11 +115,22 @@ def search(
     model = resolve_model(live.model)
     if runner is None or runner.resolved != model:
         runner = EmbeddingRunner(model)
+    present = set(table.schema.names)
+    if condition is not None:
+        missing = sorted(named - present)
+        if missing:
+            raise WhereError(
+                f"--where: the live table has no column {missing[0]!r} yet; run the pipeline "
+                "once since declaring it"
+            )
+    declared = [name for name in fields if name in present]
+    extra = [*declared, "metadata"] if "metadata" in present else declared
     vector = runner.embed([model.query_prefix + query])[0]
+    search_query = table.search(vector).metric("cosine")
+    if condition is not None:
+        search_query = search_query.where(condition, prefilter=True)
     rows = (
-        table.search(vector)
-        .metric("cosine")
-        .select(["doc_id", "chunk_id", "title", "section", "text", "_distance"])
+        search_query.select(["doc_id", "chunk_id", "title", "section", "text", *extra, "_distance"])
         .limit(k)
         .to_list()
     )
@@ -56,6 +143,10 @@ def search(
             title=row["title"],
             section=row["section"],
             text=row["text"],
+            metadata={
+                **json.loads(row.get("metadata") or "{}"),
+                **{name: row[name] for name in declared if row.get(name) is not None},
+            },
         )
         for i, row in enumerate(rows)
     ]

@@ -84,5 +84,6 @@ def make_source(
             updated_at_column=config.updated_at_column,
             deleted_column=config.deleted_column,
             fmt=config.format,
+            metadata_columns=config.metadata_columns,
         )
     raise TypeError(f"unsupported source kind {config.kind!r}")

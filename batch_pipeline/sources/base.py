@@ -30,6 +30,7 @@ class RawDocument:
     data: bytes
     title: str | None = None
     fmt: str | None = None
+    metadata: dict = field(default_factory=dict)  # S3 object metadata, SQL metadata columns
 
 
 @dataclass

@@ -101,8 +101,10 @@ class S3Source(DocumentSource):
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=doc_id)["Body"]
-            return RawDocument(body.read())
+            response = self.client.get_object(Bucket=self.bucket, Key=doc_id)
+            return RawDocument(
+                response["Body"].read(), metadata=dict(response.get("Metadata") or {})
+            )
         except ClientError as error:
             code = _error_code(error)
             if code in _MISSING:

@@ -35,6 +35,13 @@ def _timestamp(value: object) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
+def _plain(value: object) -> object:
+    """A column value as JSON can hold it (times and dates in ISO 8601)."""
+    if isinstance(value, str | int | float | bool):
+        return value
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 def _version(value: object) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
@@ -53,6 +60,7 @@ class SqlSource(DocumentSource):
         updated_at_column: str = "updated_at",
         deleted_column: str | None = None,
         fmt: str = "text",
+        metadata_columns: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.url = url
         self.engine = sa.create_engine(url, pool_pre_ping=True)
@@ -64,6 +72,7 @@ class SqlSource(DocumentSource):
         self.updated_at_column = updated_at_column
         self.deleted_column = deleted_column
         self.fmt = fmt
+        self.metadata_columns = list(metadata_columns)
         self._source: sa.FromClause | None = None
 
     def describe(self) -> str:
@@ -99,6 +108,7 @@ class SqlSource(DocumentSource):
             ("body_column", self.body_column),
             ("updated_at_column", self.updated_at_column),
             ("deleted_column", self.deleted_column),
+            *(("metadata_columns", name) for name in self.metadata_columns),
         ]
         return [(setting, name) for setting, name in columns if name]
 
@@ -206,8 +216,8 @@ class SqlSource(DocumentSource):
     ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
         wanted = list(doc_ids)
         columns = [self._col(self.id_column), self._col(self.body_column)]
-        if self.title_column:
-            columns.append(self._col(self.title_column))
+        columns.append(self._col(self.title_column) if self.title_column else sa.null())
+        columns += [self._col(name) for name in self.metadata_columns]
         found: dict[str, sa.Row] = {}
         for condition in self._id_filters(wanted):
             statement = sa.select(*columns).where(condition)
@@ -222,7 +232,12 @@ class SqlSource(DocumentSource):
             else:
                 body = row[1] if isinstance(row[1], bytes) else str(row[1]).encode("utf-8")
                 title = str(row[2]) if self.title_column and row[2] is not None else None
-                yield doc_id, RawDocument(body, title=title, fmt=self.fmt)
+                metadata = {
+                    name: _plain(value)
+                    for name, value in zip(self.metadata_columns, row[3:], strict=True)
+                    if value is not None
+                }
+                yield doc_id, RawDocument(body, title=title, fmt=self.fmt, metadata=metadata)
 
     def changes_since(self, state: dict | None) -> ChangeSet:
         """Rows whose updated-at is at or after the cursor, minus the ids already seen at it.

@@ -6,6 +6,7 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 `deleted`. A document that cannot be read or decoded is `failed`, with its reason.
 """
 
+import json
 import tempfile
 import time
 from collections import Counter
@@ -38,6 +39,7 @@ COLLECTED_SCHEMA = pa.schema(
         pa.field("size", pa.int64()),
         pa.field("source_changed_at", pa.float64()),
         pa.field("text", pa.large_string()),
+        pa.field("source_metadata", pa.string()),  # JSON: S3 object metadata, SQL columns
         pa.field("error_reason", pa.string()),
         pa.field("error_message", pa.string()),
     ]
@@ -183,7 +185,10 @@ class _Collector:
         if isinstance(result, DocumentReadError):
             return self._failed(entry, "unreadable", result, None)
         self.summary.bytes_read += len(result.data)
-        digest = content_hash(result.data)
+        metadata = metadata_json(result.metadata)
+        # the source's metadata is part of the content: a change to it alone re-lands the
+        # document (its vectors are reused, nothing is embedded)
+        digest = content_hash(result.data + (b"\0" + metadata.encode() if metadata else b""))
         if self._quarantined(doc_id, None, digest):
             return {"status": QUARANTINED, "content_hash": digest}
         if len(result.data) > self.limits.max_document_bytes:
@@ -206,6 +211,7 @@ class _Collector:
             "title": result.title or parse_document(text, doc_id, fmt).title,
             "format": fmt,
             "text": text,
+            "source_metadata": metadata,
         }
 
     def _failed(
@@ -311,6 +317,11 @@ def _landed_candidates(
     orphans = [d for d in also_landed if targeted is None or d in targeted]
     for batch in batched(orphans, LOOKUP_BATCH):
         yield [(d, None) for d in batch]
+
+
+def metadata_json(metadata: dict | None) -> str | None:
+    """Metadata as canonical JSON (sorted keys; None when there is none)."""
+    return json.dumps(metadata, sort_keys=True, default=str) if metadata else None
 
 
 def _row(entry: SourceEntry, **values: object) -> dict:

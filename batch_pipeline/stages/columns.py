@@ -32,4 +32,9 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "batch_index": "The batch the input is planned in.",
     "vector": "The embedding.",
     "resumed": "Whether the vector came from an interrupted run's checkpoint.",
+    # metadata
+    "source_metadata": "The source's metadata of the document (S3 object metadata, SQL "
+    "metadata_columns), as JSON.",
+    "metadata": "The document's metadata not declared under metadata.fields, as JSON "
+    "(declared fields have typed columns of their own).",
 }

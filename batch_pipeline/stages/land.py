@@ -11,6 +11,7 @@ A document some of whose chunks failed to embed is not landed at all (its previo
 and is recorded as failed, so a reader never sees a partial document.
 """
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,7 @@ class LandingContext:
     fingerprint: str
     dimension: int
     deletion_guard: DeletionGuard | None = None
+    metadata_fields: dict[str, str] = field(default_factory=dict)  # declared: name -> type
 
 
 def land_documents(
@@ -200,7 +202,12 @@ def land_documents(
             return
         before = store.chunk_keys(ctx.index, scope)
         summary.table_version = store.replace_documents(
-            ctx.index, rows, scope, ctx.dimension, replaces_nothing=not before
+            ctx.index,
+            rows,
+            scope,
+            ctx.dimension,
+            replaces_nothing=not before,
+            fields=ctx.metadata_fields,
         )
         crash_point("land", "commit")  # tests only: the index has it, tracking does not yet
         tracking.record_landed(ctx.index, landed_docs, removed, ctx.run_id)
@@ -298,6 +305,7 @@ def _document_rows(
             "input_hash": chunk["input_hash"],
             "source_version": chunk["source_version"],
             "content_hash": chunk["content_hash"],
+            **metadata_columns(chunk.get("metadata"), ctx.metadata_fields),
         }
         if chunk["stale"]:
             if chunk["vector"] is None:
@@ -322,6 +330,38 @@ def _document_rows(
             )
         out.append(base)
     return out
+
+
+_CASTS = {"string": str, "int": int, "float": float}
+
+
+def _typed(value: object, kind: str) -> object:
+    """A metadata value as its declared type; None when it cannot be one."""
+    if value is None:
+        return None
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        return {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+            text
+        )
+    if kind == "string" and isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    try:
+        return _CASTS[kind](value)
+    except (TypeError, ValueError):
+        return None
+
+
+def metadata_columns(metadata: str | None, fields: dict[str, str]) -> dict[str, object]:
+    """A document's metadata (JSON) as row columns: each declared field typed, in its own
+    column; the rest in `metadata`, as JSON (None when nothing is left)."""
+    values = json.loads(metadata) if metadata else {}
+    row = {name: _typed(values.get(name), kind) for name, kind in fields.items()}
+    rest = {k: v for k, v in values.items() if k not in fields}
+    row["metadata"] = json.dumps(rest, sort_keys=True, default=str) if rest else None
+    return row
 
 
 def _failure(chunk: dict, message: str) -> FailureRecord:

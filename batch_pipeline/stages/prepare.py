@@ -5,6 +5,7 @@ input plus the model fingerprint, is not what the index holds for that chunk id.
 changed document that are not stale keep their landed vectors.
 """
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 from batch_pipeline.inference.runner import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import PREPARE
-from batch_pipeline.stages.collect import CHANGED, NEW
+from batch_pipeline.stages.collect import CHANGED, NEW, metadata_json
 from batch_pipeline.state.staging import StageWriter, read_batches, row_count
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.text.chunk_pool import ChunkPool
@@ -36,6 +37,7 @@ CHUNKS_SCHEMA = pa.schema(
         pa.field("token_count", pa.int32(), nullable=False),
         pa.field("source_version", pa.string()),
         pa.field("content_hash", pa.string()),
+        pa.field("metadata", pa.string()),  # JSON: source metadata, then front matter
         pa.field("stale", pa.bool_(), nullable=False),
     ]
 )
@@ -107,7 +109,16 @@ def prepare_chunks(
         pc.sum(pc.is_in(batch["status"], pa.array([NEW, CHANGED]))).as_py() or 0
         for batch in read_batches(collected_path, ["status"], batch_rows=65536)
     )
-    columns = ["doc_id", "status", "title", "format", "text", "source_version", "content_hash"]
+    columns = [
+        "doc_id",
+        "status",
+        "title",
+        "format",
+        "text",
+        "source_version",
+        "content_hash",
+        "source_metadata",
+    ]
     with StageWriter(out_path, CHUNKS_SCHEMA, started) as writer:
         if not to_chunk:  # a no-op refresh: no tokenizer, no pool
             tracker.advance(row_count(collected_path))
@@ -167,7 +178,9 @@ def _write_chunks(
                 )
             )
             continue
-        title, chunks = result
+        title, chunks, front_matter = result
+        merged = {**json.loads(doc.get("source_metadata") or "{}"), **front_matter}
+        metadata = metadata_json(merged)
         summary.documents += 1
         kept = set()
         for chunk_id, index, section, text, input_text, input_hash, tokens in chunks:
@@ -188,6 +201,7 @@ def _write_chunks(
                 ("token_count", tokens),
                 ("source_version", doc["source_version"]),
                 ("content_hash", doc["content_hash"]),
+                ("metadata", metadata),
                 ("stale", stale),
             ):
                 columns[name].append(value)

@@ -48,7 +48,17 @@ def commit_with_retries(table: Any, commit: Callable[[], object]) -> None:
             table.checkout_latest()
 
 
-def chunk_schema(dim: int) -> pa.Schema:
+METADATA_TYPES = {
+    "string": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+}
+
+
+def chunk_schema(dim: int, fields: dict[str, str] | None = None) -> pa.Schema:
+    """A generation's table: one row per chunk with its lineage, then the declared metadata
+    fields (typed) and the rest of the document's metadata as JSON."""
     return pa.schema(
         [
             pa.field("collection", pa.string(), nullable=False),
@@ -68,6 +78,8 @@ def chunk_schema(dim: int) -> pa.Schema:
             pa.field("embedded_at", pa.timestamp("us", tz="UTC"), nullable=False),
             pa.field("source_version", pa.string(), nullable=False),
             pa.field("content_hash", pa.string(), nullable=False),
+            *(pa.field(name, METADATA_TYPES[kind]) for name, kind in (fields or {}).items()),
+            pa.field("metadata", pa.string()),
         ]
     )
 
@@ -106,10 +118,24 @@ class VectorStore:
         self.db.drop_table(index)
         return True
 
-    def ensure_table(self, index: str, dim: int):
+    def ensure_table(self, index: str, dim: int, fields: dict[str, str] | None = None):
+        """The generation's table, created if missing; columns added since it was created
+        (metadata fields declared later) are added, empty, to it."""
+        schema = chunk_schema(dim, fields)
         table = self.open(index)
         if table is None:
-            table = self.db.create_table(index, schema=chunk_schema(dim), exist_ok=True)
+            return self.db.create_table(index, schema=schema, exist_ok=True)
+        have = {f.name: f for f in table.schema}
+        missing = [f for f in schema if f.name not in have]
+        for wanted in schema:
+            present = have.get(wanted.name)
+            if present is not None and present.type != wanted.type:
+                raise ValueError(
+                    f"metadata.fields.{wanted.name}: the table {index} holds it as "
+                    f"{present.type}, not {wanted.type}; keep the type or rename the field"
+                )
+        if missing:
+            commit_with_retries(table, lambda: table.add_columns(pa.schema(missing)))
         return table
 
     def scan(self, index: str, columns: list[str], where: str | None = None) -> pa.Table:
@@ -166,6 +192,7 @@ class VectorStore:
         doc_ids: list[str],
         dim: int,
         replaces_nothing: bool = False,
+        fields: dict[str, str] | None = None,
     ) -> int:
         """Make `doc_ids`' rows exactly `rows`, in one commit. Returns the new table version.
 
@@ -173,7 +200,7 @@ class VectorStore:
         rows of these documents: the commit is then a plain append, which costs the size of
         `rows` rather than a join against the whole table (a first build's common case).
         """
-        table = self.ensure_table(index, dim)
+        table = self.ensure_table(index, dim, fields)
         if not doc_ids:
             return table.version
         data = pa.Table.from_pylist(rows, schema=table.schema)

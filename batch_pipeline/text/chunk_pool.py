@@ -16,24 +16,26 @@ from batch_pipeline.text.chunking import ChunkSettings, chunk_document
 from batch_pipeline.text.normalize import parse_document
 
 
-def _chunk(doc: dict, tokenizer: Any, settings: ChunkSettings) -> tuple[str | None, list]:
-    """One document's title and chunks; raises ValueError when no text is left."""
+def _chunk(doc: dict, tokenizer: Any, settings: ChunkSettings) -> tuple[str | None, list, dict]:
+    """One document's title, chunks and front matter; raises ValueError when no text is
+    left."""
     parsed = parse_document(doc["text"], doc["doc_id"], doc["format"])
     parsed.title = doc["title"] or parsed.title
     chunks = chunk_document(doc["doc_id"], parsed, tokenizer, settings)
     if not chunks:
         raise ValueError("the document has no text left after normalisation")
-    return parsed.title, chunks
+    return parsed.title, chunks, parsed.metadata
 
 
 def _chunk_all(docs: list[dict], tokenizer: Any, settings: ChunkSettings) -> list[tuple]:
-    """Each document's (title, chunks as tuples of `Chunk`'s fields), or (None, None, reason,
-    error class, message). Plain tuples: they cross from a worker process cheaply."""
+    """Each document's (title, chunks as tuples of `Chunk`'s fields, front matter), or (None,
+    None, reason, error class, message). Plain tuples: they cross from a worker process
+    cheaply."""
     results: list[tuple] = []
     for doc in docs:
         try:
-            title, chunks = _chunk(doc, tokenizer, settings)
-            results.append((title, [astuple(chunk) for chunk in chunks]))
+            title, chunks, front_matter = _chunk(doc, tokenizer, settings)
+            results.append((title, [astuple(chunk) for chunk in chunks], front_matter))
         except Exception as error:  # noqa: BLE001 - recorded per document, run goes on
             reason = "no_text" if isinstance(error, ValueError) else "chunking_failed"
             results.append((None, None, reason, type(error).__name__, str(error)))

@@ -34,6 +34,7 @@ class Section:
 class ParsedDocument:
     title: str
     sections: list[Section] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)  # Markdown front matter
 
 
 def detect_format(doc_id: str) -> str:
@@ -369,5 +370,9 @@ _PARSERS = {
 
 def parse_document(text: str, doc_id: str, fmt: str | None = None) -> ParsedDocument:
     """Normalise one document into its title and sections."""
-    title, sections = _PARSERS[fmt or detect_format(doc_id)](text)
-    return ParsedDocument(title=title or fallback_title(doc_id), sections=sections)
+    fmt = fmt or detect_format(doc_id)
+    title, sections = _PARSERS[fmt](text)
+    metadata = _split_front_matter(text)[0] if fmt == "markdown" else {}
+    return ParsedDocument(
+        title=title or fallback_title(doc_id), sections=sections, metadata=metadata
+    )

@@ -185,3 +185,10 @@ def test_every_path_is_checked_when_the_config_loads_and_names_its_field(tmp_pat
         where = (tmp_path / name).resolve()
         expected = f"{prefix}{field}: {problem}: {where}"
         assert expected in str(raised.value) and RELATIVE in str(raised.value), str(raised.value)
+
+
+def test_reserved_metadata_names_are_exactly_the_tables_own_columns():
+    from batch_pipeline.config import RESERVED_COLUMNS
+    from batch_pipeline.state.vector_store import chunk_schema
+
+    assert set(chunk_schema(4).names) == RESERVED_COLUMNS
