@@ -90,6 +90,23 @@ class FilesystemSourceConfig(_Strict):
     _resolve_path = field_validator("path")(_existing_folder)
 
 
+class S3NotificationsConfig(_Strict):
+    """An S3 change feed: the bucket's event notifications delivered to an SQS queue."""
+
+    sqs_queue_url: str = Field(
+        min_length=1, description="Queue receiving the bucket's ObjectCreated/ObjectRemoved events."
+    )
+    visibility_timeout_seconds: int = Field(
+        default=600,
+        ge=30,
+        description="How long a received message stays hidden while its change waits to be "
+        "launched; it is deleted once the run request carrying it is in the cursor.",
+    )
+    max_messages_per_tick: int = Field(
+        default=1000, ge=10, description="Messages read per sensor tick at most."
+    )
+
+
 class S3SourceConfig(_Strict):
     """Objects in an S3 bucket; the doc id is the object key, the version its ETag.
 
@@ -102,6 +119,11 @@ class S3SourceConfig(_Strict):
     glob: str = Field(default="*", description="fnmatch pattern on the key below the prefix.")
     endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint URL.")
     region: str | None = Field(default=None, description="AWS region name.")
+    notifications: S3NotificationsConfig | None = Field(
+        default=None,
+        description="A change feed: sensor ticks read the queue instead of listing the "
+        "bucket; the nightly reconciliation still lists it in full.",
+    )
 
 
 class SqlSourceConfig(_Strict):

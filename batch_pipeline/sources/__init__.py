@@ -45,9 +45,10 @@ def s3_environment() -> dict[str, str]:
     return {arg: os.environ[env] for arg, env in S3_ENV.items() if os.environ.get(env)}
 
 
-def default_s3_client(config: S3SourceConfig):  # noqa: ANN201
-    """A boto3 client as the code location builds one: the environment's settings (S3_ENV),
-    overridden by the source's own `endpoint_url` and `region`."""
+def aws_client(service: str, config: S3SourceConfig):  # noqa: ANN201
+    """A boto3 client ("s3", or "sqs" for a change feed) as the code location builds one: the
+    environment's settings (S3_ENV), overridden by the source's own `endpoint_url` and
+    `region`."""
     import boto3
 
     settings = s3_environment()
@@ -56,7 +57,11 @@ def default_s3_client(config: S3SourceConfig):  # noqa: ANN201
         settings["endpoint_url"] = config.endpoint_url
     if config.region:
         settings["region_name"] = config.region
-    return boto3.session.Session(profile_name=profile).client("s3", **settings)
+    return boto3.session.Session(profile_name=profile).client(service, **settings)
+
+
+def default_s3_client(config: S3SourceConfig):  # noqa: ANN201
+    return aws_client("s3", config)
 
 
 def make_source(
@@ -70,7 +75,17 @@ def make_source(
         from batch_pipeline.sources.s3 import S3Source
 
         client = (s3_client or default_s3_client)(config)
-        return S3Source(client, config.bucket, config.prefix, config.glob)
+        feed = None
+        if config.notifications is not None:
+            from batch_pipeline.sources.s3_feed import SqsFeed
+
+            feed = SqsFeed(
+                aws_client("sqs", config),
+                config.notifications.sqs_queue_url,
+                config.notifications.visibility_timeout_seconds,
+                config.notifications.max_messages_per_tick,
+            )
+        return S3Source(client, config.bucket, config.prefix, config.glob, feed)
     if isinstance(config, SqlSourceConfig):
         from batch_pipeline.sources.sql import SqlSource
 

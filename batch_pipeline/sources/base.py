@@ -40,6 +40,10 @@ class ChangeSet:
     changed: list[SourceEntry] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     state: dict = field(default_factory=dict)
+    # a change feed's messages: those carrying each document's change, to acknowledge once
+    # its run request is in a committed cursor, and those carrying nothing wanted
+    receipts: dict[str, list[str]] = field(default_factory=dict)
+    ignorable: list[str] = field(default_factory=list)
 
 
 class DocumentSource(ABC):
@@ -85,6 +89,11 @@ class DocumentSource(ABC):
     def change_token(self, entry: SourceEntry, previous: object) -> object:
         """What the sensor remembers per document; by default the source version."""
         return entry.version
+
+    def acknowledge(self, receipts: list[str]) -> None:
+        """Let a change feed forget messages whose changes are now in a committed cursor;
+        sources without a feed have nothing to do."""
+        return None
 
     def is_change(self, previous: object, token: object) -> bool:
         return previous != token

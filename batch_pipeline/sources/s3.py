@@ -6,8 +6,10 @@ client in the CLI. Credentials, region and endpoint are never part of this modul
 
 import fnmatch
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from batch_pipeline.sources.base import (
+    ChangeSet,
     DocumentReadError,
     DocumentSource,
     RawDocument,
@@ -15,7 +17,11 @@ from batch_pipeline.sources.base import (
     SourceUnavailableError,
 )
 
+if TYPE_CHECKING:
+    from batch_pipeline.sources.s3_feed import SqsFeed
+
 _MISSING = {"NoSuchKey", "404", "NotFound"}
+FEED_STATE = "\u0000feed"  # the sensor state's mark that ticks read the feed, not a listing
 
 
 def _error_code(error: Exception) -> str:
@@ -25,11 +31,19 @@ def _error_code(error: Exception) -> str:
 class S3Source(DocumentSource):
     kind = "s3"
 
-    def __init__(self, client, bucket: str, prefix: str = "", glob: str = "*") -> None:  # noqa: ANN001
+    def __init__(
+        self,
+        client,  # noqa: ANN001
+        bucket: str,
+        prefix: str = "",
+        glob: str = "*",
+        feed: "SqsFeed | None" = None,
+    ) -> None:
         self.client = client
         self.bucket = bucket
         self.prefix = prefix
         self.glob = glob
+        self.feed = feed  # a change feed: sensor ticks read it instead of listing
 
     def describe(self) -> str:
         return f"s3://{self.bucket}/{self.prefix} ({self.glob})"
@@ -38,7 +52,10 @@ class S3Source(DocumentSource):
         return not key.endswith("/") and fnmatch.fnmatchcase(key[len(self.prefix) :], self.glob)
 
     def check(self) -> None:
-        """The bucket exists and can be reached (one HEAD request)."""
+        """The bucket exists and can be reached (one HEAD request), and so does the change
+        feed's queue, if there is one."""
+        if self.feed is not None:
+            self.feed.check()
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -112,3 +129,28 @@ class S3Source(DocumentSource):
             raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {code}") from None
         except BotoCoreError as error:
             raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {error}") from None
+
+    # ------------------------------------------------------------ change detection
+
+    def changes_since(self, state: dict | None) -> ChangeSet:
+        """With a change feed: what its messages say changed (no listing). Without one, or on
+        a first tick (or a reset, or the first tick since the feed was configured): a listing
+        compared with `state`, as for any source."""
+        if self.feed is None:
+            return super().changes_since(state)
+        if not state or not state.get(FEED_STATE):
+            listed = super().changes_since(state)
+            listed.state = {FEED_STATE: True}
+            return listed
+        batch = self.feed.read(lambda key: key.startswith(self.prefix) and self._wanted(key))
+        return ChangeSet(
+            changed=list(batch.changed.values()),
+            deleted=sorted(batch.deleted),
+            state={FEED_STATE: True},
+            receipts=batch.receipts,
+            ignorable=batch.ignorable,
+        )
+
+    def acknowledge(self, receipts: list[str]) -> None:
+        if self.feed is not None and receipts:
+            self.feed.delete(receipts)

@@ -127,15 +127,25 @@ def _parse(cursor: str | None, snapshots: StateSnapshots | None) -> dict | None:
         data["state"] = snapshots.load(data["state_ref"])
     if not isinstance(data.get("state"), dict) or not isinstance(data.get("pending"), dict):
         return None
+    if not isinstance(data.get("ack", []), list):
+        return None
     return data
 
 
-def _cursor(state: dict, pending: dict, previous: dict | None, snapshots) -> str:  # noqa: ANN001
-    """The next cursor: a digest of the state and pending changes, and a tick counter; the
-    two themselves go to a snapshot file (inline only without a snapshot folder)."""
+def _cursor(
+    state: dict,
+    pending: dict,
+    previous: dict | None,
+    snapshots,  # noqa: ANN001
+    ack: list[str] | None = None,
+) -> str:
+    """The next cursor: a digest of the state, the pending changes and the change-feed
+    messages to acknowledge next tick, and a tick counter; those go to a snapshot file
+    (inline only without a snapshot folder)."""
+    body = {"state": state, "pending": pending, **({"ack": ack} if ack else {})}
     if snapshots is None:
-        return json.dumps({"v": CURSOR_VERSION, "state": state, "pending": pending})
-    text = json.dumps({"state": state, "pending": pending}, sort_keys=True, separators=(",", ":"))
+        return json.dumps({"v": CURSOR_VERSION, **body})
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     digest = snapshots.save(text)
     before = (previous or {}).get("ref")
     counter = int((previous or {}).get("n", 0)) + (digest != before)
@@ -166,6 +176,8 @@ def evaluate_publish(
     targeted runs instead of a full reconciliation run."""
     previous = _parse(cursor, snapshots)
     try:
+        # the cursor that named these messages was committed: their runs are requested
+        source.acknowledge(previous.get("ack", []) if previous else [])
         changes = source.changes_since(previous["state"] if previous else None)
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
@@ -186,6 +198,12 @@ def evaluate_publish(
         previous = {"state": {}, "pending": {}}
 
     pending: dict = previous["pending"]
+
+    def receipts(doc_id: str) -> dict:
+        """The feed messages carrying this document's pending change (none without a feed)."""
+        held = pending.get(doc_id, {}).get("receipts", []) + changes.receipts.get(doc_id, [])
+        return {"receipts": held} if held else {}
+
     for entry in changes.changed:
         first_seen = pending.get(entry.doc_id, {}).get("seen_at", now)
         pending[entry.doc_id] = {
@@ -193,10 +211,17 @@ def evaluate_publish(
             "deleted": False,
             "changed_at": entry.changed_at,
             "seen_at": first_seen,
+            **receipts(entry.doc_id),
         }
     for doc_id in changes.deleted:
         first_seen = pending.get(doc_id, {}).get("seen_at", now)
-        pending[doc_id] = {"version": "", "deleted": True, "changed_at": now, "seen_at": first_seen}
+        pending[doc_id] = {
+            "version": "",
+            "deleted": True,
+            "changed_at": now,
+            "seen_at": first_seen,
+            **receipts(doc_id),
+        }
     found = {
         d: pending[d]["changed_at"] for d in [e.doc_id for e in changes.changed] + changes.deleted
     }
@@ -204,7 +229,9 @@ def evaluate_publish(
     decision = PublishDecision(cursor=None, pending_changes=found, cursor_reset=reset)
     oldest = oldest_change(pending)
     due = oldest is not None and (now - oldest >= window_seconds or len(pending) >= max_docs)
+    ack = list(changes.ignorable)  # acknowledged next tick, once this cursor is committed
     if due:
+        ack += [r for change in pending.values() for r in change.get("receipts", [])]
         for batch in batched(sorted(pending), max_docs):
             signature = [f"{d}@{pending[d]['version']}" for d in batch]
             decision.runs.append(
@@ -223,7 +250,7 @@ def evaluate_publish(
         )
     else:
         decision.skip_reason = "no source changes"
-    decision.cursor = _cursor(changes.state, pending, previous, snapshots)
+    decision.cursor = _cursor(changes.state, pending, previous, snapshots, ack)
     return decision
 
 
