@@ -1,4 +1,6 @@
-"""Documents in an S3 bucket under a prefix. The doc id is the object key; the version its ETag.
+"""Documents in an S3 bucket under a prefix. The doc id is the object key; the version its ETag
+and LastModified second (`object_version`), so a copy that changes only the object's metadata
+is a new version too.
 
 The boto3 client comes from the caller: dagster-aws's `S3Resource` in Dagster, a plain boto3
 client in the CLI. Credentials, region and endpoint are never part of this module.
@@ -22,6 +24,13 @@ if TYPE_CHECKING:
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 FEED_STATE = "\u0000feed"  # the sensor state's mark that ticks read the feed, not a listing
+
+
+def object_version(etag: str, last_modified) -> str:  # noqa: ANN001 - a datetime
+    """An object's version: its ETag, and its LastModified to the second (listings give
+    milliseconds, HEAD gives seconds). The ETag alone misses a copy that changes only the
+    object's metadata; LastModified alone, a rewrite within one second."""
+    return f"{etag.strip(chr(34))}@{int(last_modified.timestamp())}"
 
 
 def _error_code(error: Exception) -> str:
@@ -84,7 +93,7 @@ class S3Source(DocumentSource):
                     if self._wanted(obj["Key"]):
                         yield SourceEntry(
                             obj["Key"],
-                            obj["ETag"].strip('"'),
+                            object_version(obj["ETag"], obj["LastModified"]),
                             obj.get("Size"),
                             obj["LastModified"].timestamp(),
                         )
@@ -109,7 +118,7 @@ class S3Source(DocumentSource):
                 raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
             yield SourceEntry(
                 key,
-                head["ETag"].strip('"'),
+                object_version(head["ETag"], head["LastModified"]),
                 head.get("ContentLength"),
                 head["LastModified"].timestamp(),
             )

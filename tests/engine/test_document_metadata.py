@@ -2,6 +2,7 @@
 metadata and SQL metadata columns; declared fields typed, the rest as JSON; `--where`."""
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -195,6 +196,20 @@ def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, r
     pipeline.run("run-1", runner)
     (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
     assert row["product"] == "billing" and json.loads(row["metadata"]) == {"owner": "finance"}
+    # a copy onto itself with new metadata only: same bytes, same ETag, a new LastModified
+    time.sleep(1.1)
+    client.copy_object(
+        Bucket=bucket,
+        Key="kb/refunds.md",
+        CopySource={"Bucket": bucket, "Key": "kb/refunds.md"},
+        Metadata={"product": "accounts", "owner": "finance"},
+        MetadataDirective="REPLACE",
+    )
+    pipeline = PartitionPipeline(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
+    out = pipeline.run("run-2", runner)
+    assert out["execute"].stats.inputs == 0
+    (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
+    assert row["product"] == "accounts" and row["run_id"] == "run-1"
 
 
 @pytest.mark.parametrize(
