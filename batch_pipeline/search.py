@@ -8,6 +8,7 @@ from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.state.vector_store import sql_literal
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,6 @@ def where_filter(text: str, fields: dict[str, str]) -> tuple[str, set[str]]:
 
 
 def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
-    from batch_pipeline.state.vector_store import sql_literal
-
     if kind == "string" and value_kind == "string":
         return sql_literal(value[1:-1].replace("''", "'"))
     if kind in ("int", "float") and value_kind == "number":

@@ -19,7 +19,15 @@ from pathlib import Path
 from batch_pipeline.faults import crash_point
 from batch_pipeline.iterables import batched
 from batch_pipeline.measures.run import RunMeasures
-from batch_pipeline.stages.collect import CHANGED, DELETED, FAILED, NEW, QUARANTINED, UNCHANGED
+from batch_pipeline.stages.collect import (
+    CHANGED,
+    DELETED,
+    FAILED,
+    NEW,
+    QUARANTINED,
+    UNCHANGED,
+    metadata_json,
+)
 from batch_pipeline.stages.join import vectors_in_chunk_order
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
@@ -291,6 +299,8 @@ def _document_rows(
     chunk_rows: list[dict], reused: dict[str, dict], ctx: LandingContext
 ) -> list[dict] | FailureRecord:
     out = []
+    # one document's chunks carry the same metadata: typed once for all of them
+    metadata = metadata_columns(chunk_rows[0].get("metadata"), ctx.metadata_fields)
     for chunk in chunk_rows:
         base = {
             "collection": ctx.collection,
@@ -305,7 +315,7 @@ def _document_rows(
             "input_hash": chunk["input_hash"],
             "source_version": chunk["source_version"],
             "content_hash": chunk["content_hash"],
-            **metadata_columns(chunk.get("metadata"), ctx.metadata_fields),
+            **metadata,
         }
         if chunk["stale"]:
             if chunk["vector"] is None:
@@ -347,7 +357,7 @@ def _typed(value: object, kind: str) -> object:
             text
         )
     if kind == "string" and isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
+        return metadata_json(value)
     try:
         return _CASTS[kind](value)
     except (TypeError, ValueError):
@@ -359,8 +369,7 @@ def metadata_columns(metadata: str | None, fields: dict[str, str]) -> dict[str, 
     column; the rest in `metadata`, as JSON (None when nothing is left)."""
     values = json.loads(metadata) if metadata else {}
     row = {name: _typed(values.get(name), kind) for name, kind in fields.items()}
-    rest = {k: v for k, v in values.items() if k not in fields}
-    row["metadata"] = json.dumps(rest, sort_keys=True, default=str) if rest else None
+    row["metadata"] = metadata_json({k: v for k, v in values.items() if k not in fields})
     return row
 
 

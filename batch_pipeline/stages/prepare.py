@@ -127,19 +127,16 @@ def prepare_chunks(
         tracker.start()
         count = prepare_workers(workers, to_chunk, min_documents_per_worker)
         with ChunkPool(get_tokenizer, settings, count) as chunker:
-            done = []
             for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
                 docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
                 if not docs:
                     tracker.advance(batch.num_rows)
                     continue
-                done.extend(chunker.submit(batch.num_rows, docs))
-                for rows, finished_docs, results in done:
+                for rows, finished_docs, results in chunker.submit(batch.num_rows, docs):
                     _write_chunks(
                         writer, summary, finished_docs, results, existing_keys, fingerprint
                     )
                     tracker.advance(rows)
-                done = []
             for rows, finished_docs, results in chunker.drain():
                 _write_chunks(writer, summary, finished_docs, results, existing_keys, fingerprint)
                 tracker.advance(rows)
