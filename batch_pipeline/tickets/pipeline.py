@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from functools import cached_property
 
@@ -198,7 +198,7 @@ class TicketProduct:
                 len(taxonomy.intents), -1
             )
         else:
-            prefix = self.model.document_prefix
+            prefix = self.model_for(record).document_prefix  # the model that built it
             prototypes = embed_prototypes(taxonomy, embedder(), prefix)
             cache.write_bytes(prototypes.astype(np.float32).tobytes())
         return IntentClassifier(
@@ -216,12 +216,14 @@ class TicketProduct:
     ) -> list:
         """Predictions for (subject, body) pairs, through the same input cut as a day's
         tickets; under `record`'s generation (default: this configuration's)."""
-        tokenizer = load_tokenizer(self.model.path)
+        record = record or self.record()
+        model = self.model_for(record)
+        max_tokens = json.loads(record.model_config)["max_tokens"]
+        tokenizer = load_tokenizer(model.path)
         inputs = [
-            ticket_input(tokenizer, s, b, self.settings.max_tokens, self.model.document_prefix)
-            for s, b in texts
+            ticket_input(tokenizer, s, b, max_tokens, model.document_prefix) for s, b in texts
         ]
-        classifier = self.classifier_for(record or self.record(), lambda: embedder)
+        classifier = self.classifier_for(record, lambda: embedder)
         return classifier.classify(embedder.embed(inputs))
 
     def scores(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict | None:
@@ -405,14 +407,27 @@ class DayPipeline:
     def path(self, run_id: str, stage_file: str) -> StagePath:
         return self.product.staging.stage_file(self.staging_key, run_id, stage_file)
 
+    def _same_model_rows(self, columns: list[str]) -> Iterator:
+        """These columns of the day's rows in every generation of this model."""
+        for index in self.product.same_model_generations():
+            rows = self.product.intents.day_rows(index, self.day, columns)
+            if rows.num_rows:
+                yield rows
+
+    def known_inputs(self) -> set[str]:
+        """The day's input hashes this model already holds a vector for (no vectors read)."""
+        return {
+            h
+            for rows in self._same_model_rows(["input_hash"])
+            for h in rows["input_hash"].to_pylist()
+        }
+
     def known_vectors(self) -> dict[str, np.ndarray]:
         """Vectors this model already computed for the day's inputs, by input hash."""
         found: dict[str, np.ndarray] = {}
-        for index in self.product.same_model_generations():
-            rows = self.product.intents.day_rows(index, self.day, ["input_hash", "vector"])
-            if rows.num_rows:
-                vectors = pc.list_flatten(rows["vector"]).to_numpy().reshape(rows.num_rows, -1)
-                found.update(zip(rows["input_hash"].to_pylist(), vectors, strict=True))
+        for rows in self._same_model_rows(["input_hash", "vector"]):
+            vectors = pc.list_flatten(rows["vector"]).to_numpy().reshape(rows.num_rows, -1)
+            found.update(zip(rows["input_hash"].to_pylist(), vectors, strict=True))
         return found
 
     # ------------------------------------------------------------------- stages
@@ -430,7 +445,7 @@ class DayPipeline:
             out,
             lambda: load_tokenizer(model.path),
             self.product.settings.max_tokens,
-            lambda: self.known_vectors().keys(),
+            self.known_inputs,
             model.document_prefix,
         )
         return StageOutput(out, summary)
