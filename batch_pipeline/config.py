@@ -320,7 +320,13 @@ class SensorConfig(_Strict):
     """The document-publish sensor (one per collection)."""
 
     enabled: bool = Field(default=True, description="Start the sensor running by default.")
-    interval_seconds: int = Field(default=15, ge=1, description="Seconds between sensor ticks.")
+    interval_seconds: int = Field(
+        default=15,
+        ge=1,
+        description="Seconds between looks at the source (listing a folder or bucket, "
+        "querying a table). The sensor ticks every few seconds in between, without looking, "
+        "so that a run starts as soon as its batching window closes.",
+    )
     window_seconds: int = Field(
         default=30, ge=0, description="Changes arriving within this window go into one run."
     )

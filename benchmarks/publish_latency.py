@@ -1,13 +1,19 @@
 """Publish latency: from a document edit to its landing, through a real dagster-daemon.
 
     python benchmarks/publish_latency.py [--edits 10] [--min-gap 3] [--max-gap 20] [--seed 7]
+        [--instance shipped|bare] [--config-extra YAML]
 
 Builds a small collection in a temporary folder with the default sensor settings (or those of
 `--config-extra`), starts `dagster-daemon run -m batch_pipeline.definitions` on a temporary
 Dagster instance, waits for the first run to land, then edits one document at a time at random
 intervals. Latency is read from the tracking store: the edited version's `landed_at` minus the
-moment of the edit. Prints p50, p95 and max and a JSON line; exits 1 if an edit never lands.
-Each run is a real run worker process (it imports torch and loads the model).
+moment of the edit. Prints p50, p95 and max, where each run's time went (queued, worker
+start, stages), and a JSON line; exits 1 if an edit never lands. Each run is a real run worker
+process (it imports torch and loads the model).
+
+The instance is SQLite-backed, with the run coordinator, concurrency and retention settings of
+the shipped `deploy/dagster.yaml` (`--instance shipped`, the default) or Dagster's defaults
+(`--instance bare`: the queue is looked at every 5 s).
 """
 
 import argparse
@@ -20,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=300.0, help="per edit, seconds")
     parser.add_argument("--config-extra", default="", help="YAML appended to the config")
+    parser.add_argument("--instance", choices=["shipped", "bare"], default="shipped")
     parser.add_argument("--keep", action="store_true", help="keep the instance and logs")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -66,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     docs, home, dagster_home = work / "docs", work / "home", work / "dagster_home"
     write_collection(docs, args.documents)
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (dagster_home / "dagster.yaml").write_text(instance_yaml(args.instance))
     config = work / "pipeline.yaml"
     config.write_text(
         "collections:\n  - name: latency\n    source: {kind: filesystem, path: docs}\n"
@@ -117,11 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
             for doc, latency in _collect(tracking, index, waiting, latencies):
                 print(f"  {doc}: landed {latency:.1f} s after its edit", flush=True)
+        runs = finished_runs(dagster_home, time.time() + 120)  # stopping the daemon would cut one short
     if waiting:
         print(f"{len(waiting)} edits never landed; see {work / 'daemon.log'}", file=sys.stderr)
         return 1
+    print("runs after the first (seconds): queued, worker start, stages")
+    for queued, start, stages in runs[1:]:
+        print(f"  {queued:5.1f} {start:5.1f} {stages:5.1f}")
     result = {
+        "instance": args.instance,
         "edits": len(latencies),
+        "runs": len(runs) - 1,
         "window_seconds": settings.window_seconds,
         "interval_seconds": settings.interval_seconds,
         "p50_seconds": round(statistics.median(latencies), 1),
@@ -139,6 +154,43 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def instance_yaml(kind: str) -> str:
+    """A SQLite instance, with the shipped queue, concurrency and retention settings."""
+    config: dict = {"telemetry": {"enabled": False}}
+    if kind == "shipped":
+        shipped = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+        config |= {k: shipped[k] for k in ("run_coordinator", "concurrency", "retention")}
+    return yaml.safe_dump(config)
+
+
+def finished_runs(dagster_home: Path, deadline: float) -> list[tuple[float, float, float]]:
+    """Once no run is in flight: each run's seconds queued (enqueued to starting), worker
+    start (starting to the first step) and stages (first step to success), oldest first."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        while time.time() < deadline and any(not run.is_finished for run in instance.get_runs()):
+            time.sleep(0.5)
+        timings = []
+        for run in reversed(instance.get_runs()):
+            times: dict[str, float] = {}
+            for record in instance.all_logs(run.run_id):
+                kind = record.dagster_event_type
+                if kind is not None and kind.value not in times:
+                    times[kind.value] = record.timestamp
+            if {"PIPELINE_ENQUEUED", "PIPELINE_STARTING", "STEP_START"} <= set(times):
+                end = times.get("PIPELINE_SUCCESS", times.get("PIPELINE_FAILURE", 0.0))
+                timings.append(
+                    (
+                        times["PIPELINE_STARTING"] - times["PIPELINE_ENQUEUED"],
+                        times["STEP_START"] - times["PIPELINE_STARTING"],
+                        end - times["STEP_START"],
+                    )
+                )
+        return timings
 
 
 def _collect(tracking, index, waiting, latencies):  # noqa: ANN001,ANN202

@@ -7,7 +7,13 @@ from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.stages import COLLECT
-from batch_pipeline.triggers.publish import StateSnapshots, evaluate_publish, partition_runs
+from batch_pipeline.triggers.publish import (
+    TICK_SECONDS,
+    StateSnapshots,
+    evaluate_publish,
+    partition_runs,
+    skip_without_looking,
+)
 from batch_pipeline.triggers.tags import publish_tags
 from resources.pipeline import PipelineResource
 
@@ -23,25 +29,31 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
     @dg.sensor(
         name=publish_sensor_name(collection),
         job=job,
-        minimum_interval_seconds=settings.interval_seconds,
+        minimum_interval_seconds=TICK_SECONDS,
         default_status=dg.DefaultSensorStatus.RUNNING
         if settings.enabled
         else dg.DefaultSensorStatus.STOPPED,
         description=(
             f"Watches collection {collection!r} for added, changed and deleted documents and "
             f"launches a run that embeds only those, batching changes within "
-            f"{settings.window_seconds}s (at most {settings.max_docs_per_run} documents a run)."
+            f"{settings.window_seconds} s (at most {settings.max_docs_per_run} documents a run). "
+            f"It looks at the source every {settings.interval_seconds} s and ticks every few "
+            f"seconds in between, so that a run starts as soon as its window closes."
         ),
     )
     def publish_sensor(
         context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
     ) -> dg.SensorResult:
+        now = time.time()
+        quiet = skip_without_looking(context.cursor, now, settings.interval_seconds)
+        if quiet:  # decided from the cursor alone: the source is not touched
+            return dg.SensorResult(skip_reason=dg.SkipReason(quiet))
         engine = pipeline.partition(collection, s3)
         decision = evaluate_publish(
             collection,
             engine.collection_source,
             context.cursor,
-            now=time.time(),
+            now=now,
             window_seconds=settings.window_seconds,
             max_docs=settings.max_docs_per_run,
             snapshots=StateSnapshots(engine.staging.sensor_state(collection)),

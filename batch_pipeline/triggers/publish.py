@@ -1,7 +1,9 @@
 """The publish sensor's logic, without Dagster: detect changes, micro-batch, decide runs.
 
 The cursor stays small at any corpus size: `{"v": 2, "ref": <digest>, "n": <ticks that changed
-it>}`. What it refers to, the source's change state and the changes pending, is a gzipped JSON
+it>, "listed": <when the source was last looked at>, "due": <when the waiting batch's window
+closes>, "waiting": <documents waiting>}` (the last two only while something waits). What it
+refers to, the source's change state and the changes pending, is a gzipped JSON
 file in staging named by its digest (`StateSnapshots`); a new file is written only when they
 changed, and the previous one is kept until the cursor has moved on, so a tick that fails after
 writing loses nothing. A lost file, or an unreadable cursor, resets: from the tracking store's
@@ -12,6 +14,12 @@ Changes are batched: a run starts on the first tick at least `window_seconds` af
 pending change happened (its mtime, LastModified or updated-at where the source has one, else
 when the sensor saw it), or once `max_docs` documents are pending; at most `max_docs` a run.
 A source that cannot be reached leaves the cursor as it was.
+
+Looking at the source (listing a folder or a bucket, querying a table) and launching are timed
+apart: the sensor ticks every few seconds, but it looks at the source only every
+`interval_seconds`, or when a batch's window has closed (`skip_without_looking` decides from
+the cursor alone). So a run starts within a tick of its window closing, however seldom the
+source is looked at.
 """
 
 import gzip
@@ -26,6 +34,8 @@ from batch_pipeline.sources import DocumentSource, SourceUnavailableError
 from batch_pipeline.state.staging import StagePath
 
 CURSOR_VERSION = 2
+TICK_SECONDS = 1  # the sensor's minimum interval: every evaluation of the daemon (every 5 s)
+LOOK_SLACK_SECONDS = 1.0  # ticks drift by a fraction of a second; a look is not put off a tick
 
 
 class StateSnapshots:
@@ -137,20 +147,58 @@ def _cursor(
     pending: dict,
     previous: dict | None,
     snapshots,  # noqa: ANN001
+    timing: dict,
     ack: list[str] | None = None,
 ) -> str:
     """The next cursor: a digest of the state, the pending changes and the change-feed
-    messages to acknowledge next tick, and a tick counter; those go to a snapshot file
-    (inline only without a snapshot folder)."""
+    messages to acknowledge next tick, a tick counter, and the `timing` that lets a tick
+    skip without looking; the rest goes to a snapshot file (inline only without a snapshot
+    folder)."""
     body = {"state": state, "pending": pending, **({"ack": ack} if ack else {})}
     if snapshots is None:
-        return json.dumps({"v": CURSOR_VERSION, **body})
+        return json.dumps({"v": CURSOR_VERSION, **body, **timing})
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     digest = snapshots.save(text)
     before = (previous or {}).get("ref")
     counter = int((previous or {}).get("n", 0)) + (digest != before)
     snapshots.prune({digest, before} if isinstance(before, str) else {digest})
-    return json.dumps({"v": CURSOR_VERSION, "ref": digest, "n": counter})
+    cursor = {"v": CURSOR_VERSION, "ref": digest, "n": counter, **timing}
+    return json.dumps(cursor, separators=(",", ":"))
+
+
+def _timing(now: float, pending: dict, window_seconds: float) -> dict:
+    """When the source was looked at, and when the waiting batch (if any) is due."""
+    timing: dict = {"listed": round(now, 1)}
+    oldest = oldest_change(pending)
+    if oldest is not None:
+        timing["due"] = round(oldest + window_seconds, 1)
+        timing["waiting"] = len(pending)
+    return timing
+
+
+def skip_without_looking(cursor: str | None, now: float, interval_seconds: float) -> str | None:
+    """Why this tick can skip without looking at the source: it was looked at less than
+    `interval_seconds` ago and no waiting batch is due. None: look now (also for a first
+    tick, a cursor of an older format or one that cannot be read)."""
+    try:
+        data = json.loads(cursor) if cursor else None
+        listed = float(data["listed"])
+        due = float(data["due"]) if "due" in data else None
+        waiting = int(data.get("waiting", 0))
+    except (TypeError, ValueError, KeyError):
+        return None
+    next_look = listed + interval_seconds - LOOK_SLACK_SECONDS
+    if now >= next_look or (due is not None and now >= due):
+        return None
+    if due is not None:
+        return (
+            f"{_documents(waiting)} waiting for the batching window; the run starts on the "
+            f"first tick after {due - now:.1f} s"
+        )
+    return (
+        f"no source changes at the last look, {now - listed:.0f} s ago; "
+        f"the next look is in {listed + interval_seconds - now:.0f} s"
+    )
 
 
 def _documents(count: int) -> str:
@@ -188,7 +236,7 @@ def evaluate_publish(
         if not known:  # tracking does not know the collection: a full reconciliation run
             state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
             return PublishDecision(
-                cursor=_cursor(changes.state, {}, None, snapshots),
+                cursor=_cursor(changes.state, {}, None, snapshots, _timing(now, {}, 0)),
                 runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
                 cursor_reset=reset,
             )
@@ -250,7 +298,8 @@ def evaluate_publish(
         )
     else:
         decision.skip_reason = "no source changes"
-    decision.cursor = _cursor(changes.state, pending, previous, snapshots, ack)
+    timing = _timing(now, pending, window_seconds)
+    decision.cursor = _cursor(changes.state, pending, previous, snapshots, timing, ack)
     return decision
 
 

@@ -104,8 +104,9 @@ def test_the_source_state_lives_in_staging_and_the_cursor_stays_small(workspace)
     snapshots = workspace["home"] / "staging" / "sensor-state" / "handbook"
     with dg.instance_for_test() as instance:
         first = tick(defs, workspace, instance)
-        assert len(first.run_requests) == 1 and len(first.cursor) < 100  # was 13 KB at 100 docs
-        assert set(json.loads(first.cursor)) == {"v", "ref", "n"}  # a digest and a counter
+        assert len(first.run_requests) == 1 and len(first.cursor) < 160  # was 13 KB at 100 docs
+        # a digest, a counter, and when the source was last looked at
+        assert set(json.loads(first.cursor)) == {"v", "ref", "n", "listed"}
         (docs / "page-007.md").write_text("# Page 7\n\nRewritten.\n")
         (docs / "page-008.md").unlink()
         changed = tick(defs, workspace, instance, first.cursor)
@@ -346,7 +347,7 @@ def test_the_window_counts_from_the_change_not_from_its_detection(tmp_path):
     due = tick_at(31.0, early.cursor)  # the first tick past t0 + 30 s launches the run
     assert [r.changed_doc_ids for r in due.runs] == [["a.md"]]
     for decision in (start, seen, early, due):
-        assert len(decision.cursor) < 100
+        assert len(decision.cursor) < 160
 
 
 def test_an_older_cursor_with_its_state_inline_is_read_not_reset(tmp_path):
@@ -381,3 +382,62 @@ def test_on_first_start_the_sensor_builds_on_what_tracking_has_landed(workspace)
             "changed_doc_ids": ["refunds.md"],
             "deleted_doc_ids": ["notes.txt"],
         }
+
+
+def test_a_tick_skips_without_looking_until_the_interval_or_the_window_ends(tmp_path):
+    """Looking at the source and launching are timed apart: between looks (every
+    interval_seconds) a tick decides from the cursor alone, and it looks again as soon as a
+    waiting batch is due, so the run starts within a tick of its window closing."""
+    import os
+
+    from batch_pipeline.state.staging import as_stage_path
+    from batch_pipeline.triggers.publish import StateSnapshots, skip_without_looking
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("first")
+    source = FilesystemSource(root, "*.md")
+    snapshots = StateSnapshots(as_stage_path(tmp_path / "state"))
+    t0 = 1_900_000_000.0
+    start = evaluate_publish("kb", source, None, t0 - 60, 30, 200, snapshots)
+
+    quiet = skip_without_looking(start.cursor, t0 - 55, interval_seconds=15)
+    assert quiet == "no source changes at the last look, 5 s ago; the next look is in 10 s"
+    assert skip_without_looking(start.cursor, t0 - 45.5, 15) is None  # a look is due
+
+    (root / "a.md").write_text("edited")
+    os.utime(root / "a.md", (t0, t0))
+    seen = evaluate_publish("kb", source, start.cursor, t0 + 12.6, 30, 200, snapshots)
+    assert not seen.runs and json.loads(seen.cursor)["due"] == t0 + 30
+    waiting = skip_without_looking(seen.cursor, t0 + 17.6, interval_seconds=60)
+    assert waiting == (
+        "1 changed document waiting for the batching window; "
+        "the run starts on the first tick after 12.4 s"
+    )
+    # the window closes long before the next look would: the first tick past it looks
+    assert skip_without_looking(seen.cursor, t0 + 29.9, 60) is not None
+    assert skip_without_looking(seen.cursor, t0 + 30.0, 60) is None
+    due = evaluate_publish("kb", source, seen.cursor, t0 + 30.0, 30, 200, snapshots)
+    assert [r.changed_doc_ids for r in due.runs] == [["a.md"]]
+    assert "due" not in json.loads(due.cursor)
+
+    for unreadable in (None, "", "{not json", json.dumps({"v": 1, "state": {}, "pending": {}})):
+        assert skip_without_looking(unreadable, t0, 15) is None  # look, and start over
+
+
+def test_a_tick_between_looks_does_not_touch_the_source(workspace):
+    """The sensor ticks every evaluation of the daemon, but between looks it reads nothing:
+    an edit right after a look waits for the next look."""
+    defs = sensor_config(workspace, '{kind: filesystem, path: docs, glob: "**/*"}')
+    assert defs.get_sensor_def("handbook_publish_sensor").minimum_interval_seconds == 1
+    with dg.instance_for_test() as instance:
+        first = tick(defs, workspace, instance)
+        (workspace["docs"] / "refunds.md").write_text("# Refunds\n\nNow within 60 days.\n")
+        between = tick(defs, workspace, instance, first.cursor, look=False)
+        assert not between.run_requests and between.cursor is None  # the cursor stays
+        assert between.skip_reason.skip_message.startswith("no source changes at the last look")
+        looked = tick(defs, workspace, instance, first.cursor)  # the next look sees the edit
+        (request,) = looked.run_requests
+        assert request.run_config["ops"]["source_documents"]["config"]["changed_doc_ids"] == [
+            "refunds.md"
+        ]

@@ -176,6 +176,7 @@ def test_the_shipped_production_instance_config_loads(tmp_path, databases):
     try:
         instance = dg.DagsterInstance.from_config(str(dagster_home))
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
         assert "postgres" in type(instance.run_storage).__name__.lower()
         instance.dispose()
     finally:
