@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
             for doc, latency in _collect(tracking, index, waiting, latencies):
                 print(f"  {doc}: landed {latency:.1f} s after its edit", flush=True)
-        runs = finished_runs(dagster_home, time.time() + 120)  # stopping the daemon would cut one short
+        # stopping the daemon while a run is in flight would cut it short
+        runs = finished_runs(dagster_home, time.time() + 120)
     if waiting:
         print(f"{len(waiting)} edits never landed; see {work / 'daemon.log'}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ source is looked at.
 import gzip
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -171,7 +172,7 @@ def _timing(now: float, pending: dict, window_seconds: float) -> dict:
     timing: dict = {"listed": round(now, 1)}
     oldest = oldest_change(pending)
     if oldest is not None:
-        timing["due"] = round(oldest + window_seconds, 1)
+        timing["due"] = math.ceil((oldest + window_seconds) * 10) / 10  # never early
         timing["waiting"] = len(pending)
     return timing
 
