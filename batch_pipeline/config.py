@@ -7,7 +7,7 @@ root) and fails with `ConfigError`, naming the field's path and the reason, on a
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -70,16 +70,6 @@ def _existing_file(value: Path | None, info: ValidationInfo) -> Path | None:
     return value
 
 
-def _resolved_url(url: str | None, url_env: str | None) -> str:
-    """A SQL source's URL: as written, or read from the environment variable `url_env`."""
-    if url is not None:
-        return url
-    value = os.environ.get(url_env or "")
-    if not value:
-        raise ConfigError(f"source.url_env: environment variable {url_env} is not set")
-    return value
-
-
 class FilesystemSourceConfig(_Strict):
     """Documents read from a folder; the doc id is the path relative to that folder."""
 
@@ -126,14 +116,37 @@ class S3SourceConfig(_Strict):
     )
 
 
-class SqlSourceConfig(_Strict):
-    """Rows of a SQL table or query; the doc id is the id column, the version updated-at."""
+class _SqlConnection(_Strict):
+    """A database to read from: `url`, or `url_env` naming the variable that holds it."""
 
-    kind: Literal["sql"]
+    setting: ClassVar[str] = "source"  # where the section sits, for error messages
     url: str | None = Field(default=None, description="SQLAlchemy URL (no password: use url_env).")
     url_env: str | None = Field(
         default=None, description="Name of an environment variable holding the SQLAlchemy URL."
     )
+
+    @model_validator(mode="after")
+    def _one_url(self) -> "_SqlConnection":
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("set exactly one of url and url_env")
+        return self
+
+    def resolved_url(self) -> str:
+        """The URL as written, or read from the environment variable `url_env`."""
+        if self.url is not None:
+            return self.url
+        value = os.environ.get(self.url_env or "")
+        if not value:
+            raise ConfigError(
+                f"{self.setting}.url_env: environment variable {self.url_env} is not set"
+            )
+        return value
+
+
+class SqlSourceConfig(_SqlConnection):
+    """Rows of a SQL table or query; the doc id is the id column, the version updated-at."""
+
+    kind: Literal["sql"]
     table: str | None = Field(default=None, description="Table name (schema.table allowed).")
     query: str | None = Field(default=None, description="A SELECT used instead of a table.")
     id_column: str = "id"
@@ -152,15 +165,10 @@ class SqlSourceConfig(_Strict):
     )
 
     @model_validator(mode="after")
-    def _one_of(self) -> "SqlSourceConfig":
-        if (self.url is None) == (self.url_env is None):
-            raise ValueError("set exactly one of url and url_env")
+    def _table_or_query(self) -> "SqlSourceConfig":
         if (self.table is None) == (self.query is None):
             raise ValueError("set exactly one of table and query")
         return self
-
-    def resolved_url(self) -> str:
-        return _resolved_url(self.url, self.url_env)
 
 
 SourceConfig = Annotated[
@@ -525,15 +533,12 @@ class TicketS3Export(_Strict):
     region: str | None = Field(default=None, description="AWS region name.")
 
 
-class TicketSqlExport(_Strict):
+class TicketSqlExport(_SqlConnection):
     """Tickets in a SQL table; a day is the rows whose created_at falls in it (time zone of
     the ticket configuration)."""
 
+    setting: ClassVar[str] = "tickets.source"
     kind: Literal["sql"]
-    url: str | None = Field(default=None, description="SQLAlchemy URL (no password: use url_env).")
-    url_env: str | None = Field(
-        default=None, description="Name of an environment variable holding the SQLAlchemy URL."
-    )
     table: str = Field(description="Table name (schema.table allowed).")
     id_column: str = "id"
     created_at_column: str = "created_at"
@@ -541,15 +546,6 @@ class TicketSqlExport(_Strict):
     body_column: str = "body"
     channel_column: str | None = "channel"
     label_column: str | None = Field(default=None, description="Optional column of true intents.")
-
-    @model_validator(mode="after")
-    def _one_url(self) -> "TicketSqlExport":
-        if (self.url is None) == (self.url_env is None):
-            raise ValueError("set exactly one of url and url_env")
-        return self
-
-    def resolved_url(self) -> str:
-        return _resolved_url(self.url, self.url_env)
 
 
 TicketExportConfig = Annotated[

@@ -21,6 +21,38 @@ from batch_pipeline.sources.base import (
 )
 
 
+def safe_url(url: str) -> str:
+    """A SQLAlchemy URL as it may be shown: the password hidden."""
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
+
+
+def reflect_table(engine: sa.Engine, name: str, setting: str, where: str) -> sa.Table:
+    """The table `name` (schema.table allowed) as the database describes it. A missing table
+    names the `setting` it came from; any other failure says that `where` did not answer."""
+    schema, _, table = name.rpartition(".")
+    try:
+        return sa.Table(table, sa.MetaData(), schema=schema or None, autoload_with=engine)
+    except sa.exc.NoSuchTableError:
+        raise SourceUnavailableError(
+            f"{setting}: table {name!r} does not exist ({where})"
+        ) from None
+    except (sa.exc.SQLAlchemyError, OSError) as error:
+        raise SourceUnavailableError(
+            f"cannot open {where}: {type(error).__name__}: {error}"
+        ) from None
+
+
+def check_columns(present: Iterable[str], configured: Iterable[tuple[str, str]], where: str):  # noqa: ANN201
+    """Each (setting, column) configured names a column that is `present`, or the error
+    names the setting and lists the columns there are."""
+    present = set(present)
+    for setting, name in configured:
+        if name not in present:
+            raise SourceUnavailableError(
+                f"{setting}: {where} has no column {name!r}; it has {', '.join(sorted(present))}"
+            )
+
+
 def _timestamp(value: object) -> float | None:
     if value is None:
         return None
@@ -76,30 +108,13 @@ class SqlSource(DocumentSource):
         self._source: sa.FromClause | None = None
 
     def describe(self) -> str:
-        where = self.table_name or "(query)"
-        safe = sa.engine.make_url(self.url).render_as_string(hide_password=True)
-        return f"{safe} {where}"
+        return f"{safe_url(self.url)} {self.table_name or '(query)'}"
 
     def check(self) -> None:
         """The table (or query) and every configured column exist."""
-        if self.table_name:
-            try:
-                source = self._from()
-            except SourceUnavailableError as error:
-                if "NoSuchTable" not in str(error):
-                    raise
-                raise SourceUnavailableError(
-                    f"source.table: table {self.table_name!r} does not exist ({self.describe()})"
-                ) from None
-            present = set(source.c.keys())
-        else:
-            present = set(self._query_columns())
-        for setting, name in self._configured_columns():
-            if name not in present:
-                raise SourceUnavailableError(
-                    f"source.{setting}: {self.describe()} has no column {name!r}; "
-                    f"it has {', '.join(sorted(present))}"
-                )
+        present = self._from().c.keys() if self.table_name else self._query_columns()
+        configured = [(f"source.{setting}", name) for setting, name in self._configured_columns()]
+        check_columns(present, configured, self.describe())
 
     def _configured_columns(self) -> list[tuple[str, str]]:
         columns = [
@@ -125,18 +140,12 @@ class SqlSource(DocumentSource):
 
     def _from(self) -> sa.FromClause:
         if self._source is None:
-            try:
-                if self.table_name:
-                    schema, _, name = self.table_name.rpartition(".")
-                    self._source = sa.Table(
-                        name, sa.MetaData(), schema=schema or None, autoload_with=self.engine
-                    )
-                else:
-                    self._source = sa.text(self.query).columns().subquery("src")
-            except (sa.exc.SQLAlchemyError, OSError) as error:
-                raise SourceUnavailableError(
-                    f"cannot open {self.describe()}: {type(error).__name__}: {error}"
-                ) from None
+            if self.table_name:
+                self._source = reflect_table(
+                    self.engine, self.table_name, "source.table", self.describe()
+                )
+            else:
+                self._source = sa.text(self.query).columns().subquery("src")
         return self._source
 
     def _col(self, name: str) -> sa.ColumnElement:

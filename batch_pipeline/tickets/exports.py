@@ -150,10 +150,9 @@ class SqlExport(TicketExport):
         self._table = None
 
     def describe(self) -> str:
-        import sqlalchemy as sa
+        from batch_pipeline.sources.sql import safe_url
 
-        url = sa.engine.make_url(self.config.resolved_url())
-        return f"{url.render_as_string(hide_password=True)} {self.config.table}"
+        return f"{safe_url(self.config.resolved_url())} {self.config.table}"
 
     def _columns(self) -> dict[str, str]:
         c = self.config
@@ -168,34 +167,21 @@ class SqlExport(TicketExport):
         return {field: column for field, column in named.items() if column}
 
     def table(self):  # noqa: ANN201
-        import sqlalchemy as sa
+        from batch_pipeline.sources.sql import reflect_table
 
         if self._table is None:
-            schema, _, name = self.config.table.rpartition(".")
-            try:
-                self._table = sa.Table(
-                    name, sa.MetaData(), schema=schema or None, autoload_with=self.engine
-                )
-            except sa.exc.NoSuchTableError:
-                raise SourceUnavailableError(
-                    f"tickets.source.table: table {self.config.table!r} does not exist "
-                    f"({self.describe()})"
-                ) from None
-            except (sa.exc.SQLAlchemyError, OSError) as error:
-                raise SourceUnavailableError(
-                    f"cannot reach {self.describe()}: {type(error).__name__}: {error}"
-                ) from None
+            self._table = reflect_table(
+                self.engine, self.config.table, "tickets.source.table", self.describe()
+            )
         return self._table
 
     def check(self) -> None:
-        present = set(self.table().c.keys())
-        for field, column in self._columns().items():
-            if column not in present:
-                setting = f"{field}_column"
-                raise SourceUnavailableError(
-                    f"tickets.source.{setting}: {self.config.table!r} has no column {column!r}; "
-                    f"it has {', '.join(sorted(present))}"
-                )
+        from batch_pipeline.sources.sql import check_columns
+
+        configured = [
+            (f"tickets.source.{field}_column", column) for field, column in self._columns().items()
+        ]
+        check_columns(self.table().c.keys(), configured, self.describe())
 
     def read_day(self, day: date) -> Iterator[dict]:
         import sqlalchemy as sa
