@@ -47,6 +47,7 @@ from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableErro
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.tickets import commands as ticket_commands
 from batch_pipeline.tickets.commands import add_commands as add_ticket_commands
+from batch_pipeline.tickets.health import missing_days_text, product_health, product_status
 from batch_pipeline.tickets.pipeline import TicketProduct
 
 
@@ -222,10 +223,23 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _covered(ctx: _Context, only: str | None) -> tuple[list[str], bool]:
+    """The collections a status or doctor command covers, and whether the ticket product
+    is covered too (configured, and not filtered out)."""
+    if ctx.is_tickets(only):
+        return [], True
+    return ctx.collections(only), only is None and ctx.config.tickets is not None
+
+
 def _status(ctx: _Context, args: argparse.Namespace) -> int:
-    rows = [collection_status(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
+    names, with_tickets = _covered(ctx, args.collection)
+    rows = [collection_status(ctx.pipeline(name)) for name in names]
+    ticket_row = product_status(ctx.tickets()) if with_tickets else None
     if args.json:
-        print(_json(rows))
+        print(_json(rows + ([ticket_row] if ticket_row else [])))
+        return 0
+    if ticket_row and not rows:
+        _print_ticket_status(ticket_row)
         return 0
     columns = [
         ("collection", "COLLECTION"),
@@ -251,7 +265,33 @@ def _status(ctx: _Context, args: argparse.Namespace) -> int:
                 f"{r['backfill_estimate_cost']:.4f} {ctx.config.cost.currency} at the measured "
                 f"throughput; it {fits} the {duration(r['window_seconds'])} window"
             )
+    if ticket_row:
+        print()
+        _print_ticket_status(ticket_row)
     return _source_errors(rows)
+
+
+def _print_ticket_status(r: dict) -> None:
+    """The ticket product's status in a few lines."""
+    missing = r["missing_days"]
+    print(
+        f"{r['collection']} (ticket intents): {r['days_classified']} of {r['days_due']} days "
+        f"classified since {r['start_date']}"
+        + (f" (missing {missing_days_text(missing)})" if missing else "")
+        + f"; {r['tickets']:,} tickets; {r['failing_tickets']} failing rows"
+    )
+    if r["latest_day"]:
+        rate = r["latest_day_unknown_rate"]
+        print(
+            f"  latest day {r['latest_day']}: {r['latest_day_tickets']} tickets, unknown rate "
+            + ("-" if rate is None else f"{rate:.1%}")
+        )
+    landed = _plain(r["last_landed_at"]) if r["last_landed_at"] else "never"
+    print(f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}")
+    print(
+        f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
+        f"{r['generation']} is {r['generation_state']}"
+    )
 
 
 def _print_table(columns: list[tuple[str, str]], rows: list[dict]) -> None:
@@ -448,19 +488,30 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
 
 def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     """Exit status 1 when any collection has a problem, 2 when a source cannot be listed."""
-    reports = [collection_health(ctx.pipeline(name)) for name in ctx.collections(args.collection)]
+    names, with_tickets = _covered(ctx, args.collection)
+    reports = [collection_health(ctx.pipeline(name)) for name in names]
+    if with_tickets:
+        reports.append(product_health(ctx.tickets()))
     if args.json:
         print(_json(reports))
     else:
         for r in reports:
             verdict = "healthy" if r["healthy"] else "PROBLEMS"
-            print(
-                f"{r['collection']}: {verdict}; completeness {r['completeness']:.2%} "
-                f"({r['documents_complete']}/{r['documents_intended']}, "
-                f"{r['documents_quarantined']} quarantined); rows {r['table_rows']}, "
-                f"version {r['table_version']}, {r['table_versions']} versions, "
-                f"{r['table_fragments']} fragments; {r['failing_documents']} failing"
-            )
+            if r.get("kind") == "ticket_intents":
+                print(
+                    f"{r['collection']}: {verdict}; {r['days_classified']} of {r['days_due']} "
+                    f"due days classified; rows {r['table_rows']}, version {r['table_version']}, "
+                    f"{r['table_versions']} versions, {r['table_fragments']} fragments; "
+                    f"{r['failing_tickets']} failing rows"
+                )
+            else:
+                print(
+                    f"{r['collection']}: {verdict}; completeness {r['completeness']:.2%} "
+                    f"({r['documents_complete']}/{r['documents_intended']}, "
+                    f"{r['documents_quarantined']} quarantined); rows {r['table_rows']}, "
+                    f"version {r['table_version']}, {r['table_versions']} versions, "
+                    f"{r['table_fragments']} fragments; {r['failing_documents']} failing"
+                )
             for problem in r["problems"]:
                 print(f"  - {problem}")
     return _source_errors(reports) or (0 if all(r["healthy"] for r in reports) else 1)

@@ -288,6 +288,37 @@ def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
         load_config(workspace.config)
 
 
+def test_a_missing_ticket_table_or_column_names_the_setting(tmp_path):
+    """A SQL export is checked like a SQL document source: the setting that names a missing
+    table or column, and the columns there are."""
+    from batch_pipeline.config import TicketSqlExport
+    from batch_pipeline.tickets.exports import make_export
+
+    url = f"sqlite:///{tmp_path / 'tickets.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE tickets (id TEXT, created_at TEXT, body TEXT)"))
+
+    def export(**columns: str | None):  # noqa: ANN202
+        config = TicketSqlExport(kind="sql", url=url, channel_column=None, **columns)
+        return make_export(config, "UTC")
+
+    export(table="tickets", subject_column=None).check()  # every configured column is there
+    with pytest.raises(SourceUnavailableError, match=r"^tickets\.source\.table: table 'nope' "):
+        export(table="nope").check()
+    with pytest.raises(SourceUnavailableError) as raised:
+        export(table="tickets").check()  # subject_column defaults to "subject"
+    assert str(raised.value) == (
+        f"tickets.source.subject_column: sqlite:///{tmp_path / 'tickets.db'} tickets has no "
+        "column 'subject'; it has body, created_at, id"
+    )
+    unset = TicketSqlExport(kind="sql", url_env="NO_SUCH_TICKETS_URL", table="tickets")
+    with pytest.raises(
+        ConfigError, match="^tickets.source.url_env: environment variable NO_SUCH_TICKETS_URL "
+    ):
+        unset.resolved_url()
+
+
 def test_an_s3_export_lands_a_day_and_a_missing_bucket_fails_naming_the_field(
     tmp_path, runner, s3_bucket, moto_server
 ):
@@ -335,3 +366,46 @@ def test_report_and_failures_cover_the_ticket_product(tmp_path, runner, capsys):
     (failure,) = json.loads(capsys.readouterr().out)
     assert failure["collection"] == "tickets" and failure["reason"] == "duplicate_id"
     assert failure["doc_id"] == f"{DAY}/{good[0]['id']}"
+
+
+def test_status_and_doctor_cover_the_ticket_product(tmp_path, runner, capsys):
+    """`status` and `doctor` show the ticket product beside the collections: days classified
+    against the days due, the latest day, failing rows, the generation; `doctor` names the
+    days still to classify and exits 1 while any is missing."""
+    from datetime import timedelta
+
+    from batch_pipeline import cli
+
+    workspace = TicketWorkspace(tmp_path, "folder")
+    good = sample_tickets(DAY, 6)
+    workspace.write_day(DAY, [*good, {**good[0], "body": ""}])
+    base = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    due = (date.today() - timedelta(days=1) - date(2026, 11, 20)).days + 1
+
+    assert cli.main([*base, "doctor", "--collection", "tickets"]) == 1  # nothing classified
+    assert "no live generation yet" in capsys.readouterr().out
+
+    product = workspace.product()
+    run_day(product, runner)
+    assert product.review(embedder_for(runner)).decision == "promoted"
+    assert cli.main([*base, "status", "--collection", "tickets", "--json"]) == 0
+    (status,) = json.loads(capsys.readouterr().out)
+    assert status["kind"] == "ticket_intents" and status["generation_state"] == "live"
+    assert (status["days_due"], status["days_classified"]) == (due, 1)
+    assert DAY not in status["missing_days"] and len(status["missing_days"]) == due - 1
+    assert (status["tickets"], status["latest_day"], status["latest_day_tickets"]) == (6, DAY, 6)
+    assert status["failing_tickets"] == 1 and status["last_run_id"] == "r1"
+
+    assert cli.main([*base, "status"]) == 0  # every collection, then the ticket product
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("COLLECTION")
+    assert f"tickets (ticket intents): 1 of {due} days classified since 2026-11-20" in out
+    assert f"latest day {DAY}: 6 tickets, unknown rate" in out
+
+    assert cli.main([*base, "doctor", "--json"]) == 1
+    handbook, tickets = json.loads(capsys.readouterr().out)
+    assert handbook["collection"] == "handbook" and tickets["collection"] == "tickets"
+    assert tickets["table_rows"] == 6 and not tickets["healthy"]
+    (problem,) = tickets["problems"]
+    assert problem.startswith(f"{due - 1} of {due} due days not classified under the live")
+    assert "2026-11-20, 2026-11-21, 2026-11-22, 2026-11-23, 2026-11-24 and" in problem
