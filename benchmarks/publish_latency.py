@@ -11,9 +11,9 @@ moment of the edit. Prints p50, p95 and max, where each run's time went (queued,
 start, stages), and a JSON line; exits 1 if an edit never lands. Each run is a real run worker
 process (it imports torch and loads the model).
 
-The instance is SQLite-backed, with the run coordinator, concurrency and retention settings of
-the shipped `deploy/dagster.yaml` (`--instance shipped`, the default) or Dagster's defaults
-(`--instance bare`: the queue is looked at every 5 s).
+The instance is SQLite-backed, with the run coordinator, concurrency, sensor and retention
+settings of the shipped `deploy/dagster.yaml` (`--instance shipped`, the default) or Dagster's
+defaults (`--instance bare`: the queue is looked at every 5 s, sensors one after another).
 """
 
 import argparse
@@ -158,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def instance_yaml(kind: str) -> str:
-    """A SQLite instance, with the shipped queue, concurrency and retention settings."""
+    """A SQLite instance, with the shipped queue, concurrency, sensor and retention settings."""
     config: dict = {"telemetry": {"enabled": False}}
     if kind == "shipped":
         shipped = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
-        config |= {k: shipped[k] for k in ("run_coordinator", "concurrency", "retention")}
+        keys = ("run_coordinator", "concurrency", "sensors", "retention")
+        config |= {k: shipped[k] for k in keys}
     return yaml.safe_dump(config)
 
 

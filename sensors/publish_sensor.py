@@ -5,7 +5,7 @@ import time
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from batch_pipeline.config import PipelineConfig
+from batch_pipeline.config import PipelineConfig, S3SourceConfig
 from batch_pipeline.stages import COLLECT
 from batch_pipeline.triggers.publish import (
     TICK_SECONDS,
@@ -26,23 +26,8 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
     settings = config.sensor
     collection_config = config.collection(collection)
 
-    @dg.sensor(
-        name=publish_sensor_name(collection),
-        job=job,
-        minimum_interval_seconds=TICK_SECONDS,
-        default_status=dg.DefaultSensorStatus.RUNNING
-        if settings.enabled
-        else dg.DefaultSensorStatus.STOPPED,
-        description=(
-            f"Watches collection {collection!r} for added, changed and deleted documents and "
-            f"launches a run that embeds only those, batching changes within "
-            f"{settings.window_seconds} s (at most {settings.max_docs_per_run} documents a run). "
-            f"It looks at the source every {settings.interval_seconds} s and ticks every few "
-            f"seconds in between, so that a run starts as soon as its window closes."
-        ),
-    )
-    def publish_sensor(
-        context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
+    def evaluate(
+        context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource | None
     ) -> dg.SensorResult:
         now = time.time()
         quiet = skip_without_looking(context.cursor, now, settings.interval_seconds)
@@ -89,4 +74,34 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             skip_reason=dg.SkipReason(decision.skip_reason), cursor=decision.cursor
         )
 
-    return publish_sensor
+    # Dagster builds every resource a sensor names on every tick; the S3 resource builds a
+    # boto3 client (about 0.1 s), so only a sensor over an S3 source names it.
+    if isinstance(collection_config.source, S3SourceConfig):
+
+        def publish_sensor(
+            context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, s3)
+
+    else:
+
+        def publish_sensor(
+            context: dg.SensorEvaluationContext, pipeline: PipelineResource
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, None)
+
+    return dg.sensor(
+        name=publish_sensor_name(collection),
+        job=job,
+        minimum_interval_seconds=TICK_SECONDS,
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if settings.enabled
+        else dg.DefaultSensorStatus.STOPPED,
+        description=(
+            f"Watches collection {collection!r} for added, changed and deleted documents and "
+            f"launches a run that embeds only those, batching changes within "
+            f"{settings.window_seconds} s (at most {settings.max_docs_per_run} documents a run). "
+            f"It looks at the source every {settings.interval_seconds} s and ticks every few "
+            f"seconds in between, so that a run starts as soon as its window closes."
+        ),
+    )(publish_sensor)

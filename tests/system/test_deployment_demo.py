@@ -177,6 +177,7 @@ def test_the_shipped_production_instance_config_loads(tmp_path, databases):
         instance = dg.DagsterInstance.from_config(str(dagster_home))
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
         assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_settings("sensors") == {"use_threads": True, "num_workers": 4}
         assert "postgres" in type(instance.run_storage).__name__.lower()
         instance.dispose()
     finally:
