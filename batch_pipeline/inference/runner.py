@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +144,7 @@ class EmbeddingRunner:
         self.fidelity_min_cosine = fidelity_min_cosine
         self.calibration_cache = CalibrationCache(calibration_cache)
         self._timer = timer
+        self.calibration_seconds = 0.0  # spent deciding `auto`'s dtype, all runs together
         self.dtype_decision: DtypeDecision | None = (
             None
             if self._candidates
@@ -227,6 +228,7 @@ class EmbeddingRunner:
             "threads": self.num_threads,
             "dtypes": self._candidates,
         }
+        started = time.perf_counter()
         key = self.calibration_cache.key(**about)
         measured = self.calibration_cache.get(key)
         cached = measured is not None
@@ -241,6 +243,8 @@ class EmbeddingRunner:
             self.calibration_cache.put(key, measured, about)
         decision = decide(measured, default, self.fidelity_min_cosine, cached=cached)
         self._use_dtype(decision.dtype)
+        decision = replace(decision, seconds=time.perf_counter() - started)
+        self.calibration_seconds += decision.seconds
         self.dtype_decision = decision
         self._candidates = []
         return decision
@@ -377,7 +381,7 @@ class EmbeddingRunner:
         """
         stats = stats if stats is not None else RunStats()
         limit: int | None = None
-        started = time.perf_counter()
+        started, calibrated_before = time.perf_counter(), self.calibration_seconds
         for prepared in self._prefetch(self._calibrated(batches)):
             for part in self._capped(prepared, limit):
                 splits_before = stats.oom_splits
@@ -388,7 +392,9 @@ class EmbeddingRunner:
                 if results:
                     positions = [p for p, _ in results]
                     yield positions, np.stack([v for _, v in results])
-        stats.seconds += time.perf_counter() - started
+        # the time `auto` spent measuring dtypes is its own figure, not the model's throughput
+        calibrating = self.calibration_seconds - calibrated_before
+        stats.seconds += time.perf_counter() - started - calibrating
 
     def embed(self, texts: list[str], token_budget: int = 4096, max_batch_size: int = 128):
         """Embed a list of texts in input order (plans its own batches). Returns (n, dim)."""

@@ -1,5 +1,7 @@
 """The execution engine: order, fidelity against sentence-transformers, OOM back-off."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -158,9 +160,16 @@ def test_auto_dtype_calibrates_on_the_first_inputs_and_caches_the_decision(
     clock["runner"] = auto
     assert auto.dtype_decision is None and auto.dtype == "float32"
     texts = [f"how do I change setting number {i} of my account" for i in range(20)]
-    vectors = auto.embed(texts)
+    stats, started = RunStats(), time.perf_counter()
+    vectors = np.zeros((len(texts), auto.dimension), np.float32)
+    for positions, part in auto.run([(list(range(len(texts))), texts)], stats):
+        vectors[positions] = part
+    wall = time.perf_counter() - started
     decision = auto.dtype_decision
     assert decision.dtype == "bfloat16" == auto.dtype and not decision.cached
+    # measuring the dtypes took time of its own, which the run's throughput leaves out
+    assert decision.seconds > 0.05 and decision.metadata()["dtype_calibration_seconds"] > 0
+    assert 0 < stats.seconds <= wall - decision.seconds + 0.005
     assert 0.999 < decision.min_cosine < 1.0
     reference = runner.embed(texts)
     assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.999
