@@ -294,9 +294,24 @@ class StageWriter:
             self._output.__exit__(*exc_info)  # removes the unfinished file
 
 
-def parquet_file(path: "StagePath | Path") -> pq.ParquetFile:
+class StageFileError(RuntimeError):
+    """A stage file this version cannot read: written by an earlier one, with other columns."""
+
+
+def parquet_file(path: "StagePath | Path", columns: list[str] | None = None) -> pq.ParquetFile:
+    """The stage file, checked to hold `columns`. A file from before an upgrade (a Dagster
+    re-execution from failure hands a new version its parent run's files) fails with a
+    StageFileError that says what to do, not with Arrow's missing-field error."""
     location = as_stage_path(path)
-    return pq.ParquetFile(location.filesystem.open_input_file(location.path))
+    file = pq.ParquetFile(location.filesystem.open_input_file(location.path))
+    missing = [c for c in columns or [] if c not in file.schema_arrow.names]
+    if missing:
+        raise StageFileError(
+            f"{location} has no column {', '.join(map(repr, missing))}: an earlier version of "
+            "batch-pipeline wrote it. Start a new run of the partition (not a re-execution "
+            "from failure); it re-collects and loses nothing."
+        )
+    return file
 
 
 def read_batches(
@@ -308,7 +323,7 @@ def read_batches(
     memory grows with the file; reading runs of row groups of about `batch_rows` rows keeps
     it flat. Writers cap row groups at `MAX_ROW_GROUP_ROWS`.)
     """
-    file = parquet_file(path)
+    file = parquet_file(path, columns)
     metadata = file.metadata
     run: list[int] = []
     rows = 0
@@ -322,7 +337,7 @@ def read_batches(
 
 
 def read_table(path: "StagePath | Path", columns: list[str] | None = None) -> pa.Table:
-    return parquet_file(path).read(columns=columns)
+    return parquet_file(path, columns).read(columns=columns)
 
 
 def row_count(path: "StagePath | Path") -> int:

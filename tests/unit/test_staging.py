@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from batch_pipeline.state.staging import (
+    StageFileError,
     StageWriter,
     StagingArea,
     parquet_file,
@@ -107,3 +108,16 @@ def test_big_writes_are_cut_into_row_groups_and_read_back_in_bounded_batches(are
     batches = list(read_batches(path, batch_rows=1000))
     assert max(b.num_rows for b in batches) <= 1000
     assert [n for b in batches for n in b["n"].to_pylist()] == list(range(40_700))
+
+
+def test_a_stage_file_without_a_column_a_reader_needs_says_what_to_do(area):
+    """A stage file from before an upgrade (handed over by a re-execution from failure) lacks
+    a column the new reader asks for: the error says so and what to run, and reading the
+    columns it has still works."""
+    path = area.stage_file("handbook", "run-1", "collected")
+    with StageWriter(path, pa.schema([("doc_id", pa.string())])) as writer:
+        writer.write({"doc_id": "a.md"})
+    assert read_table(path, ["doc_id"])["doc_id"].to_pylist() == ["a.md"]
+    for read in (read_table, lambda p, c: list(read_batches(p, c))):
+        with pytest.raises(StageFileError, match="has no column 'source_metadata': an earlier"):
+            read(path, ["doc_id", "source_metadata"])
