@@ -29,7 +29,6 @@ demo: setup
 			--partition $$partition 2>&1 | grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
-	$(BIN)/batch-pipeline status
 	@echo "== sample search"
 	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
 	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
@@ -39,6 +38,7 @@ demo: setup
 			| grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
+	$(BIN)/batch-pipeline status
 	@echo "== the intent mix of the newest day"
 	$(BIN)/batch-pipeline intents --day $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 1)
 	$(BIN)/batch-pipeline classify "I was charged twice this month"

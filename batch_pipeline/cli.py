@@ -20,7 +20,7 @@ import json
 import sys
 import textwrap
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TextIO
 
 from tqdm import tqdm
@@ -286,7 +286,7 @@ def _print_ticket_status(r: dict) -> None:
             f"  latest day {r['latest_day']}: {r['latest_day_tickets']} tickets, unknown rate "
             + ("-" if rate is None else f"{rate:.1%}")
         )
-    landed = _plain(r["last_landed_at"]) if r["last_landed_at"] else "never"
+    landed = _text(r["last_landed_at"]) if r["last_landed_at"] else "never"
     print(f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}")
     print(
         f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
@@ -294,11 +294,18 @@ def _print_ticket_status(r: dict) -> None:
     )
 
 
+def _text(value: object) -> str:
+    """A value as a text table shows it: times to the second in UTC, "-" for a missing one."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return str(value)
+
+
 def _print_table(columns: list[tuple[str, str]], rows: list[dict]) -> None:
     """Aligned columns (key, heading) of `rows`; "-" for a missing value."""
-    table = [[h for _, h in columns]] + [
-        ["-" if r[k] is None else str(_plain(r[k])) for k, _ in columns] for r in rows
-    ]
+    table = [[h for _, h in columns]] + [[_text(r[k]) for k, _ in columns] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
