@@ -51,6 +51,17 @@ def rows_by_doc(workspace, name="handbook"):
     return out
 
 
+def one_document_folder(tmp_path):  # noqa: ANN001, ANN201
+    """A folder source holding a.md, and a sensor state folder: for the decision functions."""
+    from batch_pipeline.state.staging import as_stage_path
+    from batch_pipeline.triggers.publish import StateSnapshots
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("first")
+    return root, FilesystemSource(root, "*.md"), StateSnapshots(as_stage_path(tmp_path / "state"))
+
+
 def collect_meta(result):
     (event,) = result.asset_materializations_for_node("source_documents")
     return {k: v.value for k, v in event.metadata.items()}
@@ -327,14 +338,7 @@ def test_the_window_counts_from_the_change_not_from_its_detection(tmp_path):
     (with a tick every 15 s: at +42.6 s instead of +57.6 s)."""
     import os
 
-    from batch_pipeline.state.staging import as_stage_path
-    from batch_pipeline.triggers.publish import StateSnapshots
-
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "a.md").write_text("first")
-    source = FilesystemSource(root, "*.md")
-    snapshots = StateSnapshots(as_stage_path(tmp_path / "state"))
+    root, source, snapshots = one_document_folder(tmp_path)
     t0 = 1_900_000_000.0
 
     def tick_at(offset: float, cursor: str | None):
@@ -395,14 +399,9 @@ def test_a_tick_skips_without_looking_until_the_interval_or_the_window_ends(tmp_
     waiting batch is due, so the run starts within a tick of its window closing."""
     import os
 
-    from batch_pipeline.state.staging import as_stage_path
-    from batch_pipeline.triggers.publish import StateSnapshots, skip_without_looking
+    from batch_pipeline.triggers.publish import skip_without_looking
 
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "a.md").write_text("first")
-    source = FilesystemSource(root, "*.md")
-    snapshots = StateSnapshots(as_stage_path(tmp_path / "state"))
+    root, source, snapshots = one_document_folder(tmp_path)
     t0 = 1_900_000_000.0
     start = evaluate_publish("kb", source, None, t0 - 60, 30, 200, snapshots)
 
