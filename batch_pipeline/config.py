@@ -93,7 +93,7 @@ class S3NotificationsConfig(_Strict):
         "launched; it is deleted once the run request carrying it is in the cursor.",
     )
     max_messages_per_tick: int = Field(
-        default=1000, ge=10, description="Messages read per sensor tick at most."
+        default=1000, ge=10, description="Messages read per look at the source at most."
     )
 
 
