@@ -160,7 +160,11 @@ class GenerationLifecycle:
         )
         if state == CANDIDATE and self.registry.live(self.name) is None:
             self.registry.promote(
-                self.name, self.fingerprint, "first complete generation", actor="pipeline"
+                self.name,
+                self.fingerprint,
+                "first complete generation",
+                actor="pipeline",
+                already_live_ok=True,
             )
 
     def live(self) -> LiveGeneration:
@@ -242,7 +246,9 @@ class GenerationLifecycle:
                 evaluation.tolerance if evaluation else 0.0,
             )
             if verdict.allowed:
-                self.registry.promote(self.name, self.fingerprint, verdict.reason, actor="pipeline")
+                self.registry.promote(
+                    self.name, self.fingerprint, verdict.reason, "pipeline", already_live_ok=True
+                )
             decision = "promoted" if verdict.allowed else "refused"
             reason, warnings = verdict.reason, verdict.warnings
         self.registry.update(

@@ -109,13 +109,22 @@ class GenerationRegistry:
         return self.tracking.audit_entries(collection)
 
     def promote(
-        self, collection: str, fingerprint: str, reason: str, actor: str | None = None
+        self,
+        collection: str,
+        fingerprint: str,
+        reason: str,
+        actor: str | None = None,
+        already_live_ok: bool = False,
     ) -> LiveSwitch:
-        """Make this generation live and retire the old one: one atomic switch."""
+        """Make this generation live and retire the old one: one atomic switch. A generation
+        that is live already is an error for an operator, and nothing to do for a pipeline
+        review (`already_live_ok`: a concurrent run's review promoted it first)."""
         target = self.get(collection, fingerprint)
         if target is None:
             raise GenerationError(f"collection {collection!r} has no generation {fingerprint!r}")
         if target.state == LIVE:
+            if already_live_ok:
+                return LiveSwitch(target.index_name, target.index_name)
             raise GenerationError(f"generation {fingerprint} of {collection!r} is already live")
         if target.state == DROPPED:
             raise GenerationError(f"generation {fingerprint} was dropped; rebuild it")

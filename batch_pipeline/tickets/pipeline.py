@@ -364,7 +364,9 @@ class TicketProduct:
                 allowed = False
                 reason = f"refused: accuracy {candidate['accuracy']:.4f} < min_accuracy {floor}"
             if allowed:
-                self.registry.promote(self.name, self.fingerprint, reason, actor="pipeline")
+                self.registry.promote(
+                    self.name, self.fingerprint, reason, "pipeline", already_live_ok=True
+                )
             decision = "promoted" if allowed else "refused"
         scores = {"candidate": candidate} if candidate else {}
         if live_scores:

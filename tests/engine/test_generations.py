@@ -240,3 +240,45 @@ def test_an_unchanged_generation_keeps_its_review_and_loads_no_model(workspace, 
 
     configure(workspace, tolerance=1.0, extra="generations: {review: every_run}\n")
     assert pipeline_for(workspace).review_generation(embedder_for).evaluated
+
+
+def test_reviews_that_promote_the_same_generation_at_once_switch_it_once(sql_url):
+    """Two day runs (or two shards) finishing together both pass the gate: the generation is
+    switched once, with one audit entry, and no review fails (one did, with "already live",
+    and Dagster retried its step). An operator's promote of a live generation still fails."""
+    import threading
+    import uuid
+
+    from batch_pipeline.generations.registry import GenerationRegistry
+    from batch_pipeline.state.tracking import TrackingStore
+
+    tracking = TrackingStore(sql_url)
+    registry = GenerationRegistry(tracking)
+    name = f"race_{uuid.uuid4().hex[:8]}"
+    registry.ensure(name, "old", f"{name}__old", {})
+    registry.promote(name, "old", "first complete generation")
+    registry.ensure(name, "new", f"{name}__new", {})
+    start, errors = threading.Barrier(4), []
+
+    def review() -> None:
+        start.wait()
+        try:
+            registry.promote(name, "new", "gate passed", "pipeline", already_live_ok=True)
+        except Exception as error:  # noqa: BLE001 - the test reports every failure
+            errors.append(error)
+
+    threads = [threading.Thread(target=review) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert registry.live(name).index_name == f"{name}__new"
+    assert registry.get(name, "old").state == "retired"
+    switches = [
+        (e.from_index, e.to_index) for e in registry.audit_log(name) if e.action == "promote"
+    ]
+    assert switches == [(None, f"{name}__old"), (f"{name}__old", f"{name}__new")]
+    with pytest.raises(GenerationError, match="already live"):
+        registry.promote(name, "new", "by hand")
+    tracking.dispose()

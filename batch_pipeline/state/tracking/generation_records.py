@@ -108,25 +108,35 @@ class GenerationRecords:
     def switch_live(self, collection: str, fingerprint: str, audit: dict[str, Any]) -> str | None:
         """Retire the live generation and make `fingerprint` live, with its audit entry, in
         one transaction: readers see the old live generation or the new one, never neither.
-        Returns the previous live generation's table (None if there was none)."""
+        Returns the previous live generation's table (None if there was none). Two reviews
+        that promote the same generation at once switch it once: the second finds it live,
+        retires nothing and writes no audit entry."""
         now = time.time()
-        is_live = (generations.c.collection == collection, generations.c.state == LIVE)
+        others_live = (
+            generations.c.collection == collection,
+            generations.c.state == LIVE,
+            generations.c.fingerprint != fingerprint,
+        )
         with self.engine.begin() as conn:
-            previous = conn.execute(sa.select(generations.c.index_name).where(*is_live)).scalar()
+            previous = conn.execute(
+                sa.select(generations.c.index_name).where(*others_live)
+            ).scalar()
             conn.execute(
                 generations.update()
-                .where(*is_live)
+                .where(*others_live)
                 .values(state=RETIRED, retired_at=now, updated_at=now)
             )
-            conn.execute(
+            switched = conn.execute(
                 generations.update()
                 .where(
                     generations.c.collection == collection,
                     generations.c.fingerprint == fingerprint,
+                    generations.c.state != LIVE,
                 )
                 .values(state=LIVE, promoted_at=now, retired_at=None, updated_at=now)
-            )
-            conn.execute(audit_log.insert().values(at=now, from_index=previous, **audit))
+            ).rowcount
+            if switched:
+                conn.execute(audit_log.insert().values(at=now, from_index=previous, **audit))
         return previous
 
     def record_audit(self, **values: Any) -> None:
