@@ -572,6 +572,19 @@ class TicketEvaluationConfig(_Strict):
     _resolve_path = field_validator("path")(_existing_file)
 
 
+class TicketArrivalsConfig(_Strict):
+    """The ticket export sensor: a day's export file that arrives after the daily schedule,
+    or is replaced after its day ran, launches that day (folder and S3 exports)."""
+
+    enabled: bool = Field(default=True, description="Start the export sensor running.")
+    interval_seconds: int = Field(
+        default=60, ge=5, description="Seconds between looks at the export's day files."
+    )
+    lookback_days: int = Field(
+        default=3, ge=1, le=31, description="How many of the newest due days it looks at."
+    )
+
+
 class TicketsConfig(_Strict):
     """Nightly ticket intent classification: one daily partition per day of tickets."""
 
@@ -591,6 +604,10 @@ class TicketsConfig(_Strict):
         description="Hour (in `timezone`) the daily run classifies yesterday.",
     )
     schedule_enabled: bool = Field(default=True, description="Start the daily schedule running.")
+    arrivals: TicketArrivalsConfig = Field(
+        default_factory=TicketArrivalsConfig,
+        description="The export sensor, for exports that arrive late or are replaced.",
+    )
     max_tokens: int = Field(
         default=128, gt=8, description="Model input per ticket is cut to this many tokens."
     )

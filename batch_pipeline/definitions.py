@@ -18,6 +18,7 @@ from batch_pipeline.config import load_config
 from batch_pipeline.sources import S3_ENV
 from resources import InferenceResource, PipelineResource
 from sensors import build_triggers
+from sensors.ticket_exports import build_ticket_exports_sensor
 from sensors.ticket_schedule import build_ticket_job, build_ticket_schedule
 
 
@@ -38,6 +39,8 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
         assets += build_ticket_assets(days)
         jobs.append(ticket_job)
         schedules = [*schedules, build_ticket_schedule(config, ticket_job)]
+        exports_sensor = build_ticket_exports_sensor(config, ticket_job)
+        sensors = [*sensors, exports_sensor] if exports_sensor else sensors
     return dg.Definitions(
         assets=assets,
         jobs=jobs,

@@ -66,6 +66,11 @@ class TicketExport:
         """Whether the day's export is there (a table always has every day)."""
         return True
 
+    def day_changed_at(self, day: date) -> float | None:
+        """When the day's export file was last written (epoch seconds); None when it is not
+        there, or when the export is a table (its days have no file time)."""
+        return None
+
     def read_day(self, day: date) -> Iterator[dict]:
         raise NotImplementedError
 
@@ -83,7 +88,13 @@ class FolderExport(TicketExport):
             raise SourceUnavailableError(f"tickets.source.path: folder not found: {self.folder}")
 
     def has_day(self, day: date) -> bool:
-        return (self.folder / self.pattern.format(day=day.isoformat())).is_file()
+        return self.day_changed_at(day) is not None
+
+    def day_changed_at(self, day: date) -> float | None:
+        try:
+            return (self.folder / self.pattern.format(day=day.isoformat())).stat().st_mtime
+        except FileNotFoundError:
+            return None
 
     def read_day(self, day: date) -> Iterator[dict]:
         path = self.folder / self.pattern.format(day=day.isoformat())
@@ -114,14 +125,17 @@ class S3Export(TicketExport):
             ) from None
 
     def has_day(self, day: date) -> bool:
+        return self.day_changed_at(day) is not None
+
+    def day_changed_at(self, day: date) -> float | None:
         from botocore.exceptions import ClientError
 
         key = self.prefix + self.pattern.format(day=day.isoformat())
         try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError:
-            return False
-        return True
+            return None
+        return head["LastModified"].timestamp()
 
     def read_day(self, day: date) -> Iterator[dict]:
         from botocore.exceptions import ClientError

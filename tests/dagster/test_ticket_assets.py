@@ -85,3 +85,40 @@ def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
         assert checks["intent_mix_shift"].severity == dg.AssetCheckSeverity.WARN
         exports = result.asset_materializations_for_node("ticket_exports")[0].metadata
         assert exports["failed_duplicate_id"].value == 1
+
+
+def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
+    """Yesterday's export arrives after the 01:00 schedule (whose run failed): the export
+    sensor asks for that day's partition, with a run key per file version; a SQL export has
+    no file times, and no export sensor."""
+    import os
+    import time
+    from datetime import timedelta
+
+    config = ticket_workspace(tmp_path)
+    config.write_text(config.read_text() + "  schedule_hour: 0\n")  # yesterday is past it
+    yesterday = (datetime.now(ZoneInfo("UTC")).date() - timedelta(days=1)).isoformat()
+    shutil.copy(
+        tmp_path / "exports" / "2026-11-29.jsonl", tmp_path / "exports" / f"{yesterday}.jsonl"
+    )
+    defs = build_definitions(config)
+    sensor = defs.get_sensor_def("ticket_exports_sensor")
+    assert sensor.required_resource_keys == {"pipeline"}  # a folder export: no S3 client
+    resources = {"pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home"))}
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_sensor_context(instance=instance, resources=resources) as context,
+    ):
+        result = sensor(context)
+    mtime = os.stat(tmp_path / "exports" / f"{yesterday}.jsonl").st_mtime
+    requested = {(r.partition_key, r.run_key) for r in result.run_requests}
+    assert (yesterday, f"{yesterday}@{mtime:.3f}") in requested
+    assert time.time() - mtime < 600  # the file is the one just written
+
+    text = config.read_text().replace(
+        "{kind: filesystem, path: exports}",
+        f"{{kind: sql, url: 'sqlite:///{tmp_path / 't.db'}', table: tickets}}",
+    )
+    config.write_text(text)
+    names = {s.name for s in build_definitions(config).sensors}
+    assert "ticket_exports_sensor" not in names and "handbook_publish_sensor" in names

@@ -409,3 +409,38 @@ def test_status_and_doctor_cover_the_ticket_product(tmp_path, runner, capsys):
     (problem,) = tickets["problems"]
     assert problem.startswith(f"{due - 1} of {due} due days not classified under the live")
     assert "2026-11-20, 2026-11-21, 2026-11-22, 2026-11-23, 2026-11-24 and" in problem
+
+
+def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_path, runner):
+    """The export sensor's decision, with the time handed in: a day whose file arrived after
+    the schedule (01:00) and never ran; nothing before the schedule's time, nor once the day
+    ran; again when the file is replaced after the run started."""
+    import os
+    import time
+
+    from batch_pipeline.tickets.arrivals import day_arrivals
+
+    workspace = TicketWorkspace(tmp_path, "folder")
+    workspace.write_day(DAY, sample_tickets(DAY, 6))
+    export = tmp_path / "exports" / f"{DAY}.jsonl"
+    arrived = datetime(2026, 11, 30, 3, 0, tzinfo=UTC).timestamp()  # two hours late
+    os.utime(export, (arrived, arrived))
+    product = workspace.product()
+
+    assert day_arrivals(product, datetime(2026, 11, 30, 0, 30, tzinfo=UTC)) == []  # not yet due
+    at = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+    (late,) = day_arrivals(product, at)
+    assert (late.day, late.changed_at, late.last_run_started_at) == (DAY, arrived, None)
+    assert (
+        late.reason == f"{DAY}: its export arrived at 03:00:00Z, after the schedule, and never ran"
+    )
+    assert late.run_key == f"{DAY}@{arrived:.3f}"
+
+    run_day(product, runner)
+    assert day_arrivals(product, at) == []  # the day ran after its file was written
+
+    replaced = time.time() + 60  # a corrected export, written after the run started
+    os.utime(export, (replaced, replaced))
+    (again,) = day_arrivals(product, at)
+    assert again.day == DAY and again.last_run_started_at is not None
+    assert again.reason.startswith(f"{DAY}: its export was replaced at ")

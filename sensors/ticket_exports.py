@@ -1,0 +1,68 @@
+"""The ticket export sensor: launches a day whose export arrived after the daily schedule, or
+was replaced after the day ran (folder and S3 exports; a SQL export has no file times)."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from batch_pipeline.config import PipelineConfig, TicketS3Export, TicketSqlExport
+from batch_pipeline.tickets.arrivals import day_arrivals
+from resources.pipeline import PipelineResource
+
+TICKET_EXPORTS_SENSOR = "ticket_exports_sensor"
+
+
+def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition | None:  # noqa: ANN001
+    """The sensor, or None for a SQL export (the schedule reads its rows)."""
+    settings = config.tickets
+    if settings is None or isinstance(settings.source, TicketSqlExport):
+        return None
+    arrivals = settings.arrivals
+
+    def evaluate(
+        context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource | None
+    ) -> dg.SensorResult:
+        found = day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
+        if not found:
+            return dg.SensorResult(
+                skip_reason=dg.SkipReason(
+                    f"every export of the newest {arrivals.lookback_days} days past the "
+                    "schedule has run (or has not arrived)"
+                )
+            )
+        for arrival in found:
+            context.log.info(arrival.reason)
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(run_key=a.run_key, partition_key=a.day) for a in found]
+        )
+
+    # only an S3 export names the S3 resource, which Dagster builds (a boto3 client) each tick
+    if isinstance(settings.source, TicketS3Export):
+
+        def ticket_exports_sensor(
+            context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, s3)
+
+    else:
+
+        def ticket_exports_sensor(
+            context: dg.SensorEvaluationContext, pipeline: PipelineResource
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, None)
+
+    return dg.sensor(
+        name=TICKET_EXPORTS_SENSOR,
+        job=job,
+        minimum_interval_seconds=arrivals.interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING
+        if arrivals.enabled
+        else dg.DefaultSensorStatus.STOPPED,
+        description=(
+            f"Launches a day of ticket_intents whose export arrived after the daily schedule "
+            f"({settings.schedule_hour:02d}:00 {settings.timezone}) or was replaced after the "
+            f"day ran; looks at the newest {arrivals.lookback_days} days every "
+            f"{arrivals.interval_seconds} s."
+        ),
+    )(ticket_exports_sensor)
