@@ -11,6 +11,12 @@ from batch_pipeline.tickets.arrivals import day_arrivals
 from resources.pipeline import PipelineResource
 
 TICKET_EXPORTS_SENSOR = "ticket_exports_sensor"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
 def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition | None:  # noqa: ANN001
@@ -23,12 +29,22 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
     def evaluate(
         context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource | None
     ) -> dg.SensorResult:
-        found = day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
+        in_flight = {
+            run.tags.get("dagster/partition")
+            for run in context.instance.get_runs(
+                dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=100
+            )
+        }
+        found = [
+            a
+            for a in day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
+            if a.day not in in_flight
+        ]
         if not found:
             return dg.SensorResult(
                 skip_reason=dg.SkipReason(
                     f"every export of the newest {arrivals.lookback_days} days past the "
-                    "schedule has run (or has not arrived)"
+                    "schedule has run, is running, or has not arrived"
                 )
             )
         for arrival in found:

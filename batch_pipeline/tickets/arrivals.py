@@ -4,8 +4,9 @@ The daily schedule classifies the day that just ended at `tickets.schedule_hour`
 that arrives after that (the scheduled run failed with "no ticket export for D"), or a day's
 file replaced later (a corrected export), is the export sensor's: a day is launched when its
 export file is newer than the start of its newest landed run under the current generation,
-once the schedule's own time for the day has passed (so the two never both run a day). Only
-folder and S3 exports have file times; a SQL export is left to the schedule.
+from `GRACE` after the schedule's own time for the day (so a scheduled run has started by then;
+the sensor also leaves alone a day with a run in flight). Only folder and S3 exports have file
+times; a SQL export is left to the schedule.
 
 Pure apart from the export's file times and the tracking store; `now` is handed in.
 """
@@ -16,6 +17,8 @@ from zoneinfo import ZoneInfo
 
 from batch_pipeline.config import TicketsConfig
 from batch_pipeline.tickets.pipeline import TicketProduct
+
+GRACE = timedelta(minutes=10)  # after the schedule's time, before a day is the sensor's
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,14 @@ def schedule_time(day: date, settings: TicketsConfig) -> datetime:
 
 
 def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
-    """The newest `arrivals.lookback_days` days past their schedule time whose export file is
-    newer than their newest landed run's start, oldest first."""
+    """The newest `arrivals.lookback_days` days at least `GRACE` past their schedule time
+    whose export file is newer than their newest landed run's start, oldest first."""
     settings = product.settings
     today = now.astimezone(ZoneInfo(settings.timezone)).date()
     days = [
         day
         for day in product.partition_days(today)
-        if schedule_time(date.fromisoformat(day), settings) <= now
+        if schedule_time(date.fromisoformat(day), settings) + GRACE <= now
     ][-settings.arrivals.lookback_days :]
     found = []
     for day in days:

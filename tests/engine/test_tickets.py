@@ -428,6 +428,8 @@ def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_pa
     product = workspace.product()
 
     assert day_arrivals(product, datetime(2026, 11, 30, 0, 30, tzinfo=UTC)) == []  # not yet due
+    # the schedule's own run starts at 01:00: the day is the sensor's ten minutes later
+    assert day_arrivals(product, datetime(2026, 11, 30, 1, 5, tzinfo=UTC)) == []
     at = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
     (late,) = day_arrivals(product, at)
     assert (late.day, late.changed_at, late.last_run_started_at) == (DAY, arrived, None)
