@@ -97,7 +97,8 @@ def product_health(product: TicketProduct, today: date | None = None) -> dict[st
     elif missing:
         problems.append(
             f"{len(missing)} of {len(due)} due days not classified under the live generation: "
-            f"{missing_days_text(missing)}"
+            f"{missing_days_text(missing)} (a day whose export is there: batch-pipeline run "
+            "--day D, or a backfill of ticket_intents_job)"
         )
     health["problems"] = problems
     health["healthy"] = not problems
