@@ -39,8 +39,7 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
         assets += build_ticket_assets(days)
         jobs.append(ticket_job)
         schedules = [*schedules, build_ticket_schedule(config, ticket_job)]
-        exports_sensor = build_ticket_exports_sensor(config, ticket_job)
-        sensors = [*sensors, exports_sensor] if exports_sensor else sensors
+        sensors = [*sensors, build_ticket_exports_sensor(config, ticket_job)]
     return dg.Definitions(
         assets=assets,
         jobs=jobs,

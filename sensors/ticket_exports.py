@@ -1,12 +1,13 @@
-"""The ticket export sensor: launches a day whose export arrived after the daily schedule, or
-was replaced after the day ran (folder and S3 exports; a SQL export has no file times)."""
+"""The ticket export sensor: launches a day whose export arrived after the daily schedule, was
+replaced after the day ran, or (a SQL table) gained or lost tickets since."""
 
 from datetime import UTC, datetime
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from batch_pipeline.config import PipelineConfig, TicketS3Export, TicketSqlExport
+from batch_pipeline.config import PipelineConfig, TicketS3Export
+from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_arrivals
 from resources.pipeline import PipelineResource
 
@@ -19,11 +20,8 @@ IN_FLIGHT = [
 ]
 
 
-def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition | None:  # noqa: ANN001
-    """The sensor, or None for a SQL export (the schedule reads its rows)."""
+def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition:  # noqa: ANN001
     settings = config.tickets
-    if settings is None or isinstance(settings.source, TicketSqlExport):
-        return None
     arrivals = settings.arrivals
 
     def evaluate(
@@ -35,11 +33,11 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
                 dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=100
             )
         }
-        found = [
-            a
-            for a in day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
-            if a.day not in in_flight
-        ]
+        try:
+            found = day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
+        except SourceUnavailableError as error:
+            return dg.SensorResult(skip_reason=dg.SkipReason(f"export unavailable: {error}"))
+        found = [a for a in found if a.day not in in_flight]
         if not found:
             return dg.SensorResult(
                 skip_reason=dg.SkipReason(
@@ -77,8 +75,8 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
         else dg.DefaultSensorStatus.STOPPED,
         description=(
             f"Launches a day of ticket_intents whose export arrived after the daily schedule "
-            f"({settings.schedule_hour:02d}:00 {settings.timezone}) or was replaced after the "
-            f"day ran; looks at the newest {arrivals.lookback_days} days every "
+            f"({settings.schedule_hour:02d}:00 {settings.timezone}), or changed after the day "
+            f"ran; looks at the newest {arrivals.lookback_days} days every "
             f"{arrivals.interval_seconds} s."
         ),
     )(ticket_exports_sensor)

@@ -1,14 +1,15 @@
-"""Late and replaced ticket exports: which days the export sensor launches.
+"""Late, replaced and added-to ticket exports: which days the export sensor launches.
 
 The daily schedule classifies the day that just ended at `tickets.schedule_hour`. An export
-that arrives after that (the scheduled run failed with "no ticket export for D"), or a day's
-file replaced later (a corrected export), is the export sensor's: a day is launched when its
-export file is newer than the start of its newest landed run under the current generation,
-from `GRACE` after the schedule's own time for the day (so a scheduled run has started by then;
-the sensor also leaves alone a day with a run in flight). Only folder and S3 exports have file
-times; a SQL export is left to the schedule.
+that arrives after that (the scheduled run failed with "no ticket export for D"), a day's file
+replaced later (a corrected export), or tickets added to a day in a SQL table after it ran
+are the export sensor's. A day is launched when, since the start of its newest landed run
+under the current generation, its export file was written (folder, S3: mtime or
+LastModified), or its row count differs from the rows that run read (SQL) - from `GRACE`
+after the schedule's own time for the day, so a scheduled run has started by then (the
+sensor also leaves alone a day with a run in flight).
 
-Pure apart from the export's file times and the tracking store; `now` is handed in.
+Pure apart from the export and the tracking store; `now` is handed in.
 """
 
 from dataclasses import dataclass
@@ -23,22 +24,33 @@ GRACE = timedelta(minutes=10)  # after the schedule's time, before a day is the 
 
 @dataclass(frozen=True)
 class DayArrival:
-    """A day to classify again, because of its export file."""
+    """A day to classify again, because of its export."""
 
     day: str
-    changed_at: float  # the export file's time (epoch seconds)
-    last_run_started_at: float | None  # the newest landed run's start; None: never landed
+    changed_at: float | None  # the export file's time (epoch seconds); None for a table
+    rows: int | None  # the table's tickets of the day; None for a file
+    last_run: dict | None  # the newest landed run of the day (tracking's record); None: never
 
     @property
     def run_key(self) -> str:
-        """Stable per day and file version: a tick that sees the same file asks again for
-        the same run, which Dagster launches once."""
-        return f"{self.day}@{self.changed_at:.3f}"
+        """Stable per day and export version: a tick that sees the same export asks again
+        for the same run, which Dagster launches once."""
+        if self.changed_at is not None:
+            return f"{self.day}@{self.changed_at:.3f}"
+        after = self.last_run["run_id"] if self.last_run else "never"
+        return f"{self.day}#{self.rows}@{after}"
 
     @property
     def reason(self) -> str:
+        if self.changed_at is None:
+            before = (
+                f"{self.last_run['docs_attempted']} when it last ran"
+                if self.last_run
+                else "and it never ran"
+            )
+            return f"{self.day}: {self.rows} tickets in the table, {before}"
         stamp = datetime.fromtimestamp(self.changed_at, ZoneInfo("UTC")).strftime("%H:%M:%SZ")
-        if self.last_run_started_at is None:
+        if self.last_run is None:
             return f"{self.day}: its export arrived at {stamp}, after the schedule, and never ran"
         return f"{self.day}: its export was replaced at {stamp}, after its last run started"
 
@@ -52,7 +64,8 @@ def schedule_time(day: date, settings: TicketsConfig) -> datetime:
 
 def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
     """The newest `arrivals.lookback_days` days at least `GRACE` past their schedule time
-    whose export file is newer than their newest landed run's start, oldest first."""
+    whose export changed since their newest landed run started, oldest first. A source that
+    cannot be read raises SourceUnavailableError."""
     settings = product.settings
     today = now.astimezone(ZoneInfo(settings.timezone)).date()
     days = [
@@ -62,11 +75,16 @@ def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
     ][-settings.arrivals.lookback_days :]
     found = []
     for day in days:
-        changed_at = product.export.day_changed_at(date.fromisoformat(day))
-        if changed_at is None:
-            continue
         runs = product.tracking.partition_runs([day], 1, product.index)
-        started = runs[0]["started_at"] if runs else None
-        if started is None or started < changed_at:
-            found.append(DayArrival(day, changed_at, started))
+        last = runs[0] if runs else None
+        changed_at = product.export.day_changed_at(date.fromisoformat(day))
+        if changed_at is not None:
+            if last is None or last["started_at"] < changed_at:
+                found.append(DayArrival(day, changed_at, None, last))
+            continue
+        rows = product.export.day_row_count(date.fromisoformat(day))
+        if rows is None or (last is None and rows == 0):
+            continue  # a file not there yet, or a day with no tickets that never ran
+        if last is None or rows != last["docs_attempted"]:
+            found.append(DayArrival(day, None, rows, last))
     return found

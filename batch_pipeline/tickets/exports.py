@@ -71,6 +71,11 @@ class TicketExport:
         there, or when the export is a table (its days have no file time)."""
         return None
 
+    def day_row_count(self, day: date) -> int | None:
+        """How many tickets a table holds for the day (None for a file export: its file
+        time tells whether it changed)."""
+        return None
+
     def read_day(self, day: date) -> Iterator[dict]:
         raise NotImplementedError
 
@@ -197,18 +202,34 @@ class SqlExport(TicketExport):
         ]
         check_columns(self.table().c.keys(), configured, self.describe())
 
+    def _in_day(self, day: date):  # noqa: ANN202
+        """The condition on `created_at` that selects the day's rows."""
+        created = self.table().c[self.config.created_at_column]
+        start, end = day_bounds(day, self.timezone)
+        if not getattr(created.type, "timezone", False):  # a naive column holds UTC
+            start, end = (t.astimezone(ZoneInfo("UTC")).replace(tzinfo=None) for t in (start, end))
+        return (created >= start) & (created < end)
+
+    def day_row_count(self, day: date) -> int | None:
+        import sqlalchemy as sa
+
+        query = sa.select(sa.func.count()).select_from(self.table()).where(self._in_day(day))
+        try:
+            with self.engine.connect() as conn:
+                return int(conn.execute(query).scalar_one())
+        except (sa.exc.SQLAlchemyError, OSError) as error:
+            raise SourceUnavailableError(
+                f"cannot count {day}'s tickets in {self.describe()}: {type(error).__name__}"
+            ) from None
+
     def read_day(self, day: date) -> Iterator[dict]:
         import sqlalchemy as sa
 
         table = self.table()
         columns = self._columns()
-        created = table.c[columns["created_at"]]
-        start, end = day_bounds(day, self.timezone)
-        if not getattr(created.type, "timezone", False):  # a naive column holds UTC
-            start, end = (t.astimezone(ZoneInfo("UTC")).replace(tzinfo=None) for t in (start, end))
         query = (
             sa.select(*(table.c[column].label(field) for field, column in columns.items()))
-            .where(created >= start, created < end)
+            .where(self._in_day(day))
             .order_by(table.c[columns["id"]])
         )
         with self.engine.connect() as conn:

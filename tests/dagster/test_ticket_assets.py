@@ -90,7 +90,7 @@ def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
 def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
     """A day's export arrives after the 01:00 schedule (whose run failed): the export sensor
     asks for that day's partition, with a run key per file version, unless a run of that day
-    is in flight; a SQL export has no file times, and no export sensor."""
+    is in flight. A SQL export's sensor, too, names no S3 resource."""
     import os
     from datetime import timedelta
 
@@ -125,5 +125,13 @@ def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
         f"{{kind: sql, url: 'sqlite:///{tmp_path / 't.db'}', table: tickets}}",
     )
     config.write_text(text)
-    names = {s.name for s in build_definitions(config).sensors}
-    assert "ticket_exports_sensor" not in names and "handbook_publish_sensor" in names
+    sql_sensor = build_definitions(config).get_sensor_def("ticket_exports_sensor")
+    assert sql_sensor.required_resource_keys == {"pipeline"}
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_sensor_context(instance=instance, resources=resources) as context,
+    ):
+        skipped = sql_sensor(context)  # the table is not there: the tick says so
+    assert skipped.skip_reason.skip_message.startswith(
+        "export unavailable: tickets.source.table: table 'tickets' does not exist"
+    )

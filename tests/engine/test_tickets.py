@@ -432,7 +432,7 @@ def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_pa
     assert day_arrivals(product, datetime(2026, 11, 30, 1, 5, tzinfo=UTC)) == []
     at = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
     (late,) = day_arrivals(product, at)
-    assert (late.day, late.changed_at, late.last_run_started_at) == (DAY, arrived, None)
+    assert (late.day, late.changed_at, late.rows, late.last_run) == (DAY, arrived, None, None)
     assert (
         late.reason == f"{DAY}: its export arrived at 03:00:00Z, after the schedule, and never ran"
     )
@@ -444,5 +444,29 @@ def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_pa
     replaced = time.time() + 60  # a corrected export, written after the run started
     os.utime(export, (replaced, replaced))
     (again,) = day_arrivals(product, at)
-    assert again.day == DAY and again.last_run_started_at is not None
+    assert again.day == DAY and again.last_run["run_id"] == "r1"
     assert again.reason.startswith(f"{DAY}: its export was replaced at ")
+
+
+def test_tickets_added_to_a_sql_day_after_it_ran_are_found(tmp_path, runner):
+    """A SQL export has no file time: a day past the schedule is launched when its row count
+    differs from the rows its newest landed run read (a ticket written late to the table)."""
+    from batch_pipeline.tickets.arrivals import day_arrivals
+
+    workspace = TicketWorkspace(tmp_path, "sql", f"sqlite:///{tmp_path / 'tickets.db'}")
+    tickets = sample_tickets(DAY, 7)
+    workspace.write_day(DAY, tickets[:6])
+    product = workspace.product()
+    at = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+    (first,) = day_arrivals(product, at)  # the schedule's run did not happen
+    assert (first.rows, first.last_run, first.changed_at) == (6, None, None)
+    assert first.reason == f"{DAY}: 6 tickets in the table, and it never ran"
+    assert first.run_key == f"{DAY}#6@never"
+
+    run_day(product, runner)
+    assert day_arrivals(product, at) == []  # the run read all six
+    workspace.write_day(DAY, tickets)  # a seventh ticket, written late
+    (late,) = day_arrivals(product, at)
+    assert late.reason == f"{DAY}: 7 tickets in the table, 6 when it last ran"
+    assert late.run_key == f"{DAY}#7@r1"
+    workspace.close()
