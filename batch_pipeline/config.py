@@ -573,12 +573,12 @@ class TicketEvaluationConfig(_Strict):
 
 
 class TicketArrivalsConfig(_Strict):
-    """The ticket export sensor: a day's export file that arrives after the daily schedule,
-    or is replaced after its day ran, launches that day (folder and S3 exports)."""
+    """The ticket export sensor: a day whose export arrives after the daily schedule, or
+    changes after the day ran (a new file; for a table, another row count), is launched."""
 
     enabled: bool = Field(default=True, description="Start the export sensor running.")
     interval_seconds: int = Field(
-        default=60, ge=5, description="Seconds between looks at the export's day files."
+        default=60, ge=5, description="Seconds between looks at the export's newest days."
     )
     lookback_days: int = Field(
         default=3, ge=1, le=31, description="How many of the newest due days it looks at."
