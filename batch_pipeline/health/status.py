@@ -14,6 +14,7 @@ from batch_pipeline.stages.collect import (
     classify_documents,
 )
 from batch_pipeline.state.reconcile import reconcile_index
+from batch_pipeline.state.vector_store import VectorStore
 
 
 def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
@@ -92,6 +93,19 @@ def source_problem(pipeline: PartitionPipeline) -> str | None:
     return None
 
 
+def table_health(store: VectorStore, index: str | None) -> dict[str, object]:
+    """A table's rows, version, versions kept and fragments (`doctor`); zeros for none."""
+    table = store.open(index) if index else None
+    if table is None:
+        return {"table_rows": 0, "table_version": None, "table_versions": 0, "table_fragments": 0}
+    return {
+        "table_rows": table.count_rows(),
+        "table_version": table.version,
+        "table_versions": len(table.list_versions()),
+        "table_fragments": store.fragment_count(index),
+    }
+
+
 def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     limits = pipeline.config.limits
@@ -99,7 +113,6 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     completeness = partition_completeness(
         pipeline.tracking, pipeline.index, limits.quarantine_after_failures, report
     )
-    table = pipeline.store.open(pipeline.index)
     source_error = source_problem(pipeline)
     health = {
         "collection": pipeline.name,
@@ -107,10 +120,7 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
         **completeness,
         "reconciled": report.ok,
         **report.metadata(),
-        "table_rows": table.count_rows() if table is not None else 0,
-        "table_version": table.version if table is not None else None,
-        "table_versions": len(table.list_versions()) if table is not None else 0,
-        "table_fragments": pipeline.store.fragment_count(pipeline.index),
+        **table_health(pipeline.store, pipeline.index),
         "failing_documents": pipeline.tracking.failure_count(pipeline.index),
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
