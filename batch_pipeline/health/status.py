@@ -14,7 +14,6 @@ from batch_pipeline.stages.collect import (
     classify_documents,
 )
 from batch_pipeline.state.reconcile import reconcile_index
-from batch_pipeline.state.vector_store import VectorStore
 
 
 def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
@@ -93,19 +92,6 @@ def source_problem(pipeline: PartitionPipeline) -> str | None:
     return None
 
 
-def table_health(store: VectorStore, index: str | None) -> dict[str, object]:
-    """A table's rows, version, versions kept and fragments (`doctor`); zeros for none."""
-    table = store.open(index) if index else None
-    if table is None:
-        return {"table_rows": 0, "table_version": None, "table_versions": 0, "table_fragments": 0}
-    return {
-        "table_rows": table.count_rows(),
-        "table_version": table.version,
-        "table_versions": len(table.list_versions()),
-        "table_fragments": store.fragment_count(index),
-    }
-
-
 def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     limits = pipeline.config.limits
@@ -120,7 +106,7 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
         **completeness,
         "reconciled": report.ok,
         **report.metadata(),
-        **table_health(pipeline.store, pipeline.index),
+        **pipeline.store.table_health(pipeline.index),
         "failing_documents": pipeline.tracking.failure_count(pipeline.index),
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []

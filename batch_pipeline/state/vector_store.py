@@ -251,7 +251,24 @@ class VectorStore:
 
     def fragment_count(self, index: str) -> int:
         table = self.open(index)
-        return int(table.stats()["fragment_stats"]["num_fragments"]) if table is not None else 0
+        return _fragments(table) if table is not None else 0
+
+    def table_health(self, index: str | None) -> dict[str, object]:
+        """A table's rows, version, versions kept and fragments (`doctor`); zeros for none."""
+        table = self.open(index) if index else None
+        if table is None:
+            return {
+                "table_rows": 0,
+                "table_version": None,
+                "table_versions": 0,
+                "table_fragments": 0,
+            }
+        return {
+            "table_rows": table.count_rows(),
+            "table_version": table.version,
+            "table_versions": len(table.list_versions()),
+            "table_fragments": _fragments(table),
+        }
 
     def stats(self, index: str, batch_rows: int = 65536) -> TableStats | None:
         """Rows, documents, version and lineage range of a table, streamed in record batches.
@@ -302,3 +319,8 @@ class VectorStore:
         rng = np.random.default_rng(seed)
         offsets = sorted(int(i) for i in rng.choice(total, size=min(size, total), replace=False))
         return self.open(index).take_offsets(offsets).select(columns).to_arrow()
+
+
+def _fragments(table) -> int:  # noqa: ANN001
+    """How many data fragments a LanceDB table has (compaction merges them)."""
+    return int(table.stats()["fragment_stats"]["num_fragments"])

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import date
 
 from batch_pipeline.health.freshness import utc_time
-from batch_pipeline.health.status import table_health
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.pipeline import TicketProduct
@@ -89,7 +88,7 @@ def product_health(product: TicketProduct, today: date | None = None) -> dict[st
         "kind": "ticket_intents",
         "source_error": source_error,
         **coverage.metadata(),
-        **table_health(product.store, reader),
+        **product.store.table_health(reader),
         "failing_tickets": product.tracking.failure_count(reader) if reader else 0,
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
