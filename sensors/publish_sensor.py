@@ -16,6 +16,7 @@ from batch_pipeline.triggers.publish import (
 )
 from batch_pipeline.triggers.tags import publish_tags
 from resources.pipeline import PipelineResource
+from sensors.resource_params import sensor_function
 
 
 def publish_sensor_name(collection: str) -> str:
@@ -74,22 +75,6 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             skip_reason=dg.SkipReason(decision.skip_reason), cursor=decision.cursor
         )
 
-    # Dagster builds every resource a sensor names on every tick; the S3 resource builds a
-    # boto3 client (about 0.1 s), so only a sensor over an S3 source names it.
-    if isinstance(collection_config.source, S3SourceConfig):
-
-        def publish_sensor(
-            context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, s3)
-
-    else:
-
-        def publish_sensor(
-            context: dg.SensorEvaluationContext, pipeline: PipelineResource
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, None)
-
     return dg.sensor(
         name=publish_sensor_name(collection),
         job=job,
@@ -104,4 +89,4 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             f"It looks at the source every {settings.interval_seconds} s and ticks every few "
             f"seconds in between, so that a run starts as soon as its window closes."
         ),
-    )(publish_sensor)
+    )(sensor_function(evaluate, reads_s3=isinstance(collection_config.source, S3SourceConfig)))

@@ -10,6 +10,7 @@ from batch_pipeline.config import PipelineConfig, TicketS3Export
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_arrivals
 from resources.pipeline import PipelineResource
+from sensors.resource_params import sensor_function
 
 TICKET_EXPORTS_SENSOR = "ticket_exports_sensor"
 IN_FLIGHT = [
@@ -51,21 +52,6 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             run_requests=[dg.RunRequest(run_key=a.run_key, partition_key=a.day) for a in found]
         )
 
-    # only an S3 export names the S3 resource, which Dagster builds (a boto3 client) each tick
-    if isinstance(settings.source, TicketS3Export):
-
-        def ticket_exports_sensor(
-            context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, s3)
-
-    else:
-
-        def ticket_exports_sensor(
-            context: dg.SensorEvaluationContext, pipeline: PipelineResource
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, None)
-
     return dg.sensor(
         name=TICKET_EXPORTS_SENSOR,
         job=job,
@@ -79,4 +65,4 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             f"ran; looks at the newest {arrivals.lookback_days} days every "
             f"{arrivals.interval_seconds} s."
         ),
-    )(ticket_exports_sensor)
+    )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))

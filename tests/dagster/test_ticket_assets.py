@@ -101,11 +101,10 @@ def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
     sample = (REPO / "data" / "tickets" / "2026-11-29.jsonl").read_text()
     (tmp_path / "exports" / f"{late}.jsonl").write_text(sample)  # arrives now; never ran
     mtime = os.stat(tmp_path / "exports" / f"{late}.jsonl").st_mtime
-    defs = build_definitions(config)
-    sensor = defs.get_sensor_def("ticket_exports_sensor")
-    assert sensor.required_resource_keys == {"pipeline"}  # a folder export: no S3 client
     resources = {"pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home"))}
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test() as instance:  # definitions resolve against an instance
+        sensor = build_definitions(config).get_sensor_def("ticket_exports_sensor")
+        assert sensor.required_resource_keys == {"pipeline"}  # a folder export: no S3 client
 
         def tick():  # noqa: ANN202
             with dg.build_sensor_context(instance=instance, resources=resources) as context:
@@ -125,13 +124,11 @@ def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
         f"{{kind: sql, url: 'sqlite:///{tmp_path / 't.db'}', table: tickets}}",
     )
     config.write_text(text)
-    sql_sensor = build_definitions(config).get_sensor_def("ticket_exports_sensor")
-    assert sql_sensor.required_resource_keys == {"pipeline"}
-    with (
-        dg.instance_for_test() as instance,
-        dg.build_sensor_context(instance=instance, resources=resources) as context,
-    ):
-        skipped = sql_sensor(context)  # the table is not there: the tick says so
+    with dg.instance_for_test() as instance:
+        sql_sensor = build_definitions(config).get_sensor_def("ticket_exports_sensor")
+        assert sql_sensor.required_resource_keys == {"pipeline"}
+        with dg.build_sensor_context(instance=instance, resources=resources) as context:
+            skipped = sql_sensor(context)  # the table is not there: the tick says so
     assert skipped.skip_reason.skip_message.startswith(
         "export unavailable: tickets.source.table: table 'tickets' does not exist"
     )

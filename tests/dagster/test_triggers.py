@@ -213,12 +213,12 @@ def test_s3_sensor_targets_changed_objects(workspace, s3_bucket, moto_server):
         workspace,
         f"{{kind: s3, bucket: {bucket}, prefix: kb/, glob: '*.md', endpoint_url: '{moto_server}'}}",
     )
-    # the only sensor that asks Dagster for the S3 resource (a boto3 client on every tick)
-    assert defs.get_sensor_def("handbook_publish_sensor").required_resource_keys == {
-        "pipeline",
-        "s3",
-    }
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test() as instance:  # definitions resolve against an instance
+        # the only sensor that asks Dagster for the S3 resource (a boto3 client on every tick)
+        assert defs.get_sensor_def("handbook_publish_sensor").required_resource_keys == {
+            "pipeline",
+            "s3",
+        }
         first = tick(defs, workspace, instance)
         run(defs, workspace, instance, first.run_requests[0])
         before = rows_by_doc(workspace)
@@ -433,10 +433,10 @@ def test_a_tick_between_looks_does_not_touch_the_source(workspace):
     """The sensor ticks every evaluation of the daemon, but between looks it reads nothing:
     an edit right after a look waits for the next look."""
     defs = sensor_config(workspace, '{kind: filesystem, path: docs, glob: "**/*"}')
-    sensor = defs.get_sensor_def("handbook_publish_sensor")
-    assert sensor.minimum_interval_seconds == 1
-    assert sensor.required_resource_keys == {"pipeline"}  # no S3 client built for a folder
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test() as instance:  # definitions resolve against an instance
+        sensor = defs.get_sensor_def("handbook_publish_sensor")
+        assert sensor.minimum_interval_seconds == 1
+        assert sensor.required_resource_keys == {"pipeline"}  # no S3 client built for a folder
         first = tick(defs, workspace, instance)
         (workspace["docs"] / "refunds.md").write_text("# Refunds\n\nNow within 60 days.\n")
         between = tick(defs, workspace, instance, first.cursor, look=False)
