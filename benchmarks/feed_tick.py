@@ -13,7 +13,6 @@ lower bounds for real S3, where each LIST call is a network round trip.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -26,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from batch_pipeline.config import parse_config  # noqa: E402
 from batch_pipeline.sources import make_source  # noqa: E402
 from batch_pipeline.triggers.publish import evaluate_publish  # noqa: E402
-from tests.support import free_port  # noqa: E402
+from tests.support import moto_server  # noqa: E402
 
 
 def source_for(bucket: str, endpoint: str, queue: str | None):  # noqa: ANN201
@@ -56,15 +55,7 @@ def main() -> int:
     os.environ.update(
         AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1"
     )
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        time.sleep(3)
+    with moto_server() as endpoint:
         s3 = boto3.client("s3", endpoint_url=endpoint)
         sqs = boto3.client("sqs", endpoint_url=endpoint)
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
@@ -114,8 +105,6 @@ def main() -> int:
             f"feed {results['feed']['tick_seconds']} s ({results['feed']['calls']})"
         )
         print(json.dumps(report))
-    finally:
-        server.terminate()
     return 0
 
 

@@ -22,7 +22,12 @@ from batch_pipeline.inference.models import resolve_model  # noqa: E402
 from batch_pipeline.inference.runner import EmbeddingRunner  # noqa: E402
 from batch_pipeline.pipeline import PartitionPipeline  # noqa: E402
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
-from tests.support import POSTGRES_URL, free_port, write_config, write_corpus  # noqa: E402
+from tests.support import (  # noqa: E402
+    POSTGRES_URL,
+    write_config,
+    write_corpus,
+)
+from tests.support import moto_server as start_moto_server  # noqa: E402
 
 LEVELS = ("unit", "engine", "dagster", "system")
 
@@ -75,43 +80,22 @@ def make_pipeline(workspace):
 @pytest.fixture(scope="session")
 def moto_server():
     """moto in server mode on a loopback port, spoken to over HTTP (no in-process patching)."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
-            break
-        except OSError:
-            if time.time() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.2)
-    saved = {
-        k: os.environ.get(k)
-        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
-    )
-    yield url
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    process.terminate()
-    process.wait(timeout=10)
+    with start_moto_server() as url:
+        saved = {
+            k: os.environ.get(k)
+            for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+        }
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        yield url
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture()

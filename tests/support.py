@@ -162,6 +162,37 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto in server mode on a loopback port (S3 and SQS over HTTP), yielding its URL once
+    it answers; stopped on leaving."""
+    import time
+    import urllib.request
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+            break
+        except OSError:
+            if time.time() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("moto server did not start") from None
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 # ----------------------------------------------------------------- Dagster
 
 STAGE_ASSETS = [stage.asset for stage in STAGES]
