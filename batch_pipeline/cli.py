@@ -423,14 +423,13 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise ConfigError(f"--runs must be at least 1, not {args.runs}")
     runs = []
-    names = [] if ctx.is_tickets(args.collection) else ctx.collections(args.collection)
+    names, with_tickets = _covered(ctx, args.collection)
     for name in names:
         collection = ctx.config.collection(name)
         partitions = [name] + (collection.partition_keys() if collection.shards > 1 else [])
         for partition in partitions:
             runs += reported_runs(ctx.tracking.partition_runs([partition], args.runs))
-    if ctx.config.tickets is not None and args.collection in (None, ctx.config.tickets.name):
-        # the ticket product's newest runs over its days (a day has one run, as a rule)
+    if with_tickets:  # the ticket product's newest runs over its days (one a day, as a rule)
         days = ctx.tickets().partition_days()
         runs += reported_runs(ctx.tracking.partition_runs(days, args.runs))
     summary = trend(runs)
@@ -504,20 +503,21 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     else:
         for r in reports:
             verdict = "healthy" if r["healthy"] else "PROBLEMS"
+            table = (
+                f"rows {r['table_rows']}, version {r['table_version']}, "
+                f"{r['table_versions']} versions, {r['table_fragments']} fragments"
+            )
             if r.get("kind") == "ticket_intents":
                 print(
                     f"{r['collection']}: {verdict}; {r['days_classified']} of {r['days_due']} "
-                    f"due days classified; rows {r['table_rows']}, version {r['table_version']}, "
-                    f"{r['table_versions']} versions, {r['table_fragments']} fragments; "
-                    f"{r['failing_tickets']} failing rows"
+                    f"due days classified; {table}; {r['failing_tickets']} failing rows"
                 )
             else:
                 print(
                     f"{r['collection']}: {verdict}; completeness {r['completeness']:.2%} "
                     f"({r['documents_complete']}/{r['documents_intended']}, "
-                    f"{r['documents_quarantined']} quarantined); rows {r['table_rows']}, "
-                    f"version {r['table_version']}, {r['table_versions']} versions, "
-                    f"{r['table_fragments']} fragments; {r['failing_documents']} failing"
+                    f"{r['documents_quarantined']} quarantined); {table}; "
+                    f"{r['failing_documents']} failing"
                 )
             for problem in r["problems"]:
                 print(f"  - {problem}")
