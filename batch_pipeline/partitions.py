@@ -5,7 +5,7 @@ python -m batch_pipeline.partitions --ticket-days 7  # the newest 7 days with an
 """
 
 import argparse
-from datetime import date, timedelta
+from datetime import date
 
 from batch_pipeline.config import PipelineConfig, load_config
 
@@ -13,18 +13,18 @@ from batch_pipeline.config import PipelineConfig, load_config
 def ticket_days(config: PipelineConfig, newest: int, today: date | None = None) -> list[str]:
     """The newest `newest` days, up to yesterday, whose ticket export is there; oldest first."""
     from batch_pipeline.tickets.exports import make_export
+    from batch_pipeline.tickets.pipeline import due_days
 
     settings = config.tickets
     if settings is None:
         return []
     export = make_export(settings.source, settings.timezone)
-    day = (today or date.today()) - timedelta(days=1)
-    first = date.fromisoformat(settings.start_date)
     found: list[str] = []
-    while day >= first and len(found) < newest:
-        if export.has_day(day):
-            found.append(day.isoformat())
-        day -= timedelta(days=1)
+    for day in reversed(due_days(settings, today)):  # newest first, until enough are found
+        if len(found) == newest:
+            break
+        if export.has_day(date.fromisoformat(day)):
+            found.append(day)
     return found[::-1]
 
 

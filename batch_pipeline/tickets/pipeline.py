@@ -70,6 +70,13 @@ def tickets_config(config: PipelineConfig) -> TicketsConfig:
     return config.tickets
 
 
+def due_days(settings: TicketsConfig, today: date | None = None) -> list[str]:
+    """Every daily partition key, from `start_date` to yesterday, oldest first."""
+    first = date.fromisoformat(settings.start_date)
+    last = (today or date.today()) - timedelta(days=1)
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
 def parse_day(value: str | date, settings: TicketsConfig) -> date:
     """A partition key as a date, checked against `tickets.start_date`."""
     try:
@@ -149,9 +156,7 @@ class TicketProduct:
 
     def partition_days(self, today: date | None = None) -> list[str]:
         """Every daily partition key, from `start_date` to yesterday."""
-        first = date.fromisoformat(self.settings.start_date)
-        last = (today or date.today()) - timedelta(days=1)
-        return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+        return due_days(self.settings, today)
 
     # -------------------------------------------------------------- generations
 
