@@ -67,24 +67,24 @@ def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
     whose export changed since their newest landed run started, oldest first. A source that
     cannot be read raises SourceUnavailableError."""
     settings = product.settings
+    lookback = settings.arrivals.lookback_days
     today = now.astimezone(ZoneInfo(settings.timezone)).date()
-    days = [
-        day
-        for day in product.partition_days(today)
-        if schedule_time(date.fromisoformat(day), settings) + GRACE <= now
-    ][-settings.arrivals.lookback_days :]
+    # yesterday may not be past its schedule yet: one day more than the lookback is enough
+    newest = [date.fromisoformat(day) for day in product.partition_days(today)[-lookback - 1 :]]
+    days = [day for day in newest if schedule_time(day, settings) + GRACE <= now][-lookback:]
     found = []
     for day in days:
-        runs = product.tracking.partition_runs([day], 1, product.index)
+        key = day.isoformat()
+        runs = product.tracking.partition_runs([key], 1, product.index)
         last = runs[0] if runs else None
-        changed_at = product.export.day_changed_at(date.fromisoformat(day))
+        changed_at = product.export.day_changed_at(day)
         if changed_at is not None:
             if last is None or last["started_at"] < changed_at:
-                found.append(DayArrival(day, changed_at, None, last))
+                found.append(DayArrival(key, changed_at, None, last))
             continue
-        rows = product.export.day_row_count(date.fromisoformat(day))
+        rows = product.export.day_row_count(day)
         if rows is None or (last is None and rows == 0):
             continue  # a file not there yet, or a day with no tickets that never ran
         if last is None or rows != last["docs_attempted"]:
-            found.append(DayArrival(day, None, rows, last))
+            found.append(DayArrival(key, None, rows, last))
     return found
