@@ -1,9 +1,12 @@
-"""The project's vocabulary, in one place: collection, partition and generation.
+"""The project's vocabulary, in one place: collection, partition, generation and product.
 
 - A *collection* is configured (`collections[].name` in the YAML).
-- A *partition* is a Dagster partition key: a collection, or one shard of it (`<name>-s03`).
-- A *generation* is a collection's LanceDB table (and tracking key) for one model
-  fingerprint: `<collection>__<fingerprint>`.
+- A *partition* is a Dagster partition key: a collection, or one shard of it (`<name>-s03`),
+  or a day of the ticket intents (`2026-11-29`).
+- A *product* owns generations: a collection's vector index (named after the collection) and
+  the ticket intents (`tickets.name`) are products.
+- A *generation* is one table of a product, for one fingerprint: its LanceDB table and
+  tracking key, `<product>__<fingerprint>`.
 
 Code that has one of these names and needs another asks this module; nothing else splits
 or formats these strings.
@@ -15,22 +18,22 @@ GENERATION_SEPARATOR = "__"
 SHARD_MARK = "-s"
 
 
-def generation_index(collection: str, fingerprint: str) -> str:
-    """The table and tracking key of one collection's generation (one fingerprint)."""
-    return f"{collection}{GENERATION_SEPARATOR}{fingerprint}"
+def generation_index(product: str, fingerprint: str) -> str:
+    """The table and tracking key of one product's generation (one fingerprint)."""
+    return f"{product}{GENERATION_SEPARATOR}{fingerprint}"
 
 
-def generation_collection(index: str) -> str:
-    """The collection a generation belongs to (`handbook__68b2...` -> `handbook`)."""
-    collection, separator, fingerprint = index.rpartition(GENERATION_SEPARATOR)
-    if not separator or not collection or not fingerprint:
-        raise ValueError(f"{index!r} is not a generation name (<collection>__<fingerprint>)")
-    return collection
+def generation_product(index: str) -> str:
+    """The product a generation belongs to (`handbook__68b2...` -> `handbook`)."""
+    product, separator, fingerprint = index.rpartition(GENERATION_SEPARATOR)
+    if not separator or not product or not fingerprint:
+        raise ValueError(f"{index!r} is not a generation name (<product>__<fingerprint>)")
+    return product
 
 
 def generation_fingerprint(index: str) -> str:
-    """The model fingerprint of a generation (`handbook__68b2...` -> `68b2...`)."""
-    generation_collection(index)  # validates
+    """The fingerprint of a generation (`handbook__68b2...` -> `68b2...`)."""
+    generation_product(index)  # validates
     return index.rpartition(GENERATION_SEPARATOR)[2]
 
 

@@ -8,46 +8,41 @@ handled by `GenerationLifecycle`.
 """
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
-from batch_pipeline.generations.lifecycle import (
-    EmbedderFor,
-    GenerationLifecycle,
-    GenerationReview,
-    LiveGeneration,
-)
+from batch_pipeline.generations.lifecycle import GenerationLifecycle, index_model
 from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview, LiveGeneration
 from batch_pipeline.health.completeness import partition_completeness
-from batch_pipeline.inference.batching import PlanSettings
-from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import (
+    DOCUMENTS,
     MANUAL,
     BackfillEstimate,
     RunMeasures,
     backfill_estimate,
 )
 from batch_pipeline.names import generation_index
+from batch_pipeline.runs import (
+    RunOutcome,
+    RunRequest,
+    StagedPartition,
+    StageFiles,
+    StageOutput,
+    landing,
+)
 from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
-from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE
+from batch_pipeline.stages import COLLECT, PREPARE, STAGES, Stage
 from batch_pipeline.stages.collect import (
     CollectLimits,
     CollectSummary,
     LandedDocuments,
     collect_documents,
-)
-from batch_pipeline.stages.execute import (
-    PLAN_SECONDS,
-    ExecuteSummary,
-    checkpoints_used,
-    execute_plan,
-    execute_record,
 )
 from batch_pipeline.stages.land import (
     DeletionGuard,
@@ -55,16 +50,9 @@ from batch_pipeline.stages.land import (
     LandSummary,
     land_documents,
 )
-from batch_pipeline.stages.plan import PlanSummary, plan_stale_chunks
 from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.state.reconcile import reconcile_index
-from batch_pipeline.state.staging import (
-    STAGE_SECONDS,
-    StagePath,
-    collected_at,
-    is_full_pass,
-    stage_summary,
-)
+from batch_pipeline.state.staging import StagePath, is_full_pass
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -80,14 +68,10 @@ def configured_generations(config: PipelineConfig) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
-class StageOutput:
-    path: StagePath
-    summary: object
+class PartitionPipeline(StagedPartition):
+    """The vector index's engine for one partition: a collection, or one shard of it."""
 
-
-class PartitionPipeline:
-    """The engine for one partition: a collection, or one shard of it."""
+    unit = DOCUMENTS
 
     def __init__(
         self,
@@ -187,8 +171,13 @@ class PartitionPipeline:
             document_prefix=self.model.document_prefix,
         )
 
-    def path(self, run_id: str, stage_file: str) -> StagePath:
-        return self.staging.stage_file(self.partition, run_id, stage_file)
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return STAGES
+
+    @property
+    def staging_key(self) -> str:
+        return self.partition
 
     # ------------------------------------------------------------------- stages
 
@@ -254,40 +243,9 @@ class PartitionPipeline:
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
 
-    def plan(
-        self, run_id: str, chunks: StagePath, settings: PlanSettings, dtype_bytes: int = 4
-    ) -> StageOutput:
-        out = self.path(run_id, PLAN.file)
-        summary: PlanSummary = plan_stale_chunks(chunks, out, settings, self.model, dtype_bytes)
-        return StageOutput(out, summary)
-
     def checkpoint_dir(self) -> StagePath:
         """Execute checkpoints, shared by the runs of one model fingerprint until landed."""
         return self.staging.checkpoint_dir(self.partition, self.fingerprint)
-
-    def execute(
-        self,
-        run_id: str,
-        plan: StagePath,
-        get_runner: Callable[[], Embedder],
-        checkpoint_every: int = 8,
-        progress: ProgressSink | None = None,
-        progress_interval: float = 15.0,
-    ) -> StageOutput:
-        """Run the plan; the model is only loaded (by `get_runner`) if there is work.
-        `progress` hears how far it got every `progress_interval` seconds."""
-        out = self.path(run_id, EXECUTE.file)
-        summary: ExecuteSummary = execute_plan(
-            plan,
-            out,
-            get_runner,
-            self.model.embedding_dimension,
-            self.checkpoint_dir(),
-            checkpoint_every,
-            progress,
-            progress_interval,
-        )
-        return StageOutput(out, summary)
 
     def land(
         self,
@@ -301,11 +259,11 @@ class PartitionPipeline:
         started_at: float | None = None,
         allow_mass_delete: bool = False,
     ) -> LandSummary:
-        """Land the run, then record it with its measures (`RunMeasures`): `trigger` says
-        what started it, `retries` how many of its steps were retried, `started_at` when it
-        started (default: when its collect started). Deletions beyond the mass-deletion
-        limits are held back (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
-        land_started = time.perf_counter()
+        """Land the run in the run frame (`batch_pipeline.runs.landing`), which records it
+        with its measures: `trigger` says what started it, `retries` how many of its steps
+        were retried, `started_at` when it started (default: when its collect started).
+        Deletions beyond the mass-deletion limits are held back
+        (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
         limits = self.config.limits
         guard = DeletionGuard(
             limits.max_delete_fraction,
@@ -325,16 +283,8 @@ class PartitionPipeline:
             metadata_fields=dict(self.collection.metadata.fields),
         )
         upkeep = self.config.maintenance
-        with self.tracking.landing_lease(self.index, owner=run_id):
-            table = self.store.open(self.index)  # under the lease: no commit can come between
-            version_before = table.version if table is not None else 0
-            self.tracking.record_run_started(
-                run_id,
-                self.index,
-                model_name=self.model.name,
-                fingerprint=self.fingerprint,
-                table_version_before=version_before,
-            )
+        files = StageFiles(collected, chunks, embeddings)
+        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )
@@ -349,91 +299,44 @@ class PartitionPipeline:
             self.tracking.record_failures(self.index, summary.failures, run_id)
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
-        summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
-        summary.completeness = partition_completeness(
-            self.tracking,
-            self.index,
-            self.config.limits.quarantine_after_failures,
-            summary.reconciled,
-        )
-        executed = execute_record(embeddings)
-        seconds = {
-            COLLECT.name: stage_summary(collected).get(STAGE_SECONDS),
-            PREPARE.name: stage_summary(chunks).get(STAGE_SECONDS),
-            PLAN.name: executed.get(PLAN_SECONDS),
-            EXECUTE.name: executed.get(STAGE_SECONDS),
-            LAND.name: time.perf_counter() - land_started,
-        }
-        summary.measures = self.measure_run(
-            run_id,
-            summary,
-            executed,
-            trigger,
-            retries,
-            started_at or collected_at(collected),
-            {stage: round(float(s), 3) for stage, s in seconds.items() if s is not None},
-        )
-        self.tracking.record_run(
-            run_id,
-            self.index,
-            model_name=self.model.name,
-            fingerprint=self.fingerprint,
-            docs_landed=summary.documents_landed,
-            docs_deleted=summary.documents_deleted,
-            chunks_embedded=summary.chunks_embedded,
-            chunks_resumed=summary.chunks_resumed,
-            chunks_reused=summary.chunks_reused,
-            chunks_superseded=summary.chunks_superseded,
-            chunks_removed=summary.chunks_removed,
-            table_version=summary.table_version,
-            table_version_before=version_before,
-            deletions_held=summary.deletions_held,
-            **summary.measures.record(),
-        )
-        self._remove_landed_checkpoints(embeddings)
-        self.staging.prune_runs(
-            self.partition,
-            {run_id, "checkpoints"},
-            upkeep.staging_runs_kept,
-            finished=lambda run: self.tracking.run_finished(self.index, run),
-            unfinished_grace_seconds=upkeep.unlanded_run_retention_hours * 3600,
-        )
+            summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
+            summary.completeness = partition_completeness(
+                self.tracking,
+                self.index,
+                self.config.limits.quarantine_after_failures,
+                summary.reconciled,
+            )
+            run.outcome = self._outcome(run_id, summary)
+        summary.measures = run.measures
         return summary
 
-    # ----------------------------------------------------------------- measures
-
-    def measure_run(
-        self,
-        run_id: str,
-        landed: LandSummary,
-        executed: dict,
-        trigger: str,
-        retries: int,
-        started_at: float,
-        stage_seconds: dict[str, float] | None = None,
-    ) -> RunMeasures:
-        """The run's measures from what its stages recorded and the prices in force."""
-        completeness = landed.completeness
+    def _outcome(self, run_id: str, landed: LandSummary) -> RunOutcome:
+        """What the land counted, in documents and chunks, for the run's record."""
         failed = self.tracking.failed_in_run(self.index, run_id)
-        return RunMeasures.from_execute(
-            executed,
-            self.config,
-            trigger,
-            partition=self.partition,
-            started_at=started_at,
-            finished_at=time.time(),
-            docs_attempted=(
+        completeness = landed.completeness
+        return RunOutcome(
+            counts={
+                "documents_landed": landed.documents_landed,
+                "documents_deleted": landed.documents_deleted,
+                "documents_superseded": landed.documents_superseded,
+                "chunks_embedded": landed.chunks_embedded,
+                "chunks_resumed": landed.chunks_resumed,
+                "chunks_reused": landed.chunks_reused,
+                "chunks_superseded": landed.chunks_superseded,
+                "chunks_removed": landed.chunks_removed,
+            },
+            attempted=(
                 landed.documents_landed
                 + landed.documents_deleted
                 + landed.documents_superseded
                 + failed
             ),
-            docs_failed=failed,
-            retries=retries,
-            docs_quarantined=int(completeness["documents_quarantined"]),
+            failed=failed,
+            quarantined=int(completeness["documents_quarantined"]),
             completeness=float(completeness["completeness"]),
             partition_inputs=self.landed_totals()[1],
-            stage_seconds=stage_seconds or {},
+            table_version=landed.table_version,
+            deletions_held=landed.deletions_held,
         )
 
     def documents_held(self) -> int:
@@ -476,18 +379,6 @@ class PartitionPipeline:
             inputs = self.landed_totals()[1]
         return backfill_estimate(self.recent_measures(), inputs, self.config)
 
-    def _remove_landed_checkpoints(self, embeddings: StagePath) -> None:
-        """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
-
-        Folders of runs still executing on this partition are left to them.
-        """
-        used = checkpoints_used(embeddings)
-        if used is None:  # an output written before execute recorded its folders
-            self.checkpoint_dir().delete()
-            return
-        for name in used:
-            (self.checkpoint_dir() / name).delete()
-
     # -------------------------------------------------------------- generations
 
     @property
@@ -499,8 +390,13 @@ class PartitionPipeline:
         return self.lifecycle.record()
 
     def live_generation(self) -> LiveGeneration:
-        """The live generation's table and model (what every reader uses)."""
+        """The live generation's table and record (what every reader uses)."""
         return self.lifecycle.live()
+
+    @staticmethod
+    def model_for(record: GenerationRecord) -> ResolvedModel:
+        """The model a generation was built with."""
+        return index_model(record)
 
     def review_generation(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Score this generation on the evaluation set and promote it if the gate allows:
@@ -520,52 +416,24 @@ class PartitionPipeline:
         dropped = self.lifecycle.drop_expired(generation_retention)
         return {**done, "generations_dropped": len(dropped)}
 
-    def run(
-        self,
-        run_id: str,
-        runner: Embedder | Callable[[], Embedder],
-        plan_settings: PlanSettings | None = None,
-        doc_ids: list[str] | None = None,
-        checkpoint_every: int = 8,
-        on_wait: Callable[[str], None] | None = None,
-        trigger: str = MANUAL,
-        progress: ProgressSink | None = None,
-        progress_interval: float = 15.0,
-        allow_mass_delete: bool = False,
-    ) -> dict[str, object]:
-        """All five stages in order (what a Dagster run of one partition does); their
-        summaries by stage name.
+    # -------------------------------------------------------------------- a run
 
-        `runner` may be a loaded model or a function that loads one only if there is work.
-        The partition's run lease is held throughout: a second run of the partition waits
-        for the first (`on_wait` hears who holds it) and then finds only what is still stale.
-        (Dagster runs of a partition are queued one at a time by the run coordinator.)
-        `trigger` is recorded with the run's measures; `progress` hears how prepare and
-        execute get on; `allow_mass_delete` confirms deletions beyond the limits.
-        """
-        started_at = time.time()
-        get_runner = runner if callable(runner) else (lambda: runner)
-        with self.tracking.partition_lease(self.partition, owner=run_id, on_wait=on_wait):
-            collected = self.collect(run_id, doc_ids)
-            chunks = self.prepare(run_id, collected.path, progress, progress_interval)
-            plan = self.plan(run_id, chunks.path, plan_settings or PlanSettings())
-            embeddings = self.execute(
-                run_id, plan.path, get_runner, checkpoint_every, progress, progress_interval
-            )
-            landed = self.land(
-                run_id,
-                collected.path,
-                chunks.path,
-                embeddings.path,
-                self.model.embedding_dimension,
-                trigger=trigger,
-                started_at=started_at,
-                allow_mass_delete=allow_mass_delete,
-            )
-        return {
-            COLLECT.name: collected.summary,
-            PREPARE.name: chunks.summary,
-            PLAN.name: plan.summary,
-            EXECUTE.name: embeddings.summary,
-            LAND.name: landed,
-        }
+    def collect_stage(self, request: RunRequest) -> StageOutput:
+        return self.collect(request.run_id, request.doc_ids)
+
+    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
+        return self.prepare(request.run_id, collected, request.progress, request.progress_interval)
+
+    def land_stage(
+        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
+    ) -> LandSummary:
+        return self.land(
+            request.run_id,
+            collected,
+            prepared,
+            executed,
+            self.model.embedding_dimension,
+            trigger=request.trigger,
+            started_at=request.started_at,
+            allow_mass_delete=request.allow_mass_delete,
+        )

@@ -5,7 +5,6 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from batch_pipeline.inference.embedder import Embedder
-from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.vector_store import sql_literal
@@ -111,7 +110,7 @@ def search(
     table = pipeline.store.open(live.index)
     if table is None:
         raise CollectionNotIndexedError(f"the live table {live.index!r} is missing")
-    model = resolve_model(live.model)
+    model = pipeline.model_for(live.record)
     if runner is None or runner.resolved != model:
         runner = EmbeddingRunner(model)
     present = set(table.schema.names)

@@ -5,6 +5,7 @@ An evaluation set is a JSONL file, one query per line:
 A query's ranking is the order in which documents first appear among the nearest chunks.
 """
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,11 @@ class EvalQuery:
 
 class EvalSetError(ValueError):
     """An evaluation set that cannot be used; the message names the line."""
+
+
+def eval_set_version(path: Path) -> str:
+    """A labelled set's version: the hash of its file (any product's set)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 def load_eval_set(path: Path) -> list[EvalQuery]:
@@ -93,17 +99,28 @@ def gate(
     candidate: dict[str, float] | None,
     live: dict[str, float] | None,
     tolerance: float,
+    floors: dict[str, float] | None = None,
+    incomplete: str | None = None,
 ) -> GateDecision:
-    """Whether a candidate may be promoted: complete, and no score worse than live by more
-    than `tolerance`."""
+    """Whether a candidate may be promoted: complete (`incomplete` says why not), every score
+    in `floors` at least its floor, and no score worse than live by more than `tolerance`."""
     if not complete:
-        return GateDecision(False, "not complete: a full pass has not landed every document yet")
+        return GateDecision(
+            False, incomplete or "not complete: a full pass has not landed every document yet"
+        )
     if candidate is None:
         return GateDecision(
             True,
             "complete; promoted on completeness alone",
-            ("the collection has no evaluation set, so no scores were compared",),
+            ("no evaluation set is configured, so no scores were compared",),
         )
+    below = [
+        f"{metric} {candidate[metric]:.4f} < min_{metric} {floor}"
+        for metric, floor in (floors or {}).items()
+        if metric in candidate and candidate[metric] < floor
+    ]
+    if below:
+        return GateDecision(False, "refused: " + "; ".join(below))
     if live is None:
         return GateDecision(True, "complete, and there is no live generation to compare with")
     worse = [

@@ -1,111 +1,95 @@
-"""One collection's generation for one configuration: tracked after each land, reviewed by
-the evaluation gate, promoted, read through the live pointer, and dropped after retirement.
+"""A collection's vector index generation for one configuration: tracked after each land,
+reviewed through the shared `GenerationReviewer` (retrieval scores, "had a full pass"),
+promoted, read through the live pointer, and dropped after retirement.
 
-`GenerationLifecycle` holds this logic for the pipeline, the Dagster assets and the CLI alike;
-it returns dataclasses, and reports warnings as a field.
+`GenerationLifecycle` holds this logic for the pipeline, the Dagster assets and the CLI alike.
 """
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from batch_pipeline.config import CollectionConfig, ModelConfig
-from batch_pipeline.generations.evaluation import gate, load_eval_set, score_generation
+from batch_pipeline.config import CollectionConfig, EvaluationConfig, ModelConfig
+from batch_pipeline.generations.evaluation import eval_set_version, load_eval_set, score_generation
 from batch_pipeline.generations.registry import (
     BUILDING,
     CANDIDATE,
     DROPPED,
-    LIVE,
     RETIRED,
     GenerationRegistry,
     generation_complete,
 )
-from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.generations.review import (
+    PIPELINE,
+    Completeness,
+    EmbedderFor,
+    GenerationReview,
+    GenerationReviewer,
+    LiveGeneration,
+)
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.names import generation_index
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 
-EmbedderFor = Callable[[ResolvedModel], Embedder]
+
+def index_model(record: GenerationRecord) -> ResolvedModel:
+    """The model a vector index generation was built with (its record keeps the config)."""
+    return resolve_model(ModelConfig.model_validate_json(record.model_config))
 
 
-class NoLiveGenerationError(RuntimeError):
-    """A reader asked for a collection that has never been promoted."""
-
-
-@dataclass(frozen=True)
-class LiveGeneration:
-    """What every reader uses: the live generation's table and the model that built it."""
-
-    index: str
-    model: ModelConfig
+def table_version(store: VectorStore, index: str) -> int | None:
+    table = store.open(index)
+    return table.version if table is not None else None
 
 
 @dataclass(frozen=True)
-class GenerationReview:
-    """The outcome of reviewing a generation after a run."""
+class FullPassRule:
+    """Complete once every shard had a full pass and nothing is pending (`track` records it
+    after each land)."""
 
-    generation: str
-    fingerprint: str
-    state: str  # after the review
-    complete: bool
-    documents: int
-    rows: int
-    live_generation: str | None  # after the review
-    decision: str  # live, promoted or refused
-    reason: str
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    evaluated: bool = True  # False: nothing changed since the last review, which stands
+    store: VectorStore
 
-    @classmethod
-    def of(
-        cls,
-        record: GenerationRecord,
-        live: GenerationRecord | None,
-        decision: str,
-        reason: str,
-        scores: dict,
-        warnings: tuple[str, ...] = (),
-        evaluated: bool = True,
-    ) -> "GenerationReview":
-        """A review of the generation `record`, with `live` the live one after it."""
-        return cls(
-            generation=record.index_name,
-            fingerprint=record.fingerprint,
-            state=record.state,
-            complete=record.complete,
-            documents=record.documents,
-            rows=record.rows,
-            live_generation=live.index_name if live else None,
-            decision=decision,
-            reason=reason,
-            scores=scores,
-            warnings=warnings,
-            evaluated=evaluated,
-        )
-
-    def metadata(self) -> dict[str, object]:
-        """Flat values for run metadata and `--json` output (absent values omitted)."""
-        values: dict[str, object] = {
-            "generation": self.generation,
-            "fingerprint": self.fingerprint,
-            "state": self.state,
-            "complete": self.complete,
-            "documents": self.documents,
-            "rows": self.rows,
-            "decision": self.decision,
-            "reason": self.reason,
-            "evaluated": self.evaluated,
-            **{f"candidate_{k}": v for k, v in self.scores.get("candidate", {}).items()},
-            **{f"live_{k}": v for k, v in self.scores.get("live", {}).items()},
+    def assess(self, record: GenerationRecord, live: GenerationRecord | None) -> Completeness:
+        key = {
+            "complete": bool(record.complete),
+            "documents": record.documents,
+            "version": table_version(self.store, record.index_name),
         }
-        if self.live_generation is not None:
-            values["live_generation"] = self.live_generation
-        if self.warnings:
-            values["warnings"] = list(self.warnings)
-        return values
+        return Completeness(bool(record.complete), None, key)
+
+
+@dataclass(frozen=True)
+class RetrievalScorer:
+    """Recall@k and MRR@k on the collection's evaluation set (queries with their relevant
+    documents), searched in each generation's own table with its own model."""
+
+    store: VectorStore
+    evaluation: EvaluationConfig
+    floors: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tolerance(self) -> float:
+        return self.evaluation.tolerance
+
+    def key(self, record: GenerationRecord) -> dict[str, object]:
+        return {
+            "eval_set": eval_set_version(self.evaluation.path),
+            "k": self.evaluation.k,
+            "version": table_version(self.store, record.index_name),
+        }
+
+    def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
+        model = index_model(record)
+        return score_generation(
+            self.store,
+            record.index_name,
+            embedder_for(model),
+            load_eval_set(self.evaluation.path),
+            self.evaluation.k,
+            model.query_prefix,
+        )
 
 
 class GenerationLifecycle:
@@ -128,6 +112,14 @@ class GenerationLifecycle:
         self.tracking = tracking
         self.store = store
         self.registry = GenerationRegistry(tracking)
+        evaluation = collection.evaluation
+        self.reviewer = GenerationReviewer(
+            self.registry,
+            collection.name,
+            FullPassRule(store),
+            RetrievalScorer(store, evaluation) if evaluation is not None else None,
+            "materialise it first (make demo)",
+        )
 
     @property
     def name(self) -> str:
@@ -163,127 +155,18 @@ class GenerationLifecycle:
                 self.name,
                 self.fingerprint,
                 "first complete generation",
-                actor="pipeline",
+                actor=PIPELINE,
                 already_live_ok=True,
             )
 
     def live(self) -> LiveGeneration:
         """The live generation (what every reader uses), or NoLiveGenerationError."""
-        live = self.registry.live(self.name)
-        if live is None:
-            raise NoLiveGenerationError(
-                f"collection {self.name!r} has no live generation yet; "
-                "materialise it first (make demo)"
-            )
-        return LiveGeneration(live.index_name, ModelConfig.model_validate_json(live.model_config))
+        return self.reviewer.live()
 
-    def _scores(self, embedder_for: EmbedderFor, live: GenerationRecord | None) -> dict:
-        evaluation = self.collection.evaluation
-        if evaluation is None:
-            return {}
-        queries = load_eval_set(evaluation.path)
-        scores = {
-            "candidate": score_generation(
-                self.store,
-                self.index,
-                embedder_for(self.model),
-                queries,
-                evaluation.k,
-                self.model.query_prefix,
-            )
-        }
-        if live is not None and live.fingerprint != self.fingerprint:
-            live_model = resolve_model(ModelConfig.model_validate_json(live.model_config))
-            scores["live"] = score_generation(
-                self.store,
-                live.index_name,
-                embedder_for(live_model),
-                queries,
-                evaluation.k,
-                live_model.query_prefix,
-            )
-        return scores
-
-    def _review_key(self, record: GenerationRecord) -> str:
-        """What a review depends on: this table's version and completeness, and the live
-        generation's table and version."""
-        live = self.registry.live(self.name)
-        table = self.store.open(self.index)
-        live_table = self.store.open(live.index_name) if live is not None else None
-        return json.dumps(
-            {
-                "version": table.version if table is not None else None,
-                "complete": record.complete,
-                "documents": record.documents,
-                "live": live.index_name if live is not None else None,
-                "live_version": live_table.version if live_table is not None else None,
-            },
-            sort_keys=True,
-        )
-
-    def needs_review(self) -> bool:
-        """Whether anything a review depends on changed since the last one."""
-        record = self.record()
-        return record.decision is None or record.reviewed_key != self._review_key(record)
-
-    def review(self, embedder_for: EmbedderFor, force: bool = True) -> GenerationReview:
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Score this generation (and live) on the evaluation set; promote it if the gate
-        allows. The decision and scores are also recorded on the generation. Unless `force`,
-        a generation unchanged since its last review keeps that review, and no model loads."""
-        record = self.record()
-        if not force and not self.needs_review():
-            return self._last_review(record)
-        scores = self._scores(embedder_for, self.registry.live(self.name))
-        warnings: tuple[str, ...] = ()
-        if record.state == LIVE:
-            decision, reason = "live", "this generation is live"
-        else:
-            evaluation = self.collection.evaluation
-            verdict = gate(
-                record.complete,
-                scores.get("candidate"),
-                scores.get("live"),
-                evaluation.tolerance if evaluation else 0.0,
-            )
-            if verdict.allowed:
-                self.registry.promote(
-                    self.name, self.fingerprint, verdict.reason, "pipeline", already_live_ok=True
-                )
-            decision = "promoted" if verdict.allowed else "refused"
-            reason, warnings = verdict.reason, verdict.warnings
-        self.registry.update(
-            self.name,
-            self.fingerprint,
-            scores=json.dumps(scores),
-            decision=f"{decision}: {reason}",
-        )
-        record = self.record()
-        self.registry.update(self.name, self.fingerprint, reviewed_key=self._review_key(record))
-        return self._review(record, decision, reason, scores, warnings)
-
-    def _last_review(self, record: GenerationRecord) -> GenerationReview:
-        """The review recorded on the generation, unchanged (`evaluated` False)."""
-        decision, _, reason = (record.decision or "").partition(": ")
-        return self._review(
-            record,
-            decision,
-            f"{reason} (unchanged since the last review)",
-            json.loads(record.scores or "{}"),
-            evaluated=False,
-        )
-
-    def _review(
-        self,
-        record: GenerationRecord,
-        decision: str,
-        reason: str,
-        scores: dict,
-        warnings: tuple[str, ...] = (),
-        evaluated: bool = True,
-    ) -> GenerationReview:
-        return GenerationReview.of(
-            record, self.registry.live(self.name), decision, reason, scores, warnings, evaluated
-        )
+        allows (see `GenerationReviewer.review`)."""
+        return self.reviewer.review(self.record(), embedder_for, force)
 
     def drop_expired(self, retention: timedelta, now: datetime | None = None) -> list[str]:
         """Drop the tables of this collection's generations retired longer than `retention`

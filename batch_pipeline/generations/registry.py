@@ -1,4 +1,4 @@
-"""Model generations: one LanceDB table per collection and model fingerprint.
+"""Generations: one LanceDB table per product and fingerprint.
 
 A fingerprint change never rewrites the live table: the pipeline builds a new generation
 beside it (`building`), which becomes a `candidate` once a full pass has landed every document
@@ -44,31 +44,31 @@ def _details(details: dict | str | None) -> str | None:
 
 
 class GenerationRegistry:
-    """The rules of a collection's generations, over the tracking store's records."""
+    """The rules of a product's generations, over the tracking store's records."""
 
     def __init__(self, tracking: TrackingStore) -> None:
         self.tracking = tracking
 
-    def get(self, collection: str, fingerprint: str) -> GenerationRecord | None:
-        return self.tracking.generation(collection, fingerprint)
+    def get(self, product: str, fingerprint: str) -> GenerationRecord | None:
+        return self.tracking.generation(product, fingerprint)
 
-    def live(self, collection: str) -> GenerationRecord | None:
-        return self.tracking.live_generation(collection)
+    def live(self, product: str) -> GenerationRecord | None:
+        return self.tracking.live_generation(product)
 
-    def list_all(self, collection: str | None = None) -> list[GenerationRecord]:
-        return self.tracking.list_generations(collection)
+    def list_all(self, product: str | None = None) -> list[GenerationRecord]:
+        return self.tracking.list_generations(product)
 
     def ensure(
-        self, collection: str, fingerprint: str, index: str, model_config: dict
+        self, product: str, fingerprint: str, index: str, model_config: dict
     ) -> GenerationRecord:
         """The generation's record, registered (as `building`) on first use."""
-        record = self.get(collection, fingerprint)
+        record = self.get(product, fingerprint)
         if record is not None:
             return record
         now = time.time()
         self.tracking.insert_generation(
             {
-                "collection": collection,
+                "product": product,
                 "fingerprint": fingerprint,
                 "index_name": index,
                 "state": BUILDING,
@@ -81,15 +81,15 @@ class GenerationRegistry:
                 "updated_at": now,
             }
         )
-        return self.get(collection, fingerprint)
+        return self.get(product, fingerprint)
 
-    def update(self, collection: str, fingerprint: str, **values: Any) -> None:
-        self.tracking.update_generation(collection, fingerprint, **values)
+    def update(self, product: str, fingerprint: str, **values: Any) -> None:
+        self.tracking.update_generation(product, fingerprint, **values)
 
     def record(
         self,
         action: str,
-        collection: str,
+        product: str,
         from_index: str | None = None,
         to_index: str | None = None,
         details: dict | str | None = None,
@@ -99,18 +99,18 @@ class GenerationRegistry:
         self.tracking.record_audit(
             actor=actor or current_actor(),
             action=action,
-            collection=collection,
+            product=product,
             from_index=from_index,
             to_index=to_index,
             details=_details(details),
         )
 
-    def audit_log(self, collection: str | None = None) -> list[AuditEntry]:
-        return self.tracking.audit_entries(collection)
+    def audit_log(self, product: str | None = None) -> list[AuditEntry]:
+        return self.tracking.audit_entries(product)
 
     def promote(
         self,
-        collection: str,
+        product: str,
         fingerprint: str,
         reason: str,
         actor: str | None = None,
@@ -119,35 +119,35 @@ class GenerationRegistry:
         """Make this generation live and retire the old one: one atomic switch. A generation
         that is live already is an error for an operator, and nothing to do for a pipeline
         review (`already_live_ok`: a concurrent run's review promoted it first)."""
-        target = self.get(collection, fingerprint)
+        target = self.get(product, fingerprint)
         if target is None:
-            raise GenerationError(f"collection {collection!r} has no generation {fingerprint!r}")
+            raise GenerationError(f"product {product!r} has no generation {fingerprint!r}")
         if target.state == LIVE:
             if already_live_ok:
                 return LiveSwitch(target.index_name, target.index_name)
-            raise GenerationError(f"generation {fingerprint} of {collection!r} is already live")
+            raise GenerationError(f"generation {fingerprint} of {product!r} is already live")
         if target.state == DROPPED:
             raise GenerationError(f"generation {fingerprint} was dropped; rebuild it")
         previous = self.tracking.switch_live(
-            collection,
+            product,
             fingerprint,
             audit={
                 "actor": actor or current_actor(),
                 "action": "promote",
-                "collection": collection,
+                "product": product,
                 "to_index": target.index_name,
                 "details": reason,
             },
         )
         return LiveSwitch(previous, target.index_name)
 
-    def rollback(self, collection: str, actor: str | None = None) -> LiveSwitch:
+    def rollback(self, product: str, actor: str | None = None) -> LiveSwitch:
         """Bring back the most recently retired generation; the live one is retired."""
-        retired = [g for g in self.list_all(collection) if g.state == RETIRED]
+        retired = [g for g in self.list_all(product) if g.state == RETIRED]
         if not retired:
-            raise GenerationError(f"collection {collection!r} has no retired generation to restore")
+            raise GenerationError(f"product {product!r} has no retired generation to restore")
         previous = max(retired, key=lambda g: g.retired_at or 0)
-        switch = self.promote(collection, previous.fingerprint, "rollback", actor)
+        switch = self.promote(product, previous.fingerprint, "rollback", actor)
         return LiveSwitch(switch.previous, switch.live, action="rollback")
 
 

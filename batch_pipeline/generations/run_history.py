@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry
-from batch_pipeline.names import generation_collection
+from batch_pipeline.names import generation_product
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, sql_literal
 
@@ -47,7 +47,7 @@ def invalidate_run(
         total_docs += len(doc_ids)
         registry.record(
             "invalidate_run",
-            generation_collection(index),
+            generation_product(index),
             from_index=index,
             to_index=index,
             details={"run_id": run_id, "rows": len(rows), "documents": len(doc_ids)},

@@ -122,7 +122,6 @@ class EmbeddingRunner:
         num_threads: int | None = None,
         quantize_int8: bool = False,
         prefetch_batches: int = 2,
-        fault_injector: Callable[[list[str]], None] | None = None,
         fidelity_min_cosine: float = 0.9999,
         calibration_cache: Path | None = None,
         timer: Callable[[], float] = time.perf_counter,
@@ -134,7 +133,6 @@ class EmbeddingRunner:
         self.dtype = pick_dtype(self.device, dtype)
         self.num_threads = num_threads or default_threads()
         self.prefetch_batches = max(1, prefetch_batches)
-        self.fault_injector = fault_injector  # tests only: raise a fake error for a batch
         if self.device == "cpu":
             torch.set_num_threads(self.num_threads)
         # `auto` with candidates: calibrated on the first inputs this runner sees
@@ -316,8 +314,6 @@ class EmbeddingRunner:
     def _forward(self, texts: list[str], features: dict) -> np.ndarray:
         import torch
 
-        if self.fault_injector is not None:
-            self.fault_injector(texts)
         moved = {
             k: v.to(self.device, non_blocking=True) if hasattr(v, "to") else v
             for k, v in features.items()

@@ -21,6 +21,10 @@ BACKFILL = "backfill"
 MANUAL = "manual"
 TRIGGERS = (SENSOR, SCHEDULE, BACKFILL, MANUAL)
 
+# What a run's inputs are (the `unit` of its record): each product counts its own.
+DOCUMENTS = "documents"
+TICKETS = "tickets"
+
 
 def run_window_seconds(config: PipelineConfig, trigger: str) -> float:
     """The wall-clock a run may take: a sensor run's micro-batch window plus the freshness
@@ -56,12 +60,13 @@ class RunMeasures:
     host_price_hour: float = 0.0
     currency: str = "USD"
     window_seconds: float | None = None
-    docs_attempted: int = 0  # documents the run tried to land or delete
-    docs_failed: int = 0  # of those, failed (in any stage)
+    unit: str = DOCUMENTS  # what the run's inputs are: documents, tickets (later prompts)
+    attempted: int = 0  # inputs of that unit the run tried to land or remove
+    failed: int = 0  # of those, failed (in any stage)
     retries: int = 0  # step retries (Dagster's retry number) within the run
-    inputs_resumed: int = 0  # inputs taken from the checkpoints of an interrupted attempt
+    inputs_resumed: int = 0  # model inputs taken from the checkpoints of an interrupted attempt
     oom_splits: int = 0
-    docs_quarantined: int = 0  # documents of the partition waiting for new content
+    quarantined: int = 0  # inputs of the partition waiting for new content
     completeness: float | None = None
     partition_inputs: int = 0  # chunks of the partition: what a full rebuild embeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's wall-clock
@@ -133,7 +138,7 @@ class RunMeasures:
 
     @property
     def failure_rate(self) -> float | None:
-        return _ratio(self.docs_failed, self.docs_attempted)
+        return _ratio(self.failed, self.attempted)
 
     # ---------------------------------------------------------------- storage
 
@@ -162,12 +167,12 @@ class RunMeasures:
             "currency": self.currency,
             "window_seconds": self.window_seconds,
             "window_used_fraction": _rounded(self.window_used_fraction, 6),
-            "documents_attempted": self.docs_attempted,
+            f"{self.unit}_attempted": self.attempted,
             "failure_rate": _rounded(self.failure_rate, 4),
             "step_retries": self.retries,
             "inputs_resumed_from_checkpoint": self.inputs_resumed,
             "oom_splits": self.oom_splits,
-            "documents_quarantined": self.docs_quarantined,
+            f"{self.unit}_quarantined": self.quarantined,
             **{f"stage_seconds_{stage}": s for stage, s in self.stage_seconds.items()},
         }
         if self.inputs:

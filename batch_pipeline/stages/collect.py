@@ -8,7 +8,6 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 
 import json
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ import pyarrow as pa
 from batch_pipeline.iterables import ID_BATCH, batched
 from batch_pipeline.sources import DocumentReadError, DocumentSource, RawDocument, SourceEntry
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
-from batch_pipeline.state.staging import StageWriter
+from batch_pipeline.state.staging import StageWriter, stamped_collect_schema
 from batch_pipeline.state.tracking import FailureRecord, LandedDocument, TrackingStore
 from batch_pipeline.text.documents import DocumentError, content_hash, decode_document
 from batch_pipeline.text.normalize import detect_format, parse_document
@@ -353,10 +352,7 @@ def collect_documents(
     batch at a time as they are found.
     """
     summary = CollectSummary(on_changes=on_changes)
-    mode = b"targeted" if doc_ids is not None else b"full"
-    # When collection started: land never overwrites what another run landed after this.
-    started = str(time.time()).encode()
-    schema = COLLECTED_SCHEMA.with_metadata({b"mode": mode, b"collected_at": started})
+    schema = stamped_collect_schema(COLLECTED_SCHEMA, full=doc_ids is None)
     with StageWriter(out_path, schema, stage_started) as writer:
         for row in classify_documents(
             source, landed, fingerprint, summary, doc_ids, known_failures, limits, also_landed

@@ -29,13 +29,17 @@ from batch_pipeline.stages.collect import (
     metadata_json,
 )
 from batch_pipeline.stages.join import vectors_in_chunk_order
+from batch_pipeline.stages.prepare import CHUNKS_SCHEMA
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
 from batch_pipeline.state.tracking import CONTENT_FAILURE_REASONS, FailureRecord, TrackingStore
-from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.state.vector_store import LINEAGE_COLUMNS, VectorStore
 
 DOCS_PER_COMMIT = 500
+# what a table row takes over from its chunk in prepare's file, as it is
+NOT_CARRIED = {"token_count", "stale", "metadata"}  # planning's, and metadata typed apart
+CARRIED_COLUMNS = tuple(name for name in CHUNKS_SCHEMA.names if name not in NOT_CARRIED)
 
 
 @dataclass
@@ -302,43 +306,27 @@ def _document_rows(
     # one document's chunks carry the same metadata: typed once for all of them
     metadata = metadata_columns(chunk_rows[0].get("metadata"), ctx.metadata_fields)
     for chunk in chunk_rows:
-        base = {
+        row = {
             "collection": ctx.collection,
             "partition": ctx.partition,
-            "doc_id": chunk["doc_id"],
-            "chunk_id": chunk["chunk_id"],
-            "chunk_index": chunk["chunk_index"],
-            "title": chunk["title"],
-            "section": chunk["section"],
-            "text": chunk["text"],
-            "input_text": chunk["input_text"],
-            "input_hash": chunk["input_hash"],
-            "source_version": chunk["source_version"],
-            "content_hash": chunk["content_hash"],
+            **{name: chunk[name] for name in CARRIED_COLUMNS},
             **metadata,
         }
         if chunk["stale"]:
             if chunk["vector"] is None:
                 return _failure(chunk, "a chunk could not be embedded (see the execute stage)")
-            base.update(
-                vector=chunk["vector"],
-                model_name=ctx.model_name,
-                model_fingerprint=ctx.fingerprint,
-                run_id=ctx.run_id,
-                embedded_at=chunk["embedded_at"],
-            )
+            lineage = {
+                "vector": chunk["vector"],
+                "model_name": ctx.model_name,
+                "model_fingerprint": ctx.fingerprint,
+                "run_id": ctx.run_id,
+                "embedded_at": chunk["embedded_at"],
+            }
         else:
-            previous = reused.get(chunk["chunk_id"])
-            if previous is None:
+            lineage = reused.get(chunk["chunk_id"])
+            if lineage is None:
                 return _failure(chunk, "an unchanged chunk vanished from the index; retry the run")
-            base.update(
-                vector=previous["vector"],
-                model_name=previous["model_name"],
-                model_fingerprint=previous["model_fingerprint"],
-                run_id=previous["run_id"],
-                embedded_at=previous["embedded_at"],
-            )
-        out.append(base)
+        out.append({**row, **{name: lineage[name] for name in LINEAGE_COLUMNS}})
     return out
 
 

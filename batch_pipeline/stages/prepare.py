@@ -186,22 +186,23 @@ def _write_chunks(
             kept.add(chunk_id)
             summary.chunks_stale += stale
             summary.tokens_stale += tokens if stale else 0
-            for name, value in (
-                ("doc_id", doc["doc_id"]),
-                ("chunk_id", chunk_id),
-                ("chunk_index", index),
-                ("title", title),
-                ("section", section),
-                ("text", text),
-                ("input_text", input_text),
-                ("input_hash", input_hash),
-                ("token_count", tokens),
-                ("source_version", doc["source_version"]),
-                ("content_hash", doc["content_hash"]),
-                ("metadata", metadata),
-                ("stale", stale),
-            ):
-                columns[name].append(value)
+            row = {
+                "doc_id": doc["doc_id"],
+                "chunk_id": chunk_id,
+                "chunk_index": index,
+                "title": title,
+                "section": section,
+                "text": text,
+                "input_text": input_text,
+                "input_hash": input_hash,
+                "token_count": tokens,
+                "source_version": doc["source_version"],
+                "content_hash": doc["content_hash"],
+                "metadata": metadata,
+                "stale": stale,
+            }
+            for name in CHUNKS_SCHEMA.names:
+                columns[name].append(row[name])
         summary.chunks += len(chunks)
         summary.chunks_removed += len(by_doc.get(doc["doc_id"], set()) - kept)
     summary.chunks_unchanged = summary.chunks - summary.chunks_stale

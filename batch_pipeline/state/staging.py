@@ -359,6 +359,13 @@ def is_full_pass(collected_path: "StagePath | Path") -> bool:
     return schema_metadata(collected_path).get(b"mode") == b"full"
 
 
+def stamped_collect_schema(schema: pa.Schema, full: bool = True) -> pa.Schema:
+    """A collect file's schema stamped with when collection started (now) and whether it
+    covers the whole source: land never overwrites what another run landed after this."""
+    mode = b"full" if full else b"targeted"
+    return schema.with_metadata({b"mode": mode, b"collected_at": str(time.time()).encode()})
+
+
 def collected_at(collected_path: "StagePath | Path") -> float:
     """When the collect that wrote this file started (0 for files that do not say)."""
     return float(schema_metadata(collected_path).get(b"collected_at") or 0)

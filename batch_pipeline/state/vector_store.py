@@ -56,6 +56,11 @@ METADATA_TYPES = {
 }
 
 
+# A chunk row's lineage: where its vector came from. A fresh vector gets this run's; an
+# unchanged chunk keeps its landed row's.
+LINEAGE_COLUMNS = ("vector", "model_name", "model_fingerprint", "run_id", "embedded_at")
+
+
 def chunk_schema(dim: int, fields: dict[str, str] | None = None) -> pa.Schema:
     """A generation's table: one row per chunk with its lineage, then the declared metadata
     fields (typed) and the rest of the document's metadata as JSON."""
@@ -118,13 +123,17 @@ class VectorStore:
         self.db.drop_table(index)
         return True
 
+    def create_table(self, index: str, schema: pa.Schema):
+        """The generation's table, created empty with `schema` if it does not exist yet."""
+        return self.db.create_table(index, schema=schema, exist_ok=True)
+
     def ensure_table(self, index: str, dim: int, fields: dict[str, str] | None = None):
         """The generation's table, created if missing; columns added since it was created
         (metadata fields declared later) are added, empty, to it."""
         schema = chunk_schema(dim, fields)
         table = self.open(index)
         if table is None:
-            return self.db.create_table(index, schema=schema, exist_ok=True)
+            return self.create_table(index, schema)
         have = {f.name: f for f in table.schema}
         missing = [f for f in schema if f.name not in have]
         for wanted in schema:

@@ -44,7 +44,7 @@ class DayArrival:
     def reason(self) -> str:
         if self.changed_at is None:
             before = (
-                f"{self.last_run['docs_attempted']} when it last ran"
+                f"{tickets_read(self.last_run)} when it last ran"
                 if self.last_run
                 else "and it never ran"
             )
@@ -53,6 +53,12 @@ class DayArrival:
         if self.last_run is None:
             return f"{self.day}: its export arrived at {stamp}, after the schedule, and never ran"
         return f"{self.day}: its export was replaced at {stamp}, after its last run started"
+
+
+def tickets_read(run: dict) -> int | None:
+    """The tickets a landed run read from its export (its `attempted` inputs, in tickets, for
+    runs recorded before their counts were)."""
+    return run["counts"].get("tickets_read", run["attempted"])
 
 
 def schedule_time(day: date, settings: TicketsConfig) -> datetime:
@@ -85,6 +91,6 @@ def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
         rows = product.export.day_row_count(day)
         if rows is None or (last is None and rows == 0):
             continue  # a file not there yet, or a day with no tickets that never ran
-        if last is None or rows != last["docs_attempted"]:
+        if last is None or rows != tickets_read(last):
             found.append(DayArrival(key, None, rows, last))
     return found

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
 from batch_pipeline.inference.embedder import Embedder
-from batch_pipeline.tickets.taxonomy import UNKNOWN, Taxonomy
 
 TOP_K = 3
 

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from batch_pipeline.state.staging import StagePath, StageWriter
+from batch_pipeline.state.staging import StagePath, StageWriter, stamped_collect_schema
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_COLLECT
 from batch_pipeline.tickets.exports import INVALID_JSON, TicketExport
 
 OK, FAILED = "ok", "failed"
-COLLECTED_AT = "collected_at"  # when collect started (epoch seconds), in the file's footer
 
 TICKETS_SCHEMA = pa.schema(
     [
@@ -97,8 +96,7 @@ def collect_tickets(export: TicketExport, day: date, out: StagePath | Path) -> T
     summary = TicketCollectSummary(source=export.describe())
     seen: set[str] = set()
     key = day.isoformat()
-    with StageWriter(out, TICKETS_SCHEMA, started) as writer:
-        writer.summary = {COLLECTED_AT: time.time()}
+    with StageWriter(out, stamped_collect_schema(TICKETS_SCHEMA), started) as writer:
         for n, row in enumerate(export.read_day(day), start=1):
             problem = check_row(row, seen)
             ticket_id = str(row.get("id") or "").strip() or f"row-{n}"

@@ -6,7 +6,6 @@ averages the F1 of every intent the set or the predictions name, so a taxonomy t
 one intent into another is penalised even where accuracy hides it.
 """
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +45,6 @@ def load_labelled_tickets(path: Path, intents: list[str]) -> list[LabelledTicket
     if not tickets:
         raise TicketEvalSetError(f"{path}: no labelled tickets")
     return tickets
-
-
-def eval_set_version(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 def classification_scores(labels: list[str], predicted: list[str]) -> dict[str, float]:

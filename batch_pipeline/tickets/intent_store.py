@@ -65,7 +65,7 @@ class IntentStore:
         """Make the day's rows exactly `rows`, in one commit; returns the table version."""
         table = self.store.open(index)
         if table is None:
-            table = self.store.db.create_table(index, schema=intent_schema(dim), exist_ok=True)
+            table = self.store.create_table(index, intent_schema(dim))
         data = rows.cast(table.schema)
         commit_with_retries(
             table,

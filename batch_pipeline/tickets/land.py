@@ -75,13 +75,13 @@ def land_day(
     embeddings_path: StagePath | Path,
     known_vectors: Callable[[], dict[str, np.ndarray]],
     classifier: Callable[[], IntentClassifier],
-    channels: dict[str, str | None],
 ) -> TicketLandSummary:
     """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
     this model computed before, by input hash; `classifier()` is only called if some ticket
-    needs classifying; `channels` gives each ticket's channel."""
+    needs classifying."""
     summary = TicketLandSummary()
-    inputs = read_table(inputs_path, ["ticket_id", "input_hash", "input_text"]).to_pylist()
+    columns = ["ticket_id", "channel", "input_hash", "input_text"]
+    inputs = read_table(inputs_path, columns).to_pylist()
     existing = intents.day_rows(target.index, target.day)
     ids = existing["ticket_id"].to_pylist() if existing.num_rows else []
     by_ticket = {ticket_id: i for i, ticket_id in enumerate(ids)}
@@ -127,7 +127,7 @@ def land_day(
                     {
                         "ticket_id": row["ticket_id"],
                         "day": target.day,
-                        "channel": channels.get(row["ticket_id"]),
+                        "channel": row["channel"],
                         "intent": p.intent,
                         "confidence": p.confidence,
                         "top_intents": [name for name, _ in p.top],

@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from batch_pipeline.tickets.taxonomy import UNKNOWN
+from batch_pipeline.config.taxonomy import UNKNOWN
 
 TRAILING_DAYS = 7
 

@@ -2,7 +2,9 @@
 
 `DayPipeline` binds a day (a Dagster daily partition) to the ticket configuration and the
 shared storage, and runs collect -> prepare -> plan -> execute -> land. Plan and execute are
-the vector index's own stages; runs, failures and generations go to the same tracking store.
+the vector index's own stages; the run frame (`batch_pipeline.runs`) records each run, and
+the shared generation review (`batch_pipeline.generations.review`) gates each generation with
+this product's rule and scorer (`tickets.review`).
 
 A generation is one taxonomy version under one model (and the classifier's thresholds): its
 LanceDB table is `<tickets name>__<fingerprint>`. Editing the taxonomy starts a new generation
@@ -12,7 +14,6 @@ and the evaluation gate finds it no worse than live. Rollback is the registry's.
 
 import hashlib
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
@@ -21,52 +22,53 @@ from functools import cached_property
 import numpy as np
 import pyarrow.compute as pc
 
-from batch_pipeline.config import ConfigError, PipelineConfig, TicketsConfig
-from batch_pipeline.generations.evaluation import gate
-from batch_pipeline.generations.lifecycle import (
+from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
+from batch_pipeline.config.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
+from batch_pipeline.generations.review import (
     EmbedderFor,
     GenerationReview,
+    GenerationReviewer,
+    LiveGeneration,
     NoLiveGenerationError,
 )
-from batch_pipeline.generations.registry import DROPPED, LIVE, GenerationRegistry
-from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
-from batch_pipeline.measures.progress import ProgressSink
-from batch_pipeline.measures.run import MANUAL, RunMeasures
+from batch_pipeline.measures.run import MANUAL, TICKETS
 from batch_pipeline.names import generation_index
-from batch_pipeline.pipeline import StageOutput
-from batch_pipeline.stages.execute import PLAN_SECONDS, execute_plan, execute_record
-from batch_pipeline.stages.plan import plan_stale_chunks
-from batch_pipeline.state.staging import STAGE_SECONDS, StagePath, read_table, stage_summary
+from batch_pipeline.runs import (
+    RunOutcome,
+    RunRequest,
+    StagedPartition,
+    StageFiles,
+    StageOutput,
+    landing,
+)
+from batch_pipeline.stages import Stage
+from batch_pipeline.state.staging import StagePath, read_table
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
-    TICKET_EXECUTE,
-    TICKET_LAND,
-    TICKET_PLAN,
     TICKET_PREPARE,
+    TICKET_STAGES,
 )
 from batch_pipeline.tickets.classify import IntentClassifier, embed_prototypes
-from batch_pipeline.tickets.collect import COLLECTED_AT, OK, collect_tickets, collected_failures
-from batch_pipeline.tickets.evaluation import (
-    classification_scores,
-    eval_set_version,
-    load_labelled_tickets,
-)
+from batch_pipeline.tickets.collect import OK, collect_tickets, collected_failures
 from batch_pipeline.tickets.exports import TicketExport, make_export
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.land import DayTarget, TicketLandSummary, land_day
 from batch_pipeline.tickets.mix import TRAILING_DAYS, IntentMix
 from batch_pipeline.tickets.prepare import prepare_inputs, ticket_input
-from batch_pipeline.tickets.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 
 
 def tickets_config(config: PipelineConfig) -> TicketsConfig:
     if config.tickets is None:
-        raise ConfigError("tickets: not configured (add a `tickets:` section; see README)")
+        raise ConfigError(
+            "tickets: not configured (add a `tickets:` section; see docs/ticket-intents.md)"
+        )
     return config.tickets
 
 
@@ -179,8 +181,22 @@ class TicketProduct:
             self.name, self.fingerprint, self.index, self.generation_config()
         )
 
-    def live(self) -> GenerationRecord | None:
-        return self.registry.live(self.name)
+    @cached_property
+    def reviewer(self) -> GenerationReviewer:
+        """The shared review, with this product's rule (holds every day live holds) and
+        scorer (accuracy on the labelled tickets)."""
+        evaluation = self.settings.evaluation
+        return GenerationReviewer(
+            self.registry,
+            self.name,
+            HoldsLiveDaysRule(self.intents),
+            AccuracyScorer(evaluation, self._predict) if evaluation is not None else None,
+            "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)",
+        )
+
+    def live(self) -> LiveGeneration:
+        """What readers use: the live generation, or NoLiveGenerationError."""
+        return self.reviewer.live()
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""
@@ -231,49 +247,23 @@ class TicketProduct:
         classifier = self.classifier_for(record, lambda: embedder)
         return classifier.classify(embedder.embed(inputs))
 
-    def scores(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict | None:
-        """A generation's accuracy and macro-F1 on the labelled set (None without one);
-        cached on its record per version of the set."""
-        evaluation = self.settings.evaluation
-        if evaluation is None:
-            return None
-        version = eval_set_version(evaluation.path)
-        cached = json.loads(record.scores or "{}")
-        if cached.get("eval_set") == version and "candidate" in cached:
-            return cached["candidate"]
+    def _predict(
+        self, record: GenerationRecord, texts: list[tuple[str, str]], embedder_for: EmbedderFor
+    ) -> list[str]:
+        """The intents generation `record` predicts for (subject, body) pairs."""
         embedder = embedder_for(self.model_for(record))
-        taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
-        labelled = load_labelled_tickets(evaluation.path, taxonomy.names)
-        predictions = self.classify_texts([(t.subject, t.body) for t in labelled], embedder, record)
-        scores = classification_scores([t.label for t in labelled], [p.intent for p in predictions])
-        self.registry.update(
-            self.name,
-            record.fingerprint,
-            scores=json.dumps({"eval_set": version, "candidate": scores}),
-        )
-        return scores
+        return [p.intent for p in self.classify_texts(texts, embedder, record)]
 
-    def model_for(self, record: GenerationRecord) -> ResolvedModel:
+    @staticmethod
+    def model_for(record: GenerationRecord) -> ResolvedModel:
         """The model a generation was built with."""
-        from batch_pipeline.config import ModelConfig
-
         return resolve_model(ModelConfig.model_validate(json.loads(record.model_config)["model"]))
-
-    def reader_generation(self) -> GenerationRecord:
-        """What readers use: the live generation."""
-        live = self.live()
-        if live is None:
-            raise NoLiveGenerationError(
-                f"{self.name!r} has no live generation yet; classify a day first "
-                "(make demo, or batch-pipeline run --day YYYY-MM-DD)"
-            )
-        return live
 
     def day_report(self, day: str, examples: int = 2) -> dict:
         """A day under the live generation: the intent mix, unknown rate, confidence spread,
         shift against the trailing days, and the most confident examples per intent."""
         pipeline = self.day(day)
-        record = self.reader_generation()
+        record = self.live().record
         rows = self.intents.day_rows(
             record.index_name, pipeline.day, ["ticket_id", "intent", "confidence", "input_text"]
         ).to_pylist()
@@ -319,100 +309,44 @@ class TicketProduct:
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Gate this configuration's generation: complete (it holds every day the live one
         holds), at least `min_accuracy`, and no worse than live within the tolerance; promote
-        it if so. Unchanged since the last review, the last review stands (no model loads)."""
-        record = self.record()
-        live = self.live()
-        days = self.intents.days(self.index)
-        live_days = self.intents.days(live.index_name) if live is not None else []
-        complete = bool(days) and set(days) >= set(live_days)
-        evaluation = self.settings.evaluation
-        key = json.dumps(
-            {
-                "days": len(days),
-                "live": live.index_name if live else None,
-                "live_days": len(live_days),
-                "eval_set": eval_set_version(evaluation.path) if evaluation else None,
-            },
-            sort_keys=True,
-        )
-        rows = self.store.count_rows(self.index)
-        self.registry.update(
-            self.name, self.fingerprint, complete=complete, rows=rows, documents=rows
-        )
-        if not force and record.decision is not None and record.reviewed_key == key:
-            decision, _, reason = record.decision.partition(": ")
-            return self._review(
-                decision, f"{reason} (unchanged since the last review)", evaluated=False
-            )
-        candidate = self.scores(record, embedder_for)
-        live_scores = (
-            self.scores(live, embedder_for)
-            if live is not None and live.fingerprint != self.fingerprint
-            else None
-        )
-        warnings: tuple[str, ...] = ()
-        if record.state == LIVE:
-            decision, reason = "live", "this generation is live"
-        else:
-            verdict = gate(
-                complete, candidate, live_scores, evaluation.tolerance if evaluation else 0.0
-            )
-            allowed, reason, warnings = verdict.allowed, verdict.reason, verdict.warnings
-            if not complete:
-                missing = sorted(set(live_days) - set(days))
-                reason = (
-                    f"not complete: holds {len(days)} of the live generation's days; "
-                    f"backfill {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
-                )
-            floor = evaluation.min_accuracy if evaluation else 0.0
-            if candidate is not None and candidate["accuracy"] < floor:
-                allowed = False
-                reason = f"refused: accuracy {candidate['accuracy']:.4f} < min_accuracy {floor}"
-            if allowed:
-                self.registry.promote(
-                    self.name, self.fingerprint, reason, "pipeline", already_live_ok=True
-                )
-            decision = "promoted" if allowed else "refused"
-        scores = {"candidate": candidate} if candidate else {}
-        if live_scores:
-            scores["live"] = live_scores
-        self.registry.update(
-            self.name, self.fingerprint, decision=f"{decision}: {reason}", reviewed_key=key
-        )
-        return self._review(decision, reason, scores, warnings)
-
-    def _review(
-        self,
-        decision: str,
-        reason: str,
-        scores: dict | None = None,
-        warnings: tuple[str, ...] = (),
-        evaluated: bool = True,
-    ) -> GenerationReview:
-        record = self.record()
-        if scores is None:
-            cached = json.loads(record.scores or "{}")
-            scores = {"candidate": cached["candidate"]} if "candidate" in cached else {}
-        return GenerationReview.of(
-            record, self.live(), decision, reason, scores, warnings, evaluated
-        )
+        it if so (see `GenerationReviewer.review`: `force` or `generations.review: every_run`
+        re-evaluates a review whose inputs are unchanged)."""
+        every_run = self.config.generations.review == "every_run"
+        return self.reviewer.review(self.record(), embedder_for, force or every_run)
 
 
-class DayPipeline:
+class DayPipeline(StagedPartition):
     """The engine for one day of tickets (one daily partition)."""
+
+    unit = TICKETS
 
     def __init__(self, product: TicketProduct, day: date) -> None:
         self.product = product
         self.day = day
         self.partition = day.isoformat()
+        self.config, self.tracking = product.config, product.tracking
+        self.store, self.staging = product.store, product.staging
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return TICKET_STAGES
 
     @property
     def staging_key(self) -> str:
         """The day's folder in staging: under the product's name, apart from collections."""
         return f"{self.product.name}/{self.partition}"
 
-    def path(self, run_id: str, stage_file: str) -> StagePath:
-        return self.product.staging.stage_file(self.staging_key, run_id, stage_file)
+    @property
+    def index(self) -> str:
+        return self.product.index
+
+    @property
+    def fingerprint(self) -> str:
+        return self.product.fingerprint
+
+    @property
+    def model(self) -> ResolvedModel:
+        return self.product.model
 
     def _same_model_rows(self, columns: list[str]) -> Iterator:
         """These columns of the day's rows in every generation of this model."""
@@ -457,36 +391,9 @@ class DayPipeline:
         )
         return StageOutput(out, summary)
 
-    def plan(
-        self, run_id: str, inputs: StagePath, settings: PlanSettings, dtype_bytes: int = 4
-    ) -> StageOutput:
-        out = self.path(run_id, TICKET_PLAN.file)
-        return StageOutput(
-            out, plan_stale_chunks(inputs, out, settings, self.product.model, dtype_bytes)
-        )
-
-    def execute(
-        self,
-        run_id: str,
-        plan: StagePath,
-        get_runner: Callable[[], Embedder],
-        progress: ProgressSink | None = None,
-        progress_interval: float = 15.0,
-    ) -> StageOutput:
-        out = self.path(run_id, TICKET_EXECUTE.file)
-        checkpoints = self.product.staging.checkpoint_dir(
-            self.staging_key, self.product.model_fingerprint
-        )
-        summary = execute_plan(
-            plan,
-            out,
-            get_runner,
-            self.product.model.embedding_dimension,
-            checkpoints,
-            progress=progress,
-            progress_interval=progress_interval,
-        )
-        return StageOutput(out, summary)
+    def checkpoint_dir(self) -> StagePath:
+        """Execute checkpoints of the day, shared by the runs of one model until landed."""
+        return self.product.staging.checkpoint_dir(self.staging_key, self.product.model_fingerprint)
 
     def trailing_counts(self, index: str | None = None) -> list[dict[str, int]]:
         """The intent counts of the trailing days a generation (default: this
@@ -510,22 +417,11 @@ class DayPipeline:
         retries: int = 0,
         started_at: float | None = None,
     ) -> TicketLandSummary:
-        """Classify and write the day, record its failures and the run with its measures."""
-        land_started = time.perf_counter()
+        """Classify and write the day, and record its failures, in the run frame
+        (`batch_pipeline.runs.landing`), which records the run with its measures."""
         product = self.product
-        tracking = product.tracking
         index = product.index
         record = product.record()
-        collected_rows = read_table(
-            collected, ["ticket_id", "day", "channel", "status", "error_reason", "error_message"]
-        )
-        channels = dict(
-            zip(
-                collected_rows["ticket_id"].to_pylist(),
-                collected_rows["channel"].to_pylist(),
-                strict=True,
-            )
-        )
         target = DayTarget(
             index,
             self.partition,
@@ -534,16 +430,11 @@ class DayPipeline:
             product.taxonomy.version,
             product.model.embedding_dimension,
         )
-        with tracking.landing_lease(index, owner=run_id):
-            table = product.store.open(index)
-            version_before = table.version if table is not None else 0
-            tracking.record_run_started(
-                run_id,
-                index,
-                model_name=product.model.name,
-                fingerprint=product.fingerprint,
-                table_version_before=version_before,
-            )
+        collected_rows = read_table(
+            collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
+        )
+        files = StageFiles(collected, inputs, embeddings)
+        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
             summary = land_day(
                 product.intents,
                 target,
@@ -551,91 +442,55 @@ class DayPipeline:
                 embeddings,
                 self.known_vectors,
                 lambda: product.classifier_for(record, get_runner),
-                channels,
             )
-            failures = collected_failures(collected_rows) + summary.failures
-            tracking.replace_failures(index, f"{self.partition}/", failures, run_id)
-        summary.failures = failures
+            summary.failures = collected_failures(collected_rows) + summary.failures
+            product.tracking.replace_failures(index, f"{self.partition}/", summary.failures, run_id)
+            rows = product.store.count_rows(index)
+            product.registry.update(product.name, product.fingerprint, rows=rows, documents=rows)
+            run.outcome = self._outcome(collected_rows.num_rows, summary, collected_rows)
         summary.mix = summary.mix.with_shift(self.trailing_counts())
-        executed = execute_record(embeddings)
-        ok = sum(1 for s in collected_rows["status"].to_pylist() if s == OK)
-        attempted = collected_rows.num_rows
-        seconds = {
-            TICKET_COLLECT.name: stage_summary(collected).get(STAGE_SECONDS),
-            TICKET_PREPARE.name: stage_summary(inputs).get(STAGE_SECONDS),
-            TICKET_PLAN.name: executed.get(PLAN_SECONDS),
-            TICKET_EXECUTE.name: executed.get(STAGE_SECONDS),
-            TICKET_LAND.name: time.perf_counter() - land_started,
-        }
-        measures = RunMeasures.from_execute(
-            executed,
-            product.config,
-            trigger,
-            partition=self.partition,
-            started_at=started_at
-            or float(stage_summary(collected).get(COLLECTED_AT) or time.time()),
-            finished_at=time.time(),
-            docs_attempted=attempted,
-            docs_failed=len(failures),
-            retries=retries,
-            completeness=summary.mix.total / ok if ok else 1.0,
-            partition_inputs=ok,
-            stage_seconds={k: round(float(v), 3) for k, v in seconds.items() if v is not None},
-        )
-        summary.measures = measures
-        tracking.record_run(
-            run_id,
-            index,
-            model_name=product.model.name,
-            fingerprint=product.fingerprint,
-            docs_landed=summary.tickets_classified + summary.tickets_unchanged,
-            docs_deleted=summary.tickets_removed,
-            chunks_embedded=int(executed.get("inputs", 0)),
-            chunks_reused=summary.tickets_unchanged,
-            chunks_removed=summary.tickets_removed,
-            table_version=summary.table_version,
-            table_version_before=version_before,
-            **measures.record(),
-        )
-        product.staging.checkpoint_dir(self.staging_key, product.model_fingerprint).delete()
-        product.staging.prune_runs(
-            self.staging_key,
-            {run_id, "checkpoints"},
-            product.config.maintenance.staging_runs_kept,
-            finished=lambda run: tracking.run_finished(index, run),
-            unfinished_grace_seconds=product.config.maintenance.unlanded_run_retention_hours * 3600,
-        )
+        summary.measures = run.measures
         return summary
 
-    def run(
-        self,
-        run_id: str,
-        runner: Embedder | Callable[[], Embedder],
-        plan_settings: PlanSettings | None = None,
-        trigger: str = MANUAL,
-        progress: ProgressSink | None = None,
-    ) -> dict[str, object]:
-        """All five stages of the day, under the day's lease; their summaries by stage."""
-        started_at = time.time()
-        get_runner = runner if callable(runner) else (lambda: runner)
-        with self.product.tracking.partition_lease(self.staging_key, owner=run_id):
-            collected = self.collect(run_id)
-            inputs = self.prepare(run_id, collected.path)
-            plan = self.plan(run_id, inputs.path, plan_settings or PlanSettings())
-            embeddings = self.execute(run_id, plan.path, get_runner, progress)
-            landed = self.land(
-                run_id,
-                collected.path,
-                inputs.path,
-                embeddings.path,
-                get_runner,
-                trigger=trigger,
-                started_at=started_at,
-            )
-        return {
-            TICKET_COLLECT.name: collected.summary,
-            TICKET_PREPARE.name: inputs.summary,
-            TICKET_PLAN.name: plan.summary,
-            TICKET_EXECUTE.name: embeddings.summary,
-            TICKET_LAND.name: landed,
-        }
+    @staticmethod
+    def _outcome(read: int, landed: TicketLandSummary, collected_rows) -> RunOutcome:  # noqa: ANN001
+        """What the land counted, in tickets, for the run's record."""
+        valid = sum(1 for s in collected_rows["status"].to_pylist() if s == OK)
+        return RunOutcome(
+            counts={
+                "tickets_read": read,
+                "tickets_valid": valid,
+                "tickets_classified": landed.tickets_classified,
+                "tickets_unchanged": landed.tickets_unchanged,
+                "tickets_removed": landed.tickets_removed,
+                "tickets_failed": len(landed.failures),
+            },
+            attempted=read,
+            failed=len(landed.failures),
+            completeness=landed.mix.total / valid if valid else 1.0,
+            partition_inputs=valid,
+            table_version=landed.table_version,
+        )
+
+    # -------------------------------------------------------------------- a run
+
+    def collect_stage(self, request: RunRequest) -> StageOutput:
+        if request.doc_ids is not None:
+            raise ConfigError("a ticket day runs whole: --doc-id is for collections")
+        return self.collect(request.run_id)
+
+    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
+        return self.prepare(request.run_id, collected)
+
+    def land_stage(
+        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
+    ) -> TicketLandSummary:
+        return self.land(
+            request.run_id,
+            collected,
+            prepared,
+            executed,
+            request.runner,
+            trigger=request.trigger,
+            started_at=request.started_at,
+        )

@@ -25,6 +25,7 @@ INPUTS_SCHEMA = pa.schema(
     [
         pa.field("ticket_id", pa.string(), nullable=False),
         pa.field("day", pa.string(), nullable=False),
+        pa.field("channel", pa.string()),  # carried to land, which writes it on the row
         pa.field("input_text", pa.large_string(), nullable=False),
         pa.field("input_hash", pa.string(), nullable=False),
         pa.field("token_count", pa.int32(), nullable=False),
@@ -77,7 +78,7 @@ def prepare_inputs(
     tokenizer = get_tokenizer()
     known = known_inputs()
     with StageWriter(out, INPUTS_SCHEMA, started) as writer:
-        columns = ["ticket_id", "day", "subject", "body", "status"]
+        columns = ["ticket_id", "day", "channel", "subject", "body", "status"]
         for batch in read_batches(collected, columns):
             table = pa.Table.from_batches([batch])
             for row in table.filter(pc.equal(table["status"], OK)).to_pylist():
@@ -94,6 +95,7 @@ def prepare_inputs(
                     {
                         "ticket_id": row["ticket_id"],
                         "day": row["day"],
+                        "channel": row["channel"],
                         "input_text": text,
                         "input_hash": key,
                         "token_count": min(tokens, max_tokens),

@@ -84,4 +84,5 @@ def test_an_unknown_collection_exits_2_naming_the_configured_ones(two_collection
     code = cli.main([*two_collections, command, *extra, "--collection", "nosuch"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "unknown collection 'nosuch'" in err and "reltest, sharded" in err
+    unknown = "unknown collection" if command == "search" else "unknown product"
+    assert f"{unknown} 'nosuch'" in err and "reltest, sharded" in err

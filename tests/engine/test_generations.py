@@ -130,7 +130,7 @@ def test_without_an_evaluation_set_completeness_alone_promotes_with_a_warning(wo
     second.run("run-2", lambda: runner_for(runner)(second.model))
     review = second.review_generation(runner_for(runner))
     assert review.decision == "promoted" and "completeness alone" in review.reason
-    assert review.warnings == ("the collection has no evaluation set, so no scores were compared",)
+    assert review.warnings == ("no evaluation set is configured, so no scores were compared",)
     assert review.metadata()["warnings"] == list(review.warnings)
 
 
@@ -233,10 +233,13 @@ def test_an_unchanged_generation_keeps_its_review_and_loads_no_model(workspace, 
     assert not again.evaluated and loads == []
     assert again.scores == json.loads(json.dumps(first.scores))
     assert again.decision == "live" and again.reason.endswith("(unchanged since the last review)")
+    # forced, it decides again, but its scores still hold for the same table and set
     assert pipeline_for(workspace).review_generation(embedder_for, force=True).evaluated
+    assert loads == []
     (workspace["docs"] / "new.md").write_text("# New\n\nA new page about desks.\n")
     pipeline.run("run-3", fake_embedder)
     assert pipeline_for(workspace).review_generation(embedder_for).evaluated  # table changed
+    assert loads  # and the new table is scored
 
     configure(workspace, tolerance=1.0, extra="generations: {review: every_run}\n")
     assert pipeline_for(workspace).review_generation(embedder_for).evaluated

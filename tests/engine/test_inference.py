@@ -59,6 +59,17 @@ def test_order_is_preserved(runner):
     np.testing.assert_allclose(forward, backward[::-1], atol=1e-5)
 
 
+def inject_faults(monkeypatch, runner, fault):
+    """FAKE faults: `fault(texts)` runs before each forward pass of the real runner."""
+    forward = runner._forward
+
+    def faulty(texts, features):
+        fault(texts)
+        return forward(texts, features)
+
+    monkeypatch.setattr(runner, "_forward", faulty)
+
+
 def test_run_yields_positions_for_each_batch(runner):
     batches = [([4, 1], [TEXTS[4], TEXTS[1]]), ([0, 3, 2], [TEXTS[0], TEXTS[3], TEXTS[2]])]
     got = {}
@@ -73,7 +84,7 @@ def test_run_yields_positions_for_each_batch(runner):
 def test_out_of_memory_splits_the_batch_and_lowers_the_budget(runner, monkeypatch):
     reference = runner.embed(TEXTS)
     attempts: list[int] = []
-    monkeypatch.setattr(runner, "fault_injector", fake_cuda_oom(3, attempts))
+    inject_faults(monkeypatch, runner, fake_cuda_oom(3, attempts))
     stats = RunStats()
     out = {}
     batches = [(list(range(0, 8)), TEXTS[0:8]), (list(range(8, 18)), TEXTS[8:18])]
@@ -93,7 +104,7 @@ def test_an_input_that_fails_alone_is_reported_not_dropped(runner, monkeypatch):
         if any(t == "ok" for t in texts):
             raise torch.OutOfMemoryError("CUDA out of memory (fake)")
 
-    monkeypatch.setattr(runner, "fault_injector", inject)
+    inject_faults(monkeypatch, runner, inject)
     stats = RunStats()
     seen = []
     for positions, _ in runner.run([(list(range(6)), TEXTS[:6])], stats):
@@ -107,7 +118,7 @@ def test_other_errors_are_not_swallowed(runner, monkeypatch):
     def inject(texts):  # FAKE
         raise RuntimeError("device lost")
 
-    monkeypatch.setattr(runner, "fault_injector", inject)
+    inject_faults(monkeypatch, runner, inject)
     with pytest.raises(RuntimeError, match="device lost"):
         list(runner.run([([0], ["x"])]))
 

@@ -64,12 +64,15 @@ def test_a_broken_document_raises_the_failure_rate(workspace, make_pipeline, fak
     pipeline = make_pipeline()
     pipeline.run("run-1", fake_embedder)
     _, clean = measures_of(pipeline, "run-1")
-    assert clean.failure_rate == 0.0 and clean.docs_attempted == 3
+    assert clean.failure_rate == 0.0 and clean.attempted == 3
     (workspace["docs"] / "broken.md").write_bytes(b"")  # empty: fails in collect
     (workspace["docs"] / "new.md").write_text("# New\n\nA fresh page about refunds.\n")
     pipeline.run("run-2", fake_embedder)
-    _, broken = measures_of(pipeline, "run-2")
-    assert broken.docs_failed == 1 and broken.docs_attempted == 2
+    row, broken = measures_of(pipeline, "run-2")
+    assert broken.failed == 1 and broken.attempted == 2 and broken.unit == "documents"
+    # what the run counted, in documents and chunks; the older columns mirror it
+    assert row["counts"]["documents_landed"] == row["docs_landed"] == 1
+    assert row["counts"]["chunks_embedded"] == row["chunks_embedded"] >= 1
     assert broken.failure_rate == 0.5
     assert broken.completeness is not None and broken.completeness < 1.0
 
@@ -140,8 +143,9 @@ REPORT_FIELDS = {
     "inputs_per_second",
     "cost_per_1k_inputs",
     "window_used_fraction",
-    "documents_failed",
-    "documents_attempted",
+    "unit",
+    "failed",
+    "attempted",
     "failure_rate",
     "retries",
     "completeness",

@@ -149,6 +149,31 @@ def test_a_day_lands_every_ticket_with_lineage_and_a_replay_changes_nothing(tick
     assert product.intents.day_rows(product.index, DAY)["run_id"].to_pylist() == ["r1"] * 12
 
 
+def test_a_day_s_run_records_what_it_counted_in_tickets(tickets, runner):
+    """The run frame records a ticket run in tickets: its own counts, its unit, and no
+    ticket count in the document and chunk columns older versions read."""
+    from batch_pipeline.tickets.arrivals import tickets_read
+
+    product = tickets.product()
+    run_day(product, runner)
+    run_day(tickets.product(), runner, run_id="r2")  # a replay: every ticket unchanged
+    replay, first = product.tracking.partition_runs([DAY], 5, product.index)
+    assert first["unit"] == replay["unit"] == "tickets"
+    assert first["counts"] == {
+        "tickets_read": 12,
+        "tickets_valid": 12,
+        "tickets_classified": 12,
+        "tickets_unchanged": 0,
+        "tickets_removed": 0,
+        "tickets_failed": 0,
+    }
+    assert replay["counts"]["tickets_unchanged"] == 12
+    assert replay["counts"]["tickets_classified"] == 0
+    assert first["attempted"] == 12 and first["failed"] == 0 and first["inputs"] == 12
+    assert first["docs_landed"] == first["chunks_embedded"] == first["chunks_reused"] == 0
+    assert tickets_read(replay) == 12  # what the export sensor compares a table's rows with
+
+
 def test_a_ticket_added_to_a_classified_day_is_the_only_one_classified(tickets, runner):
     product = tickets.product()
     run_day(product, runner)
@@ -361,7 +386,9 @@ def test_report_and_failures_cover_the_ticket_product(tmp_path, runner, capsys):
     report = json.loads(capsys.readouterr().out)
     (line,) = report["runs"]
     assert line["partition"] == DAY and line["inputs"] == 6
-    assert line["documents_failed"] == 1 and line["documents_attempted"] == 7
+    assert line["unit"] == "tickets" and line["failed"] == 1 and line["attempted"] == 7
+    assert cli.main([*base, "report", "--product", "tickets"]) == 0
+    assert "1/7 tickets" in capsys.readouterr().out
     assert cli.main([*base, "failures", "--collection", "tickets", "--json"]) == 0
     (failure,) = json.loads(capsys.readouterr().out)
     assert failure["collection"] == "tickets" and failure["reason"] == "duplicate_id"
@@ -404,7 +431,8 @@ def test_status_and_doctor_cover_the_ticket_product(tmp_path, runner, capsys):
 
     assert cli.main([*base, "doctor", "--json"]) == 1
     handbook, tickets = json.loads(capsys.readouterr().out)
-    assert handbook["collection"] == "handbook" and tickets["collection"] == "tickets"
+    assert handbook["product"] == "handbook" and tickets["product"] == "tickets"
+    assert (handbook["kind"], tickets["kind"]) == ("vector_index", "ticket_intents")
     assert tickets["table_rows"] == 6 and not tickets["healthy"]
     (problem,) = tickets["problems"]
     assert problem.startswith(f"{due - 1} of {due} due days not classified under the live")

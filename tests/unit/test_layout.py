@@ -10,38 +10,31 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Lowest first. A module may import its own layer and those below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    (
-        "batch_pipeline.names",
-        "batch_pipeline.iterables",
-        "batch_pipeline.faults",
-        "batch_pipeline.tickets.taxonomy",  # read by config: a bad taxonomy fails at load
-    ),
-    ("batch_pipeline.config",),
+    ("batch_pipeline.names", "batch_pipeline.iterables", "batch_pipeline.faults"),
+    ("batch_pipeline.config",),  # the YAML and the files it names (the ticket taxonomy)
     ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
     ("batch_pipeline.measures",),
     ("batch_pipeline.state",),
     ("batch_pipeline.stages",),
-    # completeness and freshness read the state only; status reads a pipeline
-    (
-        "batch_pipeline.generations",
-        "batch_pipeline.health.completeness",
-        "batch_pipeline.health.freshness",
-    ),
-    ("batch_pipeline.pipeline",),
-    ("batch_pipeline.tickets",),  # the second product: its own stages over the shared ones
-    ("batch_pipeline.health", "batch_pipeline.triggers", "batch_pipeline.search"),
+    # the generation review, and completeness and freshness: they read the state only
+    ("batch_pipeline.generations", "batch_pipeline.health"),
+    ("batch_pipeline.runs",),  # the run frame every product runs in
+    # the products, side by side: each on the frame, neither on the other
+    ("batch_pipeline.pipeline", "batch_pipeline.tickets"),
+    ("batch_pipeline.reports", "batch_pipeline.triggers", "batch_pipeline.search"),
+    ("batch_pipeline.products",),  # the face every product shows the commands
     (
         "batch_pipeline.cli",
         "batch_pipeline.bench",
         "batch_pipeline.bench_end_to_end",
         "batch_pipeline.partitions",
-        "batch_pipeline.tickets.commands",
     ),
     ("resources",),
     ("assets",),
     ("sensors",),
     ("batch_pipeline.definitions",),
 ]
+PRODUCTS = ("batch_pipeline.pipeline", "batch_pipeline.tickets")
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
 
 
@@ -109,11 +102,47 @@ def test_the_engine_imports_no_dagster(module):
     assert not dagster, f"{module} imports {sorted(dagster)}"
 
 
+def test_every_folder_stands_at_one_height():
+    """Each folder's modules all sit in one layer: no folder holds both something the
+    products build on and something built on them. (The engine's own top-level modules are
+    its spine: each is a layer of its own.)"""
+    heights: dict[str, set[int]] = {}
+    for module in MODULES:
+        package = module if (MODULES[module].name == "__init__.py") else module.rpartition(".")[0]
+        if package != "batch_pipeline":
+            heights.setdefault(package, set()).add(layer_of(module))
+    split = {package: sorted(h) for package, h in heights.items() if len(h) > 1}
+    assert not split, f"folders at more than one height: {split}"
+
+
+def test_no_product_imports_another():
+    """The products stand side by side on the run frame: neither is built on the other."""
+    for module in MODULES:
+        own = next((p for p in PRODUCTS if module == p or module.startswith(p + ".")), None)
+        if own is None:
+            continue
+        others = [
+            i
+            for i in imports_of(MODULES[module])
+            for p in PRODUCTS
+            if p != own and (i == p or i.startswith(p + "."))
+        ]
+        assert not others, f"{module} imports another product: {others}"
+
+
+def test_the_height_check_catches_a_split_folder():
+    """The checker itself: a folder with a module below the products and one above them."""
+    assert layer_of("batch_pipeline.health.freshness") < layer_of("batch_pipeline.pipeline")
+    assert layer_of("batch_pipeline.reports.collection") > layer_of("batch_pipeline.pipeline")
+    assert layer_of("batch_pipeline.health.status") == layer_of("batch_pipeline.health")
+
+
 def test_each_stage_and_kind_of_state_has_a_folder():
     from batch_pipeline.stages import STAGES
 
     engine = REPO / "batch_pipeline"
-    for folder in ("stages", "text", "inference", "sources", "state", "generations", "health"):
+    folders = ("stages", "text", "inference", "sources", "state", "generations", "health")
+    for folder in (*folders, "reports", "tickets", "cli", "config"):
         assert (engine / folder / "__init__.py").is_file(), folder
     for stage in STAGES:
         assert (engine / "stages" / f"{stage.name}.py").is_file(), stage.name

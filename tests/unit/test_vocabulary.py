@@ -6,9 +6,9 @@ import pytest
 from batch_pipeline.config import parse_config
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import (
-    generation_collection,
     generation_fingerprint,
     generation_index,
+    generation_product,
     shard_number,
     shard_of,
     shard_partition,
@@ -20,14 +20,14 @@ from batch_pipeline.triggers.publish import PlannedRun, partition_runs
 @pytest.mark.parametrize("collection", ["handbook", "a", "a__b", "kb_2026"])
 def test_a_generation_names_its_collection_and_fingerprint(collection):
     index = generation_index(collection, "68b2134ad1c0fff7")
-    assert generation_collection(index) == collection
+    assert generation_product(index) == collection
     assert generation_fingerprint(index) == "68b2134ad1c0fff7"
 
 
 @pytest.mark.parametrize("bad", ["handbook", "__abc", "handbook__", ""])
 def test_a_name_that_is_not_a_generation_is_refused(bad):
     with pytest.raises(ValueError, match="not a generation name"):
-        generation_collection(bad)
+        generation_product(bad)
 
 
 def test_shard_partitions_round_trip():

@@ -3,6 +3,7 @@ runs, generations and the audit log, and the landing lease."""
 
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
 from batch_pipeline.state.tracking.lease import LockTimeoutError
+from batch_pipeline.state.tracking.run_records import RunRecord
 from batch_pipeline.state.tracking.store import (
     CONTENT_FAILURE_REASONS,
     FailureRecord,
@@ -18,6 +19,7 @@ __all__ = [
     "GenerationRecord",
     "LandedDocument",
     "LockTimeoutError",
+    "RunRecord",
     "TrackingStore",
     "TrackingUnavailableError",
 ]

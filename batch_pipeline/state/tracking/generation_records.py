@@ -16,11 +16,11 @@ LIVE, RETIRED = "live", "retired"
 
 @dataclass(frozen=True)
 class GenerationRecord:
-    """One collection's generation for one model fingerprint, as tracking records it."""
+    """One product's generation for one fingerprint, as tracking records it."""
 
-    collection: str
+    product: str  # the product that owns it: a collection's name, or the ticket product's
     fingerprint: str
-    index_name: str  # the generation's table: <collection>__<fingerprint>
+    index_name: str  # the generation's table: <product>__<fingerprint>
     state: str  # building, candidate, live, retired, dropped
     model_config: str  # JSON
     full_pass: bool
@@ -49,10 +49,16 @@ class AuditEntry:
     at: float
     actor: str
     action: str
-    collection: str
+    product: str
     from_index: str | None
     to_index: str | None
     details: str | None
+
+
+def _by_key(table: sa.Table, row: sa.Row) -> dict[str, Any]:
+    """A row's values by column key (the `collection` column is the `product` key)."""
+    keys = {column.name: column.key for column in table.columns}
+    return {keys[name]: value for name, value in row._mapping.items()}
 
 
 class GenerationRecords:
@@ -64,27 +70,25 @@ class GenerationRecords:
         query = (
             sa.select(generations)
             .where(*where)
-            .order_by(generations.c.collection, generations.c.created_at)
+            .order_by(generations.c.product, generations.c.created_at)
         )
         with self.engine.connect() as conn:
-            return [GenerationRecord(**row._mapping) for row in conn.execute(query)]
+            return [GenerationRecord(**_by_key(generations, row)) for row in conn.execute(query)]
 
-    def generation(self, collection: str, fingerprint: str) -> GenerationRecord | None:
+    def generation(self, product: str, fingerprint: str) -> GenerationRecord | None:
         rows = self._generations(
-            generations.c.collection == collection, generations.c.fingerprint == fingerprint
+            generations.c.product == product, generations.c.fingerprint == fingerprint
         )
         return rows[0] if rows else None
 
-    def live_generation(self, collection: str) -> GenerationRecord | None:
-        rows = self._generations(
-            generations.c.collection == collection, generations.c.state == LIVE
-        )
+    def live_generation(self, product: str) -> GenerationRecord | None:
+        rows = self._generations(generations.c.product == product, generations.c.state == LIVE)
         return rows[0] if rows else None
 
-    def list_generations(self, collection: str | None = None) -> list[GenerationRecord]:
-        if collection is None:
+    def list_generations(self, product: str | None = None) -> list[GenerationRecord]:
+        if product is None:
             return self._generations()
-        return self._generations(generations.c.collection == collection)
+        return self._generations(generations.c.product == product)
 
     def insert_generation(self, values: dict[str, Any]) -> None:
         """Register a generation; a concurrent run that registered it first wins."""
@@ -94,18 +98,18 @@ class GenerationRecords:
         except sa.exc.IntegrityError:
             pass
 
-    def update_generation(self, collection: str, fingerprint: str, **values: Any) -> None:
+    def update_generation(self, product: str, fingerprint: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 generations.update()
                 .where(
-                    generations.c.collection == collection,
+                    generations.c.product == product,
                     generations.c.fingerprint == fingerprint,
                 )
                 .values(updated_at=time.time(), **values)
             )
 
-    def switch_live(self, collection: str, fingerprint: str, audit: dict[str, Any]) -> str | None:
+    def switch_live(self, product: str, fingerprint: str, audit: dict[str, Any]) -> str | None:
         """Retire the live generation and make `fingerprint` live, with its audit entry, in
         one transaction: readers see the old live generation or the new one, never neither.
         Returns the previous live generation's table (None if there was none). Two reviews
@@ -113,7 +117,7 @@ class GenerationRecords:
         retires nothing and writes no audit entry."""
         now = time.time()
         others_live = (
-            generations.c.collection == collection,
+            generations.c.product == product,
             generations.c.state == LIVE,
             generations.c.fingerprint != fingerprint,
         )
@@ -129,7 +133,7 @@ class GenerationRecords:
             switched = conn.execute(
                 generations.update()
                 .where(
-                    generations.c.collection == collection,
+                    generations.c.product == product,
                     generations.c.fingerprint == fingerprint,
                     generations.c.state != LIVE,
                 )
@@ -143,9 +147,9 @@ class GenerationRecords:
         with self.engine.begin() as conn:
             conn.execute(audit_log.insert().values(at=time.time(), **values))
 
-    def audit_entries(self, collection: str | None = None) -> list[AuditEntry]:
+    def audit_entries(self, product: str | None = None) -> list[AuditEntry]:
         query = sa.select(audit_log).order_by(audit_log.c.id)
-        if collection is not None:
-            query = query.where(audit_log.c.collection == collection)
+        if product is not None:
+            query = query.where(audit_log.c.product == product)
         with self.engine.connect() as conn:
-            return [AuditEntry(**row._mapping) for row in conn.execute(query)]
+            return [AuditEntry(**_by_key(audit_log, row)) for row in conn.execute(query)]

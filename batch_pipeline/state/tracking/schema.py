@@ -60,6 +60,12 @@ failures = sa.Table(
     sa.Column("source_version", sa.String(256)),
 )
 
+# One row per run and generation it landed into. What the run counted is `counts` (JSON, in
+# its product's own nouns: documents and chunks, tickets, ...) in the `unit` its measures
+# name. The docs_*/chunks_* columns are kept for databases and readers of older versions: a
+# documents-unit run fills them from its counts, any other writes 0 there, and nothing reads
+# them for a run that has `counts`. Measure columns whose old names said "docs" are addressed
+# by neutral keys (`runs.c.attempted` is the column docs_attempted).
 runs = sa.Table(
     "runs",
     metadata,
@@ -70,7 +76,7 @@ runs = sa.Table(
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("docs_landed", sa.Integer, nullable=False),
     sa.Column("docs_deleted", sa.Integer, nullable=False),
-    sa.Column("docs_failed", sa.Integer, nullable=False),
+    sa.Column("docs_failed", sa.Integer, key="failed", nullable=False),
     sa.Column("chunks_embedded", sa.Integer, nullable=False),
     sa.Column("chunks_reused", sa.Integer, nullable=False),
     sa.Column("chunks_removed", sa.Integer, nullable=False),
@@ -85,7 +91,7 @@ runs = sa.Table(
     sa.Column("partition", sa.String(128)),
     sa.Column("trigger", sa.String(16)),  # sensor, schedule, backfill or manual
     sa.Column("started_at", sa.Float),
-    sa.Column("inputs", sa.Integer),  # inputs embedded by this run
+    sa.Column("inputs", sa.Integer),  # model inputs computed by this run
     sa.Column("tokens", sa.Integer),
     sa.Column("execute_seconds", sa.Float),
     sa.Column("device", sa.String(32)),
@@ -95,23 +101,26 @@ runs = sa.Table(
     sa.Column("host_price_hour", sa.Float),
     sa.Column("currency", sa.String(16)),
     sa.Column("window_seconds", sa.Float),
-    sa.Column("docs_attempted", sa.Integer),
+    sa.Column("docs_attempted", sa.Integer, key="attempted"),  # in the run's unit
     sa.Column("retries", sa.Integer),
     sa.Column("inputs_resumed", sa.Integer),
     sa.Column("oom_splits", sa.Integer),
-    sa.Column("docs_quarantined", sa.Integer),
+    sa.Column("docs_quarantined", sa.Integer, key="quarantined"),  # in the run's unit
     sa.Column("completeness", sa.Float),
-    sa.Column("partition_inputs", sa.Integer),  # chunks a full rebuild would embed
+    sa.Column("partition_inputs", sa.Integer),  # model inputs a full rebuild would compute
     sa.Column("deletions_held", sa.Integer),  # beyond the mass-deletion limits, not landed
     sa.Column("stage_seconds", sa.Text),  # JSON: each stage's wall-clock seconds
+    sa.Column("unit", sa.String(16)),  # documents, tickets, ...: what the run's inputs are
+    sa.Column("counts", sa.Text),  # JSON: the product's own counts, by name
 )
 
-# One row per collection and model fingerprint: building, candidate, live, retired, dropped.
-# Here `collection` is the configured collection's name.
+# One row per product and fingerprint: building, candidate, live, retired, dropped. The
+# `collection` column holds the product's name (a collection's, or the ticket product's): in
+# Python it is the `product` key.
 generations = sa.Table(
     "generations",
     metadata,
-    sa.Column("collection", sa.String(128), primary_key=True),
+    sa.Column("collection", sa.String(128), key="product", primary_key=True),
     sa.Column("fingerprint", sa.String(64), primary_key=True),
     sa.Column("index_name", sa.String(256), nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
@@ -131,7 +140,7 @@ generations = sa.Table(
     sa.Column("reviewed_key", sa.Text),
 )
 
-# Every promotion, rollback, drop, invalidation and restore; `collection` is the configured name.
+# Every promotion, rollback, drop, invalidation and restore, by product (the `product` key).
 audit_log = sa.Table(
     "audit_log",
     metadata,
@@ -139,7 +148,7 @@ audit_log = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("actor", sa.String(128), nullable=False),
     sa.Column("action", sa.String(32), nullable=False),
-    sa.Column("collection", sa.String(128), nullable=False),
+    sa.Column("collection", sa.String(128), key="product", nullable=False),
     sa.Column("from_index", sa.String(256)),
     sa.Column("to_index", sa.String(256)),
     sa.Column("details", sa.Text),

@@ -15,9 +15,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from batch_pipeline.iterables import batched
-from batch_pipeline.names import GENERATION_SEPARATOR, generation_collection
+from batch_pipeline.names import GENERATION_SEPARATOR, generation_product
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
 from batch_pipeline.state.tracking.lease import lease
+from batch_pipeline.state.tracking.run_records import RunRecord, run_counts
 from batch_pipeline.state.tracking.schema import (
     connect,
     create_schema,
@@ -88,7 +89,7 @@ def _failure_row(row: sa.Row) -> dict[str, Any]:
     """A failures row for readers: its collection and its generation, each by name."""
     values = dict(row._mapping)
     index = values.pop("collection")
-    return {"collection": generation_collection(index), "generation": index, **values}
+    return {"collection": generation_product(index), "generation": index, **values}
 
 
 LANDING, LANDED = "landing", "landed"
@@ -98,9 +99,14 @@ def _landed(state: sa.ColumnElement) -> sa.ColumnElement:
     return sa.or_(state.is_(None), state == LANDED)
 
 
+_RUN_KEYS = {column.name: column.key for column in runs.columns}
+
+
 def _run_row(row: sa.Row) -> dict[str, Any]:
-    values = dict(row._mapping)
-    return {"generation": values.pop("collection"), **values}
+    """A runs row for readers, by column key (`generation`, `attempted`, ...), with what the
+    run counted parsed (`counts`)."""
+    values = {_RUN_KEYS[name]: value for name, value in row._mapping.items()}
+    return {**values, "counts": run_counts(dict(row._mapping))}
 
 
 class TrackingStore(GenerationRecords):
@@ -398,7 +404,7 @@ class TrackingStore(GenerationRecords):
                         state=LANDING,
                         docs_landed=0,
                         docs_deleted=0,
-                        docs_failed=0,
+                        failed=0,
                         chunks_embedded=0,
                         chunks_reused=0,
                         chunks_removed=0,
@@ -406,10 +412,11 @@ class TrackingStore(GenerationRecords):
                     )
                 )
 
-    def record_run(self, run_id: str, index: str, **values: Any) -> None:
-        """A run's summary once it has landed (replacing its `landing` record)."""
+    def record_run(self, record: RunRecord) -> None:
+        """A run's record once it has landed (replacing its `landing` record)."""
+        run_id, index = record.run_id, record.index
         key = (runs.c.run_id == run_id, runs.c.generation == index)
-        values.setdefault("finished_at", time.time())
+        values = {"finished_at": time.time(), **record.columns()}
         with self.engine.begin() as conn:
             started = conn.execute(sa.select(runs.c.table_version_before).where(*key)).first()
             if started is not None and started.table_version_before is not None:

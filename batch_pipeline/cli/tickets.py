@@ -60,7 +60,7 @@ def intents(product: TicketProduct, args: argparse.Namespace) -> int:
 
 
 def classify(product: TicketProduct, args: argparse.Namespace) -> int:
-    record = product.reader_generation()
+    record = product.live().record
     embedder = EmbeddingRunner(product.model_for(record))
     (prediction,) = product.classify_texts([(args.subject, args.text)], embedder, record)
     if args.json:

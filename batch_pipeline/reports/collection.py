@@ -1,9 +1,12 @@
-"""Per-collection status: what is in the index, when it landed, and what is stale."""
+"""A collection's vector index in `batch-pipeline status` and `doctor`: what is in the index,
+when it landed, what is stale, completeness, reconciliation and the table's health."""
 
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
+from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import BackfillEstimate
 from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.reports.text import doctor_line, table_lines, table_summary
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.collect import (
     CHANGED,
@@ -14,6 +17,8 @@ from batch_pipeline.stages.collect import (
     classify_documents,
 )
 from batch_pipeline.state.reconcile import reconcile_index
+
+KIND = "vector_index"
 
 
 def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
@@ -44,7 +49,10 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
     live = pipeline.generations.live(pipeline.name)
     generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
     backfill = pipeline.backfill_estimate()
+    counted = last["counts"] if last else {}
     return {
+        "product": pipeline.name,
+        "kind": KIND,
         "collection": pipeline.name,
         "live_table": live.index_name if live else None,
         "generation": pipeline.index,
@@ -53,8 +61,8 @@ def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
         "documents": stats.documents if stats else 0,
         "last_run_id": last["run_id"] if last else None,
         "last_landed_at": utc_time(last["finished_at"]) if last else None,
-        "last_run_chunks_embedded": last["chunks_embedded"] if last else None,
-        "last_run_chunks_resumed": (last["chunks_resumed"] or 0) if last else None,
+        "last_run_chunks_embedded": counted.get("chunks_embedded") if last else None,
+        "last_run_chunks_resumed": counted.get("chunks_resumed", 0) if last else None,
         "newest_embedded_at": stats.newest_embedded_at if stats else None,
         "model": pipeline.model.name,
         "model_fingerprint": pipeline.fingerprint,
@@ -101,6 +109,8 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     )
     source_error = source_problem(pipeline)
     health = {
+        "product": pipeline.name,
+        "kind": KIND,
         "collection": pipeline.name,
         "source_error": source_error,
         **completeness,
@@ -125,3 +135,45 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     health["problems"] = problems
     health["healthy"] = not problems
     return health
+
+
+STATUS_COLUMNS = [
+    ("collection", "COLLECTION"),
+    ("rows", "ROWS"),
+    ("documents", "DOCS"),
+    ("stale_documents", "STALE"),
+    ("lag_seconds", "LAG S"),
+    ("failing_documents", "FAILING"),
+    ("index_mismatch", "MISMATCH"),
+    ("last_run_chunks_embedded", "EMBEDDED"),
+    ("last_landed_at", "LAST LANDED"),
+    ("last_run_id", "LAST RUN"),
+    ("generation_state", "GENERATION"),
+    ("model", "MODEL"),
+]
+
+
+def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
+    """The collections' status as a table, then each one's backfill estimate."""
+    lines = table_lines(STATUS_COLUMNS, rows)
+    for r in rows:
+        if r["backfill_estimate_seconds"] is not None:
+            fits = "fits" if r["backfill_fits_window"] else "does NOT fit"
+            lines.append(
+                f"{r['collection']}: a full rebuild ({r['backfill_inputs']:,} chunks) would take "
+                f"about {duration(r['backfill_estimate_seconds'])} and cost about "
+                f"{r['backfill_estimate_cost']:.4f} {currency} at the measured "
+                f"throughput; it {fits} the {duration(r['window_seconds'])} window"
+            )
+    return lines
+
+
+def health_line(r: dict[str, object]) -> str:
+    """A collection's doctor verdict in one line (its problems follow it)."""
+    return doctor_line(
+        r,
+        f"completeness {r['completeness']:.2%} ({r['documents_complete']}/"
+        f"{r['documents_intended']}, {r['documents_quarantined']} quarantined)",
+        table_summary(r),
+        f"{r['failing_documents']} failing",
+    )

@@ -20,9 +20,10 @@ from pydantic import (
     model_validator,
 )
 
+from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
 from batch_pipeline.names import shard_number, shard_of, shard_partition
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
 CONFIG_ENV = "BATCH_PIPELINE_CONFIG"
 
@@ -649,8 +650,6 @@ class TicketsConfig(_Strict):
 
     @model_validator(mode="after")
     def _readable_taxonomy(self) -> "TicketsConfig":
-        from batch_pipeline.tickets.taxonomy import TaxonomyError, load_taxonomy
-
         try:
             load_taxonomy(self.taxonomy)
         except TaxonomyError as error:
@@ -787,7 +786,7 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     if not config_path.is_file():
         raise ConfigError(
             f"configuration file {config_path} does not exist; "
-            f"set {CONFIG_ENV} or create it (see README, 'Configuration')"
+            f"set {CONFIG_ENV} or create it (see docs/configuration.md)"
         )
     try:
         data = yaml.safe_load(config_path.read_text(encoding="utf-8"))

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from datetime import date
 
 from batch_pipeline.health.freshness import utc_time
+from batch_pipeline.reports.text import doctor_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.pipeline import TicketProduct
 
 MISSING_DAYS_SHOWN = 5  # the text output names at most this many missing days
+KIND = "ticket_intents"
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class _Coverage:
 
     @classmethod
     def of(cls, product: TicketProduct, today: date | None) -> "_Coverage":
-        live = product.live()
+        live = product.registry.live(product.name)
         held = product.intents.days(live.index_name) if live else []
         return cls(live.index_name if live else None, product.partition_days(today), held)
 
@@ -53,8 +55,8 @@ def product_status(product: TicketProduct, today: date | None = None) -> dict[st
     last = product.tracking.last_run(reader) if reader else None
     current = product.registry.get(product.name, product.fingerprint)
     return {
-        "collection": product.name,
-        "kind": "ticket_intents",
+        "product": product.name,
+        "kind": KIND,
         "generation": product.index,
         "generation_state": current.state if current else "not built",
         "start_date": product.settings.start_date,
@@ -84,8 +86,8 @@ def product_health(product: TicketProduct, today: date | None = None) -> dict[st
     except SourceUnavailableError as error:
         source_error = str(error)
     health: dict[str, object] = {
-        "collection": product.name,
-        "kind": "ticket_intents",
+        "product": product.name,
+        "kind": KIND,
         "source_error": source_error,
         **coverage.metadata(),
         **product.store.table_health(reader),
@@ -113,3 +115,39 @@ def missing_days_text(missing: list[str]) -> str:
     shown = ", ".join(missing[:MISSING_DAYS_SHOWN])
     more = len(missing) - MISSING_DAYS_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
+
+
+def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
+    """The ticket product's status in a few lines."""
+    lines = []
+    for r in rows:
+        missing = r["missing_days"]
+        lines.append(
+            f"{r['product']} (ticket intents): {r['days_classified']} of {r['days_due']} days "
+            f"classified since {r['start_date']}"
+            + (f" (missing {missing_days_text(missing)})" if missing else "")
+            + f"; {r['tickets']:,} tickets; {r['failing_tickets']} failing rows"
+        )
+        if r["latest_day"]:
+            rate = r["latest_day_unknown_rate"]
+            lines.append(
+                f"  latest day {r['latest_day']}: {r['latest_day_tickets']} tickets, unknown rate "
+                + ("-" if rate is None else f"{rate:.1%}")
+            )
+        landed = text(r["last_landed_at"]) if r["last_landed_at"] else "never"
+        lines.append(f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}")
+        lines.append(
+            f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
+            f"{r['generation']} is {r['generation_state']}"
+        )
+    return lines
+
+
+def health_line(r: dict[str, object]) -> str:
+    """The ticket product's doctor verdict in one line (its problems follow it)."""
+    return doctor_line(
+        r,
+        f"{r['days_classified']} of {r['days_due']} due days classified",
+        table_summary(r),
+        f"{r['failing_tickets']} failing rows",
+    )

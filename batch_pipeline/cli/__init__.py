@@ -1,15 +1,19 @@
 """The `batch-pipeline` command line: search, status, runs without Dagster, failures.
 
     batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
-    batch-pipeline status [--collection C] [--json]
+    batch-pipeline status [--product P] [--json]
     batch-pipeline run --collection C | --partition P [--doc-id ID ...] [--trigger T] [--json]
-    batch-pipeline report [--collection C] [--runs N] [--json]
-    batch-pipeline failures [--collection C] [--json]
-    batch-pipeline doctor [--collection C] [--json]
-    batch-pipeline generations list|promote|rollback [--collection C]
+    batch-pipeline report [--product P] [--runs N] [--json]
+    batch-pipeline failures [--product P] [--json]
+    batch-pipeline doctor [--product P] [--json]
+    batch-pipeline generations list|promote|rollback [--product P]
     batch-pipeline invalidate-run RUN_ID
     batch-pipeline restore --collection C --before-run RUN_ID
     batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
+
+A product is a collection's vector index (named after the collection) or the ticket intents
+(`tickets.name`); `--collection` is another name for `--product`. Status, doctor, report,
+failures and generations cover every product unless one is named.
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -20,16 +24,17 @@ import json
 import sys
 import textwrap
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
+from itertools import groupby
 from typing import TextIO
 
 from tqdm import tqdm
 
+from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.generations.lifecycle import NoLiveGenerationError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
+from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
-from batch_pipeline.health.status import collection_health, collection_status
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.models import ModelNotAvailableError
@@ -38,6 +43,8 @@ from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, durat
 from batch_pipeline.measures.report import reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.products import Product, configured_products
+from batch_pipeline.reports.text import table_lines
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
@@ -45,10 +52,18 @@ from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableError
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets import commands as ticket_commands
-from batch_pipeline.tickets.commands import add_commands as add_ticket_commands
-from batch_pipeline.tickets.health import missing_days_text, product_health, product_status
 from batch_pipeline.tickets.pipeline import TicketProduct
+
+
+def _product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument(
+        "--product",
+        "--collection",
+        dest="product",
+        required=required,
+        help="one product: a collection (its vector index) or the ticket intents; "
+        + ("required" if required else "default: every product"),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     find.add_argument("--json", action="store_true", help="print JSON")
 
     status = commands.add_parser("status", help="rows, last run, model and staleness")
-    status.add_argument("--collection", help="only this collection")
+    _product_option(status)
     status.add_argument("--json", action="store_true", help="print JSON")
 
     run = commands.add_parser(
@@ -105,27 +120,27 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="the newest runs per partition: throughput, cost, window, failures"
     )
-    report.add_argument("--collection", help="only this collection")
+    _product_option(report)
     report.add_argument("--runs", type=int, default=10, help="runs per partition (default 10)")
     report.add_argument("--json", action="store_true", help="print JSON")
 
     doctor = commands.add_parser(
         "doctor", help="completeness, index/tracking reconciliation and table health"
     )
-    doctor.add_argument("--collection", help="only this collection")
+    _product_option(doctor)
     doctor.add_argument("--json", action="store_true", help="print JSON")
 
     gens = commands.add_parser("generations", help="list, promote or roll back generations")
     gen_commands = gens.add_subparsers(dest="action", required=True)
     gen_list = gen_commands.add_parser("list", help="every generation with state and scores")
-    gen_list.add_argument("--collection")
-    gen_list.add_argument("--json", action="store_true")
+    _product_option(gen_list)
+    gen_list.add_argument("--json", action="store_true", help="print JSON")
     promote = gen_commands.add_parser("promote", help="make a generation live (gated)")
-    promote.add_argument("--collection", required=True)
+    _product_option(promote, required=True)
     promote.add_argument("--generation", help="fingerprint; default: the current config's")
     promote.add_argument("--force", action="store_true", help="skip the gate (audited)")
     rollback = gen_commands.add_parser("rollback", help="bring back the previous live one")
-    rollback.add_argument("--collection", required=True)
+    _product_option(rollback, required=True)
 
     invalidate = commands.add_parser(
         "invalidate-run", help="mark a run's rows stale; the next run re-embeds exactly those"
@@ -136,10 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("--collection", required=True)
     restore.add_argument("--before-run", required=True, dest="run_id")
 
-    add_ticket_commands(commands)
+    ticket_commands.add_commands(commands)
 
-    failed = commands.add_parser("failures", help="documents that failed, with their reason")
-    failed.add_argument("--collection", help="only this collection")
+    failed = commands.add_parser("failures", help="inputs that failed, with their reason")
+    _product_option(failed)
     failed.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -170,12 +185,9 @@ class _Context:
         except KeyError as error:
             raise ConfigError(str(error.args[0])) from None
 
-    def filter(self, only: str | None) -> str | None:
-        """A `--collection` filter, checked against the configuration (None: no filter);
-        the ticket product's name is accepted too."""
-        if only is None or self.is_tickets(only):
-            return only
-        return self.collections(only)[0]
+    def products(self, only: str | None = None) -> list[Product]:
+        """The products a command covers: `only` (which must be configured), or all."""
+        return configured_products(self.config, self.storage, self.tracking, self.store, only)
 
     def partition(self, partition: str) -> PartitionPipeline:
         """One partition's engine: a collection, or one shard of it."""
@@ -193,10 +205,6 @@ class _Context:
     def tickets(self) -> TicketProduct:
         """The ticket intent product's engine (a ConfigError if it is not configured)."""
         return TicketProduct(self.config, self.storage, self.tracking, self.store)
-
-    def is_tickets(self, name: str | None) -> bool:
-        """Whether `name` is the ticket product's (its generations share the registry)."""
-        return self.config.tickets is not None and name == self.config.tickets.name
 
     def pipeline(self, collection: str) -> PartitionPipeline:
         """The whole collection's engine (all its shards), for a configured collection."""
@@ -223,100 +231,29 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _covered(ctx: _Context, only: str | None) -> tuple[list[str], bool]:
-    """The collections a status or doctor command covers, and whether the ticket product
-    is covered too (configured, and not filtered out)."""
-    if ctx.is_tickets(only):
-        return [], True
-    return ctx.collections(only), only is None and ctx.config.tickets is not None
-
-
 def _status(ctx: _Context, args: argparse.Namespace) -> int:
-    names, with_tickets = _covered(ctx, args.collection)
-    rows = [collection_status(ctx.pipeline(name)) for name in names]
-    ticket_row = product_status(ctx.tickets()) if with_tickets else None
+    products = ctx.products(args.product)
+    rows = [product.status() for product in products]
     if args.json:
-        print(_json(rows + ([ticket_row] if ticket_row else [])))
-        return 0
-    if ticket_row and not rows:
-        _print_ticket_status(ticket_row)
-        return 0
-    columns = [
-        ("collection", "COLLECTION"),
-        ("rows", "ROWS"),
-        ("documents", "DOCS"),
-        ("stale_documents", "STALE"),
-        ("lag_seconds", "LAG S"),
-        ("failing_documents", "FAILING"),
-        ("index_mismatch", "MISMATCH"),
-        ("last_run_chunks_embedded", "EMBEDDED"),
-        ("last_landed_at", "LAST LANDED"),
-        ("last_run_id", "LAST RUN"),
-        ("generation_state", "GENERATION"),
-        ("model", "MODEL"),
-    ]
-    _print_table(columns, rows)
-    for r in rows:
-        if r["backfill_estimate_seconds"] is not None:
-            fits = "fits" if r["backfill_fits_window"] else "does NOT fit"
-            print(
-                f"{r['collection']}: a full rebuild ({r['backfill_inputs']:,} chunks) would take "
-                f"about {duration(r['backfill_estimate_seconds'])} and cost about "
-                f"{r['backfill_estimate_cost']:.4f} {ctx.config.cost.currency} at the measured "
-                f"throughput; it {fits} the {duration(r['window_seconds'])} window"
-            )
-    if ticket_row:
-        print()
-        _print_ticket_status(ticket_row)
+        print(_json(rows))
+        return _source_errors(rows)
+    lines: list[str] = []
+    pairs = list(zip(products, rows, strict=True))
+    for _, group in groupby(pairs, key=lambda pair: pair[0].kind):
+        members = list(group)
+        if lines:
+            lines.append("")
+        lines += members[0][0].status_lines([r for _, r in members], ctx.config.cost.currency)
+    print("\n".join(lines))
     return _source_errors(rows)
 
 
-def _print_ticket_status(r: dict) -> None:
-    """The ticket product's status in a few lines."""
-    missing = r["missing_days"]
-    print(
-        f"{r['collection']} (ticket intents): {r['days_classified']} of {r['days_due']} days "
-        f"classified since {r['start_date']}"
-        + (f" (missing {missing_days_text(missing)})" if missing else "")
-        + f"; {r['tickets']:,} tickets; {r['failing_tickets']} failing rows"
-    )
-    if r["latest_day"]:
-        rate = r["latest_day_unknown_rate"]
-        print(
-            f"  latest day {r['latest_day']}: {r['latest_day_tickets']} tickets, unknown rate "
-            + ("-" if rate is None else f"{rate:.1%}")
-        )
-    landed = _text(r["last_landed_at"]) if r["last_landed_at"] else "never"
-    print(f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}")
-    print(
-        f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
-        f"{r['generation']} is {r['generation_state']}"
-    )
-
-
-def _text(value: object) -> str:
-    """A value as a text table shows it: times to the second in UTC, "-" for a missing one."""
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return str(value)
-
-
-def _print_table(columns: list[tuple[str, str]], rows: list[dict]) -> None:
-    """Aligned columns (key, heading) of `rows`; "-" for a missing value."""
-    table = [[h for _, h in columns]] + [[_text(r[k]) for k, _ in columns] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-    for line in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-
-
 def _source_errors(reports: list[dict]) -> int:
-    """One line per collection whose source cannot be listed; exit status 2 if any."""
+    """One line per product whose source cannot be read; exit status 2 if any."""
     failed = [r for r in reports if r["source_error"]]
     for r in failed:
         print(
-            f"batch-pipeline: {r['collection']}: source unavailable: {r['source_error']}",
+            f"batch-pipeline: {r['product']}: source unavailable: {r['source_error']}",
             file=sys.stderr,
         )
     return 2 if failed else 0
@@ -423,15 +360,9 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise ConfigError(f"--runs must be at least 1, not {args.runs}")
     runs = []
-    names, with_tickets = _covered(ctx, args.collection)
-    for name in names:
-        collection = ctx.config.collection(name)
-        partitions = [name] + (collection.partition_keys() if collection.shards > 1 else [])
-        for partition in partitions:
-            runs += reported_runs(ctx.tracking.partition_runs([partition], args.runs))
-    if with_tickets:  # the ticket product's newest runs over its days (one a day, as a rule)
-        days = ctx.tickets().partition_days()
-        runs += reported_runs(ctx.tracking.partition_runs(days, args.runs))
+    for product in ctx.products(args.product):
+        for group in product.run_groups():
+            runs += reported_runs(ctx.tracking.partition_runs(group, args.runs))
     summary = trend(runs)
     if args.json:
         print(_json({"runs": [r.as_dict() for r in runs], "summary": summary}))
@@ -467,17 +398,18 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
                 "window": None
                 if window is None
                 else f"{window:.1%}" + (" OVERRAN" if r["overran"] else ""),
-                "failed": f"{r['documents_failed']}/{r['documents_attempted']}",
+                "failed": f"{r['failed']}/{r['attempted']} {r['unit']}",
                 "completeness": (None if r["completeness"] is None else f"{r['completeness']:.1%}"),
             }
         )
-    _print_table(columns, rows)
+    print("\n".join(table_lines(columns, rows)))
     print(f"summary: {trend_line(summary)}")
     return 0
 
 
 def _failures(ctx: _Context, args: argparse.Namespace) -> int:
-    rows = ctx.tracking.list_failures(collection=ctx.filter(args.collection))
+    only = ctx.products(args.product)[0].name if args.product else None
+    rows = ctx.tracking.list_failures(collection=only)
     if args.json:
         print(_json(rows))
         return 0
@@ -493,32 +425,14 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
 
 
 def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
-    """Exit status 1 when any collection has a problem, 2 when a source cannot be listed."""
-    names, with_tickets = _covered(ctx, args.collection)
-    reports = [collection_health(ctx.pipeline(name)) for name in names]
-    if with_tickets:
-        reports.append(product_health(ctx.tickets()))
+    """Exit status 1 when any product has a problem, 2 when a source cannot be read."""
+    products = ctx.products(args.product)
+    reports = [product.health() for product in products]
     if args.json:
         print(_json(reports))
     else:
-        for r in reports:
-            verdict = "healthy" if r["healthy"] else "PROBLEMS"
-            table = (
-                f"rows {r['table_rows']}, version {r['table_version']}, "
-                f"{r['table_versions']} versions, {r['table_fragments']} fragments"
-            )
-            if r.get("kind") == "ticket_intents":
-                print(
-                    f"{r['collection']}: {verdict}; {r['days_classified']} of {r['days_due']} "
-                    f"due days classified; {table}; {r['failing_tickets']} failing rows"
-                )
-            else:
-                print(
-                    f"{r['collection']}: {verdict}; completeness {r['completeness']:.2%} "
-                    f"({r['documents_complete']}/{r['documents_intended']}, "
-                    f"{r['documents_quarantined']} quarantined); {table}; "
-                    f"{r['failing_documents']} failing"
-                )
+        for product, r in zip(products, reports, strict=True):
+            print(product.health_line(r))
             for problem in r["problems"]:
                 print(f"  - {problem}")
     return _source_errors(reports) or (0 if all(r["healthy"] for r in reports) else 1)
@@ -527,46 +441,37 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
 def _generations(ctx: _Context, args: argparse.Namespace) -> int:
     registry = GenerationRegistry(ctx.tracking)
     if args.action == "list":
-        records = registry.list_all(ctx.filter(args.collection))
+        only = ctx.products(args.product)[0].name if args.product else None
+        records = registry.list_all(only)
         if args.json:
             print(_json([g.as_dict() for g in records]))
             return 0
         for g in records:
             print(
-                f"{g.collection}  {g.fingerprint}  {g.state:<9}  "
+                f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
                 f"{g.decision or ''}"
             )
         return 0
+    (product,) = ctx.products(args.product)
     if args.action == "rollback":
-        if not ctx.is_tickets(args.collection):
-            ctx.collections(args.collection)  # a configured collection, or a ConfigError
-        moved = registry.rollback(args.collection)
-        print(f"{args.collection}: live generation {moved.previous} -> {moved.live}")
+        moved = registry.rollback(product.name)
+        print(f"{product.name}: live generation {moved.previous} -> {moved.live}")
         return 0
-    pipeline = ctx.tickets() if ctx.is_tickets(args.collection) else ctx.pipeline(args.collection)
-    fingerprint = args.generation or pipeline.fingerprint
-    record = registry.get(args.collection, fingerprint)
-    if record is None:
-        raise GenerationError(f"collection {args.collection!r} has no generation {fingerprint}")
+    fingerprint = args.generation or product.fingerprint
+    if registry.get(product.name, fingerprint) is None:
+        raise GenerationError(f"product {product.name!r} has no generation {fingerprint}")
     if args.force:
-        moved = registry.promote(args.collection, fingerprint, "forced by operator")
+        moved = registry.promote(product.name, fingerprint, "forced by operator")
     else:
-        if fingerprint != pipeline.fingerprint:
+        if fingerprint != product.fingerprint:
             raise GenerationError("only the current config's generation can be gated; --force")
-        live_before = registry.live(args.collection)
-
-        embedder_for = ctx.runners(args)
-        review = (
-            pipeline.review(embedder_for, force=True)
-            if ctx.is_tickets(args.collection)
-            else pipeline.review_generation(embedder_for)
-        )
+        live_before = registry.live(product.name)
+        review = product.review(ctx.runners(args), force=True)
         if review.decision != "promoted":
             raise GenerationError(f"not promoted: {review.reason}")
-        previous = live_before.index_name if live_before else None
-        moved = LiveSwitch(previous, pipeline.index)
-    print(f"{args.collection}: live generation {moved.previous} -> {moved.live}")
+        moved = LiveSwitch(live_before.index_name if live_before else None, product.index)
+    print(f"{product.name}: live generation {moved.previous} -> {moved.live}")
     return 0
 
 

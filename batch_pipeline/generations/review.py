@@ -1,0 +1,271 @@
+"""One generation review for every product: completeness, scores against live, the gate, and
+promotion.
+
+A product brings two parts:
+- a `CompletenessRule`: whether its generation may replace live at all ("had a full pass",
+  "holds every day the live one holds"), and why not;
+- a `Scorer` (or none): its generations' scores on the product's labelled set (retrieval
+  recall and MRR, classification accuracy), the tolerance against live and the floors.
+
+`GenerationReviewer.review` does the rest the same way for all: a review whose inputs are
+unchanged since the last one keeps it (no model loads) unless `force`; each generation's own
+scores are kept on its record with what they depend on, so live is not scored again while its
+table and the labelled set stay as they were; the gate takes every floor; a promotion is the
+registry's one atomic switch.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from batch_pipeline.generations.evaluation import gate
+from batch_pipeline.generations.registry import LIVE, GenerationRegistry
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.state.tracking import GenerationRecord
+
+EmbedderFor = Callable[[ResolvedModel], Embedder]
+PIPELINE = "pipeline"  # the audit log's actor for the reviews' promotions
+
+
+class NoLiveGenerationError(RuntimeError):
+    """A reader asked for a product that has never been promoted."""
+
+
+@dataclass(frozen=True)
+class LiveGeneration:
+    """What every reader uses: the live generation's table and its record."""
+
+    index: str
+    record: GenerationRecord
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """Whether a generation is complete enough to replace live, why not, and what that
+    verdict depends on (a review is redone when it changes)."""
+
+    complete: bool
+    reason: str | None = None  # why not, and what to do; None when complete
+    key: dict[str, object] = field(default_factory=dict)
+
+
+class CompletenessRule(Protocol):
+    def assess(self, record: GenerationRecord, live: GenerationRecord | None) -> Completeness:
+        """The generation `record` against the live one (None before any)."""
+        ...
+
+
+class Scorer(Protocol):
+    tolerance: float  # how much worse than live a score may be
+    floors: dict[str, float]  # the least each named score must reach
+
+    def key(self, record: GenerationRecord) -> dict[str, object] | None:
+        """What the generation's scores depend on (the labelled set's version, its table's
+        version where the scores read it); None when there is nothing to score against."""
+        ...
+
+    def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
+        """The generation's scores on the labelled set."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationReview:
+    """The outcome of reviewing a generation after a run."""
+
+    generation: str
+    fingerprint: str
+    state: str  # after the review
+    complete: bool
+    documents: int
+    rows: int
+    live_generation: str | None  # after the review
+    decision: str  # live, promoted or refused
+    reason: str
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    evaluated: bool = True  # False: nothing changed since the last review, which stands
+
+    @classmethod
+    def of(
+        cls,
+        record: GenerationRecord,
+        live: GenerationRecord | None,
+        decision: str,
+        reason: str,
+        scores: dict,
+        warnings: tuple[str, ...] = (),
+        evaluated: bool = True,
+    ) -> "GenerationReview":
+        """A review of the generation `record`, with `live` the live one after it."""
+        return cls(
+            generation=record.index_name,
+            fingerprint=record.fingerprint,
+            state=record.state,
+            complete=record.complete,
+            documents=record.documents,
+            rows=record.rows,
+            live_generation=live.index_name if live else None,
+            decision=decision,
+            reason=reason,
+            scores=scores,
+            warnings=warnings,
+            evaluated=evaluated,
+        )
+
+    def metadata(self) -> dict[str, object]:
+        """Flat values for run metadata and `--json` output (absent values omitted)."""
+        values: dict[str, object] = {
+            "generation": self.generation,
+            "fingerprint": self.fingerprint,
+            "state": self.state,
+            "complete": self.complete,
+            "documents": self.documents,
+            "rows": self.rows,
+            "decision": self.decision,
+            "reason": self.reason,
+            "evaluated": self.evaluated,
+            **{f"candidate_{k}": v for k, v in self.scores.get("candidate", {}).items()},
+            **{f"live_{k}": v for k, v in self.scores.get("live", {}).items()},
+        }
+        if self.live_generation is not None:
+            values["live_generation"] = self.live_generation
+        if self.warnings:
+            values["warnings"] = list(self.warnings)
+        return values
+
+
+class GenerationReviewer:
+    """Reviews one product's generations (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: GenerationRegistry,
+        product: str,
+        rule: CompletenessRule,
+        scorer: Scorer | None,
+        no_live_hint: str,
+    ) -> None:
+        self.registry = registry
+        self.product = product
+        self.rule = rule
+        self.scorer = scorer
+        self.no_live_hint = no_live_hint  # what to do before anything is live
+
+    def live(self) -> LiveGeneration:
+        """The live generation (what every reader uses), or NoLiveGenerationError."""
+        live = self.registry.live(self.product)
+        if live is None:
+            raise NoLiveGenerationError(
+                f"{self.product!r} has no live generation yet; {self.no_live_hint}"
+            )
+        return LiveGeneration(live.index_name, live)
+
+    def review(
+        self, record: GenerationRecord, embedder_for: EmbedderFor, force: bool = False
+    ) -> GenerationReview:
+        """Review the generation `record`: score it (and live) and promote it if the gate
+        allows; the decision and scores are recorded on it. Unless `force`, a generation
+        whose review inputs are unchanged since its last review keeps that review."""
+        live = self.registry.live(self.product)
+        completeness = self.rule.assess(record, live)
+        if (
+            not force
+            and record.decision is not None
+            and record.reviewed_key == self._key(record, live, completeness)
+        ):
+            return self._last_review(record)
+        candidate = self._scores(record, embedder_for)
+        against = live if live is not None and live.fingerprint != record.fingerprint else None
+        live_scores = self._scores(against, embedder_for) if against is not None else None
+        warnings: tuple[str, ...] = ()
+        if record.state == LIVE:
+            decision, reason = "live", "this generation is live"
+        else:
+            verdict = gate(
+                completeness.complete,
+                candidate,
+                live_scores,
+                self.scorer.tolerance if self.scorer else 0.0,
+                self.scorer.floors if self.scorer else {},
+                incomplete=completeness.reason,
+            )
+            if verdict.allowed:
+                self.registry.promote(
+                    self.product, record.fingerprint, verdict.reason, PIPELINE, already_live_ok=True
+                )
+            decision = "promoted" if verdict.allowed else "refused"
+            reason, warnings = verdict.reason, verdict.warnings
+        scores = {"candidate": candidate} if candidate is not None else {}
+        if live_scores is not None:
+            scores["live"] = live_scores
+        stored = self._stored(self.registry.get(self.product, record.fingerprint) or record)
+        self.registry.update(
+            self.product,
+            record.fingerprint,
+            complete=completeness.complete,
+            decision=f"{decision}: {reason}",
+            scores=json.dumps({**stored, **scores}, default=str),
+        )
+        record = self.registry.get(self.product, record.fingerprint)
+        live = self.registry.live(self.product)
+        key = self._key(record, live, self.rule.assess(record, live))
+        self.registry.update(self.product, record.fingerprint, reviewed_key=key)
+        return GenerationReview.of(record, live, decision, reason, scores, warnings)
+
+    def _key(
+        self, record: GenerationRecord, live: GenerationRecord | None, completeness: Completeness
+    ) -> str:
+        """What a review of `record` depends on: its completeness, the live generation, and
+        what both generations' scores depend on."""
+        scorer = self.scorer
+        return json.dumps(
+            {
+                "completeness": completeness.key,
+                "live": live.index_name if live is not None else None,
+                "scores": scorer.key(record) if scorer else None,
+                "live_scores": scorer.key(live) if scorer and live is not None else None,
+            },
+            sort_keys=True,
+            default=str,
+        )
+
+    @staticmethod
+    def _stored(record: GenerationRecord) -> dict:
+        return json.loads(record.scores or "{}")
+
+    def _scores(
+        self, record: GenerationRecord, embedder_for: EmbedderFor
+    ) -> dict[str, float] | None:
+        """A generation's own scores (None without a labelled set), kept on its record with
+        what they depend on, and reused while that is unchanged."""
+        key = self.scorer.key(record) if self.scorer else None
+        if key is None:
+            return None
+        stored = self._stored(record)
+        if stored.get("scored") == key and "own" in stored:
+            return stored["own"]
+        own = self.scorer.score(record, embedder_for)
+        latest = self._stored(self.registry.get(self.product, record.fingerprint) or record)
+        self.registry.update(
+            self.product,
+            record.fingerprint,
+            scores=json.dumps({**latest, "own": own, "scored": key}, default=str),
+        )
+        return own
+
+    def _last_review(self, record: GenerationRecord) -> GenerationReview:
+        """The review recorded on the generation, unchanged (`evaluated` False)."""
+        decision, _, reason = (record.decision or "").partition(": ")
+        stored = self._stored(record)
+        scores = {k: stored[k] for k in ("candidate", "live") if k in stored}
+        return GenerationReview.of(
+            record,
+            self.registry.live(self.product),
+            decision,
+            f"{reason} (unchanged since the last review)",
+            scores,
+            evaluated=False,
+        )

@@ -1,0 +1,147 @@
+"""The products on the engine, behind one face.
+
+A *product* owns generations (see `batch_pipeline.names`): each configured collection's
+vector index, and the ticket intents. `Product` is what the commands that cover every
+product (`status`, `doctor`, `report`, `failures`, `generations`) need of one; they loop over
+`configured_products` and never ask which kind they hold. A new product implements this face
+over its own engine, and its report module under `batch_pipeline.reports`.
+"""
+
+from collections.abc import Callable
+from typing import ClassVar, Protocol
+
+from batch_pipeline.config import ConfigError, PipelineConfig
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview
+from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.reports import collection as collection_report
+from batch_pipeline.reports import tickets as ticket_report
+from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.tickets.pipeline import TicketProduct
+
+Lines = Callable[[list[dict[str, object]], str], list[str]]
+
+
+class Product(Protocol):
+    kind: ClassVar[str]  # vector_index, ticket_intents
+    status_lines: ClassVar[Lines]  # a group of this kind's status reports, as text lines
+    health_line: ClassVar[Callable[[dict[str, object]], str]]  # one doctor report, one line
+
+    @property
+    def name(self) -> str:
+        """The product's name: a collection's, or `tickets.name`."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """The generation key of the current configuration."""
+        ...
+
+    @property
+    def index(self) -> str:
+        """The current configuration's generation: its table and tracking key."""
+        ...
+
+    def run_groups(self) -> list[list[str]]:
+        """The Dagster partition keys the product's runs are recorded under, grouped as
+        `report` lists them: the newest runs of each group."""
+        ...
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        """Review the current configuration's generation, promoting it if the gate allows."""
+        ...
+
+    def status(self) -> dict[str, object]: ...
+
+    def health(self) -> dict[str, object]: ...
+
+
+class _Face:
+    """What every face reads off its engine alike."""
+
+    def __init__(self, engine: PartitionPipeline | TicketProduct) -> None:
+        self.engine = engine
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    @property
+    def fingerprint(self) -> str:
+        return self.engine.fingerprint
+
+    @property
+    def index(self) -> str:
+        return self.engine.index
+
+
+class VectorIndex(_Face):
+    """A collection's vector index, as a product (its engine: the whole collection, every
+    shard)."""
+
+    kind: ClassVar[str] = collection_report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(collection_report.status_lines)
+    health_line = staticmethod(collection_report.health_line)
+    engine: PartitionPipeline
+
+    def run_groups(self) -> list[list[str]]:
+        """The collection's own key and, when sharded, each shard's, one group each."""
+        collection = self.engine.collection
+        keys = [self.name] + (collection.partition_keys() if collection.shards > 1 else [])
+        return [[key] for key in keys]
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        return self.engine.review_generation(embedder_for, force)
+
+    def status(self) -> dict[str, object]:
+        return collection_report.collection_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return collection_report.collection_health(self.engine)
+
+
+class TicketIntents(_Face):
+    """The ticket intents, as a product."""
+
+    kind: ClassVar[str] = ticket_report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(ticket_report.status_lines)
+    health_line = staticmethod(ticket_report.health_line)
+    engine: TicketProduct
+
+    def run_groups(self) -> list[list[str]]:
+        """Every due day, in one group: a day runs once a night, as a rule."""
+        return [self.engine.partition_days()]
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        return self.engine.review(embedder_for, force)
+
+    def status(self) -> dict[str, object]:
+        return ticket_report.product_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return ticket_report.product_health(self.engine)
+
+
+def configured_products(
+    config: PipelineConfig,
+    storage: StorageLocations,
+    tracking: TrackingStore,
+    store: VectorStore,
+    only: str | None = None,
+) -> list[Product]:
+    """Every configured product (each collection's vector index, then the ticket intents),
+    or only the one named `only`: a ConfigError that names the known ones otherwise."""
+    names = [c.name for c in config.collections]
+    if config.tickets is not None:
+        names.append(config.tickets.name)
+    if only is not None and only not in names:
+        raise ConfigError(f"unknown product {only!r}; configured: {', '.join(names)}")
+    products: list[Product] = []
+    for name in names if only is None else [only]:
+        if config.tickets is not None and name == config.tickets.name:
+            products.append(TicketIntents(TicketProduct(config, storage, tracking, store)))
+        else:
+            pipeline = PartitionPipeline(config, storage, name, tracking, store)
+            products.append(VectorIndex(pipeline))
+    return products

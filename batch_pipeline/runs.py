@@ -1,0 +1,374 @@
+"""The run frame every product's partition runs in: five stages under the partition's lease,
+and a landing that records the run.
+
+- `StagedPartition` is one partition of a product as the frame runs it. Its `run` takes the
+  partition's run lease (a second run of the partition waits, then finds only what is still
+  stale) and runs collect -> prepare -> plan -> execute -> land. Plan and execute are the
+  frame's own, over the shared stages; a product writes collect, prepare and land.
+- `landing` is the land stage's frame. On entry it takes the generation's landing lease, reads
+  the table's version and records the run's start (so a run that dies after a commit is
+  known). The product's land does its own work inside and reports a `RunOutcome`. On exit it
+  gathers every stage's seconds, builds the run's measures, writes its typed `RunRecord`,
+  drops the checkpoints the run has landed and prunes old stage files.
+
+A product brings its stages and its counts; nothing here knows documents from tickets.
+"""
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from batch_pipeline.config import PipelineConfig
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.measures.run import MANUAL, RunMeasures
+from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
+from batch_pipeline.stages.execute import (
+    PLAN_SECONDS,
+    checkpoints_used,
+    execute_plan,
+    execute_record,
+)
+from batch_pipeline.stages.plan import plan_stale_chunks
+from batch_pipeline.state.staging import (
+    STAGE_SECONDS,
+    StagePath,
+    StagingArea,
+    collected_at,
+    stage_summary,
+)
+from batch_pipeline.state.tracking import RunRecord, TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """What a stage handed on: its file, and its summary."""
+
+    path: StagePath
+    summary: object
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run of one partition was asked to do; every stage reads what concerns it."""
+
+    run_id: str
+    runner: Callable[[], Embedder]  # loads the model, called only if there is work
+    plan_settings: PlanSettings = field(default_factory=PlanSettings)
+    doc_ids: list[str] | None = None  # a targeted run (products that support it)
+    checkpoint_every: int = 8  # batches per execute checkpoint
+    trigger: str = MANUAL
+    progress: ProgressSink | None = None
+    progress_interval: float = 15.0
+    allow_mass_delete: bool = False
+    on_wait: Callable[[str], None] | None = None  # hears who holds the partition's lease
+    started_at: float | None = None  # set by `run_stages`: when the run began
+
+
+def as_runner(runner: Embedder | Callable[[], Embedder]) -> Callable[[], Embedder]:
+    """A loaded model, or a function that loads one, as a function."""
+    return runner if callable(runner) else (lambda: runner)
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """Where one partition's runs land, and what they are recorded under."""
+
+    config: PipelineConfig
+    tracking: TrackingStore
+    store: VectorStore
+    staging: StagingArea
+    index: str  # the generation's table and tracking key
+    partition: str  # the Dagster partition key the measures record
+    staging_key: str  # the partition's folder in staging
+    model_name: str
+    fingerprint: str  # the generation's
+    checkpoints: StagePath  # execute's checkpoint folder of this partition and model
+    unit: str  # what the product's inputs are (documents, tickets, ...)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a product's land reports to the frame: its own counts, by name, and the figures
+    the run's measures need, in the product's unit."""
+
+    counts: dict[str, int]
+    attempted: int  # inputs the run tried to land or remove
+    failed: int  # of those, failed in any stage
+    partition_inputs: int  # model inputs a full rebuild of the partition would compute
+    table_version: int | None
+    quarantined: int = 0
+    completeness: float | None = None
+    deletions_held: int = 0
+
+
+@dataclass
+class LandedRun:
+    """A run inside `landing`: the table's version before it, what its land reported, and
+    (after the frame's exit) its measures."""
+
+    version_before: int
+    outcome: RunOutcome | None = None
+    measures: RunMeasures | None = None
+
+
+@dataclass(frozen=True)
+class StageFiles:
+    """The stage files a land reads: collect's, prepare's and execute's."""
+
+    collected: StagePath
+    prepared: StagePath
+    executed: StagePath
+
+
+@contextmanager
+def landing(
+    scope: RunScope,
+    run_id: str,
+    files: StageFiles,
+    trigger: str = MANUAL,
+    retries: int = 0,
+    started_at: float | None = None,
+) -> Iterator[LandedRun]:
+    """The land stage's frame (see the module docstring). `started_at` is when the run began
+    (default: when its collect started); `retries` how many of its steps were retried."""
+    land_started = time.perf_counter()
+    with scope.tracking.landing_lease(scope.index, owner=run_id):
+        table = scope.store.open(scope.index)  # under the lease: no commit can come between
+        run = LandedRun(table.version if table is not None else 0)
+        scope.tracking.record_run_started(
+            run_id,
+            scope.index,
+            model_name=scope.model_name,
+            fingerprint=scope.fingerprint,
+            table_version_before=run.version_before,
+        )
+        yield run
+    outcome = run.outcome
+    if outcome is None:
+        raise RuntimeError(f"the land of run {run_id} reported no outcome")
+    executed = execute_record(files.executed)
+    seconds = {
+        COLLECT.name: stage_summary(files.collected).get(STAGE_SECONDS),
+        PREPARE.name: stage_summary(files.prepared).get(STAGE_SECONDS),
+        PLAN.name: executed.get(PLAN_SECONDS),
+        EXECUTE.name: executed.get(STAGE_SECONDS),
+        LAND.name: time.perf_counter() - land_started,
+    }
+    run.measures = RunMeasures.from_execute(
+        executed,
+        scope.config,
+        trigger,
+        partition=scope.partition,
+        started_at=started_at or collected_at(files.collected),
+        finished_at=time.time(),
+        unit=scope.unit,
+        attempted=outcome.attempted,
+        failed=outcome.failed,
+        retries=retries,
+        quarantined=outcome.quarantined,
+        completeness=outcome.completeness,
+        partition_inputs=outcome.partition_inputs,
+        stage_seconds={k: round(float(s), 3) for k, s in seconds.items() if s is not None},
+    )
+    scope.tracking.record_run(
+        RunRecord(
+            run_id=run_id,
+            index=scope.index,
+            model_name=scope.model_name,
+            fingerprint=scope.fingerprint,
+            measures=run.measures,
+            counts=outcome.counts,
+            table_version=outcome.table_version,
+            table_version_before=run.version_before,
+            deletions_held=outcome.deletions_held,
+        )
+    )
+    remove_landed_checkpoints(scope.checkpoints, files.executed)
+    upkeep = scope.config.maintenance
+    scope.staging.prune_runs(
+        scope.staging_key,
+        {run_id, "checkpoints"},
+        upkeep.staging_runs_kept,
+        finished=lambda run: scope.tracking.run_finished(scope.index, run),
+        unfinished_grace_seconds=upkeep.unlanded_run_retention_hours * 3600,
+    )
+
+
+def remove_landed_checkpoints(checkpoints: StagePath, executed: StagePath) -> None:
+    """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
+
+    Folders of runs still executing on this partition are left to them.
+    """
+    used = checkpoints_used(executed)
+    if used is None:  # an output written before execute recorded its folders
+        checkpoints.delete()
+        return
+    for name in used:
+        (checkpoints / name).delete()
+
+
+class StagedPartition(ABC):
+    """One partition of a product, as the frame runs it: the product writes `collect`,
+    `prepare` and `land` (each `*_stage` reads what concerns it from the request) and says
+    where it lands; plan, execute, the run and its scope are the frame's."""
+
+    config: PipelineConfig
+    tracking: TrackingStore
+    store: VectorStore
+    staging: StagingArea
+    partition: str  # the Dagster partition key
+    unit: str  # what the product's inputs are (documents, tickets, ...)
+
+    @property
+    @abstractmethod
+    def stages(self) -> tuple[Stage, ...]:
+        """The product's five stages (assets and stage files), in order."""
+
+    @property
+    @abstractmethod
+    def staging_key(self) -> str:
+        """The partition's folder in staging, and its run lease's key."""
+
+    @property
+    @abstractmethod
+    def index(self) -> str:
+        """The generation this configuration builds: its table and tracking key."""
+
+    @property
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """The generation's fingerprint."""
+
+    @property
+    @abstractmethod
+    def model(self) -> ResolvedModel:
+        """The model execute runs."""
+
+    @abstractmethod
+    def checkpoint_dir(self) -> StagePath:
+        """Execute's checkpoints, shared by the partition's runs of one model until landed."""
+
+    @abstractmethod
+    def collect_stage(self, request: RunRequest) -> StageOutput: ...
+
+    @abstractmethod
+    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput: ...
+
+    @abstractmethod
+    def land_stage(
+        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
+    ) -> object: ...
+
+    # ------------------------------------------------------------- the frame's
+
+    def path(self, run_id: str, stage_file: str) -> StagePath:
+        """A stage file of one of the partition's runs."""
+        return self.staging.stage_file(self.staging_key, run_id, stage_file)
+
+    @property
+    def run_scope(self) -> RunScope:
+        """Where the partition's runs land and are recorded."""
+        return RunScope(
+            self.config,
+            self.tracking,
+            self.store,
+            self.staging,
+            self.index,
+            self.partition,
+            self.staging_key,
+            self.model.name,
+            self.fingerprint,
+            self.checkpoint_dir(),
+            self.unit,
+        )
+
+    def plan(
+        self, run_id: str, prepared: StagePath, settings: PlanSettings, dtype_bytes: int = 4
+    ) -> StageOutput:
+        """Every stale input once, packed into batches under the token budget."""
+        out = self.path(run_id, self.stages[2].file)
+        return StageOutput(out, plan_stale_chunks(prepared, out, settings, self.model, dtype_bytes))
+
+    def execute(
+        self,
+        run_id: str,
+        planned: StagePath,
+        get_runner: Callable[[], Embedder],
+        checkpoint_every: int = 8,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> StageOutput:
+        """Run the plan; the model is only loaded (by `get_runner`) if there is work.
+        `progress` hears how far it got every `progress_interval` seconds."""
+        out = self.path(run_id, self.stages[3].file)
+        summary = execute_plan(
+            planned,
+            out,
+            get_runner,
+            self.model.embedding_dimension,
+            self.checkpoint_dir(),
+            checkpoint_every,
+            progress,
+            progress_interval,
+        )
+        return StageOutput(out, summary)
+
+    def run(
+        self,
+        run_id: str,
+        runner: Embedder | Callable[[], Embedder],
+        plan_settings: PlanSettings | None = None,
+        doc_ids: list[str] | None = None,
+        checkpoint_every: int = 8,
+        on_wait: Callable[[str], None] | None = None,
+        trigger: str = MANUAL,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+        allow_mass_delete: bool = False,
+    ) -> dict[str, object]:
+        """All five stages in order (what a Dagster run of one partition does), under the
+        partition's run lease; their summaries by stage name. (Dagster runs of a partition
+        are queued one at a time by the run coordinator.)
+
+        `runner` may be a loaded model or a function that loads one only if there is work.
+        A second run of the partition waits for the first (`on_wait` hears who holds it) and
+        then finds only what is still stale. `trigger` is recorded with the run's measures;
+        `progress` hears how prepare and execute get on; `doc_ids` asks for a targeted run
+        and `allow_mass_delete` confirms deletions beyond the limits, where the product has
+        them.
+        """
+        request = RunRequest(
+            run_id,
+            as_runner(runner),
+            plan_settings or PlanSettings(),
+            doc_ids,
+            checkpoint_every,
+            trigger,
+            progress,
+            progress_interval,
+            allow_mass_delete,
+            on_wait,
+            started_at=time.time(),
+        )
+        with self.tracking.partition_lease(self.staging_key, owner=run_id, on_wait=on_wait):
+            collected = self.collect_stage(request)
+            prepared = self.prepare_stage(request, collected.path)
+            planned = self.plan(run_id, prepared.path, request.plan_settings)
+            executed = self.execute(
+                run_id,
+                planned.path,
+                request.runner,
+                checkpoint_every,
+                progress,
+                progress_interval,
+            )
+            landed = self.land_stage(request, collected.path, prepared.path, executed.path)
+        stages = (collected, prepared, planned, executed)
+        summaries = {s.name: out.summary for s, out in zip(self.stages, stages, strict=False)}
+        return {**summaries, self.stages[-1].name: landed}

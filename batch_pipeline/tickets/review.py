@@ -1,0 +1,73 @@
+"""The ticket product's two parts of the shared generation review
+(`batch_pipeline.generations.review`): its completeness rule and its scorer.
+
+- Complete: the generation holds every day the live one holds (backfill them first).
+- Scores: accuracy and macro-F1 on the labelled tickets, with `min_accuracy` as a floor.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batch_pipeline.config import TicketEvaluationConfig
+from batch_pipeline.config.taxonomy import parse_taxonomy
+from batch_pipeline.generations.evaluation import eval_set_version
+from batch_pipeline.generations.review import Completeness, EmbedderFor
+from batch_pipeline.state.tracking import GenerationRecord
+from batch_pipeline.tickets.evaluation import classification_scores, load_labelled_tickets
+from batch_pipeline.tickets.intent_store import IntentStore
+
+# The intents a generation predicts for (subject, body) pairs, with the models `embedder_for`
+# loads.
+Predict = Callable[[GenerationRecord, list[tuple[str, str]], EmbedderFor], list[str]]
+DAYS_NAMED = 3  # a refusal names at most this many days to backfill
+
+
+@dataclass(frozen=True)
+class HoldsLiveDaysRule:
+    """Complete when the generation holds every day the live one holds."""
+
+    intents: IntentStore
+
+    def assess(self, record: GenerationRecord, live: GenerationRecord | None) -> Completeness:
+        days = self.intents.days(record.index_name)
+        live_days = self.intents.days(live.index_name) if live is not None else []
+        key = {"days": len(days), "live_days": len(live_days)}
+        if days and set(days) >= set(live_days):
+            return Completeness(True, None, key)
+        missing = sorted(set(live_days) - set(days))
+        more = " ..." if len(missing) > DAYS_NAMED else ""
+        reason = (
+            f"not complete: holds {len(days)} of the live generation's days; "
+            f"backfill {', '.join(missing[:DAYS_NAMED])}{more}"
+            if missing
+            else "not complete: holds no day yet"
+        )
+        return Completeness(False, reason, key)
+
+
+@dataclass(frozen=True)
+class AccuracyScorer:
+    """Accuracy and macro-F1 on the labelled tickets, each generation with its own
+    taxonomy and model; no generation goes live below `min_accuracy`."""
+
+    evaluation: TicketEvaluationConfig
+    predict: Predict
+
+    @property
+    def tolerance(self) -> float:
+        return self.evaluation.tolerance
+
+    @property
+    def floors(self) -> dict[str, float]:
+        return {"accuracy": self.evaluation.min_accuracy}
+
+    def key(self, record: GenerationRecord) -> dict[str, object]:
+        # a generation's predictions depend on its record alone, not on the rows it holds
+        return {"eval_set": eval_set_version(self.evaluation.path)}
+
+    def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
+        taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
+        labelled = load_labelled_tickets(self.evaluation.path, taxonomy.names)
+        predicted = self.predict(record, [(t.subject, t.body) for t in labelled], embedder_for)
+        return classification_scores([t.label for t in labelled], predicted)
