@@ -1,10 +1,22 @@
-"""What a Dagster run tells the engine about itself: its trigger, its start and its retries."""
+"""What a Dagster run tells the engine about itself: its trigger, its start, its retries, and
+what the operator confirmed (`LandConfig`)."""
 
 import dagster as dg
+from pydantic import Field
 
+from assets.stage_io import as_metadata
 from batch_pipeline.triggers.tags import trigger_of
 
 RUN_RETRY_TAG = "dagster/retry_number"  # set on a run that re-executes a failed one
+NO_MASS_DELETION_HELD = "no_mass_deletion_held"
+
+
+class LandConfig(dg.Config):
+    allow_mass_delete: bool = Field(
+        default=False,
+        description="Confirm deletions beyond limits.max_delete_fraction and "
+        "limits.max_delete_documents; without it they are held back and a check fails.",
+    )
 
 
 def run_trigger(context: dg.AssetExecutionContext) -> str:
@@ -25,3 +37,19 @@ def step_retries(context: dg.AssetExecutionContext) -> int:
         context.run.run_id, of_type=dg.DagsterEventType.STEP_RESTARTED
     ).records
     return len(restarts) + int(context.run.tags.get(RUN_RETRY_TAG, 0))
+
+
+def held_deletions_check(
+    context: dg.AssetExecutionContext, deletions_held: int, reason: str | None
+) -> dg.AssetCheckResult:
+    """The `no_mass_deletion_held` check of a land, and a warning in the log when it fails."""
+    if deletions_held:
+        context.log.warning(
+            f"held back {deletions_held} deletions: {reason}; "
+            "materialise with allow_mass_delete: true to confirm them"
+        )
+    return dg.AssetCheckResult(
+        check_name=NO_MASS_DELETION_HELD,
+        passed=not deletions_held,
+        metadata=as_metadata({"deletions_held": deletions_held, "reason": reason}),
+    )

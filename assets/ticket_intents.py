@@ -16,7 +16,14 @@ from assets.partitions import (
     partition_check,
     progress_log,
 )
-from assets.run_info import run_started_at, run_trigger, step_retries
+from assets.run_info import (
+    NO_MASS_DELETION_HELD,
+    LandConfig,
+    held_deletions_check,
+    run_started_at,
+    run_trigger,
+    step_retries,
+)
 from assets.stage_io import as_metadata, column_schema, parquet_metadata, upstream_path
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.tickets import (
@@ -158,11 +165,21 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                 "Every valid ticket of the day is classified under the generation (bad rows "
                 "are recorded as failures with their reason and do not count).",
             ),
+            partition_check(
+                NO_MASS_DELETION_HELD,
+                TICKET_LAND.asset,
+                partitions,
+                "The day's export lost no more tickets than the mass-deletion limits allow "
+                "(limits.max_delete_fraction, limits.max_delete_documents): past them the "
+                "day keeps its rows and this check fails. Confirm a real shrink by "
+                "materialising with allow_mass_delete: true.",
+            ),
         ],
         **_common(partitions),
     )
     def ticket_intents(
         context: dg.AssetExecutionContext,
+        config: LandConfig,
         pipeline: PipelineResource,
         inference: InferenceResource,
     ) -> dg.MaterializeResult:
@@ -186,6 +203,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
             trigger=run_trigger(context),
             retries=step_retries(context),
             started_at=run_started_at(context),
+            allow_mass_delete=config.allow_mass_delete,
         )
         review = product.review(inference.runner)
         for failure in summary.failures[:20]:
@@ -215,6 +233,9 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     passed=shift is None or shift <= limit,
                     severity=dg.AssetCheckSeverity.WARN,
                     metadata=as_metadata({"shift": shift, "max_mix_shift": limit}),
+                ),
+                held_deletions_check(
+                    context, summary.deletions_held, summary.deletions_held_reason
                 ),
                 dg.AssetCheckResult(
                     check_name=DAY_COMPLETE,

@@ -3,10 +3,16 @@
 from datetime import timedelta
 
 import dagster as dg
-from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
-from assets.run_info import run_started_at, run_trigger, step_retries
+from assets.run_info import (
+    NO_MASS_DELETION_HELD,
+    LandConfig,
+    held_deletions_check,
+    run_started_at,
+    run_trigger,
+    step_retries,
+)
 from assets.stage_io import as_metadata, column_schema, upstream_path
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.pipeline import configured_generations
@@ -20,15 +26,7 @@ INDEX_MATCHES_TRACKING = "index_matches_tracking"
 FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
 COMPLETENESS = "completeness"
 RUN_WITHIN_WINDOW = "run_within_window"
-NO_MASS_DELETION_HELD = "no_mass_deletion_held"
-
-
-class LandConfig(dg.Config):
-    allow_mass_delete: bool = Field(
-        default=False,
-        description="Confirm deletions beyond limits.max_delete_fraction and "
-        "limits.max_delete_documents; without it they are held back and a check fails.",
-    )
+UNREAD = "unread_within_limit"
 
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -77,6 +75,15 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "freshness.lag_budget_seconds for sensor runs. Warns on an overrun.",
             ),
             partition_check(
+                UNREAD,
+                LAND.asset,
+                partitions,
+                "The documents the run could not read (no answer, or refused: not their "
+                "content's fault) are at most limits.max_unread_fraction of those it "
+                "attempted: a run whose source mostly failed to read is no success, even "
+                "though what did read landed.",
+            ),
+            partition_check(
                 NO_MASS_DELETION_HELD,
                 LAND.asset,
                 partitions,
@@ -112,11 +119,6 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             started_at=run_started_at(context),
             allow_mass_delete=config.allow_mass_delete,
         )
-        if summary.deletions_held:
-            context.log.warning(
-                f"held back {summary.deletions_held} deletions: {summary.deletions_held_reason}; "
-                "materialise with allow_mass_delete: true to confirm them"
-            )
         measures, report = summary.measures, summary.reconciled
         maintenance = {}
         if is_reconcile(context.run.tags):
@@ -133,6 +135,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         limits = pipeline.config.limits
         completeness = summary.completeness  # of the table as land left it
         backfill = engine.backfill_estimate(measures.partition_inputs)
+        unread = engine.unread_excess(run_id, measures.attempted)
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {
@@ -177,13 +180,17 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                         "lag_budget_seconds": budget,
                     },
                 ),
+                held_deletions_check(
+                    context, summary.deletions_held, summary.deletions_held_reason
+                ),
                 dg.AssetCheckResult(
-                    check_name=NO_MASS_DELETION_HELD,
-                    passed=not summary.deletions_held,
+                    check_name=UNREAD,
+                    passed=unread is None,
                     metadata=as_metadata(
                         {
-                            "deletions_held": summary.deletions_held,
-                            "reason": summary.deletions_held_reason,
+                            "reason": unread,
+                            "documents_attempted": measures.attempted,
+                            "max_unread_fraction": limits.max_unread_fraction,
                         }
                     ),
                 ),

@@ -54,7 +54,12 @@ from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import StagePath, is_full_pass
 from batch_pipeline.state.storage import StorageLocations
-from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
+from batch_pipeline.state.tracking import (
+    UNLISTABLE,
+    UNREAD_FAILURE_REASONS,
+    GenerationRecord,
+    TrackingStore,
+)
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.text.chunking import ChunkSettings
 
@@ -204,8 +209,23 @@ class PartitionPipeline(StagedPartition):
             lambda changes: self.tracking.record_pending(self.index, changes),
             started,
         )
+        self._forget_listed_gaps(summary, doc_ids)
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
+
+    def _forget_listed_gaps(self, summary: CollectSummary, doc_ids: list[str] | None) -> None:
+        """A folder (or document) the last listing could not see, that this one saw: its
+        failure goes (a targeted run looks only at the documents it names)."""
+        unseen = {gap.prefix for gap in summary.gaps}
+        looked = None if doc_ids is None else set(doc_ids)
+        seen_again = [
+            doc_id
+            for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
+            if failure["reason"] == UNLISTABLE
+            and doc_id not in unseen
+            and (looked is None or doc_id in looked)
+        ]
+        self.tracking.forget_failures(self.index, seen_again)
 
     def _fill_new_metadata_columns(self) -> None:
         """Metadata fields declared since the table was built: add their columns, and have
@@ -309,6 +329,19 @@ class PartitionPipeline(StagedPartition):
             run.outcome = self._outcome(run_id, summary)
         summary.measures = run.measures
         return summary
+
+    def unread_excess(self, run_id: str, attempted: int) -> str | None:
+        """Why a landed run read too little of its source to count as a success, or None:
+        more of the documents it attempted could not be read (no answer, or refused) than
+        `limits.max_unread_fraction` allows. What did read has landed."""
+        unread = self.tracking.failed_in_run(self.index, run_id, UNREAD_FAILURE_REASONS)
+        bound = self.config.limits.max_unread_fraction
+        if not attempted or unread / attempted <= bound:
+            return None
+        return (
+            f"{unread} of the {attempted} documents the run attempted could not be read "
+            f"({unread / attempted:.0%}), more than limits.max_unread_fraction ({bound:g})"
+        )
 
     def _outcome(self, run_id: str, landed: LandSummary) -> RunOutcome:
         """What the land counted, in documents and chunks, for the run's record."""

@@ -356,7 +356,8 @@ class StagedPartition(ABC):
             on_wait,
             started_at=time.time(),
         )
-        with self.tracking.partition_lease(self.staging_key, owner=run_id, on_wait=on_wait):
+        lease_key = self.staging_key
+        with self.tracking.partition_lease(lease_key, owner=run_id, on_wait=on_wait) as held:
             collected = self.collect_stage(request)
             prepared = self.prepare_stage(request, collected.path)
             planned = self.plan(run_id, prepared.path, request.plan_settings)
@@ -368,6 +369,7 @@ class StagedPartition(ABC):
                 progress,
                 progress_interval,
             )
+            held.check()  # a run that lost its lease (a database blip) never lands beside another
             landed = self.land_stage(request, collected.path, prepared.path, executed.path)
         stages = (collected, prepared, planned, executed)
         summaries = {s.name: out.summary for s, out in zip(self.stages, stages, strict=False)}

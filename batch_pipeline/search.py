@@ -83,14 +83,25 @@ def where_filter(text: str, fields: dict[str, str]) -> tuple[str, set[str]]:
         i += 1
 
 
+INT_RANGE = range(-(2**63), 2**63)  # what an int column (int64) can hold
+
+
 def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
+    """The value as a literal of the field's type, checked here: the table never sees a
+    value its column cannot hold."""
     if kind == "string" and value_kind == "string":
         return sql_literal(value[1:-1].replace("''", "'"))
-    if kind in ("int", "float") and value_kind == "number":
-        return str(int(value)) if kind == "int" and "." not in value else str(float(value))
+    if kind == "int" and value_kind == "number" and "." not in value and int(value) in INT_RANGE:
+        return str(int(value))
+    if kind == "float" and value_kind == "number":
+        return str(float(value))
     if kind == "bool" and value_kind == "word" and value.lower() in ("true", "false"):
         return value.upper()
-    raise WhereError(f"--where: {name} is {kind}; {value!r} is not a {kind} literal")
+    article = "an" if kind == "int" else "a"
+    raise WhereError(f"--where: {name} is {kind}; {value!r} is not {article} {kind} literal")
+
+
+MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
 def search(
@@ -102,8 +113,8 @@ def search(
 ) -> list[SearchHit]:
     """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical),
     among those matching `where` (see `where_filter`)."""
-    if k < 1:
-        raise ValueError("k must be at least 1")
+    if not 1 <= k <= MAX_RESULTS:
+        raise ValueError(f"-k must be between 1 and {MAX_RESULTS}, not {k}")
     fields = dict(pipeline.collection.metadata.fields)
     condition, named = where_filter(where, fields) if where else (None, set())
     live = pipeline.live_generation()  # readers follow the live generation

@@ -9,6 +9,7 @@
     batch-pipeline generations list|promote|rollback [--product P]
     batch-pipeline invalidate-run RUN_ID
     batch-pipeline restore --collection C --before-run RUN_ID
+    batch-pipeline repair --collection C [--rebuild] [--yes]
     batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
 
 A product is a collection's vector index (named after the collection) or the ticket intents
@@ -20,6 +21,7 @@ Configuration and state come from the same places as the Dagster code location:
 """
 
 import argparse
+import errno
 import json
 import sys
 import textwrap
@@ -28,10 +30,11 @@ from datetime import datetime
 from itertools import groupby
 from typing import TextIO
 
+import sqlalchemy as sa
 from tqdm import tqdm
 
 from batch_pipeline.cli import tickets as ticket_commands
-from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.config import ConfigError, load_config, masked_url
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
@@ -41,17 +44,23 @@ from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.inference.runner import LoadedModels
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.report import reported_runs, trend, trend_line
-from batch_pipeline.measures.run import MANUAL, TRIGGERS
+from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.products import Product, configured_products
-from batch_pipeline.reports.text import table_lines
+from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
 from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.state.tracking import TrackingStore, TrackingUnavailableError
-from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.state.tracking import (
+    LeaseLostError,
+    LockTimeoutError,
+    TrackingStore,
+    TrackingUnavailableError,
+)
+from batch_pipeline.state.vector_store import TableDamagedError, VectorStore, missing_data_file
+from batch_pipeline.tickets.land import TicketLandSummary
 from batch_pipeline.tickets.pipeline import TicketProduct
 
 
@@ -72,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="pipeline YAML (default $BATCH_PIPELINE_CONFIG)")
     parser.add_argument("--home", help="state folder (default $BATCH_PIPELINE_HOME)")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error, not one line"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     find = commands.add_parser("search", help="the chunks nearest to a query")
@@ -147,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     invalidate.add_argument("run_id")
 
+    repair = commands.add_parser(
+        "repair", help="restore a damaged table (data files lost) to its newest whole version"
+    )
+    repair.add_argument("--collection", required=True)
+    repair.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="when no version is whole: drop the table; the next full run rebuilds it",
+    )
+    repair.add_argument("--yes", action="store_true", help="confirm: without it, only says what")
+
     restore = commands.add_parser("restore", help="restore the live table to before a run")
     restore.add_argument("--collection", required=True)
     restore.add_argument("--before-run", required=True, dest="run_id")
@@ -219,14 +242,16 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
         return 0
     if not hits:
         print("no results")
-    for hit in hits:
-        print(f"{hit.rank}. {hit.score:.4f}  {hit.doc_id}  [{hit.chunk_id}]")
-        where = " > ".join(p for p in (hit.title, hit.section) if p)
+    for hit in hits:  # names and texts come from the source: printed escaped
+        print(f"{hit.rank}. {hit.score:.4f}  {printable(hit.doc_id)}  [{printable(hit.chunk_id)}]")
+        where = " > ".join(printable(p) for p in (hit.title, hit.section) if p)
         if where:
             print(f"   {where}")
         if hit.metadata:
-            print("   " + ", ".join(f"{k}={v}" for k, v in sorted(hit.metadata.items())))
-        snippet = textwrap.shorten(hit.text.replace("\n", " "), width=220, placeholder=" ...")
+            pairs = sorted(hit.metadata.items())
+            print("   " + ", ".join(printable(f"{k}={v}") for k, v in pairs))
+        flat = " ".join(hit.text.split())
+        snippet = textwrap.shorten(printable(flat), width=220, placeholder=" ...")
         print(textwrap.indent(textwrap.fill(snippet, 96), "   "))
     return 0
 
@@ -261,9 +286,10 @@ def _source_errors(reports: list[dict]) -> int:
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
     if args.day:
-        return ticket_commands.run_day(
+        landed = ticket_commands.run_day(
             ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0]
         )
+        return _held_deletions(landed, "ticket_intents")
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
     progress, interval = _progress_sink(sys.stderr)
@@ -314,21 +340,35 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
                 "per 1k inputs (estimated)"
             )
         print(line)
-    return _held_deletions(summaries[LAND.name])
+    return _held_deletions(summaries[LAND.name]) or _unread(pipeline, run_id, measures)
 
 
 HELD_DELETIONS_EXIT = 3
+UNREAD_EXIT = 4
 
 
-def _held_deletions(landed: LandSummary) -> int:
+def _unread(pipeline: PartitionPipeline, run_id: str, measures: RunMeasures) -> int:
+    """Exit status 4, and a line, when the run could not read too much of its source."""
+    excess = pipeline.unread_excess(run_id, measures.attempted)
+    if excess is None:
+        return 0
+    print(
+        f"batch-pipeline: {excess}; what did read has landed; `batch-pipeline failures` "
+        "lists the rest with their reasons, and the next run retries them",
+        file=sys.stderr,
+    )
+    return UNREAD_EXIT
+
+
+def _held_deletions(landed: LandSummary | TicketLandSummary, asset: str = LAND.asset) -> int:
     """Exit status 3, and what to do, when the run held back a mass deletion."""
     if not landed.deletions_held:
         return 0
     print(
         f"batch-pipeline: held back {landed.deletions_held} deletions: "
         f"{landed.deletions_held_reason}. Everything else landed. If the source really lost "
-        "these documents, run again with --allow-mass-delete (from Dagster: materialise "
-        "vector_index with the run config allow_mass_delete: true).",
+        f"them, run again with --allow-mass-delete (from Dagster: materialise {asset} with "
+        "the run config allow_mass_delete: true).",
         file=sys.stderr,
     )
     return HELD_DELETIONS_EXIT
@@ -419,7 +459,7 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
         print(
             f"{row['collection']}  {row['generation']}  {row['doc_id']!r}  {row['stage']}  "
             f"{row['reason']}  "
-            f"attempts={row['attempts']}  {row['message']}"
+            f"attempts={row['attempts']}  {printable(row['message'])}"
         )
     return 0
 
@@ -484,6 +524,42 @@ def _invalidate(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _repair(ctx: _Context, args: argparse.Namespace) -> int:
+    """Exit 0 when repaired or nothing to repair; 1 when it only said what it would do."""
+    pipeline = ctx.pipeline(args.collection)
+    index = pipeline.index
+    missing = pipeline.store.damage(index)
+    if missing is None:
+        print(f"{index}: every data file reads; nothing to repair")
+        return 0
+    whole = pipeline.store.newest_whole_version(index)
+    if whole is None and not args.rebuild:
+        raise GenerationError(
+            f"{index}: no version of it is whole; --rebuild --yes drops it, and the next full "
+            "run rebuilds it from the source"
+        )
+    plan = f"drop {index}" if whole is None else f"restore {index} to version {whole}"
+    if not args.yes:
+        print(f"{index}: {missing} is missing; would {plan}; run again with --yes to do it")
+        return 1
+    registry = GenerationRegistry(ctx.tracking)
+    if whole is None:
+        pipeline.store.drop_table(index)
+        done = "dropped"
+    else:
+        now = pipeline.store.restore_version(index, whole)
+        done = f"restored version {whole} (now version {now})"
+    registry.record(
+        "repair", pipeline.name, from_index=index, to_index=index,
+        details={"missing": missing, "version": whole},
+    )  # fmt: skip
+    print(
+        f"{index}: {done}; now run `batch-pipeline run --collection {pipeline.name}`: the full "
+        "run re-lands what the table lacks"
+    )
+    return 0
+
+
 def _restore(ctx: _Context, args: argparse.Namespace) -> int:
     result = restore_before_run(
         ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.collection, args.run_id
@@ -493,6 +569,30 @@ def _restore(ctx: _Context, args: argparse.Namespace) -> int:
         f"(now version {result.version}); the next full run re-lands what the source has"
     )
     return 0
+
+
+def _fault_line(error: BaseException) -> str | None:
+    """One line for an infrastructure fault that stopped a command midway (a database that
+    stopped answering, a full disk), with what to do; None for anything else."""
+    if isinstance(error, sa.exc.SQLAlchemyError):
+        cause = str(getattr(error, "orig", None) or error).strip().splitlines()
+        first = masked_url(cause[0]) if cause else type(error).__name__
+        return (
+            f"a database stopped answering ({type(error).__name__}: {first}); what landed is "
+            "kept and the next run resumes from its checkpoints: run again once it is back"
+        )
+    if (missing := missing_data_file(error)) is not None:
+        return str(TableDamagedError(missing))
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        where = f" ({error.filename})" if error.filename else ""
+        return (
+            f"no space left on the device{where}; what landed is kept: free space under the "
+            "home or staging folder and run again"
+        )
+    if isinstance(error, OSError):
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror or type(error).__name__}{where}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -507,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         "generations": _generations,
         "invalidate-run": _invalidate,
         "restore": _restore,
+        "repair": _repair,
         "intents": lambda ctx, args: ticket_commands.intents(ctx.tickets(), args),
         "classify": lambda ctx, args: ticket_commands.classify(ctx.tickets(), args),
     }
@@ -521,9 +622,19 @@ def main(argv: list[str] | None = None) -> int:
         GenerationError,
         SourceUnavailableError,
         TrackingUnavailableError,
+        LeaseLostError,
+        LockTimeoutError,
         ValueError,
     ) as error:
+        if args.debug:
+            raise
         print(f"batch-pipeline: {error}", file=sys.stderr)
+        return 2
+    except (sa.exc.SQLAlchemyError, OSError, RuntimeError) as error:
+        line = _fault_line(error)
+        if args.debug or line is None:
+            raise
+        print(f"batch-pipeline: {line} (--debug shows the traceback)", file=sys.stderr)
         return 2
 
 

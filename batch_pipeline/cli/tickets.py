@@ -14,6 +14,7 @@ import uuid
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
+from batch_pipeline.reports.text import printable
 from batch_pipeline.tickets.pipeline import TicketProduct
 
 
@@ -54,7 +55,7 @@ def intents(product: TicketProduct, args: argparse.Namespace) -> int:
         share = count / report["tickets"]
         print(f"{name:<24} {count:>5}  {share:6.1%}  {'#' * round(share * 60)}")
         for example in report["examples"].get(name, []):
-            text = example["text"].replace("\n", " ")
+            text = printable(" ".join(example["text"].split()))  # a ticket's text, escaped
             print(f"    {example['confidence']:.2f}  {text[:90]}{'...' if len(text) > 90 else ''}")
     return 0
 
@@ -82,9 +83,9 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     return 0
 
 
-def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progress) -> int:  # noqa: ANN001
+def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progress):  # noqa: ANN001, ANN201
     """One day's five stages without Dagster, then the generation's review; `runner_for`
-    loads each model once."""
+    loads each model once. Returns the day's land summary."""
     run_id = args.run_id or str(uuid.uuid4())
     summaries = product.day(args.day).run(
         run_id,
@@ -92,6 +93,7 @@ def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progre
         PlanSettings(args.token_budget, args.max_batch_size),
         trigger=args.trigger,
         progress=progress,
+        allow_mass_delete=args.allow_mass_delete,
     )
     review = product.review(runner_for)
     landed = summaries["land"]
@@ -106,11 +108,11 @@ def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progre
             "generation": review.metadata(),
         }
         print(json.dumps(report, indent=2, default=str))
-        return 0
+        return landed
     print(
         f"run {run_id}: {args.day}: {landed.tickets_classified} tickets classified, "
         f"{landed.tickets_unchanged} unchanged, {landed.tickets_removed} removed, "
         f"{len(landed.failures)} failed; {duration(measures.wall_seconds)} wall-clock"
     )
     print(f"  generation {review.generation}: {review.decision}: {review.reason}")
-    return 0
+    return landed

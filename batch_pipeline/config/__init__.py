@@ -77,6 +77,12 @@ class FilesystemSourceConfig(_Strict):
     kind: Literal["filesystem"] = "filesystem"
     path: Path = Field(description="Folder holding the documents; relative to the config file.")
     glob: str = Field(default="**/*.md", description="Glob pattern, relative to `path`.")
+    read_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A file not read within this (a hung network mount) is a transient "
+        "failure, retried on the next run, and the run goes on.",
+    )
 
     _resolve_path = field_validator("path")(_existing_folder)
 
@@ -507,6 +513,14 @@ class LimitsConfig(_Strict):
         ge=0,
         description="... or more than this many documents (default: no count limit).",
     )
+    max_unread_fraction: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="A run that could not read more than this share of the documents it "
+        "attempted (unreadable or unreachable, not their content's fault) fails its "
+        "unread_within_limit check, and `batch-pipeline run` exits with status 4.",
+    )
 
 
 class TicketFolderExport(_Strict):
@@ -730,6 +744,34 @@ SECRET_SETTINGS = frozenset(
 )
 
 
+# Query parameters of a URL that carry credentials (libpq's `password`, `sslpassword`,
+# signed URLs' signatures and session tokens, ...), masked wherever a URL is shown.
+SECRET_URL_PARAMETERS = SECRET_SETTINGS | {
+    "sslpassword",
+    "pass",
+    "pwd",
+    "access_token",
+    "auth_token",
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-credential",
+}
+
+
+def masked_url(url: str) -> str:
+    """A URL as it may be shown: the password of its user part and every credential in its
+    query (`?password=`, `sslpassword`, tokens, signatures) replaced by ***."""
+    url = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", url)
+
+    def mask(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return f"{name}=***" if name.lower() in SECRET_URL_PARAMETERS else match.group(0)
+
+    return re.sub(r"(?<=[?&;])([^=&;#]+)=([^&;#]*)", mask, url)
+
+
 def redacted(value: Any) -> Any:
     """A JSON-ready copy with secret settings (`SECRET_SETTINGS`) and passwords in URLs masked."""
     if isinstance(value, BaseModel):
@@ -741,8 +783,8 @@ def redacted(value: Any) -> Any:
         }
     if isinstance(value, list):
         return [redacted(v) for v in value]
-    if isinstance(value, str) and "://" in value and "@" in value:
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)
+    if isinstance(value, str) and "://" in value:
+        return masked_url(value)
     return value
 
 

@@ -30,7 +30,7 @@ from batch_pipeline.generations.review import (
 )
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.names import generation_index
-from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
+from batch_pipeline.state.tracking import UNLISTABLE, GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 
 
@@ -133,12 +133,16 @@ class GenerationLifecycle:
 
     def track(self, full_pass_partitions: Iterable[str] = ()) -> None:
         """After a land (under the landing lease): count rows and documents, note the
-        partitions that had a full pass, move `building` to `candidate` once complete, and
-        promote the collection's first complete generation."""
+        partitions that had a full pass, move `building` to `candidate` once complete (no
+        change pending, no folder left unlisted), and promote the collection's first
+        complete generation."""
         record = self.record()
         passes = record.passed_partitions() | set(full_pass_partitions)
         full = passes >= set(self.collection.partition_keys())  # every shard had a full pass
-        complete = generation_complete(full, self.tracking.freshness(self.index)["pending"])
+        # a folder that could not be listed may hold documents this generation lacks
+        unlisted = any(f["reason"] == UNLISTABLE for f in self.tracking.list_failures(self.index))
+        pending = self.tracking.freshness(self.index)["pending"]
+        complete = generation_complete(full, pending) and not unlisted
         state = CANDIDATE if record.state == BUILDING and complete else record.state
         self.registry.update(
             self.name,

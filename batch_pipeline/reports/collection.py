@@ -17,6 +17,8 @@ from batch_pipeline.stages.collect import (
     classify_documents,
 )
 from batch_pipeline.state.reconcile import reconcile_index
+from batch_pipeline.state.tracking import UNLISTABLE, UNREACHABLE
+from batch_pipeline.state.vector_store import TableDamagedError
 
 KIND = "vector_index"
 
@@ -100,8 +102,34 @@ def source_problem(pipeline: PartitionPipeline) -> str | None:
     return None
 
 
+def damaged_table_health(pipeline: PartitionPipeline, missing: str) -> dict[str, object]:
+    """What `doctor` reports of a table whose data files are gone: which, the newest whole
+    version, and the remedy (nothing else can be read of it)."""
+    whole = pipeline.store.newest_whole_version(pipeline.index)
+    remedy = (
+        f"`batch-pipeline repair --collection {pipeline.name} --yes` restores version {whole}, "
+        "the newest whole one; the next full run then re-lands what it lacks"
+        if whole is not None
+        else f"no version of it is whole: `batch-pipeline repair --collection {pipeline.name} "
+        "--rebuild --yes` drops it, and the next full run rebuilds it from the source"
+    )
+    return {
+        "product": pipeline.name,
+        "kind": KIND,
+        "collection": pipeline.name,
+        "source_error": None,
+        "table_damaged": missing,
+        "newest_whole_version": whole,
+        "problems": [f"{TableDamagedError(missing).args[0].split(';')[0]}; {remedy}"],
+        "healthy": False,
+    }
+
+
 def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
+    missing = pipeline.store.damage(pipeline.index)
+    if missing is not None:
+        return damaged_table_health(pipeline, missing)
     limits = pipeline.config.limits
     report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
     completeness = partition_completeness(
@@ -120,6 +148,20 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
         "failing_documents": pipeline.tracking.failure_count(pipeline.index),
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
+    failing = pipeline.tracking.failures_by_doc(pipeline.index)
+    problems += [
+        f"{f['message']} (until it can be listed; fix its permissions or the disk)"
+        for f in failing.values()
+        if f["reason"] == UNLISTABLE
+    ]
+    unreached = sorted(d for d, f in failing.items() if f["reason"] == UNREACHABLE)
+    if unreached:
+        problems.append(
+            f"{len(unreached)} documents could not be read for a reason that says nothing "
+            f"about them (a connection error, a timeout, a 5xx); every run retries them: "
+            + ", ".join(repr(d) for d in unreached[:5])
+            + (" ..." if len(unreached) > 5 else "")
+        )
     if completeness["completeness"] < limits.completeness_threshold:
         problems.append(
             f"completeness {completeness['completeness']:.2%} is below "
@@ -170,6 +212,8 @@ def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
 
 def health_line(r: dict[str, object]) -> str:
     """A collection's doctor verdict in one line (its problems follow it)."""
+    if r.get("table_damaged"):
+        return doctor_line(r, "its table is damaged")
     return doctor_line(
         r,
         f"completeness {r['completeness']:.2%} ({r['documents_complete']}/"

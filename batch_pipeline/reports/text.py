@@ -1,6 +1,16 @@
-"""Reports laid out for a terminal: aligned columns, times to the second in UTC."""
+"""Reports laid out for a terminal: aligned columns, times to the second in UTC, and every
+value printable: a name holding a newline or an escape sequence cannot split a line or
+reach the terminal raw."""
 
+import re
 from datetime import UTC, datetime
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value: object) -> str:
+    """`value` as text with every control character escaped (`\\n`, `\\x1b`)."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], str(value))
 
 
 def text(value: object) -> str:
@@ -9,7 +19,7 @@ def text(value: object) -> str:
         return "-"
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    return str(value)
+    return printable(value)
 
 
 def table_lines(columns: list[tuple[str, str]], rows: list[dict]) -> list[str]:

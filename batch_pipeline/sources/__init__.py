@@ -8,6 +8,7 @@ from batch_pipeline.sources.base import (
     ChangeSet,
     DocumentReadError,
     DocumentSource,
+    ListingGap,
     PartitionFilter,
     RawDocument,
     SourceEntry,
@@ -19,6 +20,7 @@ __all__ = [
     "ChangeSet",
     "DocumentReadError",
     "DocumentSource",
+    "ListingGap",
     "PartitionFilter",
     "RawDocument",
     "S3_ENV",
@@ -70,7 +72,7 @@ def make_source(
 ) -> DocumentSource:
     """The engine's source for one collection's `source:` configuration."""
     if isinstance(config, FilesystemSourceConfig):
-        return FilesystemSource(config.path, config.glob)
+        return FilesystemSource(config.path, config.glob, config.read_timeout_seconds)
     if isinstance(config, S3SourceConfig):
         from batch_pipeline.sources.s3 import S3Source
 

@@ -10,7 +10,32 @@ class SourceUnavailableError(RuntimeError):
 
 
 class DocumentReadError(RuntimeError):
-    """One document could not be read; recorded against that document, the run goes on."""
+    """One document could not be read; recorded against that document, the run goes on.
+
+    `transient` says the failure says nothing about the document (a connection error, a
+    timeout, a 5xx): it is retried on every run and never counts towards quarantine."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class ListingGap:
+    """Part of a source its last listing could not see: a folder that could not be opened
+    (`prefix` ends with "/"), one document that could not be looked at (`prefix` is its id),
+    or a file it cannot name (`bad_name`, `prefix` its name escaped). Its documents are
+    unknown, not deleted: they keep their rows."""
+
+    prefix: str
+    reason: str
+    # the name itself is the problem (not UTF-8, longer than the system allows): a failure
+    # in the document's own name, which no retry mends, rather than an unseen folder
+    bad_name: bool = False
+
+    def covers(self, doc_id: str) -> bool:
+        folder = self.prefix.endswith("/")
+        return doc_id == self.prefix or (folder and doc_id.startswith(self.prefix))
 
 
 @dataclass(frozen=True)
@@ -31,6 +56,9 @@ class RawDocument:
     title: str | None = None
     fmt: str | None = None
     metadata: dict = field(default_factory=dict)  # S3 object metadata, SQL metadata columns
+    # the version of the bytes read, where the source tells it with them (an S3 object's ETag
+    # as it was read): an object replaced between listing and reading lands under its own
+    version: str | None = None
 
 
 @dataclass
@@ -68,6 +96,11 @@ class DocumentSource(ABC):
     @abstractmethod
     def read(self, doc_id: str) -> RawDocument:
         """One document. Raises `DocumentReadError` if it cannot be read."""
+
+    def listing_gaps(self) -> list[ListingGap]:
+        """What the last `list_entries` or `entries_for` could not see, beneath a source that
+        was itself readable. By default a listing sees everything or fails as a whole."""
+        return []
 
     def read_many(
         self, doc_ids: Iterable[str]
@@ -137,6 +170,9 @@ class PartitionFilter(DocumentSource):
 
     def read(self, doc_id: str) -> RawDocument:
         return self.inner.read(doc_id)
+
+    def listing_gaps(self) -> list[ListingGap]:
+        return self.inner.listing_gaps()
 
     def read_many(
         self, doc_ids: Iterable[str]

@@ -1,21 +1,85 @@
 """Documents in a local folder. The doc id is the POSIX path relative to the folder.
 
 Symlinks are never followed and no path may leave the root, so a link or a `../` id cannot
-make the pipeline read files outside the collection.
+make the pipeline read files outside the collection. A folder beneath the root that cannot
+be opened (permissions, an I/O error) is a `ListingGap`, not an empty folder: its documents
+are unknown, and keep their rows.
 """
 
+import errno
 import hashlib
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import cache
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 
 from batch_pipeline.sources.base import (
     DocumentReadError,
     DocumentSource,
+    ListingGap,
     RawDocument,
     SourceEntry,
     SourceUnavailableError,
 )
+
+GONE = (errno.ENOENT, errno.ENOTDIR)  # what says a document is not there, as opposed to unseen
+
+
+def escaped_name(name: str) -> str:
+    """A file name as UTF-8 text: bytes that are not UTF-8 as `\\xNN`."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+MAX_SHOWN = 240  # a name longer than this is shown cut, with a hash of the rest
+
+
+def shown_name(name: str) -> str:
+    """A name short enough to be a failure's key and to read: cut in the middle if need be,
+    with a hash of the whole, so two long names stay apart."""
+    if len(name) <= MAX_SHOWN:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{name[:120]}...[{digest}]...{name[-80:]}"
+
+
+def utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes, kept by the OS as surrogates
+        return False
+    return True
+
+
+@cache
+def glob_pattern(glob: str) -> re.Pattern[str]:
+    """`Path.glob`'s matching of a relative POSIX path: `*` and `?` within one name, `[...]`,
+    and `**` for any number of folders."""
+    parts = []
+    for segment in glob.split("/"):
+        if segment == "**":
+            parts.append("(?:[^/]+/)*")
+            continue
+        out, i = "", 0
+        while i < len(segment):
+            char = segment[i]
+            close = segment.find("]", i + 2) if char == "[" else -1
+            if char == "*":
+                out += "[^/]*"
+            elif char == "?":
+                out += "[^/]"
+            elif close != -1:
+                body = segment[i + 1 : close]
+                out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
+                i = close
+            else:
+                out += re.escape(char)
+            i += 1
+        parts.append(out + "/")
+    return re.compile("".join(parts).removesuffix("/") + r"\Z")
 
 
 def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
@@ -25,9 +89,11 @@ def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
 class FilesystemSource(DocumentSource):
     kind = "filesystem"
 
-    def __init__(self, root: Path, glob: str = "**/*.md") -> None:
+    def __init__(self, root: Path, glob: str = "**/*.md", read_timeout: float = 60.0) -> None:
         self.root = Path(root)
         self.glob = glob
+        self.read_timeout = read_timeout
+        self._gaps: list[ListingGap] = []
 
     def describe(self) -> str:
         return f"{self.root} ({self.glob})"
@@ -43,14 +109,55 @@ class FilesystemSource(DocumentSource):
             )
 
     def list_entries(self) -> Iterator[SourceEntry]:
+        """Every regular file the glob matches, sorted; hidden files and folders (editor swap
+        files, `.git`) are skipped, and symlinks are never followed."""
         self._require_root()
-        for path in sorted(self.root.glob(self.glob)):
-            if not self._inside_root(path) or path.is_symlink() or not path.is_file():
-                continue
-            rel = path.relative_to(self.root).as_posix()
-            if any(part.startswith(".") for part in PurePosixPath(rel).parts):
-                continue  # hidden files and folders, editor swap files
-            yield _entry(rel, path.lstat())
+        self._gaps = []
+        pattern = glob_pattern(self.glob)
+        found: list[tuple[Path, os.stat_result]] = []
+
+        def unlistable(error: OSError) -> None:
+            folder = Path(error.filename or self.root)
+            if folder == self.root:
+                raise SourceUnavailableError(
+                    f"cannot list source folder {self.root}: {error.strerror or error}"
+                )
+            rel = escaped_name(folder.relative_to(self.root).as_posix())
+            too_long = error.errno == errno.ENAMETOOLONG
+            rel = shown_name(rel) if too_long else rel  # nothing beneath it ever landed
+            gap = ListingGap(rel + "/", f"cannot list {rel}/: {error.strerror}", too_long)
+            self._gaps.append(gap)
+
+        for folder, subfolders, names in os.walk(self.root, onerror=unlistable):
+            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+            for name in names:
+                path = Path(folder, name)
+                rel = path.relative_to(self.root).as_posix()
+                if name.startswith(".") or not pattern.match(rel):
+                    continue
+                if not utf8_name(rel):
+                    shown = shown_name(escaped_name(rel))
+                    reason = f"the name {shown!r} is not UTF-8: rename the file"
+                    self._gaps.append(ListingGap(shown, reason, bad_name=True))
+                    continue
+                try:
+                    stat = path.lstat()
+                except OSError as error:
+                    if error.errno not in GONE:
+                        self._unseen(rel, error)
+                    continue
+                if S_ISREG(stat.st_mode):  # not a link, a FIFO or a device
+                    found.append((path, stat))
+        for path, stat in sorted(found):
+            yield _entry(path.relative_to(self.root).as_posix(), stat)
+
+    def listing_gaps(self) -> list[ListingGap]:
+        return list(self._gaps)
+
+    def _unseen(self, doc_id: str, error: OSError) -> None:
+        too_long = error.errno == errno.ENAMETOOLONG
+        shown = shown_name(doc_id) if too_long else doc_id  # a landed one keeps its exact id
+        self._gaps.append(ListingGap(shown, f"cannot look at {shown}: {error.strerror}", too_long))
 
     def _inside_root(self, path: Path) -> bool:
         # No symlinked folder on the way down either.
@@ -72,25 +179,59 @@ class FilesystemSource(DocumentSource):
 
     def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
         self._require_root()
+        self._gaps = []
         for doc_id in doc_ids:
             try:
                 path = self._path(doc_id)
                 stat = path.lstat()
-            except (DocumentReadError, OSError):
+            except DocumentReadError:
                 continue
-            if path.is_file():
+            except OSError as error:
+                if error.errno not in GONE:  # there, perhaps, but not to be seen: not deleted
+                    self._unseen(doc_id, error)
+                continue
+            if S_ISREG(stat.st_mode):
                 yield _entry(doc_id, stat)
 
     def read(self, doc_id: str) -> RawDocument:
+        """The file's bytes. Opened without following a link and without blocking, so a file
+        swapped for a FIFO after listing is refused at once rather than waited on."""
         path = self._path(doc_id)
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(path, flags)
             with os.fdopen(fd, "rb") as handle:
+                if not S_ISREG(os.fstat(fd).st_mode):
+                    raise DocumentReadError(
+                        f"{doc_id!r} is not a regular file (a FIFO, socket or device)"
+                    )
                 return RawDocument(handle.read())
         except FileNotFoundError:
             raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
         except OSError as error:
             raise DocumentReadError(f"cannot read {doc_id!r}: {error.strerror}") from None
+
+    def read_many(
+        self, doc_ids: Iterable[str]
+    ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
+        """Each file, read in a worker thread within `read_timeout` seconds: a read that hangs
+        (a stale network mount) is a transient failure and the run goes on; its thread is
+        left to the read, and the next file gets a new one."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix="source-read")
+        try:
+            for doc_id in doc_ids:
+                future = pool.submit(self.read, doc_id)
+                try:
+                    yield doc_id, future.result(timeout=self.read_timeout)
+                except DocumentReadError as error:
+                    yield doc_id, error
+                except FutureTimeout:
+                    message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
+                    yield doc_id, DocumentReadError(message, transient=True)
+                    pool.shutdown(wait=False)
+                    pool = ThreadPoolExecutor(1, thread_name_prefix="source-read")
+        finally:
+            pool.shutdown(wait=False)
 
     # The sensor remembers [mtime:size, sha256] and hashes only files whose mtime or size moved.
     def change_token(self, entry: SourceEntry, previous: object) -> object:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from batch_pipeline.sources.s3_feed import SqsFeed
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
+# Errors that say nothing about the object: throttling and the service's own trouble
+_TRANSIENT = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
 FEED_STATE = "\u0000feed"  # the sensor state's mark that ticks read the feed, not a listing
 
 
@@ -129,15 +131,23 @@ class S3Source(DocumentSource):
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=doc_id)
             return RawDocument(
-                response["Body"].read(), metadata=dict(response.get("Metadata") or {})
+                response["Body"].read(),
+                metadata=dict(response.get("Metadata") or {}),
+                version=object_version(response["ETag"], response["LastModified"]),
             )
         except ClientError as error:
             code = _error_code(error)
             if code in _MISSING:
                 raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
-            raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {code}") from None
-        except BotoCoreError as error:
-            raise DocumentReadError(f"cannot read s3 object {doc_id!r}: {error}") from None
+            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+            raise DocumentReadError(
+                f"cannot read s3 object {doc_id!r}: {code}",
+                transient=status >= 500 or code in _TRANSIENT,
+            ) from None
+        except BotoCoreError as error:  # no answer: a connection error, a timeout
+            raise DocumentReadError(
+                f"cannot read s3 object {doc_id!r}: {error}", transient=True
+            ) from None
 
     # ------------------------------------------------------------ change detection
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from batch_pipeline.config import masked_url
 from batch_pipeline.iterables import batched
 from batch_pipeline.sources.base import (
     ChangeSet,
@@ -22,8 +23,8 @@ from batch_pipeline.sources.base import (
 
 
 def safe_url(url: str) -> str:
-    """A SQLAlchemy URL as it may be shown: the password hidden."""
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
+    """A SQLAlchemy URL as it may be shown: its password and query credentials hidden."""
+    return masked_url(url)
 
 
 def reflect_table(engine: sa.Engine, name: str, setting: str, where: str) -> sa.Table:

@@ -10,16 +10,29 @@ import json
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
 
 from batch_pipeline.iterables import ID_BATCH, batched
-from batch_pipeline.sources import DocumentReadError, DocumentSource, RawDocument, SourceEntry
+from batch_pipeline.sources import (
+    DocumentReadError,
+    DocumentSource,
+    ListingGap,
+    RawDocument,
+    SourceEntry,
+)
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.state.staging import StageWriter, stamped_collect_schema
-from batch_pipeline.state.tracking import FailureRecord, LandedDocument, TrackingStore
+from batch_pipeline.state.tracking import (
+    UNLISTABLE,
+    UNREACHABLE,
+    FailureRecord,
+    LandedDocument,
+    TrackingStore,
+    is_quarantined,
+)
 from batch_pipeline.text.documents import DocumentError, content_hash, decode_document
 from batch_pipeline.text.normalize import detect_format, parse_document
 
@@ -57,6 +70,7 @@ class CollectSummary:
     bytes_read: int = 0
     changes: dict[str, float | None] = field(default_factory=dict)
     on_changes: Callable[[dict[str, float | None]], None] | None = None
+    gaps: list[ListingGap] = field(default_factory=list)  # what the listing could not see
 
     def add_change(self, doc_id: str, changed_at: float | None) -> None:
         self.changes[doc_id] = changed_at
@@ -68,8 +82,13 @@ class CollectSummary:
             self.on_changes(self.changes)
             self.changes = {}
 
-    def metadata(self) -> dict[str, int]:
-        return {f"documents_{status}": self.counts.get(status, 0) for status in STATUSES}
+    def metadata(self) -> dict[str, object]:
+        values: dict[str, object] = {
+            f"documents_{status}": self.counts.get(status, 0) for status in STATUSES
+        }
+        if self.gaps:  # left out when the whole source could be listed
+            values["unlisted"] = [gap.prefix for gap in self.gaps]
+        return values
 
 
 @dataclass(frozen=True)
@@ -145,7 +164,7 @@ class _Collector:
     def _quarantined(self, doc_id: str, version: str | None, digest: str | None) -> bool:
         """Failed too often, and its content has not changed since (same version or hash)."""
         failure = self.known_failures.get(doc_id)
-        if failure is None or failure["attempts"] < self.limits.quarantine_after_failures:
+        if failure is None or not is_quarantined(failure, self.limits.quarantine_after_failures):
             return False
         same_version = version is not None and failure.get("source_version") == version
         same_content = digest is not None and failure.get("content_hash") == digest
@@ -177,12 +196,16 @@ class _Collector:
     def read(self, entries: list[SourceEntry]) -> Iterator[dict]:
         by_id = {entry.doc_id: entry for entry in entries}
         for doc_id, result in self.source.read_many(list(by_id)):
-            yield self._count(_row(by_id[doc_id], **self._classify(by_id[doc_id], result)))
+            entry = by_id[doc_id]
+            if isinstance(result, RawDocument) and result.version not in (None, entry.version):
+                entry = replace(entry, version=result.version)  # replaced since it was listed
+            yield self._count(_row(entry, **self._classify(entry, result)))
 
     def _classify(self, entry: SourceEntry, result: RawDocument | DocumentReadError) -> dict:
         doc_id = entry.doc_id
         if isinstance(result, DocumentReadError):
-            return self._failed(entry, "unreadable", result, None)
+            reason = UNREACHABLE if result.transient else "unreadable"
+            return self._failed(entry, reason, result, None)
         self.summary.bytes_read += len(result.data)
         metadata = metadata_json(result.metadata)
         # the source's metadata is part of the content: a change to it alone re-lands the
@@ -281,6 +304,17 @@ def classify_documents(
             if to_read:
                 yield from collector.read(to_read)
         seen.close()
+        summary.gaps = source.listing_gaps()
+        for gap in summary.gaps:  # recorded against the folder (or document) not seen
+            entry = SourceEntry(gap.prefix, "")
+            if gap.bad_name:  # its own name's fault: settled like a content failure
+                failed = collector._failed(
+                    entry, "invalid_doc_id", DocumentError("", gap.reason), None
+                )
+            else:
+                error = DocumentReadError(f"{gap.reason}; its documents keep their rows")
+                failed = collector._failed(entry, UNLISTABLE, error, None)
+            yield collector._count(_row(entry, **failed))
         known = BucketSpill(scratch, "landed", LANDED_SCHEMA)
         for page in _landed_candidates(landed, doc_ids, also_landed):
             ids = [doc_id for doc_id, _ in page]
@@ -291,7 +325,8 @@ def classify_documents(
             present = set(seen.read(bucket)["doc_id"].to_pylist())
             gone = known.read(bucket).to_pylist()
             for row in sorted(gone, key=lambda row: row["doc_id"]):
-                if row["doc_id"] in present:
+                unseen = any(gap.covers(row["doc_id"]) for gap in summary.gaps)
+                if row["doc_id"] in present or unseen:
                     continue
                 present.add(row["doc_id"])  # a targeted run may name a document twice
                 summary.counts[DELETED] += 1

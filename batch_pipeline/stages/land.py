@@ -101,22 +101,28 @@ class DeletionGuard:
     # the partition's documents before this run; asked only when something is to be deleted
     landed_documents: Callable[[], int]
     confirmed: bool = False  # --allow-mass-delete, or allow_mass_delete in the run config
+    unit: str = "documents"  # what is deleted: documents, or a day's tickets
 
-    def refusal(self, deleting: int) -> str | None:
-        """Why deleting `deleting` documents needs confirmation, or None if it does not."""
+    def refusal(self, deleting: int, adding: int = 0) -> str | None:
+        """Why deleting `deleting` documents (while `adding` new ones) needs confirmation, or
+        None if it does not. The share is weighed against the larger of what the partition
+        holds now and what it will hold: a run that adds a thousand documents and removes the
+        one old one is no mass deletion; an empty listing still is."""
         if self.confirmed or deleting == 0:
             return None
         landed = max(self.landed_documents(), deleting)
-        share = deleting / landed
+        base = max(landed, landed - deleting + adding)
+        share = deleting / base
         if self.max_documents is not None and deleting > self.max_documents:
             limit = f"limits.max_delete_documents ({self.max_documents})"
         elif share > self.max_fraction:
             limit = f"limits.max_delete_fraction ({self.max_fraction:g})"
         else:
             return None
+        weighed = f" of the {base} it will hold" if base > landed else ""
         return (
-            f"the run would delete {deleting} of {landed} landed documents "
-            f"({share:.0%}), more than {limit}"
+            f"the run would delete {deleting} of {landed} landed {self.unit} "
+            f"({share:.0%}{weighed}), more than {limit}"
         )
 
 
@@ -152,6 +158,7 @@ def land_documents(
     changed_at: dict[str, float | None] = {}
     deleted: list[str] = []
     settled: list[str] = []
+    added = 0
     columns = ["doc_id", "status", "source_changed_at", "error_reason"]
     for batch in read_batches(collected_path, columns):
         for doc_id, status, changed, reason in zip(
@@ -159,6 +166,7 @@ def land_documents(
         ):
             if status in (NEW, CHANGED, DELETED):
                 changed_at[doc_id] = changed
+            added += status == NEW
             if status == DELETED:
                 deleted.append(doc_id)
             elif status == QUARANTINED or (status == FAILED and reason in CONTENT_FAILURE_REASONS):
@@ -166,7 +174,7 @@ def land_documents(
 
     deleted_set = set(deleted)
     # weighed before anything lands, against what the partition held when the run began
-    held = ctx.deletion_guard.refusal(len(deleted)) if ctx.deletion_guard else None
+    held = ctx.deletion_guard.refusal(len(deleted), added) if ctx.deletion_guard else None
 
     def not_superseded(doc_ids: list[str]) -> list[str]:
         """Drop documents another run landed newer content of since this run collected."""

@@ -6,6 +6,7 @@ documents' new chunks and deletes their stale chunks (and all chunks of deleted 
 a reader never sees half a document. Every value in a filter string goes through `sql_literal`.
 """
 
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -100,6 +101,33 @@ class TableStats:
     run_ids: int
 
 
+_MISSING_FILE = re.compile(r"Not found: (?:Wrapped error: Not found: )?(\S+?\.lance/data/[^,\s]+)")
+
+
+def missing_data_file(error: BaseException) -> str | None:
+    """The data file a LanceDB read found missing (a lost or deleted fragment), or None for
+    any other error."""
+    text = str(error)
+    if "lance error" not in text.lower() or "Not found" not in text:
+        return None
+    found = _MISSING_FILE.search(text)
+    return found.group(1) if found else "a data file"
+
+
+class TableDamagedError(RuntimeError):
+    """A generation's table refers to data files that are gone; the message says what to do."""
+
+    def __init__(self, missing: str) -> None:
+        table = re.search(r"([^/]+)\.lance/data/", missing)
+        name = table.group(1) if table else "a table"
+        super().__init__(
+            f"the table {name} is damaged: its data file {missing} is missing (lost or "
+            "deleted); `batch-pipeline doctor` says which version is whole, and `batch-pipeline "
+            "repair` restores it"
+        )
+        self.table = name
+
+
 class VectorStore:
     """A LanceDB database holding one chunk table per generation (`<collection>__<fingerprint>`)."""
 
@@ -166,9 +194,10 @@ class VectorStore:
             return
         yield from table.search().select(columns).limit(None).to_batches(batch_rows)
 
-    def count_rows(self, index: str) -> int:
+    def count_rows(self, index: str, where: str | None = None) -> int:
+        """The table's rows, or those matching `where` (a filter with escaped literals)."""
         table = self.open(index)
-        return table.count_rows() if table is not None else 0
+        return table.count_rows(where) if table is not None else 0
 
     def chunk_keys(self, index: str, doc_ids: list[str]) -> dict[str, tuple[str, str, str]]:
         """chunk_id -> (doc_id, input_hash, model_fingerprint) for these documents' rows."""
@@ -261,6 +290,43 @@ class VectorStore:
     def fragment_count(self, index: str) -> int:
         table = self.open(index)
         return _fragments(table) if table is not None else 0
+
+    def damage(self, index: str, at_version: int | None = None) -> str | None:
+        """The data file a scan of the table (at a version) finds missing, or None when every
+        fragment reads. Reads the first column of every row: a fragment lost whole (a
+        deleted or never-copied file) is found; a lost file of a column added later is found
+        when that column is read."""
+        table = self.open(index)
+        if table is None:
+            return None
+        if at_version is not None:
+            table.checkout(at_version)
+        try:
+            first = table.schema.names[:1]
+            for _ in table.search().select(first).limit(None).to_batches(65536):
+                pass
+        except (RuntimeError, OSError) as error:
+            missing = missing_data_file(error)
+            if missing is None:
+                raise
+            return missing
+        return None
+
+    def newest_whole_version(self, index: str) -> int | None:
+        """The newest version of a damaged table whose every fragment reads (None: none)."""
+        table = self.open(index)
+        if table is None:
+            return None
+        for version in sorted((v["version"] for v in table.list_versions()), reverse=True):
+            if self.damage(index, version) is None:
+                return version
+        return None
+
+    def restore_version(self, index: str, version: int) -> int:
+        """Make `version` the table's newest again (a new version); returns it."""
+        table = self.open(index)
+        table.restore(version)
+        return table.version
 
     def table_health(self, index: str | None) -> dict[str, object]:
         """A table's rows, version, versions kept and fragments (`doctor`); zeros for none."""

@@ -15,7 +15,7 @@ import pyarrow as pa
 from batch_pipeline.state.staging import StagePath, StageWriter, stamped_collect_schema
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_COLLECT
-from batch_pipeline.tickets.exports import INVALID_JSON, TicketExport
+from batch_pipeline.tickets.exports import INVALID_JSON, INVALID_UTF8, TicketExport
 
 OK, FAILED = "ok", "failed"
 
@@ -60,6 +60,8 @@ def _text(value: object) -> str | None:
 
 def check_row(row: dict, seen: set[str]) -> tuple[str, str] | None:
     """Why a row cannot be classified (reason, message), or None."""
+    if INVALID_UTF8 in row:
+        return "invalid_utf8", str(row[INVALID_UTF8])
     if INVALID_JSON in row:
         return "invalid_json", str(row[INVALID_JSON])
     ticket_id = str(row.get("id") or "").strip()

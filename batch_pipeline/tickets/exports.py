@@ -23,10 +23,19 @@ from batch_pipeline.sources.base import SourceUnavailableError
 
 TICKET_FIELDS = ("id", "created_at", "subject", "body", "channel", "label")
 INVALID_JSON = "__invalid_json__"  # the key a line that is not a JSON object is reported under
+INVALID_UTF8 = "__invalid_utf8__"  # and one that is not UTF-8
 
 
 class ExportMissingError(SourceUnavailableError):
-    """The day's export file is not there (yet): the run fails rather than land an empty day."""
+    """The day's export file is not there (yet), or is empty (0 bytes, as a truncated or
+    half-written file is): the run fails rather than empty a classified day."""
+
+
+def _empty_export(day: date, where: str) -> ExportMissingError:
+    return ExportMissingError(
+        f"the ticket export for {day} is empty (0 bytes): {where}; taken as not arrived, so "
+        "the day keeps its rows (a day with no tickets needs no file)"
+    )
 
 
 def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
@@ -36,10 +45,17 @@ def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
     return start, datetime.combine(day + timedelta(days=1), time(), zone)
 
 
-def _jsonl_rows(lines: Iterator[str]) -> Iterator[dict]:
-    """Each line's object; a line that is not one comes out as a row holding the problem
-    (under `INVALID_JSON`), so collect records it and the rest of the day still lands."""
-    for number, line in enumerate(lines, start=1):
+def _jsonl_rows(lines: Iterator[bytes]) -> Iterator[dict]:
+    """Each line's object; a line that is not UTF-8, or not one, comes out as a row holding
+    the problem (under `INVALID_UTF8` or `INVALID_JSON`), so collect records it and the rest
+    of the day still lands."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            problem = f"line {number}: not UTF-8 (byte {error.start}: {raw[error.start]:#04x})"
+            yield {INVALID_UTF8: problem, "id": f"line-{number}"}
+            continue
         if not line.strip():
             continue
         try:
@@ -96,16 +112,20 @@ class FolderExport(TicketExport):
         return self.day_changed_at(day) is not None
 
     def day_changed_at(self, day: date) -> float | None:
+        """An empty file is not there yet."""
         try:
-            return (self.folder / self.pattern.format(day=day.isoformat())).stat().st_mtime
+            stat = (self.folder / self.pattern.format(day=day.isoformat())).stat()
         except FileNotFoundError:
             return None
+        return stat.st_mtime if stat.st_size else None
 
     def read_day(self, day: date) -> Iterator[dict]:
         path = self.folder / self.pattern.format(day=day.isoformat())
         if not path.is_file():
             raise ExportMissingError(f"no ticket export for {day}: {path} does not exist")
-        with path.open(encoding="utf-8", errors="replace") as lines:
+        if path.stat().st_size == 0:
+            raise _empty_export(day, str(path))
+        with path.open("rb") as lines:
             yield from _jsonl_rows(lines)
 
 
@@ -140,14 +160,14 @@ class S3Export(TicketExport):
             head = self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError:
             return None
-        return head["LastModified"].timestamp()
+        return head["LastModified"].timestamp() if head.get("ContentLength") else None
 
     def read_day(self, day: date) -> Iterator[dict]:
         from botocore.exceptions import ClientError
 
         key = self.prefix + self.pattern.format(day=day.isoformat())
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
@@ -155,8 +175,9 @@ class S3Export(TicketExport):
                     f"no ticket export for {day}: s3://{self.bucket}/{key} does not exist"
                 ) from None
             raise SourceUnavailableError(f"cannot read s3://{self.bucket}/{key}: {error}") from None
-        lines = (line.decode("utf-8", errors="replace") for line in body.iter_lines())
-        yield from _jsonl_rows(lines)
+        if not response.get("ContentLength"):
+            raise _empty_export(day, f"s3://{self.bucket}/{key}")
+        yield from _jsonl_rows(response["Body"].iter_lines())
 
 
 class SqlExport(TicketExport):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.stages.land import DeletionGuard
 from batch_pipeline.state.staging import StagePath, read_batches, read_table
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
@@ -44,6 +45,8 @@ class TicketLandSummary:
     tickets_removed: int = 0
     table_version: int | None = None
     committed: bool = False
+    deletions_held: int = 0  # tickets gone from the export beyond the mass-deletion limits
+    deletions_held_reason: str | None = None
     failures: list[FailureRecord] = field(default_factory=list)
     mix: IntentMix = field(default_factory=IntentMix)
     measures: RunMeasures | None = None  # set once the run is recorded
@@ -54,6 +57,7 @@ class TicketLandSummary:
             "tickets_unchanged": self.tickets_unchanged,
             "tickets_removed": self.tickets_removed,
             "tickets_failed": len(self.failures),
+            "deletions_held": self.deletions_held,
             "committed": self.committed,
             **self.mix.metadata(intents),
         }
@@ -75,10 +79,12 @@ def land_day(
     embeddings_path: StagePath | Path,
     known_vectors: Callable[[], dict[str, np.ndarray]],
     classifier: Callable[[], IntentClassifier],
+    guard: DeletionGuard | None = None,
 ) -> TicketLandSummary:
     """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
     this model computed before, by input hash; `classifier()` is only called if some ticket
-    needs classifying."""
+    needs classifying. Tickets gone from the export beyond what `guard` allows keep their
+    rows (`deletions_held`): an export that shrank that far is more likely broken."""
     summary = TicketLandSummary()
     columns = ["ticket_id", "channel", "input_hash", "input_text"]
     inputs = read_table(inputs_path, columns).to_pylist()
@@ -95,9 +101,15 @@ def land_day(
         else:
             todo.append(row)
     summary.tickets_unchanged = len(keep)
-    summary.tickets_removed = (
-        len(by_ticket) - len(keep) - sum(1 for row in todo if row["ticket_id"] in by_ticket)
-    )
+    listed = {row["ticket_id"] for row in inputs}
+    gone = [at for ticket_id, at in by_ticket.items() if ticket_id not in listed]
+    new = sum(1 for row in inputs if row["ticket_id"] not in by_ticket)
+    held = guard.refusal(len(gone), new) if guard is not None else None
+    if held is not None:
+        keep += gone
+        summary.deletions_held, summary.deletions_held_reason = len(gone), held
+    else:
+        summary.tickets_removed = len(gone)
     new_rows = pa.Table.from_pylist([], schema=intent_schema(target.dimension))
     if todo:
         computed = _vectors_by_input(embeddings_path)

@@ -45,6 +45,7 @@ from batch_pipeline.runs import (
     landing,
 )
 from batch_pipeline.stages import Stage
+from batch_pipeline.stages.land import DeletionGuard
 from batch_pipeline.state.staging import StagePath, read_table
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
@@ -57,7 +58,7 @@ from batch_pipeline.tickets import (
 from batch_pipeline.tickets.classify import IntentClassifier, embed_prototypes
 from batch_pipeline.tickets.collect import OK, collect_tickets, collected_failures
 from batch_pipeline.tickets.exports import TicketExport, make_export
-from batch_pipeline.tickets.intent_store import IntentStore
+from batch_pipeline.tickets.intent_store import IntentStore, day_filter
 from batch_pipeline.tickets.land import DayTarget, TicketLandSummary, land_day
 from batch_pipeline.tickets.mix import TRAILING_DAYS, IntentMix
 from batch_pipeline.tickets.prepare import prepare_inputs, ticket_input
@@ -416,10 +417,14 @@ class DayPipeline(StagedPartition):
         trigger: str = MANUAL,
         retries: int = 0,
         started_at: float | None = None,
+        allow_mass_delete: bool = False,
     ) -> TicketLandSummary:
         """Classify and write the day, and record its failures, in the run frame
-        (`batch_pipeline.runs.landing`), which records the run with its measures."""
+        (`batch_pipeline.runs.landing`), which records the run with its measures. Tickets
+        gone from the export beyond the mass-deletion limits keep their rows unless
+        `allow_mass_delete` (`TicketLandSummary.deletions_held`)."""
         product = self.product
+        limits = product.config.limits
         index = product.index
         record = product.record()
         target = DayTarget(
@@ -442,6 +447,13 @@ class DayPipeline(StagedPartition):
                 embeddings,
                 self.known_vectors,
                 lambda: product.classifier_for(record, get_runner),
+                DeletionGuard(
+                    limits.max_delete_fraction,
+                    limits.max_delete_documents,
+                    lambda: product.store.count_rows(index, day_filter(self.day)),
+                    confirmed=allow_mass_delete,
+                    unit=f"tickets of {self.partition}",
+                ),
             )
             summary.failures = collected_failures(collected_rows) + summary.failures
             product.tracking.replace_failures(index, f"{self.partition}/", summary.failures, run_id)
@@ -470,6 +482,7 @@ class DayPipeline(StagedPartition):
             completeness=landed.mix.total / valid if valid else 1.0,
             partition_inputs=valid,
             table_version=landed.table_version,
+            deletions_held=landed.deletions_held,
         )
 
     # -------------------------------------------------------------------- a run
@@ -493,4 +506,5 @@ class DayPipeline(StagedPartition):
             request.runner,
             trigger=request.trigger,
             started_at=request.started_at,
+            allow_mass_delete=request.allow_mass_delete,
         )

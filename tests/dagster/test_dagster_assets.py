@@ -180,6 +180,7 @@ def test_index_matches_tracking_blocks_what_follows_and_checks_are_described():
         "embedding_drift",
         "run_within_window",
         "no_mass_deletion_held",
+        "unread_within_limit",
     }
     assert specs["index_matches_tracking"].blocking
     assert all(spec.description and spec.partitions_def for spec in specs.values())

@@ -81,6 +81,7 @@ def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
         assert meta["generation_decision"] == "promoted"
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert checks["day_complete"].passed
+        assert checks["no_mass_deletion_held"].passed  # a first day removes nothing
         assert checks["intent_mix_shift"].passed  # no trailing days yet: nothing to compare
         assert checks["intent_mix_shift"].severity == dg.AssetCheckSeverity.WARN
         exports = result.asset_materializations_for_node("ticket_exports")[0].metadata

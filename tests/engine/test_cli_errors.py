@@ -1,10 +1,12 @@
 """What a user sees when something is wrong: one line and exit status 2 when the tracking store
 or the source cannot be reached, and figures that tell the truth after damage."""
 
+import errno
 import json
 import shutil
 
 import pytest
+import sqlalchemy as sa
 
 from batch_pipeline import cli
 from batch_pipeline.config import load_config
@@ -21,7 +23,13 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize(
-    "url", ["notaurl", "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/nowhere"]
+    "url",
+    [
+        "notaurl",
+        "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/nowhere",
+        "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?password=hunter2",
+        "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?sslmode=disable&sslpassword=hunter2",
+    ],
 )
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_an_unreachable_tracking_store_is_one_line_and_exit_2(
@@ -96,3 +104,45 @@ def test_after_the_tracking_database_is_lost_the_figures_say_so(workspace, fake_
     assert (health["documents_intended"], health["completeness"]) == (3, 0.0)  # was 0/0, 100%
     status = _report(capsys, base, "status")
     assert status["rows"] > 0 and status["index_mismatch"] == 3
+
+
+@pytest.mark.parametrize("k", ["0", "1001", "99999999999999999999"])
+def test_search_bounds_k_in_one_line(workspace, capsys, k):
+    base = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*base, "search", "reset", "--collection", "handbook", "-k", k]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"batch-pipeline: -k must be between 1 and 1000, not {k}"
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (
+            lambda: sa.exc.OperationalError("INSERT INTO runs", {}, ConnectionError("closed")),
+            "a database stopped answering (OperationalError: closed); what landed is kept",
+        ),
+        (
+            lambda: OSError(errno.ENOSPC, "No space left on device", "/home/staging/x.parquet"),
+            "no space left on the device (/home/staging/x.parquet); what landed is kept",
+        ),
+    ],
+    ids=["database", "disk"],
+)
+def test_a_fault_midway_through_a_run_is_one_line_unless_debug(
+    workspace, capsys, monkeypatch, fake_embedder, fault, said
+):
+    """A tracking store that stops answering, or a disk that fills, midway through a run:
+    one line naming the fault and what to do, exit 2; `--debug` shows the traceback."""
+    from batch_pipeline.runs import StagedPartition
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - FAULT, injected in plan
+        raise fault()
+
+    monkeypatch.setattr(StagedPartition, "plan", broken)
+    base = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*base, "run", "--collection", "handbook"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if not line.startswith("batch-pipeline: prepare:")]
+    assert len(errors) == 1 and said in errors[0] and "--debug" in errors[0]  # no traceback
+    with pytest.raises((sa.exc.OperationalError, OSError)):
+        cli.main([*base, "--debug", "run", "--collection", "handbook"])

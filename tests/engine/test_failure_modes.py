@@ -123,3 +123,324 @@ def test_hostile_doc_ids_are_escaped_everywhere(hostile_sql, runner, tmp_path):
     assert out["land"].documents_deleted == 1 and out["land"].documents_landed == 1
     assert doc_ids(pipeline) == ({*HOSTILE, "plain"} - {"a' OR 1=1 --"})
     assert pipeline.tracking.document_count(pipeline.index) == len(HOSTILE)
+
+
+def test_an_unreadable_folder_is_unseen_not_deleted(
+    make_pipeline, fake_embedder, workspace, monkeypatch, capsys
+):
+    """A folder beneath the root that cannot be opened is an error for that subtree: its
+    documents keep their rows, the failure names the folder, doctor reports it, and the
+    generation is not complete while it lasts. A targeted run (the sensor's) that cannot
+    look at a document does not delete it either."""
+    import errno
+    import os
+
+    from batch_pipeline import cli
+
+    private = workspace["docs"] / "private"
+    private.mkdir()
+    (private / "salaries.md").write_text("# Salaries\n\nConfidential figures.\n")
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    assert "private/salaries.md" in doc_ids(pipeline)
+    scandir, stat = os.scandir, os.stat
+
+    def denied(path: object) -> PermissionError:  # FAKE: EACCES, as for a non-root user
+        return PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+
+    def unlistable(path: object = ".") -> object:
+        if isinstance(path, str | os.PathLike) and os.fspath(path) == str(private):
+            raise denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", unlistable)
+    out = pipeline.run("run-2", fake_embedder)
+    assert out["land"].documents_deleted == 0 and out["collect"].counts["deleted"] == 0
+    assert "private/salaries.md" in doc_ids(pipeline)
+    assert out["collect"].metadata()["unlisted"] == ["private/"]
+    (failure,) = pipeline.tracking.list_failures(pipeline.index)
+    assert (failure["doc_id"], failure["reason"]) == ("private/", "unlistable")
+    assert "cannot list private/: Permission denied" in failure["message"]
+    assert not pipeline.generation().complete
+    args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*args, "doctor"]) == 1
+    assert "cannot list private/: Permission denied" in capsys.readouterr().out
+
+    def unstattable(path: object, *args: object, **kwargs: object) -> object:
+        named = isinstance(path, str | os.PathLike)
+        if named and os.fspath(path).startswith(str(private) + os.sep):
+            raise denied(path)
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", unstattable)
+    out = pipeline.run("run-3", fake_embedder, doc_ids=["private/salaries.md"])
+    assert out["collect"].counts["deleted"] == 0
+    assert "private/salaries.md" in doc_ids(pipeline)
+
+    monkeypatch.undo()  # readable again: the failures go, nothing was lost
+    pipeline.run("run-4", fake_embedder)
+    assert pipeline.tracking.list_failures(pipeline.index) == []
+    assert "private/salaries.md" in doc_ids(pipeline)
+    assert pipeline.generation().complete
+
+
+def test_a_transient_read_error_is_retried_and_never_quarantines(
+    s3_bucket, moto_server, tmp_path, fake_embedder, capsys
+):
+    """Connection errors, timeouts and 5xx say nothing about the object: a document they
+    hit is retried on every run, never quarantined, and the partition is not healthy while
+    it is unread; once the endpoint answers, it lands."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from batch_pipeline import cli
+
+    client, bucket = s3_bucket
+    for name in ("a", "b"):
+        client.put_object(Bucket=bucket, Key=f"kb/{name}.md", Body=f"# {name}\n\nText.\n".encode())
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n  - name: kb\n"
+        f"    source: {{kind: s3, bucket: {bucket}, prefix: kb/, endpoint_url: '{moto_server}'}}\n"
+    )
+    down = {"kb/b.md"}
+
+    class FlakyClient:  # FAKE fault: the real moto client, with one object unreachable
+        def __getattr__(self, name: str) -> object:
+            return getattr(client, name)
+
+        def get_object(self, **kwargs: object) -> object:
+            if kwargs["Key"] in down:
+                raise EndpointConnectionError(endpoint_url=moto_server)
+            return client.get_object(**kwargs)
+
+    def pipeline() -> PartitionPipeline:
+        storage = resolve_storage(str(tmp_path / "home"))
+        flaky = FlakyClient()
+        return PartitionPipeline(load_config(config), storage, "kb", s3_client=lambda _: flaky)
+
+    for attempt in range(1, 5):  # past quarantine_after_failures (3)
+        out = pipeline().run(f"run-{attempt}", fake_embedder)
+        assert out["collect"].counts["failed"] == 1 and out["collect"].counts["quarantined"] == 0
+    engine = pipeline()
+    assert reasons(engine) == {"kb/b.md": "unreachable"}
+    assert partition_completeness(engine.tracking, engine.index, 3)["documents_quarantined"] == 0
+    args = ["--config", str(config), "--home", str(tmp_path / "home")]
+    assert cli.main([*args, "doctor"]) == 1
+    assert "1 documents could not be read for a reason that says nothing" in capsys.readouterr().out
+    down.clear()
+    pipeline().run("run-5", fake_embedder)
+    assert doc_ids(engine) == {"kb/a.md", "kb/b.md"} and reasons(engine) == {}
+
+
+def test_search_prints_names_escaped(make_pipeline, runner, workspace, capsys):
+    """A file name with an escape sequence or a newline reaches the terminal escaped: it
+    can neither colour it nor split a result's line."""
+    from batch_pipeline import cli
+
+    (workspace["docs"] / "evil\x1b[31m.md").write_text("# Refunds\n\nRefunds take ten days.\n")
+    (workspace["docs"] / "two\nlines.md").write_text("# Refunds too\n\nRefunds again.\n")
+    make_pipeline().run("run-1", runner)
+    base = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*base, "search", "refunds", "--collection", "handbook", "-k", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "evil\\x1b[31m.md" in out
+    assert "two\\nlines.md" in out
+    assert not any(line.startswith("lines.md") for line in out.splitlines())
+
+
+def test_a_fifo_is_refused_at_read_time_not_waited_on(tmp_path):
+    """A file swapped for a FIFO after listing: opening it would block for ever (holding the
+    partition's lease); it is refused at once as not a regular file."""
+    import os
+    import threading
+
+    from batch_pipeline.sources import DocumentReadError
+    from batch_pipeline.sources.filesystem import FilesystemSource
+
+    os.mkfifo(tmp_path / "page.md")
+    source = FilesystemSource(tmp_path, "**/*")
+    assert list(source.list_entries()) == []  # never listed as a document
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            source.read("page.md")
+        except DocumentReadError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)  # a blocking open never returns; the refusal returns at once
+    assert not reader.is_alive()
+    assert "is not a regular file" in str(outcome[0])
+
+
+def test_a_file_name_that_is_not_utf8_is_a_failure_and_the_rest_lands(
+    make_pipeline, fake_embedder, workspace, capsys
+):
+    import os
+
+    from batch_pipeline import cli
+
+    with open(os.path.join(os.fsencode(workspace["docs"]), b"caf\xe9.md"), "wb") as handle:
+        handle.write(b"# Cafe\n\nA page saved under a Latin-1 name.\n")
+    pipeline = make_pipeline()
+    out = pipeline.run("run-1", fake_embedder)
+    assert reasons(pipeline) == {"caf\\xe9.md": "invalid_doc_id"}
+    (failure,) = pipeline.tracking.list_failures(pipeline.index)
+    assert "the name 'caf\\\\xe9.md' is not UTF-8: rename the file" in failure["message"]
+    assert {"notes.txt", "refunds.md"} <= doc_ids(pipeline)
+    assert out["land"].documents_landed >= 2
+    args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    for command in ("status", "doctor", "failures"):
+        assert cli.main([*args, command]) in (0, 1)
+    assert "caf\\\\xe9.md" in capsys.readouterr().out
+
+
+def test_a_path_longer_than_the_system_allows_is_recorded_and_the_run_goes_on(
+    make_pipeline, fake_embedder, workspace
+):
+    import os
+
+    from batch_pipeline import cli
+
+    fd = os.open(workspace["docs"], os.O_RDONLY)
+    try:
+        for _ in range(24):  # 24 x 200 characters: past PATH_MAX (4096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            inner = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        page = os.open("deep.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(page, b"# Deep\n\nToo deep to name.\n")
+        os.close(page)
+    finally:
+        os.close(fd)
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    assert {"notes.txt", "refunds.md"} <= doc_ids(pipeline)
+    (failure,) = pipeline.tracking.list_failures(pipeline.index)
+    assert failure["reason"] == "invalid_doc_id" and "File name too long" in failure["message"]
+    args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*args, "status"]) == 0 and cli.main([*args, "doctor"]) in (0, 1)
+
+
+def test_a_lost_data_file_is_found_repaired_and_reads_fail_in_one_line(
+    make_pipeline, fake_embedder, workspace, capsys
+):
+    """A data file of the live table deleted: reads fail with one line, not a traceback;
+    doctor names the file and the remedy; `repair --yes` restores the newest whole version,
+    and the next full run re-lands what that version lacks."""
+    from batch_pipeline import cli
+
+    pipeline = make_pipeline()
+    pipeline.run("run-1", fake_embedder)
+    (workspace["docs"] / "late.md").write_text("# Late\n\nA page added by the second run.\n")
+    pipeline.run("run-2", fake_embedder)
+    data = workspace["home"] / "lancedb" / f"{pipeline.index}.lance" / "data"
+    newest = max(data.iterdir(), key=lambda path: path.stat().st_mtime_ns)
+    newest.unlink()
+    args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    for command in (["status"], ["search", "late", "--collection", "handbook"]):
+        assert cli.main([*args, *command]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"the table {pipeline.index} is damaged" in err
+    assert cli.main([*args, "doctor"]) == 1
+    out = capsys.readouterr().out
+    assert newest.name in out and "repair --collection handbook --yes` restores version" in out
+    assert cli.main([*args, "repair", "--collection", "handbook"]) == 1  # says what, does not
+    assert "run again with --yes" in capsys.readouterr().out
+    assert pipeline.store.damage(pipeline.index) is not None
+    assert cli.main([*args, "repair", "--collection", "handbook", "--yes"]) == 0
+    assert pipeline.store.damage(pipeline.index) is None
+    assert pipeline.generations.audit_log("handbook")[-1].action == "repair"
+    make_pipeline().run("run-3", fake_embedder)
+    assert {"late.md", "notes.txt", "refunds.md"} <= doc_ids(pipeline)
+    assert cli.main([*args, "doctor"]) == 0
+
+
+def test_an_object_replaced_between_listing_and_reading_lands_under_its_own_version(
+    s3_bucket, moto_server, tmp_path, fake_embedder, monkeypatch
+):
+    """The listing saw one version; by the read the object was replaced: the newer text
+    lands under the newer ETag, so the next run does not take it for unchanged or stale."""
+    from batch_pipeline.sources.s3 import S3Source
+
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n\nThe first text.\n")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n  - name: kb\n"
+        f"    source: {{kind: s3, bucket: {bucket}, prefix: kb/, endpoint_url: '{moto_server}'}}\n"
+    )
+    storage = resolve_storage(str(tmp_path / "home"))
+    pipeline = PartitionPipeline(load_config(config), storage, "kb")
+    listed = list(pipeline.source.list_entries())  # what the listing says: the first version
+    client.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n\nThe second text.\n")
+    monkeypatch.setattr(S3Source, "list_entries", lambda self: iter(listed))  # FAKE: stale
+    pipeline.run("run-1", fake_embedder)
+    head = client.head_object(Bucket=bucket, Key="kb/a.md")
+    (landed,) = pipeline.tracking.landed_documents(pipeline.index).values()
+    assert landed.source_version != listed[0].version
+    assert landed.source_version.startswith(head["ETag"].strip('"'))
+    (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
+    assert "second text" in row["text"] and row["source_version"] == landed.source_version
+
+
+def test_a_run_that_could_not_read_most_of_its_source_exits_4(workspace, capsys, monkeypatch):
+    """What read landed, but a run that could not read most of what it attempted is no
+    success: exit 4, saying how many and where to look. Documents failing for their own
+    content (empty, no text) are no read failure: a rerun with only those exits 0."""
+    from batch_pipeline import cli
+    from batch_pipeline.inference import fake
+    from batch_pipeline.inference import runner as runner_module
+    from batch_pipeline.sources import DocumentReadError
+    from batch_pipeline.sources.filesystem import FilesystemSource
+
+    monkeypatch.setattr(
+        runner_module, "EmbeddingRunner", lambda model, **_: fake.FakeEmbedder(model)
+    )
+    for n in range(4):
+        (workspace["docs"] / f"locked-{n}.md").write_text(f"# Locked {n}\n\nText.\n")
+    read = FilesystemSource.read
+
+    def refused(self, doc_id: str):  # noqa: ANN001, ANN202 - FAULT: EIO on four files
+        if doc_id.startswith("locked-"):
+            raise DocumentReadError(f"cannot read {doc_id!r}: Input/output error")
+        return read(self, doc_id)
+
+    monkeypatch.setattr(FilesystemSource, "read", refused)
+    args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*args, "run", "--collection", "handbook"]) == 4
+    err = capsys.readouterr().err
+    assert "4 of the 7 documents the run attempted could not be read (57%)" in err
+    assert "limits.max_unread_fraction (0.5)" in err
+    monkeypatch.setattr(FilesystemSource, "read", read)
+    for n in range(4):
+        (workspace["docs"] / f"locked-{n}.md").write_bytes(b"")  # now empty: their own fault
+    assert cli.main([*args, "run", "--collection", "handbook"]) == 0
+
+
+def test_a_read_that_hangs_times_out_as_transient_and_the_rest_is_read(tmp_path, monkeypatch):
+    import threading
+
+    from batch_pipeline.sources import DocumentReadError
+    from batch_pipeline.sources.filesystem import FilesystemSource
+
+    (tmp_path / "a.md").write_text("A")
+    (tmp_path / "b.md").write_text("B")
+    source = FilesystemSource(tmp_path, "**/*", read_timeout=0.2)
+    release = threading.Event()
+    read = FilesystemSource.read
+
+    def hanging(self, doc_id: str):  # noqa: ANN001, ANN202 - FAULT: a hung mount under a.md
+        if doc_id == "a.md":
+            release.wait(60)
+        return read(self, doc_id)
+
+    monkeypatch.setattr(FilesystemSource, "read", hanging)
+    results = dict(source.read_many(["a.md", "b.md"]))
+    release.set()
+    assert isinstance(results["a.md"], DocumentReadError) and results["a.md"].transient
+    assert "took over 0.2s (a hung mount?)" in str(results["a.md"])
+    assert results["b.md"].data == b"B"

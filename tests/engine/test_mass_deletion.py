@@ -144,6 +144,17 @@ def test_deleting_less_than_the_limit_needs_no_confirmation(source, fake_embedde
     assert landed.documents_deleted == 1 and landed.deletions_held == 0
 
 
+def test_replacing_a_few_old_documents_by_many_new_ones_is_no_mass_deletion(source, fake_embedder):
+    engine_for(source).run("run-1", fake_embedder)
+    for name in DOCS:  # every old page goes (100% of what it held) ...
+        source.remove(name)
+    for n in range(12):  # ... while twelve new ones come: 4 of the 12 it will hold
+        source.put(f"new-{n:02d}.md", f"# New {n}\n\nA new page, number {n}.\n")
+    landed = engine_for(source).run("run-2", fake_embedder)["land"]
+    assert landed.deletions_held == 0 and landed.documents_deleted == 4
+    assert landed.documents_landed == 12
+
+
 def test_the_cli_exits_3_and_says_how_to_confirm(source, fake_embedder, capsys, monkeypatch):
     from batch_pipeline.inference import fake
     from batch_pipeline.inference import runner as runner_module
@@ -176,6 +187,11 @@ def test_the_guard_weighs_both_limits():
     assert guard(1.0, documents=2).refusal(2) is None
     assert guard(0.5, confirmed=True).refusal(10) is None
     assert guard(0.5).refusal(0) is None
+    # weighed against what the partition will hold as well as what it holds
+    assert guard(0.5, landed=1).refusal(1, adding=1000) is None  # 1 old out, 1000 new in
+    assert guard(0.5, landed=10).refusal(6, adding=4) is not None  # 6 of the 10 it holds
+    assert guard(0.5, landed=10).refusal(6, adding=10) is None  # 6 of the 14 it will hold
+    assert "(100%)" in guard(0.5, landed=1000).refusal(1000)  # an empty listing still is
     asked = []
     lazy = DeletionGuard(0.5, None, lambda: asked.append(1) or 10)
     assert lazy.refusal(0) is None and asked == []  # nothing to delete: no count is taken

@@ -498,3 +498,50 @@ def test_tickets_added_to_a_sql_day_after_it_ran_are_found(tmp_path, runner):
     assert late.reason == f"{DAY}: 7 tickets in the table, 6 when it last ran"
     assert late.run_key == f"{DAY}#7@r1"
     workspace.close()
+
+
+def test_an_empty_or_shrunken_export_does_not_empty_a_classified_day(tmp_path, runner, capsys):
+    """An export truncated to 0 bytes is not arrived: the run fails and the day keeps its
+    rows. One that lost more tickets than the mass-deletion limits allow keeps the lost
+    tickets' rows until an operator confirms (exit 3, as for documents)."""
+    from batch_pipeline import cli
+    from batch_pipeline.tickets.exports import ExportMissingError
+
+    workspace = TicketWorkspace(tmp_path, "folder")
+    workspace.write_day(DAY, sample_tickets(DAY))
+    product = workspace.product()
+    run_day(product, runner)
+    export = tmp_path / "exports" / f"{DAY}.jsonl"
+    export.write_bytes(b"")
+    with pytest.raises(ExportMissingError, match=rf"export for {DAY} is empty \(0 bytes\)"):
+        run_day(workspace.product(), runner, run_id="r2")
+    assert len(product.intents.day_rows(product.index, DAY)) == 12
+    assert workspace.product().export.day_changed_at(date.fromisoformat(DAY)) is None
+
+    workspace.write_day(DAY, sample_tickets(DAY)[:2])  # 10 of 12 gone: past max_delete_fraction
+    base = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    assert cli.main([*base, "run", "--day", DAY, "--run-id", "r3"]) == 3
+    assert "held back 10 deletions" in capsys.readouterr().err
+    assert len(product.intents.day_rows(product.index, DAY)) == 12
+    (latest, *_) = product.tracking.partition_runs([DAY], 1, product.index)
+    assert latest["deletions_held"] == 10 and latest["counts"]["tickets_removed"] == 0
+    confirmed = ["run", "--day", DAY, "--run-id", "r4", "--allow-mass-delete"]
+    assert cli.main([*base, *confirmed]) == 0
+    assert len(product.intents.day_rows(product.index, DAY)) == 2
+
+
+def test_a_line_that_is_not_utf8_is_a_failure_not_replacement_characters(tmp_path, runner):
+    workspace = TicketWorkspace(tmp_path, "folder")
+    good = sample_tickets(DAY, 4)
+    workspace.write_day(DAY, good)
+    export = tmp_path / "exports" / f"{DAY}.jsonl"
+    bad = json.dumps({**good[0], "id": "LATIN-1", "body": "caf\u00e9"}).encode("utf-8")
+    bad = bad.replace(b"caf\\u00e9", b"caf\xe9")  # the body written as Latin-1
+    export.write_bytes(export.read_bytes() + bad + b"\n")
+    product = workspace.product()
+    landed, _ = run_day(product, runner)
+    assert landed.mix.total == 4
+    (failure,) = product.tracking.list_failures(index=product.index)
+    assert failure["reason"] == "invalid_utf8" and "line 5: not UTF-8" in failure["message"]
+    texts = product.intents.day_rows(product.index, DAY, ["input_text"])["input_text"]
+    assert not any("\ufffd" in text for text in texts.to_pylist())

@@ -158,6 +158,27 @@ def test_redaction_masks_secret_settings_and_url_passwords_but_not_token_counts(
     }
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:hunter2@db/x", "postgresql://u:***@db/x"),
+        ("postgresql://u@db/x?password=hunter2", "postgresql://u@db/x?password=***"),
+        (
+            "postgresql://u@db/x?sslmode=require&sslpassword=hunter2&application_name=bp",
+            "postgresql://u@db/x?sslmode=require&sslpassword=***&application_name=bp",
+        ),
+        ("https://h/k?X-Amz-Signature=hunter2&x=1", "https://h/k?X-Amz-Signature=***&x=1"),
+        ("https://h/k?access_token=hunter2", "https://h/k?access_token=***"),
+        ("sqlite:///state/tracking.db", "sqlite:///state/tracking.db"),
+    ],
+)
+def test_every_credential_a_url_can_carry_is_masked(url, shown):
+    from batch_pipeline.config import masked_url, redacted
+
+    assert masked_url(url) == shown
+    assert redacted({"source": {"url": url}}) == {"source": {"url": shown}}
+
+
 RELATIVE = "(relative paths resolve against the config file's folder)"
 
 

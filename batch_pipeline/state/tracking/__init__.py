@@ -2,22 +2,34 @@
 runs, generations and the audit log, and the landing lease."""
 
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
-from batch_pipeline.state.tracking.lease import LockTimeoutError
+from batch_pipeline.state.tracking.lease import HeldLease, LeaseLostError, LockTimeoutError
 from batch_pipeline.state.tracking.run_records import RunRecord
 from batch_pipeline.state.tracking.store import (
     CONTENT_FAILURE_REASONS,
+    TRANSIENT_FAILURE_REASONS,
+    UNLISTABLE,
+    UNREACHABLE,
+    UNREAD_FAILURE_REASONS,
     FailureRecord,
     LandedDocument,
     TrackingStore,
     TrackingUnavailableError,
+    is_quarantined,
 )
 
 __all__ = [
     "CONTENT_FAILURE_REASONS",
+    "TRANSIENT_FAILURE_REASONS",
+    "UNLISTABLE",
+    "UNREAD_FAILURE_REASONS",
+    "UNREACHABLE",
+    "is_quarantined",
     "AuditEntry",
     "FailureRecord",
     "GenerationRecord",
     "LandedDocument",
+    "HeldLease",
+    "LeaseLostError",
     "LockTimeoutError",
     "RunRecord",
     "TrackingStore",

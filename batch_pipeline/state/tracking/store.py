@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from batch_pipeline.config import masked_url
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import GENERATION_SEPARATOR, generation_product
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
@@ -58,6 +59,24 @@ CONTENT_FAILURE_REASONS = frozenset(
 )
 
 
+# Failure reasons that say nothing about the document: a connection error, a timeout or a 5xx
+# reading it (`unreachable`), or a folder above it that could not be listed (`unlistable`,
+# recorded against the folder). Retried on every run, never quarantined.
+UNREACHABLE, UNLISTABLE = "unreachable", "unlistable"
+TRANSIENT_FAILURE_REASONS = frozenset({UNREACHABLE, UNLISTABLE})
+# A document the source would not hand over: no answer, or a refusal to read it.
+UNREAD_FAILURE_REASONS = frozenset({UNREACHABLE, "unreadable"})
+
+
+def is_quarantined(failure: dict[str, Any], quarantine_after_failures: int) -> bool:
+    """Whether a failing document has failed too often to be read again until its content
+    changes. A transient failure never quarantines it."""
+    return (
+        failure["reason"] not in TRANSIENT_FAILURE_REASONS
+        and failure["attempts"] >= quarantine_after_failures
+    )
+
+
 @dataclass(frozen=True)
 class FailureRecord:
     doc_id: str
@@ -74,9 +93,10 @@ class TrackingUnavailableError(RuntimeError):
 
     def __init__(self, url: str, error: BaseException) -> None:
         try:
-            shown = sa.engine.make_url(url).render_as_string(hide_password=True)
+            sa.engine.make_url(url)
+            shown = masked_url(url)
         except sa.exc.ArgumentError:
-            shown = repr(url) if "@" not in url else "(an unparsable URL)"
+            shown = repr(url) if "@" not in url and "?" not in url else "(an unparsable URL)"
         cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
         super().__init__(
             f"cannot open the tracking store at {shown}: {type(error).__name__}: {cause}; "
@@ -342,6 +362,16 @@ class TrackingStore(GenerationRecords):
             )
         self.record_failures(index, records, run_id)
 
+    def forget_failures(self, index: str, doc_ids: list[str]) -> None:
+        """Drop these ids' failures (a folder that can be listed again, say)."""
+        with self.engine.begin() as conn:
+            for batch in batched(doc_ids, 500):
+                conn.execute(
+                    failures.delete().where(
+                        failures.c.generation == index, failures.c.doc_id.in_(batch)
+                    )
+                )
+
     def _write_racing_inserts(self, write: Callable[[sa.Connection], None]) -> None:
         """Run `write` in one transaction; rerun it if a concurrent run inserted a key first.
 
@@ -457,11 +487,14 @@ class TrackingStore(GenerationRecords):
         with self.engine.connect() as conn:
             return [_run_row(row) for row in conn.execute(query)]
 
-    def failed_in_run(self, index: str, run_id: str) -> int:
-        """Documents of generation `index` whose latest failure was in this run."""
+    def failed_in_run(self, index: str, run_id: str, reasons: frozenset[str] | None = None) -> int:
+        """Documents of generation `index` whose latest failure was in this run (for one of
+        `reasons`, when given)."""
         query = sa.select(sa.func.count()).where(
             failures.c.generation == index, failures.c.run_id == run_id
         )
+        if reasons is not None:
+            query = query.where(failures.c.reason.in_(sorted(reasons)))
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
