@@ -23,18 +23,16 @@ setup: $(STAMP)
 
 demo: setup
 	@for partition in $$($(BIN)/python -m batch_pipeline.partitions); do \
-		echo "== materialising partition $$partition"; \
-		$(BIN)/dagster asset materialize -m batch_pipeline.definitions \
-			--select 'group:embedding_pipeline or group:index_generations' \
-			--partition $$partition 2>&1 | grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
+		echo "== materialising partition $$partition (embedding_job)"; \
+		$(BIN)/dg launch --job embedding_job --partition $$partition 2>&1 \
+			| grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
 	@echo "== sample search"
 	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
 	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
-		echo "== classifying the tickets of $$day"; \
-		$(BIN)/dagster asset materialize -m batch_pipeline.definitions \
-			--select 'group:ticket_intents' --partition $$day 2>&1 \
+		echo "== classifying the tickets of $$day (ticket_intents_job)"; \
+		$(BIN)/dg launch --job ticket_intents_job --partition $$day 2>&1 \
 			| grep -E "RUN_SUCCESS|RUN_FAILURE|STEP_FAILURE|Error" ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done

@@ -15,8 +15,13 @@ from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
 from batch_pipeline.state.staging import StagePath, StagingArea, parquet_file
 
 
-class MissingUpstreamError(RuntimeError):
-    """A stage ran before its upstream stage ever materialised this partition."""
+class MissingUpstreamError(dg.Failure):
+    """A stage ran before its upstream stage materialised this partition (or its file is
+    gone). Retrying cannot help, so the retry policy is bypassed: the step fails once, with
+    what to materialise first."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description=description, allow_retries=False)
 
 
 def upstream_path(
@@ -31,7 +36,8 @@ def upstream_path(
     if not result.records:
         raise MissingUpstreamError(
             f"{asset_key.to_user_string()} has no materialisation for partition "
-            f"{context.partition_key!r}; materialise it first"
+            f"{context.partition_key!r}; materialise it first (launch the job of this "
+            "product for the partition, which runs every stage)"
         )
     materialization = result.records[0].asset_materialization
     uri = materialization.metadata.get("dagster/uri") if materialization else None

@@ -42,6 +42,13 @@ TICKETS_OWNERS = ["team:support-analytics"]
 INTENT_MIX_SHIFT = "intent_mix_shift"
 DAY_COMPLETE = "day_complete"
 
+# What the two fingerprints on a ticket materialisation mean, said once, in the metadata.
+FINGERPRINTS = (
+    "generation: <tickets name>__<fingerprint of the model, the input cut, the taxonomy and "
+    "the thresholds>, one table per taxonomy version; model_fingerprint: the model and the "
+    "input cut alone, what a ticket's vector depends on (shared by every taxonomy's table)"
+)
+
 
 def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
     """One partition per day from `tickets.start_date`, counted in `tickets.timezone`; the
@@ -224,7 +231,12 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     "generation": product.index,
                     "taxonomy_version": product.taxonomy.version,
                     "model_fingerprint": product.model_fingerprint,
-                    **{f"generation_{k}": v for k, v in review.metadata().items()},
+                    "fingerprints": FINGERPRINTS,
+                    **{
+                        f"review_{k}": v
+                        for k, v in review.metadata().items()
+                        if k not in ("generation", "fingerprint")  # said above, once
+                    },
                 }
             ),
             check_results=[

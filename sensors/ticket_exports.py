@@ -8,7 +8,7 @@ from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import PipelineConfig, TicketS3Export
 from batch_pipeline.sources import SourceUnavailableError
-from batch_pipeline.tickets.arrivals import day_arrivals
+from batch_pipeline.tickets.arrivals import day_states, skip_reason
 from resources.pipeline import PipelineResource
 from sensors.resource_params import sensor_function
 
@@ -35,17 +35,13 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             )
         }
         try:
-            found = day_arrivals(pipeline.tickets(s3), datetime.now(UTC))
+            states = day_states(pipeline.tickets(s3), datetime.now(UTC))
         except SourceUnavailableError as error:
             return dg.SensorResult(skip_reason=dg.SkipReason(f"export unavailable: {error}"))
-        found = [a for a in found if a.day not in in_flight]
+        found = [s.arrival for s in states if s.arrival is not None and s.day not in in_flight]
         if not found:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(
-                    f"every export of the newest {arrivals.lookback_days} days past the "
-                    "schedule has run, is running, or has not arrived"
-                )
-            )
+            reason = skip_reason(states, in_flight, arrivals.lookback_days)
+            return dg.SensorResult(skip_reason=dg.SkipReason(reason))
         for arrival in found:
             context.log.info(arrival.reason)
         return dg.SensorResult(

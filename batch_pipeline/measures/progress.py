@@ -30,6 +30,7 @@ class ProgressUpdate:
     tokens: int
     elapsed: float
     finished: bool = False
+    total_tokens: int = 0  # the tokens of all the work, where the stage knows them
 
     @property
     def rate(self) -> float:
@@ -41,9 +42,14 @@ class ProgressUpdate:
 
     @property
     def eta_seconds(self) -> float | None:
-        """Seconds left at the rate so far; None before anything is done."""
+        """Seconds left at the rate so far; None before anything is done. From the tokens
+        left where the stage knows its tokens: execute takes its inputs shortest first, so
+        the inputs left are the long ones, and a count of inputs would promise too soon."""
         if self.finished or self.done >= self.total:
             return 0.0
+        if self.total_tokens and self.tokens:
+            left = max(0, self.total_tokens - self.tokens)
+            return left / self.tokens_per_second if self.tokens_per_second > 0 else None
         return (self.total - self.done) / self.rate if self.rate > 0 else None
 
     def line(self) -> str:
@@ -80,9 +86,11 @@ class Progress:
         unit: str = "inputs",
         interval: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        total_tokens: int = 0,
     ) -> None:
         self.stage = stage
         self.total = total
+        self.total_tokens = total_tokens
         self.sink = sink
         self.unit = unit
         self.interval = interval
@@ -102,6 +110,7 @@ class Progress:
             self.tokens,
             self.clock() - self._started,
             finished,
+            self.total_tokens,
         )
 
     def start(self) -> None:

@@ -237,13 +237,15 @@ def execute_plan(
     used |= {own.name} if own is not None else set()
     out_schema = output_schema(dimension).with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
     resumed: set[str] = set()  # checkpointed inputs that this plan asks for
-    todo_count = 0
-    for record_batch in read_batches(plan_path, ["input_hash"], batch_rows=65536):
-        for key in record_batch["input_hash"].to_pylist():
+    todo_count = todo_tokens = 0  # what is left to embed: the ETA is reckoned in tokens
+    columns = ["input_hash", "token_count"]
+    for record_batch in read_batches(plan_path, columns, batch_rows=65536):
+        for key, tokens in zip(*(record_batch[c].to_pylist() for c in columns), strict=True):
             if key in done_keys:
                 resumed.add(key)
             else:
                 todo_count += 1
+                todo_tokens += tokens
     with StageWriter(out_path, out_schema, started) as writer:
         done_keys = _write_resumed(writer, parts, resumed, dimension)
         todo_count += len(resumed - done_keys)
@@ -256,7 +258,13 @@ def execute_plan(
                 resumed_inputs=len(done_keys),
             )
         else:
-            tracker = Progress(EXECUTE.name, todo_count, progress, interval=progress_interval)
+            tracker = Progress(
+                EXECUTE.name,
+                todo_count,
+                progress,
+                interval=progress_interval,
+                total_tokens=todo_tokens,
+            )
             summary = _embed(
                 plan_path, writer, get_runner, dimension, done_keys, own, checkpoint_every, tracker
             )

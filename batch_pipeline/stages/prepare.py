@@ -19,7 +19,7 @@ from batch_pipeline.inference.runner import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW, metadata_json
-from batch_pipeline.state.staging import StageWriter, read_batches, row_count
+from batch_pipeline.state.staging import StageWriter, read_batches
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.text.chunk_pool import ChunkPool
 from batch_pipeline.text.chunking import ChunkSettings
@@ -102,13 +102,12 @@ def prepare_chunks(
     """
     started = time.perf_counter()
     summary = PrepareSummary()
-    tracker = Progress(
-        PREPARE.name, row_count(collected_path), progress, "documents", progress_interval
-    )
     to_chunk = sum(
         pc.sum(pc.is_in(batch["status"], pa.array([NEW, CHANGED]))).as_py() or 0
         for batch in read_batches(collected_path, ["status"], batch_rows=65536)
     )
+    # what it counts is what it prepares: the new and changed documents, not the listing
+    tracker = Progress(PREPARE.name, to_chunk, progress, "documents", progress_interval)
     columns = [
         "doc_id",
         "status",
@@ -120,9 +119,7 @@ def prepare_chunks(
         "source_metadata",
     ]
     with StageWriter(out_path, CHUNKS_SCHEMA, started) as writer:
-        if not to_chunk:  # a no-op refresh: no tokenizer, no pool
-            tracker.advance(row_count(collected_path))
-            tracker.finish()
+        if not to_chunk:  # a no-op refresh: no tokenizer, no pool, nothing reported
             return summary
         tracker.start()
         count = prepare_workers(workers, to_chunk, min_documents_per_worker)
@@ -130,16 +127,15 @@ def prepare_chunks(
             for batch in read_batches(collected_path, columns, batch_rows=docs_per_batch):
                 docs = [d for d in batch.to_pylist() if d["status"] in (NEW, CHANGED)]
                 if not docs:
-                    tracker.advance(batch.num_rows)
                     continue
-                for rows, finished_docs, results in chunker.submit(batch.num_rows, docs):
+                for _, finished_docs, results in chunker.submit(batch.num_rows, docs):
                     _write_chunks(
                         writer, summary, finished_docs, results, existing_keys, fingerprint
                     )
-                    tracker.advance(rows)
-            for rows, finished_docs, results in chunker.drain():
+                    tracker.advance(len(finished_docs))
+            for _, finished_docs, results in chunker.drain():
                 _write_chunks(writer, summary, finished_docs, results, existing_keys, fingerprint)
-                tracker.advance(rows)
+                tracker.advance(len(finished_docs))
     tracker.finish()  # reported only if something needed chunking
     summary.workers = count
     return summary

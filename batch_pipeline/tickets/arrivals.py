@@ -68,29 +68,65 @@ def schedule_time(day: date, settings: TicketsConfig) -> datetime:
     return datetime.combine(day + timedelta(days=1), time(hour), ZoneInfo(settings.timezone))
 
 
-def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
-    """The newest `arrivals.lookback_days` days at least `GRACE` past their schedule time
-    whose export changed since their newest landed run started, oldest first. A source that
-    cannot be read raises SourceUnavailableError."""
+RAN, NOT_ARRIVED, NO_TICKETS, RUNNING = "ran", "no export yet", "no tickets", "running"
+
+
+@dataclass(frozen=True)
+class DayState:
+    """One of the newest days past the schedule, as the export sensor sees it: to launch
+    (`arrival`), or why not (`state`: ran, no export yet, no tickets)."""
+
+    day: str
+    state: str
+    arrival: DayArrival | None = None
+
+
+def day_states(product: TicketProduct, now: datetime) -> list[DayState]:
+    """The newest `arrivals.lookback_days` days at least `GRACE` past their schedule time,
+    oldest first: each one whose export changed since its newest landed run started is to be
+    launched; the others say why not. A source that cannot be read raises
+    SourceUnavailableError."""
     settings = product.settings
     lookback = settings.arrivals.lookback_days
     today = now.astimezone(ZoneInfo(settings.timezone)).date()
     # yesterday may not be past its schedule yet: one day more than the lookback is enough
     newest = [date.fromisoformat(day) for day in product.partition_days(today)[-lookback - 1 :]]
     days = [day for day in newest if schedule_time(day, settings) + GRACE <= now][-lookback:]
-    found = []
+    states = []
     for day in days:
         key = day.isoformat()
         runs = product.tracking.partition_runs([key], 1, product.index)
         last = runs[0] if runs else None
         changed_at = product.export.day_changed_at(day)
+        rows = None if changed_at is not None else product.export.day_row_count(day)
         if changed_at is not None:
-            if last is None or last["started_at"] < changed_at:
-                found.append(DayArrival(key, changed_at, None, last))
+            arrived = last is None or last["started_at"] < changed_at
+            arrival = DayArrival(key, changed_at, None, last) if arrived else None
+        elif rows is None:  # a file export whose file is not there (or is empty) yet
+            states.append(DayState(key, NOT_ARRIVED))
             continue
-        rows = product.export.day_row_count(day)
-        if rows is None or (last is None and rows == 0):
-            continue  # a file not there yet, or a day with no tickets that never ran
-        if last is None or rows != tickets_read(last):
-            found.append(DayArrival(key, None, rows, last))
-    return found
+        elif last is None and rows == 0:
+            states.append(DayState(key, NO_TICKETS))
+            continue
+        else:
+            changed = last is None or rows != tickets_read(last)
+            arrival = DayArrival(key, None, rows, last) if changed else None
+        states.append(DayState(key, RAN if arrival is None else "to launch", arrival))
+    return states
+
+
+def day_arrivals(product: TicketProduct, now: datetime) -> list[DayArrival]:
+    """The days to launch (see `day_states`), oldest first."""
+    return [s.arrival for s in day_states(product, now) if s.arrival is not None]
+
+
+def skip_reason(states: list[DayState], in_flight: set[str], lookback: int) -> str:
+    """Why a tick launches nothing, naming the days in each state."""
+    by_state: dict[str, list[str]] = {}
+    for s in states:
+        state = RUNNING if s.day in in_flight else s.state
+        by_state.setdefault(state, []).append(s.day)
+    if not by_state:
+        return f"none of the newest {lookback} days is past its schedule yet"
+    parts = [f"{', '.join(days)}: {state}" for state, days in by_state.items()]
+    return f"nothing to launch of the newest {lookback} days past the schedule: " + "; ".join(parts)

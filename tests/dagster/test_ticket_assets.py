@@ -78,7 +78,10 @@ def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
         assert sum(meta[k] for k in intents) == meta["tickets_classified"] == 309
         assert meta["tickets_failed"] == 3
         assert 0 <= meta["unknown_rate"] < 0.1 and meta["mean_confidence"] > 0.5
-        assert meta["generation_decision"] == "promoted"
+        assert meta["review_decision"] == "promoted"
+        assert "generation_generation" not in meta and "review_generation" not in meta
+        assert not any(key.startswith("documents_") for key in meta)  # tickets, in tickets
+        assert meta["tickets_attempted"] == 312 and "model_fingerprint:" in meta["fingerprints"]
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert checks["day_complete"].passed
         assert checks["no_mass_deletion_held"].passed  # a first day removes nothing
@@ -133,3 +136,34 @@ def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
     assert skipped.skip_reason.skip_message.startswith(
         "export unavailable: tickets.source.table: table 'tickets' does not exist"
     )
+
+
+def test_a_stage_without_its_upstream_fails_once_not_retried(tmp_path):
+    """Landing a day whose earlier stages never ran cannot succeed on a retry: the step fails
+    at once, naming the stage to materialise first, and the retry policy is bypassed."""
+    config = ticket_workspace(tmp_path)
+    defs = build_definitions(config)
+    resources = {
+        "pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home")),
+        "inference": InferenceResource(device="cpu"),
+        "s3": S3Resource(),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.get_assets_def("ticket_intents")],
+            partition_key="2026-11-29",
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+        )
+        assert not result.success
+        restarts = instance.get_records_for_run(
+            result.run_id, of_type=dg.DagsterEventType.STEP_RESTARTED
+        ).records
+        assert restarts == []
+        (failure,) = [
+            e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
+        ]
+        assert "ticket_exports has no materialisation for partition '2026-11-29'" in str(
+            failure.event_specific_data.error
+        )

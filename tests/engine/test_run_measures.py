@@ -187,7 +187,7 @@ def test_report_lists_each_partitions_runs_in_order(tmp_path, fake_embedder, cap
 def test_prepare_and_execute_report_progress_up_to_all_their_work(make_pipeline, fake_embedder):
     pipeline = make_pipeline()
     updates = []
-    pipeline.run("run-1", fake_embedder, progress=updates.append, progress_interval=0)
+    first = pipeline.run("run-1", fake_embedder, progress=updates.append, progress_interval=0)
     _, measures = measures_of(pipeline, "run-1")
     assert [u.stage for u in updates] == sorted(u.stage for u in updates)[::-1]  # prepare first
     executed = [u for u in updates if u.stage == "execute"]
@@ -197,9 +197,16 @@ def test_prepare_and_execute_report_progress_up_to_all_their_work(make_pipeline,
     prepared = [u for u in updates if u.stage == "prepare"]
     assert prepared[-1].finished and prepared[-1].done == prepared[-1].total == 3
     assert prepared[-1].unit == "documents"
+    # the ETA's reckoning: the tokens the plan holds for the inputs to do
+    assert executed[0].total_tokens == first["plan"].real_tokens > 0
     updates.clear()
     pipeline.run("run-2", fake_embedder, progress=updates.append, progress_interval=0)
     assert updates == []  # nothing to chunk or embed: nothing to report
+    (pipeline.collection.source.path / "refunds.md").write_text("# Refunds\n\nNew text.\n")
+    pipeline.run("run-3", fake_embedder, progress=updates.append, progress_interval=0)
+    prepared = [u for u in updates if u.stage == "prepare"]
+    # it counts what it prepares: the one changed document, not the three it listed
+    assert prepared[0].total == 1 and prepared[-1].done == 1
 
 
 def test_run_prints_plain_progress_lines_when_not_on_a_terminal(workspace, capsys, monkeypatch):

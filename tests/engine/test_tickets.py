@@ -446,7 +446,7 @@ def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_pa
     import os
     import time
 
-    from batch_pipeline.tickets.arrivals import day_arrivals
+    from batch_pipeline.tickets.arrivals import day_arrivals, day_states, skip_reason
 
     workspace = TicketWorkspace(tmp_path, "folder")
     workspace.write_day(DAY, sample_tickets(DAY, 6))
@@ -468,6 +468,13 @@ def test_a_late_or_replaced_export_is_found_after_the_schedule_not_before(tmp_pa
 
     run_day(product, runner)
     assert day_arrivals(product, at) == []  # the day ran after its file was written
+    # the sensor's skip reason names the days in each state
+    states = day_states(product, datetime(2026, 11, 30, 4, 0, tzinfo=UTC))
+    assert skip_reason(states, set(), 3) == (
+        "nothing to launch of the newest 3 days past the schedule: "
+        "2026-11-27, 2026-11-28: no export yet; 2026-11-29: ran"
+    )
+    assert skip_reason(states, {"2026-11-29"}, 3).endswith("2026-11-29: running")
 
     replaced = time.time() + 60  # a corrected export, written after the run started
     os.utime(export, (replaced, replaced))

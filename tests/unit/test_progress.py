@@ -27,6 +27,22 @@ def test_progress_reports_at_its_interval_and_at_the_end():
     assert seen[-1].line().endswith("done in 1m 40s")
 
 
+def test_the_eta_is_reckoned_in_the_tokens_left_when_the_stage_knows_them():
+    """Inputs come shortest first: after half the inputs, far less than half the tokens are
+    done, and the ETA says so (an ETA by inputs said 20 s where 50 s more followed)."""
+    clock, seen = FakeClock(), []
+    # 100 inputs: the first 50 of 10 tokens each, the last 50 of 90 (5,000 tokens in all)
+    progress = Progress("execute", 100, seen.append, interval=10, clock=clock, total_tokens=5000)
+    progress.start()
+    for _ in range(5):  # 50 short inputs in 10 s: 500 tokens, 50 tokens/s
+        clock.now += 2
+        progress.advance(10, tokens=100)
+    update = seen[-1]
+    assert (update.done, update.tokens) == (50, 500)
+    assert update.eta_seconds == 90  # 4,500 tokens left at 50 tokens/s, not 50 inputs at 5/s
+    assert update.line().endswith("ETA 1m 30s")
+
+
 def test_without_tokens_the_line_gives_the_rate_and_an_unknown_eta_before_any_work():
     update = ProgressUpdate("prepare", "documents", 50, 200, 0, 10.0)
     assert update.line() == "prepare: 50/200 documents (25.0%), 5.0 documents/s, ETA 30s"
