@@ -39,6 +39,15 @@ tickets:
     return config
 
 
+def asset_resources(config: Path, home: Path) -> dict[str, object]:
+    """What the ticket assets run with: the pipeline, the real model on CPU, an S3 client."""
+    return {
+        "pipeline": PipelineResource(config_path=str(config), home=str(home)),
+        "inference": InferenceResource(device="cpu"),
+        "s3": S3Resource(),
+    }
+
+
 def test_the_daily_schedule_targets_yesterday_in_the_configured_time_zone(tmp_path):
     config = ticket_workspace(tmp_path, timezone="America/New_York")
     defs = build_definitions(config)
@@ -59,11 +68,7 @@ def test_the_daily_schedule_targets_yesterday_in_the_configured_time_zone(tmp_pa
 def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
     config = ticket_workspace(tmp_path)
     defs = build_definitions(config)
-    resources = {
-        "pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home")),
-        "inference": InferenceResource(device="cpu"),
-        "s3": S3Resource(),
-    }
+    resources = asset_resources(config, tmp_path / "home")
     assets = [defs.get_assets_def(stage.asset) for stage in TICKET_STAGES]
     assert {a.group_names_by_key[a.key] for a in assets} == {"ticket_intents"}
     with dg.instance_for_test() as instance:
@@ -143,11 +148,7 @@ def test_a_stage_without_its_upstream_fails_once_not_retried(tmp_path):
     at once, naming the stage to materialise first, and the retry policy is bypassed."""
     config = ticket_workspace(tmp_path)
     defs = build_definitions(config)
-    resources = {
-        "pipeline": PipelineResource(config_path=str(config), home=str(tmp_path / "home")),
-        "inference": InferenceResource(device="cpu"),
-        "s3": S3Resource(),
-    }
+    resources = asset_resources(config, tmp_path / "home")
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [defs.get_assets_def("ticket_intents")],
