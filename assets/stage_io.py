@@ -58,13 +58,14 @@ def upstream_path(
     return path
 
 
-def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    """`dagster/column_schema`: each column's name, type and what it holds."""
+def column_schema(
+    schema: pa.Schema, descriptions: dict[str, str] = COLUMN_DESCRIPTIONS
+) -> dg.TableSchema:
+    """`dagster/column_schema`: each column's name, type and what it holds, from the product's
+    own descriptions (the vector index's by default)."""
     return dg.TableSchema(
         columns=[
-            dg.TableColumn(
-                name=f.name, type=str(f.type), description=COLUMN_DESCRIPTIONS.get(f.name)
-            )
+            dg.TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name))
             for f in schema
         ]
     )
@@ -81,11 +82,14 @@ def as_metadata(values: dict[str, object]) -> dict[str, object]:
     return out
 
 
-def parquet_metadata(path: StagePath) -> dict[str, object]:
-    """`dagster/uri`, `dagster/row_count` and `dagster/column_schema` of a stage file."""
+def parquet_metadata(
+    path: StagePath, descriptions: dict[str, str] = COLUMN_DESCRIPTIONS
+) -> dict[str, object]:
+    """`dagster/uri`, `dagster/row_count` and `dagster/column_schema` of a stage file, its
+    columns described by the product's own descriptions."""
     meta = parquet_file(path).metadata
     return {
         "dagster/uri": dg.MetadataValue.path(path.uri),
         "dagster/row_count": meta.num_rows,
-        "dagster/column_schema": column_schema(meta.schema.to_arrow_schema()),
+        "dagster/column_schema": column_schema(meta.schema.to_arrow_schema(), descriptions),
     }

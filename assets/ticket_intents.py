@@ -33,6 +33,7 @@ from batch_pipeline.tickets import (
     TICKET_PLAN,
     TICKET_PREPARE,
 )
+from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
@@ -48,6 +49,12 @@ FINGERPRINTS = (
     "the thresholds>, one table per taxonomy version; model_fingerprint: the model and the "
     "input cut alone, what a ticket's vector depends on (shared by every taxonomy's table)"
 )
+
+
+def stage_metadata(output) -> dict[str, object]:  # noqa: ANN001 - a StageOutput
+    """A ticket stage file's metadata: its location, rows and described columns, and what the
+    stage counted."""
+    return as_metadata({**parquet_metadata(output.path, DESCRIBED), **output.summary.metadata()})
 
 
 def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
@@ -76,9 +83,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         its reason, and the rest of the day goes on."""
         day = pipeline.tickets().day(context.partition_key)
         output = day.collect(context.run.run_id)
-        return dg.MaterializeResult(
-            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
-        )
+        return dg.MaterializeResult(metadata=stage_metadata(output))
 
     @dg.asset(
         name=TICKET_PREPARE.asset,
@@ -95,9 +100,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         day = pipeline.tickets().day(context.partition_key)
         collected = upstream_path(context, TICKET_COLLECT, day.product.staging)
         output = day.prepare(context.run.run_id, collected)
-        return dg.MaterializeResult(
-            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
-        )
+        return dg.MaterializeResult(metadata=stage_metadata(output))
 
     @dg.asset(
         name=TICKET_PLAN.asset,
@@ -116,9 +119,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         inputs = upstream_path(context, TICKET_PREPARE, day.product.staging)
         settings, width = inference.plan_settings(day.product.model)
         output = day.plan(context.run.run_id, inputs, settings, width)
-        return dg.MaterializeResult(
-            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
-        )
+        return dg.MaterializeResult(metadata=stage_metadata(output))
 
     @dg.asset(
         name=TICKET_EXECUTE.asset,
@@ -144,9 +145,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
             progress=progress_log(context),
             progress_interval=PROGRESS_INTERVAL_SECONDS,
         )
-        return dg.MaterializeResult(
-            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
-        )
+        return dg.MaterializeResult(metadata=stage_metadata(output))
 
     @dg.asset(
         name=TICKET_LAND.asset,
@@ -224,7 +223,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
                     "dagster/row_count": summary.mix.total,
                     "dagster/column_schema": column_schema(
-                        intent_schema(product.model.embedding_dimension)
+                        intent_schema(product.model.embedding_dimension), DESCRIBED
                     ),
                     **summary.metadata(product.taxonomy.names),
                     **measures.metadata(),

@@ -552,3 +552,33 @@ def test_a_line_that_is_not_utf8_is_a_failure_not_replacement_characters(tmp_pat
     assert failure["reason"] == "invalid_utf8" and "line 5: not UTF-8" in failure["message"]
     texts = product.intents.day_rows(product.index, DAY, ["input_text"])["input_text"]
     assert not any("\ufffd" in text for text in texts.to_pylist())
+
+
+def test_every_column_of_every_stage_file_and_table_is_described(tmp_path, runner):
+    """Each product's stage files and table, as a run writes them: every column has a
+    description in that product's own table of descriptions."""
+    from batch_pipeline.pipeline import PartitionPipeline
+    from batch_pipeline.stages import STAGES
+    from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
+    from batch_pipeline.state.staging import parquet_file
+    from batch_pipeline.tickets import TICKET_STAGES
+    from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS
+
+    workspace = TicketWorkspace(tmp_path, "folder")
+    workspace.write_day(DAY, sample_tickets(DAY, 4))
+    product = workspace.product()
+    day = product.day(DAY)
+    day.run("r1", runner)
+    index = PartitionPipeline(
+        load_config(workspace.config), resolve_storage(str(workspace.home)), "handbook"
+    )
+    index.run("r1", runner)
+    for engine, stages, described in (
+        (day, TICKET_STAGES, TICKET_COLUMN_DESCRIPTIONS),
+        (index, STAGES, COLUMN_DESCRIPTIONS),
+    ):
+        for stage in stages[:-1]:  # the stage files; land writes the table
+            names = parquet_file(engine.path("r1", stage.file)).schema_arrow.names
+            assert set(names) <= set(described), (stage.asset, set(names) - set(described))
+        table = engine.store.open(engine.index).schema.names
+        assert set(table) <= set(described), (stages[-1].asset, set(table) - set(described))
