@@ -71,14 +71,52 @@ def column_schema(
     )
 
 
+# Configuration and constants: shown as text, so the Plots view draws no flat line of them.
+AS_TEXT = frozenset(
+    {
+        "window_seconds",
+        "backfill_inputs",
+        "embedding_dimension",
+        "threshold",
+        "max_mix_shift",
+        "max_unread_fraction",
+        "lag_budget_seconds",
+    }
+)
+# Counts that are zero by design, recorded only when they are not: no chart of zeros.
+ONLY_WHEN_NONZERO = frozenset(
+    {
+        "step_retries",
+        "inputs_resumed_from_checkpoint",
+        "oom_splits",
+        "documents_quarantined",
+        "tickets_quarantined",
+        "deletions_held",
+        "documents_superseded",
+        "chunks_superseded",
+        "chunks_resumed",
+        "inputs_failed",
+    }
+)
+
+
 def as_metadata(values: dict[str, object]) -> dict[str, object]:
     """Engine figures as Dagster metadata: times as timestamps (the UI shows dates), missing
-    values left out (rather than the text "null"), everything else as it is."""
+    values left out (rather than the text "null"), constants as text and counts that are
+    zero by design only when they are not (so the Plots view shows measures), everything
+    else as it is."""
     out: dict[str, object] = {}
     for key, value in values.items():
-        if value is None:
+        if value is None or (key in ONLY_WHEN_NONZERO and value == 0):
             continue
-        out[key] = dg.MetadataValue.timestamp(value) if isinstance(value, datetime) else value
+        if isinstance(value, datetime):
+            out[key] = dg.MetadataValue.timestamp(value)
+        elif key in AS_TEXT and isinstance(value, int | float):
+            out[key] = dg.MetadataValue.text(
+                f"{value:,}" if isinstance(value, int) else f"{value:g}"
+            )
+        else:
+            out[key] = value
     return out
 
 

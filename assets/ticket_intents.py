@@ -51,6 +51,26 @@ FINGERPRINTS = (
 )
 
 
+def intent_mix_table(values: dict[str, object]) -> dict[str, object]:
+    """The day's mix as one table in the UI (intent, tickets, share), not a chart per intent."""
+    mix = values.get("intent_mix") or {}
+    total = sum(mix.values()) or 1
+    table = dg.MetadataValue.table(
+        records=[
+            dg.TableRecord({"intent": name, "tickets": count, "share": round(count / total, 4)})
+            for name, count in mix.items()
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("intent", "string"),
+                dg.TableColumn("tickets", "int"),
+                dg.TableColumn("share", "float"),
+            ]
+        ),
+    )
+    return {**values, "intent_mix": table}
+
+
 def stage_metadata(output) -> dict[str, object]:  # noqa: ANN001 - a StageOutput
     """A ticket stage file's metadata: its location, rows and described columns, and what the
     stage counted."""
@@ -225,7 +245,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     "dagster/column_schema": column_schema(
                         intent_schema(product.model.embedding_dimension), DESCRIBED
                     ),
-                    **summary.metadata(product.taxonomy.names),
+                    **intent_mix_table(summary.metadata(product.taxonomy.names)),
                     **measures.metadata(),
                     "generation": product.index,
                     "taxonomy_version": product.taxonomy.version,

@@ -163,7 +163,9 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 dg.AssetCheckResult(
                     check_name=COMPLETENESS,
                     passed=completeness["completeness"] >= limits.completeness_threshold,
-                    metadata={**completeness, "threshold": limits.completeness_threshold},
+                    metadata=as_metadata(
+                        {**completeness, "threshold": limits.completeness_threshold}
+                    ),
                 ),
                 dg.AssetCheckResult(
                     check_name=INDEX_MATCHES_TRACKING,

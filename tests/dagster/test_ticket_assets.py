@@ -78,9 +78,18 @@ def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
         assert result.success
         (event,) = result.asset_materializations_for_node("ticket_intents")
         meta = {k: v.value for k, v in event.metadata.items()}
-        intents = [k for k in meta if k.startswith("intent_") and k != "intent_mix_shift"]
-        assert len(intents) == 16  # 15 intents and unknown, zeros included
-        assert sum(meta[k] for k in intents) == meta["tickets_classified"] == 309
+        # the mix is one table, not a chart per intent
+        assert not [
+            k
+            for k in meta
+            if k.startswith("intent_") and k not in ("intent_mix", "intent_mix_shift")
+        ]
+        mix = [record.data for record in meta["intent_mix"].records]
+        assert len(mix) == 16  # 15 intents and unknown, zeros included
+        assert sum(row["tickets"] for row in mix) == meta["tickets_classified"] == 309
+        assert [row["tickets"] for row in mix] == sorted(
+            (row["tickets"] for row in mix), reverse=True
+        )
         assert meta["tickets_failed"] == 3
         assert 0 <= meta["unknown_rate"] < 0.1 and meta["mean_confidence"] > 0.5
         assert meta["review_decision"] == "promoted"
