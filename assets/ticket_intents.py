@@ -247,6 +247,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     ),
                     **intent_mix_table(summary.metadata(product.taxonomy.names)),
                     **measures.metadata(),
+                    **day.rolling_measures(),
                     "generation": product.index,
                     "taxonomy_version": product.taxonomy.version,
                     "model_fingerprint": product.model_fingerprint,

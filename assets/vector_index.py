@@ -149,6 +149,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     **freshness,
                     **completeness,
                     **measures.metadata(),
+                    **engine.rolling_measures(),
                     **(backfill.metadata() if backfill else {}),
                     **{f"maintenance_{k}": v for k, v in maintenance.items()},
                     "documents_failing": engine.tracking.failure_count(engine.index),

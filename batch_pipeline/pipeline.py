@@ -24,7 +24,6 @@ from batch_pipeline.measures.run import (
     DOCUMENTS,
     MANUAL,
     BackfillEstimate,
-    RunMeasures,
     backfill_estimate,
 )
 from batch_pipeline.names import generation_index
@@ -398,11 +397,9 @@ class PartitionPipeline(StagedPartition):
                     chunks += count
         return documents, chunks
 
-    def recent_measures(self, limit: int = 20) -> list[RunMeasures]:
-        """The measures of this generation's newest runs on this partition (all shards of a
-        whole collection), newest first."""
-        rows = self.tracking.partition_runs(self.covered_partitions(), limit, self.index)
-        return [m for row in rows if (m := RunMeasures.from_record(row)) is not None]
+    def measured_partitions(self) -> list[str]:
+        """This partition's runs: all its shards' for a whole collection."""
+        return self.covered_partitions()
 
     def backfill_estimate(self, inputs: int | None = None) -> BackfillEstimate | None:
         """Re-embedding the whole partition (`inputs` chunks; default: counted now) at the

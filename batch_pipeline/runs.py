@@ -25,7 +25,7 @@ from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.measures.progress import ProgressSink
-from batch_pipeline.measures.run import MANUAL, RunMeasures
+from batch_pipeline.measures.run import MANUAL, ROLLING_RUNS, RunMeasures, rolling_measures
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
 from batch_pipeline.stages.execute import (
     PLAN_SECONDS,
@@ -266,6 +266,21 @@ class StagedPartition(ABC):
     ) -> object: ...
 
     # ------------------------------------------------------------- the frame's
+
+    def measured_partitions(self) -> list[str]:
+        """The partitions whose runs this partition's rolling figures are taken over (by
+        default its own; a product whose partitions are alike, its every one)."""
+        return [self.partition]
+
+    def recent_measures(self, limit: int = ROLLING_RUNS) -> list[RunMeasures]:
+        """The measures of this generation's newest runs over `measured_partitions`, newest
+        first."""
+        rows = self.tracking.partition_runs(self.measured_partitions(), limit, self.index)
+        return [m for row in rows if (m := RunMeasures.from_record(row)) is not None]
+
+    def rolling_measures(self) -> dict[str, object]:
+        """The generation's throughput and cost over its recent runs (`rolling_measures`)."""
+        return rolling_measures(self.recent_measures())
 
     def path(self, run_id: str, stage_file: str) -> StagePath:
         """A stage file of one of the partition's runs."""

@@ -199,6 +199,29 @@ def measured_throughput(runs: Iterable[RunMeasures]) -> float | None:
     return _ratio(inputs, seconds)
 
 
+ROLLING_RUNS = 20  # the generation's newest runs its rolling figures are taken over
+
+
+def rolling_measures(runs: Iterable[RunMeasures]) -> dict[str, object]:
+    """The generation's recent throughput and cost, as totals over its runs that computed
+    something (total inputs over total execute seconds), so one small run barely moves them;
+    recorded with every run, a no-op's too, so the UI always has them. {} before any run
+    computed anything."""
+    measured = [r for r in runs if r.inputs and r.execute_seconds]
+    if not measured:
+        return {}
+    inputs = sum(r.inputs for r in measured)
+    tokens = sum(r.tokens for r in measured)
+    seconds = sum(r.execute_seconds for r in measured)
+    cost = sum(r.execute_cost for r in measured)
+    return {
+        "rolling_inputs_per_second": round(inputs / seconds, 2),
+        "rolling_tokens_per_second": round(tokens / seconds, 1),
+        "rolling_cost_per_1k_inputs": round(cost / inputs * 1000, 6),
+        "rolling_runs": len(measured),
+    }
+
+
 @dataclass(frozen=True)
 class BackfillEstimate:
     """How long, and at what cost, re-embedding every chunk of a partition would take at the

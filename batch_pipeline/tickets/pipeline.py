@@ -392,6 +392,10 @@ class DayPipeline(StagedPartition):
         )
         return StageOutput(out, summary)
 
+    def measured_partitions(self) -> list[str]:
+        """Every due day: the days are alike, so the rolling figures are the product's."""
+        return self.product.partition_days()
+
     def checkpoint_dir(self) -> StagePath:
         """Execute checkpoints of the day, shared by the runs of one model until landed."""
         return self.product.staging.checkpoint_dir(self.staging_key, self.product.model_fingerprint)

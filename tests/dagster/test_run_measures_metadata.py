@@ -35,10 +35,17 @@ def test_land_records_the_runs_measures_as_numbers(workspace):
         assert "done in" in execute[-1]
         assert any(m.startswith("prepare: ") and "done in" in m for m in logged)
 
+        first = land
         noop = materialize(workspace, instance, fake_model=True)
         land = metadata_of(noop, "vector_index")
         assert "inputs_per_second" not in land and "cost_per_1k_inputs" not in land
         assert land["window_used_fraction"] > 0  # a no-op run still took time
+        # the generation's rolling figures are on every materialisation, a no-op's too, so a
+        # partition's latest event always plots them: here the one run that embedded
+        assert land["rolling_runs"] == first["rolling_runs"] == 1
+        for key in ("rolling_inputs_per_second", "rolling_cost_per_1k_inputs"):
+            assert land[key] == first[key] > 0
+        assert land["rolling_inputs_per_second"] == first["inputs_per_second"]
 
 
 def test_a_run_that_overruns_its_window_warns(workspace):
