@@ -605,7 +605,8 @@ class TicketsConfig(_Strict):
 
     name: str = Field(
         default="tickets",
-        description="Names the product's generations and tracking records (a-z, 0-9, _).",
+        description="Names the product's generations and tracking records (a-z, 0-9, _); "
+        "no collection may have the same name.",
     )
     source: TicketExportConfig
     taxonomy: Path = Field(description="YAML file of intents; relative to the config file.")
@@ -697,6 +698,18 @@ class PipelineConfig(_Strict):
                 raise ValueError(f"collection name {collection.name!r} is used twice")
             seen.add(collection.name)
         return value
+
+    @model_validator(mode="after")
+    def _one_name_per_product(self) -> "PipelineConfig":
+        """A product's name keys its generations: the ticket intents cannot share one with a
+        collection's vector index."""
+        names = {c.name for c in self.collections}
+        if self.tickets is not None and self.tickets.name in names:
+            raise ValueError(
+                f"tickets.name: {self.tickets.name!r} is a collection's name too; each product "
+                "needs its own (its generations are kept under it)"
+            )
+        return self
 
     def partition_keys(self) -> list[str]:
         """One Dagster partition per collection, or per shard of a sharded collection."""

@@ -311,6 +311,11 @@ def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
     workspace.config.write_text(text.replace('"2026-11-20"', '"yesterday"'))
     with pytest.raises(ConfigError, match="tickets.start_date: 'yesterday' is not a date"):
         load_config(workspace.config)
+    # one name per product: the ticket intents cannot take a collection's
+    shutil.copy(REPO / "data" / "intent_taxonomy.yaml", workspace.taxonomy)
+    workspace.config.write_text(text.replace("tickets:\n", "tickets:\n  name: handbook\n"))
+    with pytest.raises(ConfigError, match="tickets.name: 'handbook' is a collection's name too"):
+        load_config(workspace.config)
 
 
 def test_a_missing_ticket_table_or_column_names_the_setting(tmp_path):
