@@ -1,4 +1,4 @@
-"""Garbage in, hostile ids, quarantine and completeness: every claim of README's Failure modes."""
+"""Garbage in, hostile ids, quarantine and completeness: every claim of docs/failure-modes.md."""
 
 from datetime import UTC, datetime
 
