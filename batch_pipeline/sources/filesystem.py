@@ -9,10 +9,10 @@ are unknown, and keep their rows.
 import errno
 import hashlib
 import os
+import queue
 import re
+import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from functools import cache
 from pathlib import Path, PurePosixPath
 from stat import S_ISREG
@@ -82,6 +82,32 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
     return re.compile("".join(parts).removesuffix("/") + r"\Z")
 
 
+class _Reader:
+    """One daemon thread that reads files in turn, handed them one at a time."""
+
+    def __init__(self, read) -> None:  # noqa: ANN001 - FilesystemSource.read
+        self._read = read
+        self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="source-read", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            doc_id = self._jobs.get()
+            try:
+                self._results.put(self._read(doc_id))
+            except BaseException as error:  # handed back to the caller's thread
+                self._results.put(error)
+
+    def read(self, doc_id: str, timeout: float) -> RawDocument:
+        """The file's bytes; raises what the read raised, or queue.Empty after `timeout`."""
+        self._jobs.put(doc_id)
+        result = self._results.get(timeout=timeout)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
 def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
     return SourceEntry(doc_id, f"{stat.st_mtime_ns}:{stat.st_size}", stat.st_size, stat.st_mtime)
 
@@ -94,6 +120,7 @@ class FilesystemSource(DocumentSource):
         self.glob = glob
         self.read_timeout = read_timeout
         self._gaps: list[ListingGap] = []
+        self._reader: _Reader | None = None
 
     def describe(self) -> str:
         return f"{self.root} ({self.glob})"
@@ -214,24 +241,21 @@ class FilesystemSource(DocumentSource):
     def read_many(
         self, doc_ids: Iterable[str]
     ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
-        """Each file, read in a worker thread within `read_timeout` seconds: a read that hangs
-        (a stale network mount) is a transient failure and the run goes on; its thread is
-        left to the read, and the next file gets a new one."""
-        pool = ThreadPoolExecutor(1, thread_name_prefix="source-read")
-        try:
-            for doc_id in doc_ids:
-                future = pool.submit(self.read, doc_id)
-                try:
-                    yield doc_id, future.result(timeout=self.read_timeout)
-                except DocumentReadError as error:
-                    yield doc_id, error
-                except FutureTimeout:
-                    message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
-                    yield doc_id, DocumentReadError(message, transient=True)
-                    pool.shutdown(wait=False)
-                    pool = ThreadPoolExecutor(1, thread_name_prefix="source-read")
-        finally:
-            pool.shutdown(wait=False)
+        """Each file, read by a worker thread within `read_timeout` seconds: a read that hangs
+        (a stale network mount) is a transient failure and the run goes on. The hung thread
+        is left to its read (a daemon: it cannot keep the process from exiting), and the next
+        file gets a new one."""
+        for doc_id in doc_ids:
+            if self._reader is None:
+                self._reader = _Reader(self.read)
+            try:
+                yield doc_id, self._reader.read(doc_id, self.read_timeout)
+            except DocumentReadError as error:
+                yield doc_id, error
+            except queue.Empty:
+                self._reader = None
+                message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
+                yield doc_id, DocumentReadError(message, transient=True)
 
     # The sensor remembers [mtime:size, sha256] and hashes only files whose mtime or size moved.
     def change_token(self, entry: SourceEntry, previous: object) -> object:
