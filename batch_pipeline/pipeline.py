@@ -196,30 +196,34 @@ class PartitionPipeline(StagedPartition):
             report = reconcile_index(self.store, self.tracking, self.index)
             drifted = report.chunk_mismatch + report.only_in_tracking
             orphans = [d for d in report.only_in_index if self.owns(d)]
+        known_failures = self.tracking.failures_by_doc(self.index)
         summary: CollectSummary = collect_documents(
             self.source,
             LandedDocuments(self.tracking, self.index, self.owns, drifted),
             self.fingerprint,
             out,
             doc_ids,
-            self.tracking.failures_by_doc(self.index),
+            known_failures,
             self.collect_limits(),
             orphans,
             lambda changes: self.tracking.record_pending(self.index, changes),
             started,
         )
-        self._forget_listed_gaps(summary, doc_ids)
+        self._forget_listed_gaps(summary, doc_ids, known_failures)
         self.tracking.record_failures(self.index, summary.failures, run_id)
         return StageOutput(out, summary)
 
-    def _forget_listed_gaps(self, summary: CollectSummary, doc_ids: list[str] | None) -> None:
+    def _forget_listed_gaps(
+        self, summary: CollectSummary, doc_ids: list[str] | None, known: dict[str, dict]
+    ) -> None:
         """A folder (or document) the last listing could not see, that this one saw: its
-        failure goes (a targeted run looks only at the documents it names)."""
+        failure (among the `known` ones this collect began with) goes; a targeted run looks
+        only at the documents it names."""
         unseen = {gap.prefix for gap in summary.gaps}
         looked = None if doc_ids is None else set(doc_ids)
         seen_again = [
             doc_id
-            for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
+            for doc_id, failure in known.items()
             if failure["reason"] == UNLISTABLE
             and doc_id not in unseen
             and (looked is None or doc_id in looked)

@@ -140,7 +140,7 @@ class GenerationLifecycle:
         passes = record.passed_partitions() | set(full_pass_partitions)
         full = passes >= set(self.collection.partition_keys())  # every shard had a full pass
         # a folder that could not be listed may hold documents this generation lacks
-        unlisted = any(f["reason"] == UNLISTABLE for f in self.tracking.list_failures(self.index))
+        unlisted = self.tracking.failure_count(self.index, frozenset({UNLISTABLE}))
         pending = self.tracking.freshness(self.index)["pending"]
         complete = generation_complete(full, pending) and not unlisted
         state = CANDIDATE if record.state == BUILDING and complete else record.state

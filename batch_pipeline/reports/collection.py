@@ -18,7 +18,7 @@ from batch_pipeline.stages.collect import (
 )
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.tracking import UNLISTABLE, UNREACHABLE
-from batch_pipeline.state.vector_store import TableDamagedError
+from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 
 KIND = "vector_index"
 
@@ -127,11 +127,14 @@ def damaged_table_health(pipeline: PartitionPipeline, missing: str) -> dict[str,
 
 def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
-    missing = pipeline.store.damage(pipeline.index)
-    if missing is not None:
+    try:  # the reconcile reads every row: a lost data file shows here, with no scan of its own
+        report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    except (RuntimeError, OSError) as error:
+        missing = missing_data_file(error)
+        if missing is None:
+            raise
         return damaged_table_health(pipeline, missing)
     limits = pipeline.config.limits
-    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
     completeness = partition_completeness(
         pipeline.tracking, pipeline.index, limits.quarantine_after_failures, report
     )
@@ -145,10 +148,10 @@ def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
         "reconciled": report.ok,
         **report.metadata(),
         **pipeline.store.table_health(pipeline.index),
-        "failing_documents": pipeline.tracking.failure_count(pipeline.index),
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
     failing = pipeline.tracking.failures_by_doc(pipeline.index)
+    health["failing_documents"] = len(failing)
     problems += [
         f"{f['message']} (until it can be listed; fix its permissions or the disk)"
         for f in failing.values()

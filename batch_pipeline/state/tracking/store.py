@@ -410,8 +410,11 @@ class TrackingStore(GenerationRecords):
         # a collection named like another's prefix ("a" and "a__b") is told apart here
         return [r for r in rows if collection is None or r["collection"] == collection]
 
-    def failure_count(self, index: str) -> int:
+    def failure_count(self, index: str, reasons: frozenset[str] | None = None) -> int:
+        """Failing documents of generation `index` (for one of `reasons`, when given)."""
         query = sa.select(sa.func.count()).where(failures.c.generation == index)
+        if reasons is not None:
+            query = query.where(failures.c.reason.in_(sorted(reasons)))
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
