@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS
-from assets.stage_io import as_metadata, parquet_metadata, upstream_path
+from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import PLAN, PREPARE
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
@@ -30,7 +30,10 @@ def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         settings, width = inference.plan_settings(engine.model)
         output = engine.plan(context.run.run_id, chunks, settings, width)
         return dg.MaterializeResult(
-            metadata=as_metadata({**parquet_metadata(output.path), **output.summary.metadata()})
+            metadata=as_metadata(
+                {**parquet_metadata(output.path), **output.summary.metadata()},
+                STAGE_CHARTS[PLAN.name],
+            )
         )
 
     return batch_plan

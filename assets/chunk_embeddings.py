@@ -10,7 +10,7 @@ from assets.partitions import (
     TRANSIENT_RETRY,
     progress_log,
 )
-from assets.stage_io import as_metadata, parquet_metadata, upstream_path
+from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import EXECUTE, PLAN
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
@@ -51,7 +51,8 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                     **parquet_metadata(output.path),
                     **output.summary.metadata(),
                     "model": engine.model.name,
-                }
+                },
+                STAGE_CHARTS[EXECUTE.name],
             )
         )
 

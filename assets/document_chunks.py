@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import GROUP_NAME, OWNERS, PROGRESS_INTERVAL_SECONDS, progress_log
-from assets.stage_io import as_metadata, parquet_metadata, upstream_path
+from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import COLLECT, PREPARE
 from resources.pipeline import PipelineResource
 
@@ -38,7 +38,8 @@ def build_document_chunks(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
                     "max_tokens": settings.max_tokens,
                     "overlap_tokens": settings.overlap_tokens,
                     "model_fingerprint": engine.fingerprint,
-                }
+                },
+                STAGE_CHARTS[PREPARE.name],
             )
         )
 

@@ -13,6 +13,10 @@ from resources.pipeline import PipelineResource
 GENERATIONS_GROUP = "index_generations"
 INDEX_GENERATION = "index_generation"
 DRIFT = "embedding_drift"
+# What the Plots view draws: the review's scores (named by their cut-off) and what it saw.
+CHARTS = frozenset(
+    {"candidate_recall_at_*", "candidate_mrr_at_*", "candidate_queries", "documents", "rows"}
+)
 
 
 def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -66,7 +70,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                 metadata={"checked": False, "why": "the table is unchanged since the last check"},
             )
         return dg.MaterializeResult(
-            metadata=as_metadata(review.metadata()), check_results=[drift_check]
+            metadata=as_metadata(review.metadata(), CHARTS), check_results=[drift_check]
         )
 
     return index_generation

@@ -5,7 +5,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY
-from assets.stage_io import as_metadata, parquet_metadata
+from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
 from batch_pipeline.stages import COLLECT
 from resources.pipeline import PipelineResource
@@ -61,7 +61,8 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                     "bytes_read": summary.bytes_read,
                     "model": engine.model.name,
                     "model_fingerprint": engine.fingerprint,
-                }
+                },
+                STAGE_CHARTS[COLLECT.name],
             )
         )
 

@@ -5,6 +5,7 @@ reads the latest materialisation of the same partition. So a stage re-run on its
 retry from failure in a new run) reads exactly what its upstream last produced.
 """
 
+from collections.abc import Collection
 from datetime import datetime
 
 import dagster as dg
@@ -71,16 +72,80 @@ def column_schema(
     )
 
 
-# Configuration and constants: shown as text, so the Plots view draws no flat line of them.
-AS_TEXT = frozenset(
+# The numbers that deserve a chart: about ten per asset, the measures first. Each asset names
+# its own (`charts=`); any other number it records (a constant, a setting, a detail of one run)
+# is shown as text, so the Plots view is not a wall of flat lines. A run's own rates
+# (`inputs_per_second`, `cost_per_1k_inputs`, execute's `tokens_per_second`) are text too: a
+# one-page run's rate is mostly its batch of one and would read as a regression; the charted
+# rates are the rolling ones, totals over the generation's recent runs. A name ending in `*`
+# charts every key that starts with it (review scores are named by their cut-off, `_at_5`).
+STAGE_CHARTS: dict[str, frozenset[str]] = {
+    # source_documents, ticket_exports
+    "collect": frozenset(
+        {
+            "dagster/row_count",
+            "documents_new",
+            "documents_changed",
+            "documents_deleted",
+            "documents_failed",
+            "bytes_read",
+            "tickets",
+            "tickets_failed",
+        }
+    ),
+    # document_chunks, ticket_inputs
+    "prepare": frozenset(
+        {
+            "dagster/row_count",
+            "documents_prepared",
+            "documents_failed",
+            "chunks_total",
+            "chunks_to_embed",
+            "chunks_to_remove",
+            "tokens_to_embed",
+            "inputs",
+            "inputs_needing_vectors",
+            "vectors_reused",
+            "inputs_truncated",
+        }
+    ),
+    # batch_plan, ticket_batch_plan
+    "plan": frozenset(
+        {
+            "dagster/row_count",
+            "inputs_planned",
+            "batch_count",
+            "batch_size_median",
+            "real_tokens",
+            "padding_efficiency",
+            "largest_batch_estimated_mib",
+        }
+    ),
+    # chunk_embeddings, ticket_embeddings
+    "execute": frozenset(
+        {
+            "dagster/row_count",
+            "inputs_embedded",
+            "tokens",
+            "seconds",
+            "fixed_seconds",
+            "model_load_seconds",
+            "padding_efficiency",
+            "batches_run",
+        }
+    ),
+}
+# What every land charts: the run's measures, and the generation's rolling rates.
+RUN_CHARTS = frozenset(
     {
-        "window_seconds",
-        "backfill_inputs",
-        "embedding_dimension",
-        "threshold",
-        "max_mix_shift",
-        "max_unread_fraction",
-        "lag_budget_seconds",
+        "dagster/row_count",
+        "rolling_inputs_per_second",
+        "rolling_tokens_per_second",
+        "rolling_cost_per_1k_inputs",
+        "execute_fixed_seconds",
+        "run_wall_seconds",
+        "window_used_fraction",
+        "failure_rate",
     }
 )
 # Counts that are zero by design, recorded only when they are not: no chart of zeros.
@@ -100,21 +165,31 @@ ONLY_WHEN_NONZERO = frozenset(
 )
 
 
-def as_metadata(values: dict[str, object]) -> dict[str, object]:
+def is_charted(key: str, charts: Collection[str]) -> bool:
+    """Does `key` get a chart in the Plots view of an asset that charts `charts`?"""
+    return key in charts or any(c.endswith("*") and key.startswith(c[:-1]) for c in charts)
+
+
+def _as_text(value: int | float) -> dg.MetadataValue:
+    """`1,013`, `0.000134`, `25,354.2`: grouped digits, never e-notation."""
+    if isinstance(value, int):
+        return dg.MetadataValue.text(f"{value:,}")
+    return dg.MetadataValue.text(f"{value:,.6f}".rstrip("0").rstrip("."))
+
+
+def as_metadata(values: dict[str, object], charts: Collection[str] = ()) -> dict[str, object]:
     """Engine figures as Dagster metadata: times as timestamps (the UI shows dates), missing
-    values left out (rather than the text "null"), constants as text and counts that are
-    zero by design only when they are not (so the Plots view shows measures), everything
-    else as it is."""
+    values left out (rather than the text "null"), the numbers in `charts` as numbers (the
+    UI plots them), every other number as text, and counts that are zero by design only when
+    they are not; everything else as it is."""
     out: dict[str, object] = {}
     for key, value in values.items():
         if value is None or (key in ONLY_WHEN_NONZERO and value == 0):
             continue
         if isinstance(value, datetime):
             out[key] = dg.MetadataValue.timestamp(value)
-        elif key in AS_TEXT and isinstance(value, int | float):
-            out[key] = dg.MetadataValue.text(
-                f"{value:,}" if isinstance(value, int) else f"{value:g}"
-            )
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = value if is_charted(key, charts) else _as_text(value)
         else:
             out[key] = value
     return out

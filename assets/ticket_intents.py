@@ -24,8 +24,16 @@ from assets.run_info import (
     run_trigger,
     step_retries,
 )
-from assets.stage_io import as_metadata, column_schema, parquet_metadata, upstream_path
+from assets.stage_io import (
+    RUN_CHARTS,
+    STAGE_CHARTS,
+    as_metadata,
+    column_schema,
+    parquet_metadata,
+    upstream_path,
+)
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.stages import Stage
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
     TICKET_EXECUTE,
@@ -71,10 +79,24 @@ def intent_mix_table(values: dict[str, object]) -> dict[str, object]:
     return {**values, "intent_mix": table}
 
 
-def stage_metadata(output) -> dict[str, object]:  # noqa: ANN001 - a StageOutput
+# What the Plots view draws for a day: the run's measures, the mix's summaries, the review.
+CHARTS = RUN_CHARTS | {
+    "tickets_classified",
+    "tickets_newly_classified",
+    "unknown_rate",
+    "intent_mix_shift",
+    "mean_confidence",
+    "review_candidate_accuracy",
+}
+
+
+def stage_metadata(output, stage: Stage) -> dict[str, object]:  # noqa: ANN001 - a StageOutput
     """A ticket stage file's metadata: its location, rows and described columns, and what the
     stage counted."""
-    return as_metadata({**parquet_metadata(output.path, DESCRIBED), **output.summary.metadata()})
+    return as_metadata(
+        {**parquet_metadata(output.path, DESCRIBED), **output.summary.metadata()},
+        STAGE_CHARTS[stage.name],
+    )
 
 
 def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
@@ -103,7 +125,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         its reason, and the rest of the day goes on."""
         day = pipeline.tickets().day(context.partition_key)
         output = day.collect(context.run.run_id)
-        return dg.MaterializeResult(metadata=stage_metadata(output))
+        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_COLLECT))
 
     @dg.asset(
         name=TICKET_PREPARE.asset,
@@ -120,7 +142,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         day = pipeline.tickets().day(context.partition_key)
         collected = upstream_path(context, TICKET_COLLECT, day.product.staging)
         output = day.prepare(context.run.run_id, collected)
-        return dg.MaterializeResult(metadata=stage_metadata(output))
+        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PREPARE))
 
     @dg.asset(
         name=TICKET_PLAN.asset,
@@ -139,7 +161,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         inputs = upstream_path(context, TICKET_PREPARE, day.product.staging)
         settings, width = inference.plan_settings(day.product.model)
         output = day.plan(context.run.run_id, inputs, settings, width)
-        return dg.MaterializeResult(metadata=stage_metadata(output))
+        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PLAN))
 
     @dg.asset(
         name=TICKET_EXECUTE.asset,
@@ -165,11 +187,11 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
             progress=progress_log(context),
             progress_interval=PROGRESS_INTERVAL_SECONDS,
         )
-        return dg.MaterializeResult(metadata=stage_metadata(output))
+        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_EXECUTE))
 
     @dg.asset(
         name=TICKET_LAND.asset,
-        deps=[TICKET_EXECUTE.asset, TICKET_PREPARE.asset, TICKET_COLLECT.asset],
+        deps=[TICKET_EXECUTE.asset],  # reads prepare's and collect's files too: see vector_index
         retry_policy=TRANSIENT_RETRY,
         kinds=set(TICKET_LAND.kinds),
         freshness_policy=dg.FreshnessPolicy.time_window(
@@ -257,14 +279,15 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                         for k, v in review.metadata().items()
                         if k not in ("generation", "fingerprint")  # said above, once
                     },
-                }
+                },
+                CHARTS,
             ),
             check_results=[
                 dg.AssetCheckResult(
                     check_name=INTENT_MIX_SHIFT,
                     passed=shift is None or shift <= limit,
                     severity=dg.AssetCheckSeverity.WARN,
-                    metadata=as_metadata({"shift": shift, "max_mix_shift": limit}),
+                    metadata=as_metadata({"shift": shift, "max_mix_shift": limit}, {"shift"}),
                 ),
                 held_deletions_check(
                     context, summary.deletions_held, summary.deletions_held_reason
@@ -276,7 +299,8 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                         {
                             "completeness": measures.completeness,
                             "tickets_failed": len(summary.failures),
-                        }
+                        },
+                        {"completeness", "tickets_failed"},
                     ),
                 ),
             ],

@@ -13,7 +13,7 @@ from assets.run_info import (
     run_trigger,
     step_retries,
 )
-from assets.stage_io import as_metadata, column_schema, upstream_path
+from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, upstream_path
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.pipeline import configured_generations
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
@@ -28,11 +28,25 @@ COMPLETENESS = "completeness"
 RUN_WITHIN_WINDOW = "run_within_window"
 UNREAD = "unread_within_limit"
 
+# What the Plots view draws for a partition: the run's measures, completeness and freshness,
+# how much the run did, and whether a full re-embedding would fit the nightly window.
+CHARTS = RUN_CHARTS | {
+    "completeness",
+    "lag_seconds",
+    "documents_landed",
+    "chunks_embedded",
+    "backfill_estimate_seconds",
+}
+
 
 def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
         name=LAND.asset,
-        deps=[EXECUTE.asset, PREPARE.asset, COLLECT.asset],
+        # Land also reads collect's and prepare's files of the same partition (located by
+        # `upstream_path`, from their latest materialisation): only execute is drawn as an
+        # edge, since they are upstream of it already and more edges would misread as data
+        # skipping the plan.
+        deps=[EXECUTE.asset],
         partitions_def=partitions,
         group_name=GROUP_NAME,
         owners=OWNERS,
@@ -158,14 +172,16 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     "model_fingerprint": engine.fingerprint,
                     "generation": engine.index,
                     "generation_state": engine.generation().state,
-                }
+                },
+                CHARTS,
             ),
             check_results=[
                 dg.AssetCheckResult(
                     check_name=COMPLETENESS,
                     passed=completeness["completeness"] >= limits.completeness_threshold,
                     metadata=as_metadata(
-                        {**completeness, "threshold": limits.completeness_threshold}
+                        {**completeness, "threshold": limits.completeness_threshold},
+                        {"completeness"},
                     ),
                 ),
                 dg.AssetCheckResult(

@@ -326,7 +326,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
     else:
         land = stages[LAND.name]
         print(
-            f"run {run_id}: {stages[EXECUTE.name]['chunks_embedded']} chunks embedded, "
+            f"run {run_id}: {stages[EXECUTE.name]['inputs_embedded']} chunks embedded, "
             f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
             f"{failed} failed"
         )
@@ -417,6 +417,7 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
         ("inputs", "INPUTS"),
         ("tokens", "TOKENS"),
         ("seconds", "SECONDS"),
+        ("fixed_seconds", "FIXED S"),
         ("inputs_per_second", "INPUTS/S"),
         ("cost_per_1k_inputs", "COST/1K"),
         ("window", "WINDOW"),

@@ -16,13 +16,19 @@ from batch_pipeline.inference.models import ResolvedModel
 
 @dataclass
 class RunStats:
-    """What one run of batches did: inputs, tokens, padding, time, OOM splits, failures."""
+    """What one run of batches did: inputs, tokens, padding, time, OOM splits, failures.
+
+    `seconds` is the marginal time, spent embedding the inputs; what a run pays once whatever
+    its size (choosing the dtype, the first call's warm-up) is counted apart, so a small run's
+    rate is not its start-up divided by a few inputs."""
 
     inputs: int = 0
     tokens: int = 0
     padded_tokens: int = 0
     batches: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # embedding the inputs: the marginal time
+    calibration_seconds: float = 0.0  # fixed: measuring the dtypes `auto` chooses between
+    warmup_seconds: float = 0.0  # fixed: the model's first call (kernels, allocator, caches)
     oom_splits: int = 0
     failed: dict[int, str] = field(default_factory=dict)  # position -> reason
 

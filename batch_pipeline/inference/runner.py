@@ -143,6 +143,7 @@ class EmbeddingRunner:
         self.calibration_cache = CalibrationCache(calibration_cache)
         self._timer = timer
         self.calibration_seconds = 0.0  # spent deciding `auto`'s dtype, all runs together
+        self._warm = False  # has the model been called once (calibration calls it too)?
         self.dtype_decision: DtypeDecision | None = (
             None
             if self._candidates
@@ -240,6 +241,7 @@ class EmbeddingRunner:
 
             measured = measure(embed_as, sample, self._candidates, timer=self._timer)
             self.calibration_cache.put(key, measured, about)
+            self._warm = True
         decision = decide(measured, default, self.fidelity_min_cosine, cached=cached)
         self._use_dtype(decision.dtype)
         decision = replace(decision, seconds=time.perf_counter() - started)
@@ -311,6 +313,18 @@ class EmbeddingRunner:
                 except queue.Empty:
                     thread.join(timeout=0.05)
 
+    def _warm_up(self, prepared: _Prepared) -> float:
+        """Call the model once on the first input, untimed by the run, so the first batch
+        does not carry one-off costs (kernel selection, CUDA context, allocator growth);
+        the seconds it took, 0 once warm."""
+        if self._warm:
+            return 0.0
+        started = time.perf_counter()
+        text = prepared.texts[:1]
+        self._forward(text, self._tokenize(text))
+        self._warm = True
+        return time.perf_counter() - started
+
     def _forward(self, texts: list[str], features: dict) -> np.ndarray:
         import torch
 
@@ -380,6 +394,9 @@ class EmbeddingRunner:
         limit: int | None = None
         started, calibrated_before = time.perf_counter(), self.calibration_seconds
         for prepared in self._prefetch(self._calibrated(batches)):
+            warming = self._warm_up(prepared)
+            stats.warmup_seconds += warming
+            started += warming
             for part in self._capped(prepared, limit):
                 splits_before = stats.oom_splits
                 results = self._run_batch(part, stats)
@@ -389,8 +406,9 @@ class EmbeddingRunner:
                 if results:
                     positions = [p for p, _ in results]
                     yield positions, np.stack([v for _, v in results])
-        # the time `auto` spent measuring dtypes is its own figure, not the model's throughput
+        # the time `auto` spent measuring dtypes is a fixed cost, not the model's throughput
         calibrating = self.calibration_seconds - calibrated_before
+        stats.calibration_seconds += calibrating
         stats.seconds += time.perf_counter() - started - calibrating
 
     def embed(self, texts: list[str], token_budget: int = 4096, max_batch_size: int = 128):

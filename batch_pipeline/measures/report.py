@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from batch_pipeline.measures.run import RunMeasures, median
+from batch_pipeline.measures.run import RunMeasures, median, rolling_measures
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class ReportedRun:
             "tokens": m.tokens,
             "seconds": round(m.wall_seconds, 3),
             "execute_seconds": round(m.execute_seconds, 3),
+            "fixed_seconds": round(m.fixed_seconds, 3),
             "inputs_per_second": _round(m.inputs_per_second, 2),
             "tokens_per_second": _round(m.tokens_per_second, 1),
             "device": m.device,
@@ -71,26 +72,34 @@ def reported_runs(rows: Iterable[dict]) -> list[ReportedRun]:
 
 
 def trend(runs: list[ReportedRun]) -> dict[str, object]:
-    """Median throughput and cost per 1k inputs over the runs that embedded something, and
-    every run that overran its window."""
+    """Throughput and cost per 1k inputs over the runs that embedded something, as totals
+    (so a one-page run weighs one page, as in the UI's rolling figures), the median fixed
+    cost of a run, and every run that overran its window."""
     measured = [r.measures for r in runs]
+    rolling = rolling_measures(measured)
     return {
         "runs": len(runs),
-        "median_inputs_per_second": _round(median(m.inputs_per_second for m in measured), 2),
-        "median_cost_per_1k_inputs": _round(median(m.cost_per_1k_inputs for m in measured), 6),
+        "runs_measured": rolling.get("rolling_runs", 0),
+        "inputs_per_second": rolling.get("rolling_inputs_per_second"),
+        "tokens_per_second": rolling.get("rolling_tokens_per_second"),
+        "cost_per_1k_inputs": rolling.get("rolling_cost_per_1k_inputs"),
+        "median_fixed_seconds": _round(median(m.fixed_seconds for m in measured if m.inputs), 3),
         "currency": measured[-1].currency if measured else None,
         "overran": [r.run_id for r in runs if r.measures.overran],
     }
 
 
 def trend_line(summary: dict[str, object]) -> str:
-    """`5 runs; median 45.2 inputs/s and 0.000210 USD per 1k inputs; none overran its window`."""
+    """`5 runs; 45.2 inputs/s and 0.000210 USD per 1k inputs over the 3 that embedded
+    (totals), plus a median 2.1 s fixed cost per run; none overran its window`."""
     count = summary["runs"]
     parts = [f"{count} run" + ("" if count == 1 else "s")]
-    if summary["median_inputs_per_second"] is not None:
+    if summary["inputs_per_second"] is not None:
         parts.append(
-            f"median {summary['median_inputs_per_second']:,} inputs/s and "
-            f"{summary['median_cost_per_1k_inputs']:.6f} {summary['currency']} per 1k inputs"
+            f"{summary['inputs_per_second']:,} inputs/s and "
+            f"{summary['cost_per_1k_inputs']:.6f} {summary['currency']} per 1k inputs over "
+            f"the {summary['runs_measured']} that embedded (totals), plus a median "
+            f"{summary['median_fixed_seconds']:g} s fixed cost per run"
         )
     else:
         parts.append("none embedded anything")

@@ -52,7 +52,8 @@ class RunMeasures:
     finished_at: float  # when land finished
     inputs: int = 0  # inputs embedded by this run (not resumed, not reused)
     tokens: int = 0
-    execute_seconds: float = 0.0  # time spent embedding
+    execute_seconds: float = 0.0  # time spent embedding: the marginal time
+    fixed_seconds: float = 0.0  # paid once per run: model load, dtype calibration, warm-up
     device: str | None = None  # None: nothing was embedded, no model was loaded
     dtype: str | None = None
     fidelity_min_cosine: float | None = None  # vs fp32; 1.0 when run in fp32
@@ -84,6 +85,7 @@ class RunMeasures:
             inputs=int(executed.get("inputs", 0)),
             tokens=int(executed.get("tokens", 0)),
             execute_seconds=float(executed.get("seconds", 0.0)),
+            fixed_seconds=float(executed.get("fixed_seconds", 0.0)),
             device=device,
             dtype=executed.get("dtype"),
             fidelity_min_cosine=executed.get("fidelity_min_cosine"),
@@ -112,8 +114,13 @@ class RunMeasures:
 
     @property
     def execute_cost(self) -> float:
-        """Execute's seconds at the device's hourly price."""
+        """Execute's marginal seconds at the device's hourly price."""
         return self.execute_seconds * self.device_price_hour / 3600
+
+    @property
+    def fixed_cost(self) -> float:
+        """The run's fixed seconds (model load, calibration, warm-up) at the device's price."""
+        return self.fixed_seconds * self.device_price_hour / 3600
 
     @property
     def run_cost(self) -> float:
@@ -164,6 +171,8 @@ class RunMeasures:
             "run_wall_seconds": round(self.wall_seconds, 3),
             "run_cost": round(self.run_cost, 6),
             "execute_cost": round(self.execute_cost, 6),
+            "execute_fixed_seconds": round(self.fixed_seconds, 3),
+            "execute_fixed_cost": round(self.fixed_cost, 6),
             "currency": self.currency,
             "window_seconds": self.window_seconds,
             "window_used_fraction": _rounded(self.window_used_fraction, 6),

@@ -72,6 +72,14 @@ class ExecuteSummary:
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
     dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype
+    load_seconds: float = 0.0  # loading the model for this run (0 when it was loaded already)
+
+    @property
+    def fixed_seconds(self) -> float:
+        """What the run paid once, whatever its size: the model load, the dtype calibration
+        and the first call's warm-up. `stats.seconds` is the marginal time."""
+        s = self.stats
+        return self.load_seconds + s.calibration_seconds + s.warmup_seconds
 
     @property
     def fidelity_min_cosine(self) -> float | None:
@@ -90,6 +98,7 @@ class ExecuteSummary:
             "inputs": s.inputs,
             "tokens": s.tokens,
             "seconds": s.seconds,
+            "fixed_seconds": self.fixed_seconds,
             "oom_splits": s.oom_splits,
             "inputs_failed": len(self.failed_inputs),
             "inputs_resumed": self.resumed_inputs,
@@ -103,7 +112,7 @@ class ExecuteSummary:
         no-op run does not plot a zero throughput or a perfect padding efficiency."""
         s = self.stats
         values: dict[str, object] = {
-            "chunks_embedded": s.inputs,
+            "inputs_embedded": s.inputs,
             "inputs_resumed_from_checkpoint": self.resumed_inputs,
             "inputs_failed": len(self.failed_inputs),
             "tokens": s.tokens,
@@ -119,6 +128,9 @@ class ExecuteSummary:
                 padding_efficiency=round(s.tokens / s.padded_tokens, 4),
                 seconds=round(s.seconds, 3),
                 tokens_per_second=round(s.tokens_per_second, 1),
+                model_load_seconds=round(self.load_seconds, 3),
+                warmup_seconds=round(s.warmup_seconds, 3),
+                fixed_seconds=round(self.fixed_seconds, 3),
                 device=self.device,
                 dtype=self.dtype,
             )
@@ -286,7 +298,9 @@ def _embed(
 ) -> ExecuteSummary:
     """Embed the planned inputs not in `done_keys`, writing and checkpointing the vectors."""
     progress.start()  # before the model loads: the total is known now
+    loading = time.perf_counter()
     runner = get_runner()
+    load_seconds = time.perf_counter() - loading
     stats = RunStats()
     schema = embeddings_schema(dimension)
     if runner.dimension != dimension:
@@ -348,4 +362,5 @@ def _embed(
         failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
         resumed_inputs=len(done_keys),
         dtype_decision=getattr(runner, "dtype_decision", None),
+        load_seconds=load_seconds,
     )

@@ -56,6 +56,6 @@ def test_a_targeted_run_loads_the_model_once_for_execute_and_the_review(workspac
         page.write_text(page.read_text() + "\n\nRefunds for annual plans are prorated.\n")
         LOADS.clear()
         changed = materialize_all(workspace, instance)
-        assert metadata_of(changed, "chunk_embeddings")["chunks_embedded"] >= 1
+        assert metadata_of(changed, "chunk_embeddings")["inputs_embedded"] >= 1
         assert metadata_of(changed, "index_generation")["evaluated"] is True  # table changed
         assert len(LOADS) == 1  # execute loaded it; the review reused it

@@ -8,6 +8,8 @@ from pathlib import Path
 import dagster as dg
 
 from batch_pipeline.definitions import build_definitions
+from batch_pipeline.stages import STAGES
+from batch_pipeline.tickets import TICKET_STAGES
 from tests.support import REPO, STAGE_ASSETS, materialize, metadata_of, stage_resources
 
 
@@ -40,10 +42,10 @@ def test_materialising_every_stage_records_metadata_per_partition(workspace):
         execute = metadata_of(result, "chunk_embeddings")
         assert execute["device"] == "cpu" and execute["dtype"] == execute["dtype_decision"]
         assert execute["dtype"] in ("float32", "bfloat16")  # bf16 only where measured faster
-        assert execute["chunks_embedded"] == plan["inputs_planned"]
+        assert execute["inputs_embedded"] == plan["inputs_planned"]
         assert execute["tokens_per_second"] > 0
         land = metadata_of(result, "vector_index")
-        assert land["dagster/row_count"] == land["chunks_written"] == execute["chunks_embedded"]
+        assert land["dagster/row_count"] == land["chunks_written"] == execute["inputs_embedded"]
         assert "/handbook__" in land["dagster/uri"] and land["dagster/uri"].endswith(".lance")
         assert land["table_version"] >= 1
         assert land["run_id"] == result.run_id
@@ -56,7 +58,7 @@ def test_materialising_every_stage_records_metadata_per_partition(workspace):
 
         again = materialize(workspace, instance)
         assert metadata_of(again, "source_documents")["documents_unchanged"] == 3
-        assert metadata_of(again, "chunk_embeddings")["chunks_embedded"] == 0
+        assert metadata_of(again, "chunk_embeddings")["inputs_embedded"] == 0
         assert metadata_of(again, "vector_index")["dagster/row_count"] == land["dagster/row_count"]
 
 
@@ -158,7 +160,7 @@ def test_metadata_renders_and_plots_right(workspace):
 
         noop = materialize(workspace, instance, fake_model=True)
         execute = metadata_of(noop, "chunk_embeddings")
-        assert execute["chunks_embedded"] == 0
+        assert execute["inputs_embedded"] == 0
         for absent in ("tokens_per_second", "padding_efficiency", "device", "seconds"):
             assert absent not in execute, absent  # recorded 0.0, 1.0 and "none" before
         assert "padding_efficiency" not in metadata_of(noop, "batch_plan")
@@ -211,3 +213,12 @@ def test_the_project_is_a_dg_project_with_one_code_location_name():
     )
     assert checked.returncode == 0, checked.stderr
     assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+
+def test_the_lineage_draws_each_stage_after_the_one_before_and_nothing_else():
+    defs = build_definitions(REPO / "pipeline.yaml")  # both products
+    graph = defs.resolve_asset_graph()
+    for stages in (STAGES, TICKET_STAGES):
+        for before, stage in zip(stages, stages[1:], strict=False):
+            parents = graph.get(dg.AssetKey(stage.asset)).parent_keys
+            assert parents == {dg.AssetKey(before.asset)}, stage.asset

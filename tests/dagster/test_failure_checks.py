@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.definitions import build_definitions
 from batch_pipeline.stages import COLLECT
-from tests.support import POSTGRES_URL, materialize, stage_resources
+from tests.support import POSTGRES_URL, materialize, metadata_values, stage_resources
 
 
 def test_completeness_check_fails_below_threshold(workspace):
@@ -17,7 +17,7 @@ def test_completeness_check_fails_below_threshold(workspace):
         result = materialize(workspace, instance)
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert not checks["completeness"].passed
-        meta = {k: v.value for k, v in checks["completeness"].metadata.items()}
+        meta = metadata_values(checks["completeness"].metadata)
         assert meta["completeness"] == 0.75 and meta["documents_intended"] == 4
 
 

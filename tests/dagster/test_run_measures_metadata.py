@@ -1,14 +1,29 @@
-"""The run's measures as the Dagster UI shows them: numeric metadata on `vector_index` (which
-the UI plots), Dagster's step retries counted, and a warning when a run overruns its window."""
+"""The run's measures as the Dagster UI shows them: the charted measures as numbers on
+`vector_index`, everything else as text, Dagster's step retries counted, and a warning when a
+run overruns its window."""
 
 import dagster as dg
 import pytest
 
 from batch_pipeline.definitions import build_definitions
 from resources.testing import FakeInferenceResource
-from tests.support import STAGE_ASSETS, materialize, metadata_of, stage_resources, write_config
+from tests.support import (
+    STAGE_ASSETS,
+    materialize,
+    metadata_of,
+    stage_resources,
+    write_config,
+)
 
-PLOTTED = ("inputs_per_second", "cost_per_1k_inputs", "window_used_fraction", "run_wall_seconds")
+CHARTED = (
+    "rolling_inputs_per_second",
+    "rolling_tokens_per_second",
+    "rolling_cost_per_1k_inputs",
+    "window_used_fraction",
+    "run_wall_seconds",
+)
+# a run's own rates: text, since a one-page run's rate is its batch of one, not a regression
+RUN_RATES = ("inputs_per_second", "tokens_per_second", "cost_per_1k_inputs")
 
 
 def test_land_records_the_runs_measures_as_numbers(workspace):
@@ -16,15 +31,23 @@ def test_land_records_the_runs_measures_as_numbers(workspace):
     with dg.instance_for_test() as instance:
         result = materialize(workspace, instance, fake_model=True)
         land = metadata_of(result, "vector_index")
-        for key in PLOTTED:
+        for key in CHARTED:
             assert isinstance(land[key], float) and land[key] > 0, key
+        assert not set(RUN_RATES) & charted(result, "vector_index")
+        for key in RUN_RATES:
+            assert land[key] > 0, key
+        # what the run paid once (the model load) is charted apart from its marginal rate
+        assert "execute_fixed_seconds" in charted(result, "vector_index")
+        execute = metadata_of(result, "chunk_embeddings")
+        assert execute["fixed_seconds"] >= execute["model_load_seconds"] >= 0
         assert land["currency"] == "EUR" and land["trigger"] == "manual"
         assert land["failure_rate"] == 0.0
         # counts zero by design are left out, not plotted as a flat line of zeros
         assert not {"step_retries", "oom_splits", "inputs_resumed_from_checkpoint"} & set(land)
         # what the estimate is for is text, not a plot
-        assert land["backfill_inputs"] == f"{land['dagster/row_count']:,}"
-        rebuild = land["dagster/row_count"] / land["inputs_per_second"]  # this run's throughput
+        assert "backfill_inputs" not in charted(result, "vector_index")
+        assert land["backfill_inputs"] == land["dagster/row_count"]
+        rebuild = land["dagster/row_count"] / land["inputs_per_second"]  # this run's
         assert land["backfill_estimate_seconds"] == pytest.approx(rebuild, abs=2e-3)
         assert land["backfill_fits_window"] is True
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
@@ -46,6 +69,36 @@ def test_land_records_the_runs_measures_as_numbers(workspace):
         for key in ("rolling_inputs_per_second", "rolling_cost_per_1k_inputs"):
             assert land[key] == first[key] > 0
         assert land["rolling_inputs_per_second"] == first["inputs_per_second"]
+
+
+def charted(result: dg.ExecuteInProcessResult, asset: str) -> set[str]:
+    """The keys the asset's Plots view draws: its int and float metadata."""
+    (event,) = result.asset_materializations_for_node(asset)
+    numeric = (dg.IntMetadataValue, dg.FloatMetadataValue)
+    return {k for k, v in event.metadata.items() if isinstance(v, numeric)}
+
+
+def test_every_asset_charts_about_ten_measures_and_a_no_op_still_charts_the_headline(workspace):
+    with dg.instance_for_test() as instance:
+        first = materialize(workspace, instance, fake_model=True)
+        for asset in STAGE_ASSETS:
+            keys = charted(first, asset)
+            assert 3 <= len(keys) <= 13, (asset, sorted(keys))
+            # constants and settings are text: a flat line is not a measure
+            assert not keys & {"window_seconds", "max_tokens", "token_budget", "backfill_inputs"}
+        assert "tokens_per_second" not in charted(first, "vector_index")  # the run's own: text
+        noop = materialize(workspace, instance, fake_model=True)
+        headline = {
+            "rolling_inputs_per_second",
+            "rolling_tokens_per_second",
+            "rolling_cost_per_1k_inputs",
+            "run_wall_seconds",
+            "window_used_fraction",
+            "completeness",
+            "lag_seconds",
+            "backfill_estimate_seconds",
+        }
+        assert headline <= charted(noop, "vector_index")
 
 
 def test_a_run_that_overruns_its_window_warns(workspace):

@@ -10,7 +10,7 @@ import pytest
 from batch_pipeline.definitions import build_definitions
 from batch_pipeline.sources.filesystem import FilesystemSource
 from batch_pipeline.triggers.publish import evaluate_publish
-from tests.support import STAGE_ASSETS, index_of, stage_resources, tick
+from tests.support import STAGE_ASSETS, index_of, metadata_values, stage_resources, tick
 
 SENSOR_SETTINGS = "sensor: {window_seconds: 0, max_docs_per_run: 50}\n"
 
@@ -64,7 +64,7 @@ def one_document_folder(tmp_path):  # noqa: ANN001, ANN201
 
 def collect_meta(result):
     (event,) = result.asset_materializations_for_node("source_documents")
-    return {k: v.value for k, v in event.metadata.items()}
+    return metadata_values(event.metadata)
 
 
 def test_filesystem_sensor_embeds_only_what_changed(workspace):
@@ -315,7 +315,7 @@ def test_nightly_schedule_reconciles_every_partition_and_compacts(workspace):
         (workspace["docs"] / "refunds.md").unlink()
         result = run(defs, workspace, instance, request)
         (event,) = result.asset_materializations_for_node("vector_index")
-        meta = {k: v.value for k, v in event.metadata.items()}
+        meta = metadata_values(event.metadata)
         assert meta["documents_deleted"] == 1
         assert meta["maintenance_versions_after"] < meta["maintenance_versions_before"]
         assert meta["maintenance_fragments_after"] <= meta["maintenance_fragments_before"]

@@ -195,3 +195,13 @@ def test_auto_dtype_calibrates_on_the_first_inputs_and_caches_the_decision(
     explicit = EmbeddingRunner(model, device="cpu", dtype="float32", calibration_cache=cache)
     explicit.embed(texts[:3])
     assert explicit.dtype == "float32" and explicit.dtype_decision.reason == "set explicitly"
+
+
+def test_the_model_s_first_call_is_a_warm_up_outside_the_run_s_marginal_time(model):
+    fresh = EmbeddingRunner(model, device="cpu", dtype="float32")
+    first, second = RunStats(), RunStats()
+    out = list(fresh.run([([0, 1], ["reset a password", "change the email"])], first))
+    assert [positions for positions, _ in out] == [[0, 1]]  # the warm-up yields nothing
+    list(fresh.run([([0], ["delete the account"])], second))
+    assert first.warmup_seconds > 0 and first.inputs == 2
+    assert second.warmup_seconds == 0  # once per loaded model

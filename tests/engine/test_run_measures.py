@@ -3,6 +3,7 @@ configured prices, wall-clock against its window, failure and retry figures. The
 checked against the run's own recorded numbers, never against a clock."""
 
 import json
+import time
 
 import pytest
 
@@ -43,6 +44,31 @@ def test_cost_is_the_recorded_seconds_at_the_configured_price(
     metadata = landed.measures.metadata()
     assert metadata["cost_per_1k_inputs"] == pytest.approx(measures.cost_per_1k_inputs, abs=1e-6)
     assert metadata["currency"] == "EUR" and metadata["trigger"] == MANUAL
+
+
+def test_what_a_run_pays_once_is_apart_from_its_marginal_rate(
+    workspace, make_pipeline, fake_embedder, capsys
+):
+    write_config(workspace["config"], extra=PRICED)
+    pipeline = make_pipeline()
+
+    def slow_load():  # FAULT INJECTION: a model that takes 0.4 s to load
+        time.sleep(0.4)
+        return fake_embedder
+
+    pipeline.run("run-1", slow_load)
+    row, measures = measures_of(pipeline, "run-1")
+    # the load is the run's fixed cost; the rate and cost per input are the marginal ones
+    assert row["fixed_seconds"] >= 0.4 > row["execute_seconds"] > 0
+    assert measures.inputs_per_second == pytest.approx(row["inputs"] / row["execute_seconds"])
+    assert measures.fixed_cost == pytest.approx(row["fixed_seconds"] * 2.0 / 3600)
+    assert measures.metadata()["execute_fixed_seconds"] >= 0.4
+    assert measures.stage_seconds["execute"] >= row["fixed_seconds"] + row["execute_seconds"]
+    home = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*home, "report", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["runs"][0]["fixed_seconds"] == pytest.approx(row["fixed_seconds"], abs=1e-3)
+    assert report["summary"]["median_fixed_seconds"] >= 0.4
 
 
 def test_a_run_that_embeds_nothing_records_no_throughput(workspace, make_pipeline, fake_embedder):

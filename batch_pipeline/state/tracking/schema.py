@@ -93,7 +93,8 @@ runs = sa.Table(
     sa.Column("started_at", sa.Float),
     sa.Column("inputs", sa.Integer),  # model inputs computed by this run
     sa.Column("tokens", sa.Integer),
-    sa.Column("execute_seconds", sa.Float),
+    sa.Column("execute_seconds", sa.Float),  # embedding the inputs: the marginal time
+    sa.Column("fixed_seconds", sa.Float),  # model load, calibration, warm-up: once per run
     sa.Column("device", sa.String(32)),
     sa.Column("dtype", sa.String(16)),
     sa.Column("fidelity_min_cosine", sa.Float),
