@@ -33,6 +33,7 @@ from assets.stage_io import (
     upstream_path,
 )
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.reports.tickets import classifier_line
 from batch_pipeline.stages import Stage
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
@@ -43,6 +44,7 @@ from batch_pipeline.tickets import (
 )
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
+from batch_pipeline.tickets.training import LabelsRefusedError
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
 
@@ -242,18 +244,22 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
             upstream_path(context, stage, product.staging)
             for stage in (TICKET_COLLECT, TICKET_PREPARE, TICKET_EXECUTE)
         )
-        summary = day.land(
-            context.run.run_id,
-            collected,
-            inputs,
-            embeddings,
-            lambda: inference.runner(product.model),
-            trigger=run_trigger(context),
-            retries=step_retries(context),
-            started_at=run_started_at(context),
-            allow_mass_delete=config.allow_mass_delete,
-        )
-        review = product.review(inference.runner)
+        try:
+            summary = day.land(
+                context.run.run_id,
+                collected,
+                inputs,
+                embeddings,
+                lambda: inference.runner(product.model),
+                trigger=run_trigger(context),
+                retries=step_retries(context),
+                started_at=run_started_at(context),
+                allow_mass_delete=config.allow_mass_delete,
+            )
+            review = product.review(inference.runner)
+        except LabelsRefusedError as error:  # retrying cannot fix the labels
+            raise dg.Failure(description=str(error), allow_retries=False) from None
+        trained = product.trained()
         for failure in summary.failures[:20]:
             context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
         shift = summary.mix.shift
@@ -274,6 +280,12 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     "taxonomy_version": product.taxonomy.version,
                     "model_fingerprint": product.model_fingerprint,
                     "fingerprints": FINGERPRINTS,
+                    "classifier": classifier_line(trained),
+                    **(
+                        {"classifier_candidates": dg.MetadataValue.json(trained["candidates"])}
+                        if trained
+                        else {}
+                    ),
                     **{
                         f"review_{k}": v
                         for k, v in review.metadata().items()

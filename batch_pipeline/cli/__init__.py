@@ -488,10 +488,12 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
             print(_json([g.as_dict() for g in records]))
             return 0
         for g in records:
+            trained = json.loads(g.model_config).get("trained")
+            chosen = f"classifier={trained['classifier']}  " if trained else ""
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
-                f"{g.decision or ''}"
+                f"{chosen}{g.decision or ''}"
             )
         return 0
     (product,) = ctx.products(args.product)

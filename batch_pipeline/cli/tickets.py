@@ -15,6 +15,7 @@ from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
+from batch_pipeline.reports.tickets import classifier_line, evaluation_line
 from batch_pipeline.tickets.pipeline import TicketProduct
 
 
@@ -50,6 +51,8 @@ def intents(product: TicketProduct, args: argparse.Namespace) -> int:
     )
     if report["shift"] is not None:
         print(f"mix shift against the trailing days: {report['shift']:.3f} (total variation)")
+    print(classifier_line(report["classifier"]))
+    print(evaluation_line(report["evaluation"]))
     print()
     for name, count in report["counts"].items():
         share = count / report["tickets"]

@@ -600,6 +600,55 @@ class TicketArrivalsConfig(_Strict):
     )
 
 
+class TicketTrainingConfig(_Strict):
+    """What a ticket generation learns from besides the taxonomy: the labelled tickets (an
+    agent's `label`) of a window of past days, minus the evaluation set. Changing the window
+    (or an export in it) is a new training set, so a new generation that must pass the gate."""
+
+    start: str | None = Field(
+        default=None, description="First day (YYYY-MM-DD) whose labelled tickets train."
+    )
+    end: str | None = Field(
+        default=None, description="Last day (YYYY-MM-DD, inclusive) whose labelled tickets train."
+    )
+    validation_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of each intent's labelled texts held out to choose the classifier "
+        "and calibrate `unknown`.",
+    )
+    target_precision: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="`unknown` below the score at which the answers on the held-out share "
+        "are this often right (unless min_confidence or min_margin is set).",
+    )
+
+    @field_validator("start", "end")
+    @classmethod
+    def _iso_day(cls, value: str | None) -> str | None:
+        return None if value is None else TicketsConfig._iso_day(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> "TicketTrainingConfig":
+        if (self.start is None) != (self.end is None):
+            raise ValueError("training: give both start and end, or neither")
+        if self.start is not None and self.end < self.start:  # type: ignore[operator]
+            raise ValueError(f"training: end {self.end} is before start {self.start}")
+        return self
+
+    def days(self) -> list[str]:
+        """The training days, oldest first; none without a window."""
+        from datetime import date, timedelta
+
+        if self.start is None or self.end is None:
+            return []
+        first, last = date.fromisoformat(self.start), date.fromisoformat(self.end)
+        return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
 class TicketsConfig(_Strict):
     """Nightly ticket intent classification: one daily partition per day of tickets."""
 
@@ -627,11 +676,28 @@ class TicketsConfig(_Strict):
     max_tokens: int = Field(
         default=128, gt=8, description="Model input per ticket is cut to this many tokens."
     )
-    min_confidence: float = Field(
-        default=0.35, ge=-1, le=1, description="Below this top score a ticket is `unknown`."
+    classifier: Literal["auto", "prototype", "logistic"] = Field(
+        default="auto",
+        description="prototype (descriptions and example means; needs no labels), logistic "
+        "(a logistic regression on the vectors), or auto: the one that scores best on the "
+        "held-out labelled texts.",
     )
-    min_margin: float = Field(
-        default=0.02, ge=0, le=2, description="Below this gap to the second intent: `unknown`."
+    training: TicketTrainingConfig = Field(
+        default_factory=TicketTrainingConfig,
+        description="Labelled history to learn from, and how `unknown` is calibrated.",
+    )
+    min_confidence: float | None = Field(
+        default=None,
+        ge=-1,
+        le=1,
+        description="Fixed: below this top score a ticket is `unknown`. Unset: calibrated "
+        "for training.target_precision.",
+    )
+    min_margin: float | None = Field(
+        default=None,
+        ge=0,
+        le=2,
+        description="Fixed: below this gap to the second intent a ticket is `unknown`.",
     )
     max_mix_shift: float = Field(
         default=0.25,

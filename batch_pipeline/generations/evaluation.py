@@ -82,7 +82,11 @@ def score_generation(
     }
 
 
-COUNT_KEYS = frozenset({"queries", "tickets"})  # how many were scored: not a score to compare
+# Not scores to compare with live: how many were scored, what accuracy already weighs (the
+# share answered, and accuracy on it, say how `unknown` spends it), and per-intent detail.
+COUNT_KEYS = frozenset(
+    {"queries", "tickets", "coverage", "answered_accuracy", "per_intent", "confusions"}
+)
 
 
 @dataclass(frozen=True)

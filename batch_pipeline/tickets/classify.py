@@ -1,13 +1,21 @@
-"""The intent classifier: cosine similarity of a ticket's vector to each intent's prototype.
+"""The intent classifier: a head that scores a ticket's vector against every intent, and the
+rule that says `unknown`.
 
-An intent's prototype is its description's vector plus the mean of its examples' vectors,
-normalised: the description weighs as much as all examples together, so an intent is what its
-description says (a taxonomy whose descriptions were shuffled between intents scores badly,
-and the gate refuses it). A ticket whose best score is below `min_confidence`, or within
-`min_margin` of the second best, is `unknown`.
+Two heads, behind one interface (`Head`), trained by `batch_pipeline.tickets.training`:
+
+- `PrototypeHead`: cosine similarity to each intent's prototype, its description's vector
+  plus the mean of its examples' vectors, normalised. The description weighs as much as all
+  examples together, so an intent is what its description says. Needs no labels.
+- `LogisticHead`: a multinomial logistic regression on the normalised vectors, trained on the
+  examples, the labelled tickets and the descriptions; its scores are probabilities.
+
+A ticket whose best score is below `min_confidence`, or within `min_margin` of the second
+best, is `unknown`. Training chooses `min_confidence` on validation data for a target
+precision, unless the configuration fixes both thresholds.
 """
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -15,53 +23,118 @@ from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
 from batch_pipeline.inference.embedder import Embedder
 
 TOP_K = 3
+PROTOTYPE = "prototype"
+LOGISTIC = "logistic"
+HEADS = (PROTOTYPE, LOGISTIC)
 
 
 @dataclass(frozen=True)
 class Prediction:
     intent: str  # an intent's name, or `unknown`
-    confidence: float  # the best cosine score
+    confidence: float  # the best score: a cosine (prototype) or a probability (logistic)
     top: tuple[tuple[str, float], ...]  # the best TOP_K intents with their scores
 
 
-def _normalised(vectors: np.ndarray) -> np.ndarray:
+def normalised(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     return vectors / np.where(norms == 0, 1.0, norms)
 
 
+class Head(Protocol):
+    """Scores vectors against every intent: (len(vectors), intents), higher is likelier."""
+
+    kind: str
+
+    def scores(self, vectors: np.ndarray) -> np.ndarray: ...
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What the head is, as arrays (to cache it)."""
+        ...
+
+
+class PrototypeHead:
+    kind = PROTOTYPE
+
+    def __init__(self, prototypes: np.ndarray) -> None:
+        self.prototypes = normalised(np.asarray(prototypes, dtype=np.float32))
+
+    def scores(self, vectors: np.ndarray) -> np.ndarray:
+        return vectors @ self.prototypes.T
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"prototypes": self.prototypes}
+
+
+class LogisticHead:
+    kind = LOGISTIC
+
+    def __init__(self, coef: np.ndarray, intercept: np.ndarray) -> None:
+        self.coef = np.asarray(coef, dtype=np.float32)
+        self.intercept = np.asarray(intercept, dtype=np.float32)
+
+    def scores(self, vectors: np.ndarray) -> np.ndarray:
+        logits = vectors @ self.coef.T + self.intercept
+        logits -= logits.max(axis=1, keepdims=True)
+        exp = np.exp(logits)
+        return exp / exp.sum(axis=1, keepdims=True)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"coef": self.coef, "intercept": self.intercept}
+
+
+def head_from_arrays(kind: str, arrays: dict[str, np.ndarray]) -> Head:
+    if kind == PROTOTYPE:
+        return PrototypeHead(arrays["prototypes"])
+    if kind == LOGISTIC:
+        return LogisticHead(arrays["coef"], arrays["intercept"])
+    raise ValueError(f"unknown classifier head {kind!r}; heads: {', '.join(HEADS)}")
+
+
+def prototypes_of(descriptions: np.ndarray, vectors: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each intent's description vector plus the mean of its labelled vectors, normalised."""
+    out = []
+    for at, description in enumerate(normalised(descriptions)):
+        mine = vectors[labels == at]
+        out.append(description + normalised(mine).mean(axis=0) if len(mine) else description)
+    return normalised(np.stack(out))
+
+
 def embed_prototypes(taxonomy: Taxonomy, embedder: Embedder, prefix: str = "") -> np.ndarray:
-    """One normalised prototype per intent, in taxonomy order (one forward pass in all)."""
+    """One normalised prototype per intent from the taxonomy alone (one forward pass)."""
     texts = [prefix + text for i in taxonomy.intents for text in (i.description, *i.examples)]
-    vectors = _normalised(np.asarray(embedder.embed(texts), dtype=np.float32))
-    prototypes, at = [], 0
-    for intent in taxonomy.intents:
-        description, examples = vectors[at], vectors[at + 1 : at + 1 + len(intent.examples)]
+    vectors = normalised(np.asarray(embedder.embed(texts), dtype=np.float32))
+    descriptions, examples, labels, at = [], [], [], 0
+    for n, intent in enumerate(taxonomy.intents):
+        descriptions.append(vectors[at])
+        examples.extend(vectors[at + 1 : at + 1 + len(intent.examples)])
+        labels += [n] * len(intent.examples)
         at += 1 + len(intent.examples)
-        prototypes.append(description + examples.mean(axis=0) if len(examples) else description)
-    return _normalised(np.stack(prototypes))
+    stacked = np.stack(examples) if examples else np.zeros((0, vectors.shape[1]), np.float32)
+    return prototypes_of(np.stack(descriptions), stacked, np.asarray(labels))
 
 
 class IntentClassifier:
     def __init__(
         self,
         names: list[str],
-        prototypes: np.ndarray,
+        head: Head | np.ndarray,
         min_confidence: float,
         min_margin: float,
     ) -> None:
-        if len(names) != len(prototypes):
-            raise ValueError("one prototype per intent")
+        head = PrototypeHead(head) if isinstance(head, np.ndarray) else head
+        width = head.arrays()["prototypes" if head.kind == PROTOTYPE else "coef"].shape[0]
+        if len(names) != width:
+            raise ValueError("one prototype (or row of weights) per intent")
         self.names = list(names)
-        self.prototypes = _normalised(np.asarray(prototypes, dtype=np.float32))
+        self.head = head
+        self.dimension = head.arrays()["prototypes" if head.kind == PROTOTYPE else "coef"].shape[1]
         self.min_confidence = min_confidence
         self.min_margin = min_margin
 
     def scores(self, vectors: np.ndarray) -> np.ndarray:
-        """Cosine similarity of each vector to each prototype: (len(vectors), intents)."""
-        vectors = _normalised(
-            np.asarray(vectors, dtype=np.float32).reshape(-1, self.prototypes.shape[1])
-        )
-        return vectors @ self.prototypes.T
+        """Each vector's score for each intent: (len(vectors), intents)."""
+        vectors = normalised(np.asarray(vectors, dtype=np.float32).reshape(-1, self.dimension))
+        return self.head.scores(vectors)
 
     def classify(self, vectors: np.ndarray) -> list[Prediction]:
         predictions = []

@@ -1,14 +1,18 @@
 """The ticket generations' evaluation gate: accuracy and macro-F1 on a labelled set.
 
 The set is a JSONL file of tickets, `{"subject": ..., "body": ..., "label": "refund_request"}`,
-that are not the taxonomy's own examples. A prediction of `unknown` counts as wrong. Macro-F1
-averages the F1 of every intent the set or the predictions name, so a taxonomy that folds
-one intent into another is penalised even where accuracy hides it.
+that are not the taxonomy's own examples. A prediction of `unknown` counts as wrong in the
+accuracy; `coverage` (the share answered) and `answered_accuracy` say how `unknown` spends
+it. Macro-F1 averages the F1 of every intent the set or the predictions name, so a taxonomy
+that folds one intent into another is penalised even where accuracy hides it.
 """
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from batch_pipeline.config.taxonomy import UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,35 @@ def classification_scores(labels: list[str], predicted: list[str]) -> dict[str, 
     # unknown is a prediction, not a class the set labels: it lowers recall, not the average
     scored = [f for name, f in zip(classes, f1s, strict=True) if name in set(labels)]
     accuracy = sum(t == p for t, p in zip(labels, predicted, strict=True)) / len(labels)
+    answered = [(t, p) for t, p in zip(labels, predicted, strict=True) if p != UNKNOWN]
     return {
         "accuracy": round(accuracy, 4),
         "macro_f1": round(sum(scored) / len(scored), 4),
+        "coverage": round(len(answered) / len(labels), 4),  # the share answered
+        "answered_accuracy": (
+            round(sum(t == p for t, p in answered) / len(answered), 4) if answered else 0.0
+        ),
         "tickets": len(labels),
     }
+
+
+WORST_PAIRS = 5  # confusions listed: the most frequent (true intent, predicted) pairs
+
+
+def intent_figures(labels: list[str], predicted: list[str]) -> dict[str, object]:
+    """Precision, recall and support of every intent the set labels, and the most frequent
+    confusions (`refund_request → duplicate_charge 14`; `unknown` among them)."""
+    pairs = list(zip(labels, predicted, strict=True))
+    per_intent = {}
+    for name in sorted(set(labels)):
+        support = sum(1 for t, _ in pairs if t == name)
+        chosen = sum(1 for _, p in pairs if p == name)
+        hits = sum(1 for t, p in pairs if t == p == name)
+        per_intent[name] = {
+            "precision": round(hits / chosen, 4) if chosen else 0.0,
+            "recall": round(hits / support, 4),
+            "support": support,
+        }
+    wrong = Counter((t, p) for t, p in pairs if t != p)
+    confusions = [f"{t} → {p} {n}" for (t, p), n in wrong.most_common(WORST_PAIRS)]
+    return {"per_intent": per_intent, "confusions": confusions}

@@ -6,13 +6,17 @@ the vector index's own stages; the run frame (`batch_pipeline.runs`) records eac
 the shared generation review (`batch_pipeline.generations.review`) gates each generation with
 this product's rule and scorer (`tickets.review`).
 
-A generation is one taxonomy version under one model (and the classifier's thresholds): its
-LanceDB table is `<tickets name>__<fingerprint>`. Editing the taxonomy starts a new generation
-beside the live one; it is promoted when it holds every day the live one holds (backfill them)
-and the evaluation gate finds it no worse than live. Rollback is the registry's.
+A generation is one taxonomy version under one model, with one classifier setting and one
+labelled history (`tickets.training`): its LanceDB table is `<tickets name>__<fingerprint>`.
+Its classifier is trained once, when first needed, and cached in staging by fingerprint; what
+training chose (and every candidate's score) is kept on the generation's record. Editing the
+taxonomy (or the training window) starts a new generation beside the live one; it is
+promoted when it holds every day the live one holds (backfill them) and the evaluation gate
+finds it no worse than live. Rollback is the registry's.
 """
 
 import hashlib
+import io
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,7 +27,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
-from batch_pipeline.config.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
 from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -55,14 +59,28 @@ from batch_pipeline.tickets import (
     TICKET_PREPARE,
     TICKET_STAGES,
 )
-from batch_pipeline.tickets.classify import IntentClassifier, embed_prototypes
+from batch_pipeline.tickets.classify import (
+    IntentClassifier,
+    embed_prototypes,
+    head_from_arrays,
+    normalised,
+)
 from batch_pipeline.tickets.collect import OK, collect_tickets, collected_failures
+from batch_pipeline.tickets.evaluation import load_labelled_tickets
 from batch_pipeline.tickets.exports import TicketExport, make_export
+from batch_pipeline.tickets.history import LabelledHistory, labelled_history
 from batch_pipeline.tickets.intent_store import IntentStore, day_filter
 from batch_pipeline.tickets.land import DayTarget, TicketLandSummary, land_day
 from batch_pipeline.tickets.mix import TRAILING_DAYS, IntentMix
 from batch_pipeline.tickets.prepare import prepare_inputs, ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
+from batch_pipeline.tickets.training import (
+    OUT_OF_SCOPE,
+    Thresholds,
+    TrainingPool,
+    TrainingReport,
+    train_classifier,
+)
 
 
 def tickets_config(config: PipelineConfig) -> TicketsConfig:
@@ -135,7 +153,8 @@ class TicketProduct:
 
     @cached_property
     def fingerprint(self) -> str:
-        """The generation: the vectors' fingerprint, the taxonomy and the thresholds."""
+        """The generation: the vectors' fingerprint, the taxonomy, the classifier setting,
+        the labelled history's hash and how `unknown` is decided."""
         s = self.settings
         return _digest(
             {
@@ -143,8 +162,33 @@ class TicketProduct:
                 "taxonomy": self.taxonomy.version,
                 "min_confidence": s.min_confidence,
                 "min_margin": s.min_margin,
+                "classifier": s.classifier,
+                "training": self.training_settings(),
             }
         )
+
+    @cached_property
+    def history(self) -> LabelledHistory:
+        """The labelled tickets of the training days, minus the evaluation set."""
+        return self._history(self.settings.training.days())
+
+    def _history(self, days: list[str]) -> LabelledHistory:
+        excluded: set[tuple[str, str]] = set()
+        if days and self.settings.evaluation is not None:
+            held = load_labelled_tickets(self.settings.evaluation.path, self.taxonomy.names)
+            excluded = {(t.subject, t.body) for t in held}
+        return labelled_history(self.export, days, self.taxonomy.names, excluded)
+
+    def training_settings(self) -> dict:
+        """What the classifier is trained from and calibrated by (on the record and in the
+        fingerprint)."""
+        t = self.settings.training
+        return {
+            "days": t.days(),
+            "history": self.history.hash,
+            "validation_fraction": t.validation_fraction,
+            "target_precision": t.target_precision,
+        }
 
     @property
     def index(self) -> str:
@@ -175,6 +219,8 @@ class TicketProduct:
             "taxonomy": self.settings.taxonomy.read_text(encoding="utf-8"),
             "min_confidence": s.min_confidence,
             "min_margin": s.min_margin,
+            "classifier": s.classifier,
+            "training": self.training_settings(),
         }
 
     def record(self) -> GenerationRecord:
@@ -211,9 +257,88 @@ class TicketProduct:
     def classifier_for(
         self, record: GenerationRecord, embedder: Callable[[], Embedder]
     ) -> IntentClassifier:
-        """A generation's classifier; its prototypes are cached in staging once embedded."""
+        """A generation's classifier: trained once (see `batch_pipeline.tickets.training`)
+        and cached in staging by fingerprint; what training chose goes on the record."""
         built = json.loads(record.model_config)
         taxonomy = parse_taxonomy(built["taxonomy"])
+        if "classifier" not in built:  # built before classifiers were trained
+            return self._prototype_classifier(record, built, taxonomy, embedder)
+        cache = self.staging.root / "classifiers" / f"{record.fingerprint}.npz"
+        if cache.is_file():
+            with np.load(io.BytesIO(cache.read_bytes())) as stored:
+                arrays = {k: stored[k] for k in stored.files}
+            meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
+            head = head_from_arrays(meta["classifier"], arrays)
+            return IntentClassifier(
+                taxonomy.names, head, meta["min_confidence"], meta["min_margin"]
+            )
+        classifier, report = self._train(record, built, taxonomy, embedder())
+        meta = np.frombuffer(json.dumps(report.as_dict()).encode("utf-8"), dtype=np.uint8)
+        buffer = io.BytesIO()
+        np.savez(buffer, meta=meta, **classifier.head.arrays())
+        cache.write_bytes(buffer.getvalue())
+        self.registry.update(
+            self.name,
+            record.fingerprint,
+            model_config=json.dumps({**built, "trained": report.as_dict()}),
+        )
+        return classifier
+
+    def _train(
+        self, record: GenerationRecord, built: dict, taxonomy: Taxonomy, embedder: Embedder
+    ) -> tuple[IntentClassifier, TrainingReport]:
+        """Embed the taxonomy and the record's labelled history, and train on them."""
+        training = built["training"]
+        history = (
+            self.history
+            if training["days"] == self.settings.training.days()
+            else self._history(training["days"])
+        )
+        if history.hash != training["history"]:
+            raise ConfigError(
+                f"the labelled tickets of {training['days'][0]}..{training['days'][-1]} "
+                f"changed since generation {record.index_name} was built, so its classifier "
+                "cannot be trained again as it was; use the current configuration's generation"
+            )
+        model = self.model_for(record)
+        prefix, tokenizer = model.document_prefix, load_tokenizer(model.path)
+        names = taxonomy.names
+        examples = [(n, e) for n, i in enumerate(taxonomy.intents) for e in i.examples]
+        tickets = [
+            (ticket_input(tokenizer, s, b, built["max_tokens"], prefix), label)
+            for s, b, label in history.tickets
+        ]
+        texts = [prefix + e for _, e in examples] + [t for t, _ in tickets]
+        labels = [n for n, _ in examples] + [
+            OUT_OF_SCOPE if label == UNKNOWN else names.index(label) for _, label in tickets
+        ]
+        inputs = [prefix + i.description for i in taxonomy.intents] + texts
+        vectors = normalised(np.asarray(embedder.embed(inputs), dtype=np.float32))
+        pool = TrainingPool(
+            names,
+            vectors[: len(names)],
+            vectors[len(names) :],
+            np.asarray(labels, dtype=int),
+            texts,
+            labelled_tickets=len(tickets),
+        )
+        return train_classifier(
+            pool,
+            built["classifier"],
+            training["validation_fraction"],
+            training["target_precision"],
+            Thresholds(built["min_confidence"], built["min_margin"]),
+        )
+
+    def _prototype_classifier(
+        self,
+        record: GenerationRecord,
+        built: dict,
+        taxonomy: Taxonomy,
+        embedder: Callable[[], Embedder],
+    ) -> IntentClassifier:
+        """The classifier of a generation recorded before training existed: its prototypes
+        and its fixed thresholds, as it was built."""
         cache = self.staging.root / "prototypes" / f"{record.fingerprint}.npy"
         if cache.is_file():
             prototypes = np.frombuffer(cache.read_bytes(), dtype=np.float32).reshape(
@@ -226,6 +351,13 @@ class TicketProduct:
         return IntentClassifier(
             taxonomy.names, prototypes, built["min_confidence"], built["min_margin"]
         )
+
+    def trained(self, record: GenerationRecord | None = None) -> dict | None:
+        """What training chose for a generation (this configuration's by default), as its
+        record keeps it; None before it was trained, or for one built before training."""
+        record = record or self.record()
+        fresh = self.registry.get(self.name, record.fingerprint) or record
+        return json.loads(fresh.model_config).get("trained")
 
     def classifier(self, embedder: Callable[[], Embedder]) -> IntentClassifier:
         return self.classifier_for(self.record(), embedder)
@@ -305,7 +437,15 @@ class TicketProduct:
             "shift": None if mix.shift is None else round(mix.shift, 4),
             "examples": chosen,
             "failed": len(failed),
+            "classifier": self.trained(record),
+            "evaluation": self._evaluation_figures(record),
         }
+
+    @staticmethod
+    def _evaluation_figures(record: GenerationRecord) -> dict:
+        """The generation's own scores on the labelled set, as its last review kept them:
+        accuracy, coverage, per-intent figures, the worst confusions ({} before a review)."""
+        return json.loads(record.scores or "{}").get("own") or {}
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Gate this configuration's generation: complete (it holds every day the live one

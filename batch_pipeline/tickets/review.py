@@ -2,7 +2,9 @@
 (`batch_pipeline.generations.review`): its completeness rule and its scorer.
 
 - Complete: the generation holds every day the live one holds (backfill them first).
-- Scores: accuracy and macro-F1 on the labelled tickets, with `min_accuracy` as a floor.
+- Scores: accuracy and macro-F1 on the labelled tickets, with `min_accuracy` as a floor; with
+  the share answered, accuracy on it, per-intent precision, recall and support, and the most
+  frequent confusions, which the gate does not compare.
 """
 
 import json
@@ -14,7 +16,11 @@ from batch_pipeline.config.taxonomy import parse_taxonomy
 from batch_pipeline.generations.evaluation import eval_set_version
 from batch_pipeline.generations.review import Completeness, EmbedderFor
 from batch_pipeline.state.tracking import GenerationRecord
-from batch_pipeline.tickets.evaluation import classification_scores, load_labelled_tickets
+from batch_pipeline.tickets.evaluation import (
+    classification_scores,
+    intent_figures,
+    load_labelled_tickets,
+)
 from batch_pipeline.tickets.intent_store import IntentStore
 
 # The intents a generation predicts for (subject, body) pairs, with the models `embedder_for`
@@ -70,4 +76,5 @@ class AccuracyScorer:
         taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
         labelled = load_labelled_tickets(self.evaluation.path, taxonomy.names)
         predicted = self.predict(record, [(t.subject, t.body) for t in labelled], embedder_for)
-        return classification_scores([t.label for t in labelled], predicted)
+        labels = [t.label for t in labelled]
+        return {**classification_scores(labels, predicted), **intent_figures(labels, predicted)}

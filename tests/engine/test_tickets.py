@@ -587,3 +587,85 @@ def test_every_column_of_every_stage_file_and_table_is_described(tmp_path, runne
             assert set(names) <= set(described), (stage.asset, set(names) - set(described))
         table = engine.store.open(engine.index).schema.names
         assert set(table) <= set(described), (stages[-1].asset, set(table) - set(described))
+
+
+def labelled_workspace(tmp_path: Path, days: list[str]) -> TicketWorkspace:
+    """A folder workspace whose exports are the sample's whole days (their labels too), and
+    whose training window is the first two."""
+    workspace = TicketWorkspace(tmp_path, "folder")
+    for day in days:
+        rows = [json.loads(line) for line in (REPO / "data" / "tickets" / f"{day}.jsonl").open()]
+        workspace.write_day(day, rows)
+    text = workspace.config.read_text()
+    workspace.config.write_text(text + f'  training: {{start: "{days[0]}", end: "{days[1]}"}}\n')
+    return workspace
+
+
+def relabel(workspace: TicketWorkspace, day: str, change) -> None:  # noqa: ANN001
+    workspace.write_day(day, [change(dict(t)) for t in workspace.days[day]])
+
+
+TRAINING_DAYS = ["2026-11-23", "2026-11-24", "2026-11-25"]
+
+
+def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerprint(
+    tmp_path, runner, capsys
+):
+    from batch_pipeline import cli
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    product = workspace.product()
+    history = product.history
+    labelled = sum(  # bad rows (no body) are not training data
+        1 for d in TRAINING_DAYS[:2] for t in workspace.days[d] if t.get("label") and t["body"]
+    )
+    assert len(history.tickets) == labelled - history.held_out > 100
+    prediction = product.classify_texts([("Charged twice", "I was billed two times")], runner)
+    assert prediction[0].intent == "duplicate_charge"
+    trained = product.trained()
+    assert trained["labelled_tickets"] == len(history.tickets)
+    assert set(trained["candidates"]) == {"prototype", "logistic"}
+    assert trained["classifier"] == max(trained["candidates"], key=trained["candidates"].get)
+    assert trained["calibrated"] and trained["label_agreement"] > 0.8
+    # the review states the share answered beside the accuracy
+    run_day(product, runner, day=TRAINING_DAYS[2])
+    scores = product.review(embedder_for(runner)).scores["candidate"]
+    assert {"accuracy", "coverage", "answered_accuracy"} <= set(scores)
+    args = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    assert cli.main([*args, "generations", "list", "--product", "tickets"]) == 0
+    assert f"classifier={trained['classifier']}" in capsys.readouterr().out
+
+    first = product.fingerprint
+    flip = {"refund_request": "duplicate_charge"}
+
+    def relabelled(t: dict) -> dict:  # one label changed
+        if t.get("label") in flip and not relabelled.done:
+            t["label"], relabelled.done = flip[t["label"]], True
+        return t
+
+    relabelled.done = False
+    relabel(workspace, TRAINING_DAYS[2], relabelled)  # outside the window: the same history
+    assert workspace.product().fingerprint == first
+    relabelled.done = False
+    relabel(workspace, TRAINING_DAYS[1], relabelled)  # inside it: a new generation
+    assert workspace.product().fingerprint != first
+
+
+def test_a_history_with_shuffled_labels_is_refused_and_nothing_lands(tmp_path, runner):
+    from batch_pipeline.tickets.training import LabelsRefusedError
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    rng = random.Random(3)
+    for day in TRAINING_DAYS[:2]:
+        labels = [t["label"] for t in workspace.days[day] if t.get("label")]
+        rng.shuffle(labels)
+        shuffled = iter(labels)
+
+        def swap(t: dict, given=shuffled) -> dict:  # noqa: ANN001
+            return {**t, "label": next(given)} if t.get("label") else t
+
+        relabel(workspace, day, swap)
+    product = workspace.product()
+    with pytest.raises(LabelsRefusedError, match="shuffled"):
+        run_day(product, runner, day=TRAINING_DAYS[2])
+    assert product.store.open(product.index) is None  # nothing landed

@@ -1,0 +1,59 @@
+"""Labelled history: the tickets of the training days that an agent labelled, read from the
+export (the source of truth), minus the evaluation set.
+
+A ticket's `label` is the intent an agent assigned when resolving it; `unknown` marks one
+that no intent fits (out of scope). Rows without a body or a label are not training data; a
+label that is not an intent of the taxonomy is counted and left out. The history's hash (of
+every kept ticket's text and label, in a stable order) is part of the generation's
+fingerprint, so a changed history is a new generation.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import date
+
+from batch_pipeline.config.taxonomy import UNKNOWN
+from batch_pipeline.tickets.exports import TicketExport
+
+
+@dataclass(frozen=True)
+class LabelledHistory:
+    days: list[str]
+    tickets: list[tuple[str, str, str]] = field(default_factory=list)  # subject, body, label
+    unknown_labels: int = 0  # labels that are no intent of the taxonomy: left out
+    held_out: int = 0  # tickets of the evaluation set: left out
+
+    @property
+    def hash(self) -> str:
+        """Of the kept tickets; the same for the same history on every machine."""
+        payload = json.dumps(sorted(self.tickets), ensure_ascii=False).encode("utf-8")
+        return hashlib.sha256(payload).hexdigest()[:16] if self.tickets else "none"
+
+
+def labelled_history(
+    export: TicketExport,
+    days: list[str],
+    intents: list[str],
+    excluded: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+) -> LabelledHistory:
+    """The labelled tickets of `days` (see the module docstring); `excluded` holds the
+    evaluation set's (subject, body) pairs."""
+    known = {*intents, UNKNOWN}
+    kept: list[tuple[str, str, str]] = []
+    unknown = held = 0
+    for day in days:
+        for row in export.read_day(date.fromisoformat(day)):
+            label, body = row.get("label"), row.get("body")
+            if not isinstance(label, str) or not label.strip():
+                continue
+            if not isinstance(body, str) or not body.strip():
+                continue
+            subject = row.get("subject") if isinstance(row.get("subject"), str) else ""
+            if (subject, body) in excluded:
+                held += 1
+            elif label.strip() not in known:
+                unknown += 1
+            else:
+                kept.append((subject, body, label.strip()))
+    return LabelledHistory(list(days), kept, unknown, held)

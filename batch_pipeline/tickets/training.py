@@ -1,0 +1,286 @@
+"""Training a generation's classifier: candidates scored on held-out data, the best kept, and
+an `unknown` threshold chosen for a target precision.
+
+The labelled pool is the taxonomy's examples plus the labelled tickets of the configured
+training days (`tickets.training`), minus the evaluation set. Validation is k-fold, with
+k = 1 / `validation_fraction` (5 by default): each intent's texts are dealt round the folds
+by a hash of their text (the same on every machine), and each text is scored by a head
+trained on the other folds and the descriptions, so every labelled text is held out once and
+a small taxonomy still validates on all of it. Each candidate head (`classifier: auto` tries
+them all) is scored so; the best is kept (a tie keeps the simpler, `prototype`) and trained
+on the whole pool.
+
+The `unknown` threshold is the lowest top score at which the kept head's held-out answers
+are at least `target_precision` correct, so `unknown` costs no more correct
+answers than that target needs. Tickets labelled `unknown` (out of scope: no intent fits) do
+not train a head; they are held out like the rest, where any answer to them is wrong, so
+they teach the threshold what out of scope looks like. Without them, the threshold only
+guards against confusions between intents. Fixed `min_confidence` and `min_margin` in the
+configuration replace it; the report then says how many correct validation answers they
+discard.
+"""
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from batch_pipeline.tickets.classify import (
+    HEADS,
+    LOGISTIC,
+    PROTOTYPE,
+    Head,
+    IntentClassifier,
+    LogisticHead,
+    PrototypeHead,
+    normalised,
+    prototypes_of,
+)
+
+AUTO = "auto"
+# The labelled history must agree with the taxonomy alone (its prototypes) on at least this
+# share of its tickets: below it, the labels are shuffled, or belong to another taxonomy.
+MIN_AGREEMENT = 0.5
+OUT_OF_SCOPE = -1  # the label number of a ticket labelled `unknown`
+LOGISTIC_C = 10.0  # inverse regularisation: chosen on CLINC150's validation split
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Fixed thresholds from the configuration, or None to calibrate."""
+
+    min_confidence: float | None = None
+    min_margin: float | None = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.min_confidence is not None or self.min_margin is not None
+
+
+@dataclass(frozen=True)
+class TrainingPool:
+    """Labelled vectors (normalised), their intent numbers and texts, and the descriptions."""
+
+    names: list[str]
+    descriptions: np.ndarray  # (intents, dim)
+    vectors: np.ndarray  # (n, dim)
+    labels: np.ndarray  # (n,) intent numbers; OUT_OF_SCOPE for tickets labelled `unknown`
+    texts: Sequence[str]  # (n,): what the split hashes
+    labelled_tickets: int = 0  # of the pool, the last ones: from the labelled history
+
+
+class LabelsRefusedError(ValueError):
+    """The labelled history contradicts the taxonomy: nothing is trained on it."""
+
+
+def label_agreement(pool: TrainingPool) -> float | None:
+    """The share of the history's in-scope tickets whose label the taxonomy alone (its
+    descriptions and examples, as prototypes) also gives them; None without history."""
+    start = len(pool.labels) - pool.labelled_tickets
+    history = np.arange(start, len(pool.labels))
+    history = history[pool.labels[history] != OUT_OF_SCOPE]
+    if not len(history):
+        return None
+    taxonomy = np.arange(start)
+    head = PrototypeHead(
+        prototypes_of(pool.descriptions, pool.vectors[taxonomy], pool.labels[taxonomy])
+    )
+    predicted = head.scores(pool.vectors[history]).argmax(axis=1)
+    return float((predicted == pool.labels[history]).mean())
+
+
+@dataclass
+class TrainingReport:
+    """What training chose and why: every candidate's validation accuracy, the threshold."""
+
+    classifier: str
+    candidates: dict[str, float]  # validation accuracy per candidate
+    training: int  # labelled texts it trained on (the pool), descriptions aside
+    labelled_tickets: int  # of those, from the labelled history
+    validation: int  # texts scored held out (by a head trained without them)
+    min_confidence: float
+    min_margin: float
+    calibrated: bool
+    coverage: float | None  # share of validation answered (not unknown)
+    answered_accuracy: float | None  # accuracy on the answered share
+    discarded_correct: int  # correct validation answers that the threshold turned unknown
+    label_agreement: float | None  # of the history's labels with the taxonomy alone
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _hash_rank(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def folds_of(labels: np.ndarray, texts: Sequence[str], folds: int) -> np.ndarray:
+    """Each text's validation fold, 0..folds-1: an intent's texts, in the order of a hash of
+    their text, are dealt round the folds (the same on every machine). An intent's only text
+    gets -1: it always trains. Out-of-scope texts are dealt the same way but never train."""
+    fold = np.full(len(labels), -1, dtype=int)
+    for intent in np.unique(labels):
+        mine = sorted(np.flatnonzero(labels == intent), key=lambda i: _hash_rank(texts[i]))
+        if len(mine) > 1 or intent == OUT_OF_SCOPE:
+            fold[mine] = np.arange(len(mine)) % folds
+    return fold
+
+
+def held_out_scores(kind: str, pool: TrainingPool, fold: np.ndarray, folds: int) -> np.ndarray:
+    """Every validated text's scores from a head of `kind` trained without its fold (rows of
+    texts that always train stay zero)."""
+    scores = np.zeros((len(pool.labels), len(pool.names)), np.float32)
+    trains = pool.labels != OUT_OF_SCOPE
+    for k in range(folds):
+        held = fold == k
+        if held.any():
+            head = fit_head(kind, pool, np.flatnonzero(trains & ~held))
+            scores[held] = head.scores(pool.vectors[held])
+    return scores
+
+
+def fit_head(kind: str, pool: TrainingPool, at: np.ndarray) -> Head:
+    """A head of `kind` trained on the pool's texts at positions `at`, and the descriptions."""
+    vectors, labels = pool.vectors[at], pool.labels[at]
+    if kind == PROTOTYPE:
+        return PrototypeHead(prototypes_of(pool.descriptions, vectors, labels))
+    if kind == LOGISTIC:
+        from sklearn.linear_model import LogisticRegression
+
+        intents = len(pool.names)
+        x = np.vstack([vectors, normalised(pool.descriptions)])
+        y = np.concatenate([labels, np.arange(intents)])
+        model = LogisticRegression(C=LOGISTIC_C, max_iter=2000).fit(x, y)
+        weights, biases = model.coef_, model.intercept_
+        if len(model.classes_) == 2:  # sklearn keeps one row for two classes: the second's
+            weights = np.vstack([np.zeros_like(weights), weights])
+            biases = np.array([0.0, biases[0]])
+        coef = np.zeros((intents, x.shape[1]), np.float32)
+        intercept = np.full(intents, -1e4, np.float32)  # an intent it never saw: never chosen
+        coef[model.classes_], intercept[model.classes_] = weights, biases
+        return LogisticHead(coef, intercept)
+    raise ValueError(f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}")
+
+
+def calibrate(
+    confidences: np.ndarray, correct: np.ndarray, target_precision: float
+) -> tuple[float, float | None, float | None, int]:
+    """The lowest threshold whose answers are at least `target_precision` correct:
+    (threshold, coverage, accuracy on the answered, correct answers discarded). With nothing
+    to calibrate on, -1 (answer everything)."""
+    if not len(confidences):
+        return -1.0, None, None, 0
+    order = np.argsort(-confidences, kind="stable")
+    hits = np.cumsum(correct[order])
+    precision = hits / np.arange(1, len(order) + 1)
+    meets = np.flatnonzero(precision >= target_precision)
+    if len(meets):
+        last = int(meets[-1])  # answer the most tickets that still meet the target
+        threshold = float(confidences[order][last])
+        threshold = -1.0 if last == len(order) - 1 else threshold
+    else:  # nothing meets it: answer only the single surest
+        last, threshold = 0, float(confidences[order][0])
+    return _answered(confidences, correct, threshold)
+
+
+def _answered(
+    confidences: np.ndarray,
+    correct: np.ndarray,
+    threshold: float,
+    margins: np.ndarray | None = None,
+    min_margin: float = 0.0,
+) -> tuple[float, float | None, float | None, int]:
+    answered = confidences >= threshold
+    if margins is not None:
+        answered &= margins >= min_margin
+    coverage = float(answered.mean())
+    accuracy = float(correct[answered].mean()) if answered.any() else None
+    return threshold, coverage, accuracy, int((correct & ~answered).sum())
+
+
+def _top_two(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.argsort(-scores, axis=1, kind="stable")
+    rows = np.arange(len(scores))
+    best = scores[rows, order[:, 0]]
+    second = scores[rows, order[:, 1]] if scores.shape[1] > 1 else np.zeros(len(scores))
+    return order[:, 0], best, best - second
+
+
+def train_classifier(
+    pool: TrainingPool,
+    classifier: str = AUTO,
+    validation_fraction: float = 0.2,
+    target_precision: float = 0.95,
+    thresholds: Thresholds = Thresholds(),
+) -> tuple[IntentClassifier, TrainingReport]:
+    """Choose, calibrate and train a classifier on the pool (see the module docstring)."""
+    started = time.perf_counter()
+    agreement = label_agreement(pool)
+    if agreement is not None and agreement < MIN_AGREEMENT:
+        raise LabelsRefusedError(
+            f"the labelled tickets agree with the taxonomy on only {agreement:.1%} of them "
+            f"(at least {MIN_AGREEMENT:.0%} expected; chance is {1 / len(pool.names):.1%}): "
+            "are the labels shuffled, or from another taxonomy? Nothing was trained; fix the "
+            "labels or tickets.training"
+        )
+    candidates = list(HEADS) if classifier == AUTO else [classifier]
+    for kind in candidates:
+        if kind not in HEADS:
+            raise ValueError(
+                f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}"
+            )
+    folds = max(2, round(1 / validation_fraction))
+    fold = folds_of(pool.labels, pool.texts, folds)
+    validation = np.flatnonzero(fold >= 0)
+    notes = []
+    scores: dict[str, float] = {}
+    held: dict[str, np.ndarray] = {}
+    truth = pool.labels[validation]
+    in_scope = truth != OUT_OF_SCOPE
+    if in_scope.any():
+        for kind in candidates:
+            scored = held_out_scores(kind, pool, fold, folds)[validation]
+            held[kind] = scored
+            hits = scored.argmax(axis=1)[in_scope] == truth[in_scope]
+            scores[kind] = round(float(hits.mean()), 4)
+        chosen = max(candidates, key=lambda k: (scores[k], k == PROTOTYPE))
+    else:
+        chosen = candidates[0]
+        notes.append("no intent has two labelled texts: nothing to validate or calibrate on")
+    fixed = thresholds.fixed
+    min_margin = thresholds.min_margin if thresholds.min_margin is not None else 0.0
+    threshold, coverage, accuracy, discarded = -1.0, None, None, 0
+    if chosen in held:
+        predicted, best, margins = _top_two(held[chosen])
+        correct = predicted == pool.labels[validation]
+        if fixed:
+            floor = thresholds.min_confidence if thresholds.min_confidence is not None else -1.0
+            threshold, coverage, accuracy, discarded = _answered(
+                best, correct, floor, margins, min_margin
+            )
+        else:
+            threshold, coverage, accuracy, discarded = calibrate(best, correct, target_precision)
+    elif fixed and thresholds.min_confidence is not None:
+        threshold = thresholds.min_confidence
+    head = fit_head(chosen, pool, np.flatnonzero(pool.labels != OUT_OF_SCOPE))
+    report = TrainingReport(
+        classifier=chosen,
+        candidates=scores,
+        training=len(pool.labels),
+        labelled_tickets=pool.labelled_tickets,
+        validation=len(validation),
+        min_confidence=round(threshold, 6),
+        min_margin=min_margin,
+        calibrated=not fixed,
+        coverage=None if coverage is None else round(coverage, 4),
+        answered_accuracy=None if accuracy is None else round(accuracy, 4),
+        discarded_correct=discarded,
+        label_agreement=None if agreement is None else round(agreement, 4),
+        seconds=round(time.perf_counter() - started, 3),
+        notes=notes,
+    )
+    return IntentClassifier(pool.names, head, threshold, min_margin), report

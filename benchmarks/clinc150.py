@@ -1,0 +1,190 @@
+"""The ticket product on a public intent set it has never seen: CLINC150 (Larson et al., 2019).
+
+Turns CLINC150's `data_full.json` (150 intents, 100 training, 20 validation and 30 test
+utterances each, and out-of-scope utterances) into what a user of the ticket product has: a
+taxonomy (each intent's name as its description, and 10 training utterances as examples),
+daily exports whose tickets carry an agent's `label` (the rest of the training utterances,
+and the out-of-scope training utterances labelled `unknown`), an evaluation set (the test
+utterances) and a pipeline.yaml per setting. Then it runs the product's own classifier, as
+`batch-pipeline classify` does, on the test set and on the out-of-scope test set, and prints
+one line per setting:
+
+- `10 per intent`: the taxonomy alone, no labelled history
+- `10 per intent + 100 unknown`: and the 100 out-of-scope training tickets labelled `unknown`
+- `full training set`: the taxonomy and every training utterance, 100 per intent, plus those
+
+Get the data with the search tool's `fetch github:clinc/oos-eval`, then
+`git --git-dir <mirror>/repo show HEAD:data/data_full.json > data_full.json`, and run
+
+    .venv/bin/python benchmarks/clinc150.py data_full.json [--out /tmp/clinc150]
+
+Nothing is downloaded; the model is the configured one (all-MiniLM-L6-v2 by default).
+"""
+
+import argparse
+import json
+import random
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import yaml
+
+from batch_pipeline.config import load_config
+from batch_pipeline.config.taxonomy import UNKNOWN
+from batch_pipeline.inference.models import resolve_model
+from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.tickets.pipeline import TicketProduct
+
+EXAMPLES = 10  # per intent, in the taxonomy
+SEED = 2026
+FIRST_DAY = date(2026, 1, 1)
+PER_DAY = 2000  # labelled tickets per daily export
+
+
+def taxonomy(train: list[list[str]]) -> dict:
+    """Each intent's name as its description and EXAMPLES of its training utterances, drawn
+    with a fixed seed (the file's first ones are near-paraphrases of each other)."""
+    by_intent: dict[str, list[str]] = {}
+    for text, label in train:
+        by_intent.setdefault(label, []).append(text)
+    rng = random.Random(SEED)
+    return {
+        "intents": {
+            label: {
+                "description": label.replace("_", " "),
+                "examples": rng.sample(texts, EXAMPLES),
+            }
+            for label, texts in sorted(by_intent.items())
+        }
+    }
+
+
+def plain_logistic_regression(tax: dict, test: list[list[str]], runner: EmbeddingRunner) -> float:
+    """The anchor: scikit-learn's LogisticRegression, defaults, on the same model's vectors
+    of the same examples (no descriptions, no threshold), scored top-1 on the test set."""
+    from sklearn.linear_model import LogisticRegression
+
+    texts = [(e, label) for label, entry in tax["intents"].items() for e in entry["examples"]]
+    model = LogisticRegression(max_iter=1000).fit(
+        runner.embed([t for t, _ in texts]), [label for _, label in texts]
+    )
+    predicted = model.predict(runner.embed([t for t, _ in test]))
+    return sum(p == y for p, (_, y) in zip(predicted, test, strict=True)) / len(test)
+
+
+def write_exports(folder: Path, tickets: list[dict]) -> list[str]:
+    """Daily JSONL exports of `tickets`; the days written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    days = []
+    for n, start in enumerate(range(0, len(tickets), PER_DAY)):
+        day = (FIRST_DAY + timedelta(days=n)).isoformat()
+        lines = [json.dumps(t, ensure_ascii=False) for t in tickets[start : start + PER_DAY]]
+        (folder / f"{day}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        days.append(day)
+    return days
+
+
+def ticket(n: int, day: date, text: str, label: str) -> dict:
+    return {"id": f"C{n:06d}", "created_at": f"{day}T12:00:00Z", "body": text, "label": label}
+
+
+def setting(out: Path, name: str, history: list[list[str]]) -> Path:
+    """A pipeline.yaml whose training window holds `history` as labelled tickets."""
+    folder = out / name
+    tickets = [ticket(n, FIRST_DAY, text, label) for n, (text, label) in enumerate(history)]
+    days = write_exports(folder / "exports", tickets) if tickets else []
+    window = {"start": days[0], "end": days[-1]} if days else {}
+    config = {
+        "collections": [{"name": "unused", "source": {"kind": "filesystem", "path": "."}}],
+        "tickets": {
+            "source": {"kind": "filesystem", "path": "exports"},
+            "taxonomy": "../taxonomy.yaml",
+            "evaluation": {"path": "../eval.jsonl"},
+            "start_date": FIRST_DAY.isoformat(),
+            "classifier": "auto",
+            "training": window,
+        },
+    }
+    (folder / "exports").mkdir(parents=True, exist_ok=True)
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def measure(config_path: Path, runner: EmbeddingRunner, test, oos) -> dict:  # noqa: ANN001
+    config = load_config(config_path)
+    product = TicketProduct(config, resolve_storage(str(config_path.parent / "home")))
+    started = time.perf_counter()
+    product.classify_texts([("", "warm up")], runner)  # trains the generation's classifier
+    trained = time.perf_counter() - started
+    report = json.loads(product.record().model_config)["trained"]
+    predictions = product.classify_texts([("", text) for text, _ in test], runner)
+    labels = [label for _, label in test]
+    top1 = sum(p.top[0][0] == y for p, y in zip(predictions, labels, strict=True)) / len(labels)
+    answered = [
+        (p.intent, y) for p, y in zip(predictions, labels, strict=True) if p.intent != UNKNOWN
+    ]
+    shipped = sum(p == y for p, y in answered) / len(labels)
+    caught = product.classify_texts([("", text) for text, _ in oos], runner)
+    return {
+        "classifier": report["classifier"],
+        "candidates": report["candidates"],
+        "top1": top1,
+        "as_shipped": shipped,
+        "coverage": len(answered) / len(labels),
+        "answered_accuracy": sum(p == y for p, y in answered) / max(1, len(answered)),
+        "oos_caught": sum(p.intent == UNKNOWN for p in caught) / len(caught),
+        "train_seconds": trained,
+        "min_confidence": report["min_confidence"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", type=Path, help="CLINC150's data/data_full.json")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/clinc150"))
+    args = parser.parse_args()
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    tax = taxonomy(data["train"])
+    (out / "taxonomy.yaml").write_text(yaml.safe_dump(tax, sort_keys=False), encoding="utf-8")
+    (out / "eval.jsonl").write_text(
+        "".join(json.dumps({"body": t, "label": y}) + "\n" for t, y in data["test"]),
+        encoding="utf-8",
+    )
+    shown = {text for entry in tax["intents"].values() for text in entry["examples"]}
+    rest = [[t, y] for t, y in data["train"] if t not in shown]
+    unknown = [[t, UNKNOWN] for t, _ in data["oos_train"]]
+    settings = {
+        "10 per intent": [],
+        "10 per intent + 100 unknown": unknown,
+        "full training set": rest + unknown,
+    }
+    config = load_config(setting(out, "probe", []))
+    runner = EmbeddingRunner(resolve_model(config.model))
+    print(f"CLINC150: {len(data['test'])} test utterances, {len(data['oos_test'])} out of scope")
+    print(f"model {config.model.name} on {runner.device} ({runner.dtype} until calibrated)")
+    anchor = plain_logistic_regression(tax, data["test"], runner)
+    print(f"{'plain logistic regression':<28} {'(anchor)':<9} top-1 {anchor:.3f}")
+    for name, history in settings.items():
+        m = measure(
+            setting(out, name.replace(" ", "_").replace("+", "and"), history),
+            runner,
+            data["test"],
+            data["oos_test"],
+        )
+        candidates = ", ".join(f"{k} {v:.3f}" for k, v in m["candidates"].items())
+        print(
+            f"{name:<28} {m['classifier']:<9} top-1 {m['top1']:.3f}"
+            f"  as shipped {m['as_shipped']:.3f}"
+            f"  coverage {m['coverage']:.3f}  answered {m['answered_accuracy']:.3f}"
+            f"  out-of-scope caught {m['oos_caught']:.3f}  trained in {m['train_seconds']:.1f} s"
+            f"  (validation: {candidates}; unknown below {m['min_confidence']:.3f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
