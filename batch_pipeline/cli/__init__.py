@@ -489,7 +489,10 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
             return 0
         for g in records:
             trained = json.loads(g.model_config).get("trained")
-            chosen = f"classifier={trained['classifier']}  " if trained else ""
+            held_out = ", ".join(
+                f"{k} {v:.3f}" for k, v in (trained or {}).get("candidates", {}).items()
+            )
+            chosen = f"classifier={trained['classifier']} ({held_out})  " if trained else ""
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "

@@ -11,7 +11,9 @@ them all) is scored so; the best is kept (a tie keeps the simpler, `prototype`) 
 on the whole pool.
 
 The `unknown` threshold is the lowest top score at which the kept head's held-out answers
-are at least `target_precision` correct, so `unknown` costs no more correct
+are at least `target_precision` correct (and, where tickets are labelled `unknown`, no lower
+than where held-out accuracy peaks, `unknown` counting as right for them: Larson et al.'s
+oos-threshold rule), so `unknown` costs no more correct
 answers than that target needs. Tickets labelled `unknown` (out of scope: no intent fits) do
 not train a head; they are held out like the rest, where any answer to them is wrong, so
 they teach the threshold what out of scope looks like. Without them, the threshold only
@@ -187,6 +189,25 @@ def calibrate(
     return _answered(confidences, correct, threshold)
 
 
+def best_accuracy_threshold(
+    confidences: np.ndarray, correct: np.ndarray, out_of_scope: np.ndarray
+) -> float:
+    """The threshold at which held-out accuracy peaks, `unknown` counting as right for the
+    out-of-scope texts (Larson et al.'s oos-threshold rule); the lowest such, -1 if none is
+    better than answering everything."""
+    order = np.argsort(-confidences, kind="stable")
+    # answering the i surest: their right answers, plus every out-of-scope text not answered
+    hits = np.concatenate([[0], np.cumsum(correct[order])])
+    kept_outside = out_of_scope.sum() - np.concatenate([[0], np.cumsum(out_of_scope[order])])
+    score = hits + kept_outside
+    best = int(np.flatnonzero(score == score.max())[-1])  # answer as many as the peak allows
+    if best == len(order):
+        return -1.0
+    if best == 0:
+        return float(confidences[order][0]) + 1e-6
+    return float(confidences[order][best - 1])
+
+
 def _answered(
     confidences: np.ndarray,
     correct: np.ndarray,
@@ -263,7 +284,11 @@ def train_classifier(
                 best, correct, floor, margins, min_margin
             )
         else:
-            threshold, coverage, accuracy, discarded = calibrate(best, correct, target_precision)
+            threshold = calibrate(best, correct, target_precision)[0]
+            outside = pool.labels[validation] == OUT_OF_SCOPE
+            if outside.any():  # and no lower than where held-out accuracy peaks
+                threshold = max(threshold, best_accuracy_threshold(best, correct, outside))
+            threshold, coverage, accuracy, discarded = _answered(best, correct, threshold)
     elif fixed and thresholds.min_confidence is not None:
         threshold = thresholds.min_confidence
     head = fit_head(chosen, pool, np.flatnonzero(pool.labels != OUT_OF_SCOPE))

@@ -633,7 +633,7 @@ def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerpri
     assert {"accuracy", "coverage", "answered_accuracy"} <= set(scores)
     args = ["--config", str(workspace.config), "--home", str(workspace.home)]
     assert cli.main([*args, "generations", "list", "--product", "tickets"]) == 0
-    assert f"classifier={trained['classifier']}" in capsys.readouterr().out
+    assert f"classifier={trained['classifier']} (prototype " in capsys.readouterr().out
 
     first = product.fingerprint
     flip = {"refund_request": "duplicate_charge"}

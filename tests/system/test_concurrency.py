@@ -56,7 +56,7 @@ def test_two_concurrent_runs_on_one_partition_leave_a_consistent_index(tmp_path,
         reports.append(json.loads(out))
         errors.append(err)
     # the second run waited for the first, then found nothing stale: nothing embedded twice
-    embedded = sorted(r["execute"]["chunks_embedded"] for r in reports)
+    embedded = sorted(r["execute"]["inputs_embedded"] for r in reports)
     written = sorted(r["land"]["chunks_written"] for r in reports)
     assert embedded[0] == 0 and written[0] == 0, reports
     assert embedded[1] > 0

@@ -78,7 +78,7 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     clean_home = tmp_path / "clean"
     clean = run_cli(config, clean_home)
     assert clean.returncode == 0, clean.stderr
-    total = json.loads(clean.stdout)["execute"]["chunks_embedded"]
+    total = json.loads(clean.stdout)["execute"]["inputs_embedded"]
     assert total > 4 * CHECKPOINT_EVERY * MAX_BATCH  # enough batches for several checkpoints
     index = index_of(config)
     reference = table_state(clean_home, index)
@@ -94,13 +94,13 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert retried.returncode == 0, retried.stderr
     report = json.loads(retried.stdout)
     assert report["execute"]["inputs_resumed_from_checkpoint"] == checkpointed
-    assert report["execute"]["chunks_embedded"] == total - checkpointed
+    assert report["execute"]["inputs_embedded"] == total - checkpointed
     # land tells resumed vectors from fresh ones (it counted all as embedded before)
     assert report["land"]["chunks_resumed"] == checkpointed
     assert report["land"]["chunks_embedded"] == total - checkpointed
     # work lost to the crash is at most one checkpoint interval (here: none after a checkpoint)
     assert (
-        checkpointed + report["execute"]["chunks_embedded"] <= total + CHECKPOINT_EVERY * MAX_BATCH
+        checkpointed + report["execute"]["inputs_embedded"] <= total + CHECKPOINT_EVERY * MAX_BATCH
     )
     assert_same_index(home, index, reference)
     assert not list((home / "staging" / "handbook" / "checkpoints").rglob("part-*"))
@@ -114,7 +114,7 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
     assert TrackingStore(f"sqlite:///{land_home / 'tracking.db'}").document_count(index) == 0
     retried = run_cli(land_home.parent / "pipeline.yaml", land_home)
     assert retried.returncode == 0, retried.stderr
-    assert json.loads(retried.stdout)["execute"]["chunks_embedded"] == 0  # rows were there
+    assert json.loads(retried.stdout)["execute"]["inputs_embedded"] == 0  # rows were there
     assert_same_index(land_home, index, reference)
     # tracking and the rows agree on which run landed what, and every run id is known
     tracking = TrackingStore(f"sqlite:///{land_home / 'tracking.db'}")

@@ -149,3 +149,14 @@ def test_the_review_scores_say_what_unknown_costs_and_which_intents_are_confused
     line = evaluation_line(scores)
     assert "83.3% answered, 80.0% of those right" in line
     assert "weakest: refund recall 0.33" in line and "confused: refund → charge 1" in line
+
+
+def test_with_out_of_scope_held_out_the_threshold_is_where_accuracy_peaks():
+    from batch_pipeline.tickets.training import best_accuracy_threshold
+
+    confidences = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    correct = np.array([True, True, False, True, False, False])
+    outside = np.array([False, False, True, False, True, True])  # out of scope: never right
+    # answering the 4 surest scores 3 right + 2 out of scope kept unknown: the peak
+    assert best_accuracy_threshold(confidences, correct, outside) == 0.6
+    assert best_accuracy_threshold(confidences, correct, np.zeros(6, bool)) == -1.0
