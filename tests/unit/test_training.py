@@ -75,16 +75,25 @@ def test_the_folds_are_dealt_by_text_and_an_intent_s_only_text_always_trains():
     assert (folds_of(labels, texts, 5) == fold).all()  # the same on every call and machine
 
 
-def test_the_threshold_is_the_lowest_that_meets_the_target_precision():
-    confidences = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
-    correct = np.array([True, True, True, False, True, False])
-    threshold, coverage, accuracy, discarded = calibrate(confidences, correct, 0.75)
-    assert threshold == 0.5 and coverage == pytest.approx(5 / 6)
-    assert accuracy == pytest.approx(0.8) and discarded == 0
-    threshold, coverage, accuracy, discarded = calibrate(confidences, correct, 1.0)
-    assert threshold == 0.7 and accuracy == 1.0 and discarded == 1  # the 0.5 one
-    # everything already meets it: nothing is turned unknown
-    assert calibrate(confidences, np.ones(6, bool), 0.95)[:2] == (-1.0, 1.0)
+def test_the_threshold_is_the_lowest_whose_answers_meet_the_target_with_confidence():
+    # 400 sure answers, all right; then 200 less sure, one in four wrong
+    confidences = np.linspace(0.99, 0.01, 600)
+    correct = np.ones(600, bool)
+    correct[400::4] = False
+    threshold, note = calibrate(confidences, correct, 0.95)
+    answered = confidences >= threshold
+    assert note is None and 400 <= answered.sum() < 600
+    assert correct[answered].mean() > 0.95
+    plain = np.cumsum(correct) / np.arange(1, 601)  # the plain share would answer more
+    assert np.flatnonzero(plain >= 0.95)[-1] + 1 > answered.sum()
+    # a handful of lucky answers does not claim 95%: the plain share sets it, and says so
+    few, said = calibrate(np.array([0.9, 0.8, 0.7, 0.6]), np.array([1, 1, 1, 0], bool), 0.95)
+    assert few == 0.7 and "too few held-out answers" in said
+    # no threshold reaches the target: unknown is not used, rather than swallowing everything
+    weak, said = calibrate(np.array([0.9, 0.8]), np.array([False, True]), 0.95)
+    assert weak == -1.0 and "unknown is not used" in said
+    # everything already meets it, with evidence: nothing is turned unknown
+    assert calibrate(confidences, np.ones(600, bool), 0.95) == (-1.0, None)
 
 
 def test_tickets_labelled_unknown_teach_the_threshold_to_catch_out_of_scope():
