@@ -317,6 +317,18 @@ def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
     workspace.config.write_text(text.replace("tickets:\n", "tickets:\n  name: handbook\n"))
     with pytest.raises(ConfigError, match="tickets.name: 'handbook' is a collection's name too"):
         load_config(workspace.config)
+    for training, message in (
+        ('{start: "2026-11-23"}', "tickets.training: .*give both start and end"),
+        ('{start: "2026-11-23", end: "2026-11-01"}', "end 2026-11-01 is before start"),
+        ('{start: "soon", end: "2026-11-01"}', "tickets.training.start: 'soon' is not a date"),
+        ("{target_precision: 2}", "tickets.training.target_precision"),
+    ):
+        workspace.config.write_text(text + f"  training: {training}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(workspace.config)
+    workspace.config.write_text(text + "  classifier: svm\n")
+    with pytest.raises(ConfigError, match="tickets.classifier"):
+        load_config(workspace.config)
 
 
 def test_a_missing_ticket_table_or_column_names_the_setting(tmp_path):
