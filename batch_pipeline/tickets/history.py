@@ -6,14 +6,20 @@ that no intent fits (out of scope). Rows without a body or a label are not train
 label that is not an intent of the taxonomy is counted and left out. The history's hash (of
 every kept ticket's text and label, in a stable order) is part of the generation's
 fingerprint, so a changed history is a new generation.
+
+Reading the window is not free (the export sensor asks for the fingerprint every tick), so a
+file or object export's history is cached in staging under a key of each day's file time
+and what it is filtered by; a table's days have no file time (an agent's label can change
+in place), so a table export is read every time.
 """
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date
 
 from batch_pipeline.config.taxonomy import UNKNOWN
+from batch_pipeline.state.staging import StagePath
 from batch_pipeline.tickets.exports import TicketExport
 
 
@@ -31,14 +37,45 @@ class LabelledHistory:
         return hashlib.sha256(payload).hexdigest()[:16] if self.tickets else "none"
 
 
+def _cache_key(
+    export: TicketExport, days: list[str], intents: list[str], excluded: set[tuple[str, str]]
+) -> str | None:
+    """A key that changes whenever the history could: None when a day has no file time."""
+    stamps = [export.day_changed_at(date.fromisoformat(day)) for day in days]
+    if any(stamp is None for stamp in stamps):
+        return None
+    payload = [export.describe(), days, stamps, sorted(intents), sorted(excluded)]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:24]
+
+
 def labelled_history(
     export: TicketExport,
     days: list[str],
     intents: list[str],
     excluded: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+    cache: StagePath | None = None,
 ) -> LabelledHistory:
     """The labelled tickets of `days` (see the module docstring); `excluded` holds the
-    evaluation set's (subject, body) pairs."""
+    evaluation set's (subject, body) pairs; `cache`, a folder to keep file exports' reads."""
+    key = _cache_key(export, days, intents, excluded) if cache is not None and days else None
+    path = cache / f"{key}.json" if cache is not None and key is not None else None
+    if path is not None and path.is_file():
+        stored = json.loads(path.read_bytes())
+        return LabelledHistory(
+            stored["days"],
+            [tuple(t) for t in stored["tickets"]],
+            stored["unknown_labels"],
+            stored["held_out"],
+        )
+    history = _read(export, days, intents, excluded)
+    if path is not None:
+        path.write_bytes(json.dumps(asdict(history), ensure_ascii=False).encode("utf-8"))
+    return history
+
+
+def _read(
+    export: TicketExport, days: list[str], intents: list[str], excluded: set[tuple[str, str]]
+) -> LabelledHistory:
     known = {*intents, UNKNOWN}
     kept: list[tuple[str, str, str]] = []
     unknown = held = 0

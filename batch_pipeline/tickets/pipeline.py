@@ -177,7 +177,8 @@ class TicketProduct:
         if days and self.settings.evaluation is not None:
             held = load_labelled_tickets(self.settings.evaluation.path, self.taxonomy.names)
             excluded = {(t.subject, t.body) for t in held}
-        return labelled_history(self.export, days, self.taxonomy.names, excluded)
+        cache = self.staging.root / "history"
+        return labelled_history(self.export, days, self.taxonomy.names, excluded, cache)
 
     def training_settings(self) -> dict:
         """What the classifier is trained from and calibrated by (on the record and in the

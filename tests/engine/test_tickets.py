@@ -682,3 +682,24 @@ def test_a_history_with_shuffled_labels_is_refused_and_nothing_lands(tmp_path, r
     with pytest.raises(LabelsRefusedError, match="shuffled"):
         run_day(product, runner, day=TRAINING_DAYS[2])
     assert product.store.open(product.index) is None  # nothing landed
+
+
+def test_a_file_export_s_history_is_read_once_until_a_day_s_file_changes(tmp_path, monkeypatch):
+    from batch_pipeline.tickets.exports import FolderExport
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    reads: list[str] = []
+    read_day = FolderExport.read_day
+
+    def counted(self, day):  # noqa: ANN001, ANN202 - a spy on the export's reads
+        reads.append(day.isoformat())
+        return read_day(self, day)
+
+    monkeypatch.setattr(FolderExport, "read_day", counted)
+    first = workspace.product().history
+    assert sorted(reads) == TRAINING_DAYS[:2]
+    again = workspace.product().history  # a new process's product: from the cache
+    assert again == first and len(reads) == 2
+    relabel(workspace, TRAINING_DAYS[0], lambda t: {**t, "label": None})  # its file changes
+    changed = workspace.product().history
+    assert len(reads) == 4 and len(changed.tickets) < len(first.tickets)
