@@ -48,6 +48,7 @@ from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.products import Product, configured_products
 from batch_pipeline.reports.text import printable, table_lines
+from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
@@ -489,10 +490,11 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
             return 0
         for g in records:
             trained = json.loads(g.model_config).get("trained")
-            held_out = ", ".join(
-                f"{k} {v:.3f}" for k, v in (trained or {}).get("candidates", {}).items()
+            chosen = (
+                f"classifier={trained['classifier']} ({candidate_scores(trained)})  "
+                if trained
+                else ""
             )
-            chosen = f"classifier={trained['classifier']} ({held_out})  " if trained else ""
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "

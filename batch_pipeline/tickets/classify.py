@@ -122,12 +122,12 @@ class IntentClassifier:
         min_margin: float,
     ) -> None:
         head = PrototypeHead(head) if isinstance(head, np.ndarray) else head
-        width = head.arrays()["prototypes" if head.kind == PROTOTYPE else "coef"].shape[0]
-        if len(names) != width:
+        rows = head.arrays()["prototypes" if head.kind == PROTOTYPE else "coef"]
+        if len(names) != rows.shape[0]:
             raise ValueError("one prototype (or row of weights) per intent")
         self.names = list(names)
         self.head = head
-        self.dimension = head.arrays()["prototypes" if head.kind == PROTOTYPE else "coef"].shape[1]
+        self.dimension = rows.shape[1]
         self.min_confidence = min_confidence
         self.min_margin = min_margin
 

@@ -86,10 +86,7 @@ def label_agreement(pool: TrainingPool) -> float | None:
     history = history[pool.labels[history] != OUT_OF_SCOPE]
     if not len(history):
         return None
-    taxonomy = np.arange(start)
-    head = PrototypeHead(
-        prototypes_of(pool.descriptions, pool.vectors[taxonomy], pool.labels[taxonomy])
-    )
+    head = fit_head(PROTOTYPE, pool, np.arange(start))  # the taxonomy's examples alone
     predicted = head.scores(pool.vectors[history]).argmax(axis=1)
     return float((predicted == pool.labels[history]).mean())
 
@@ -146,6 +143,10 @@ def held_out_scores(kind: str, pool: TrainingPool, fold: np.ndarray, folds: int)
     return scores
 
 
+def unknown_classifier(kind: str) -> ValueError:
+    return ValueError(f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}")
+
+
 def fit_head(kind: str, pool: TrainingPool, at: np.ndarray) -> Head:
     """A head of `kind` trained on the pool's texts at positions `at`, and the descriptions."""
     vectors, labels = pool.vectors[at], pool.labels[at]
@@ -166,7 +167,7 @@ def fit_head(kind: str, pool: TrainingPool, at: np.ndarray) -> Head:
         intercept = np.full(intents, -1e4, np.float32)  # an intent it never saw: never chosen
         coef[model.classes_], intercept[model.classes_] = weights, biases
         return LogisticHead(coef, intercept)
-    raise ValueError(f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}")
+    raise unknown_classifier(kind)
 
 
 def precision_lower_bound(hits: np.ndarray, answered: np.ndarray, z: float = Z) -> np.ndarray:
@@ -269,10 +270,8 @@ def train_classifier(
         )
     candidates = list(HEADS) if classifier == AUTO else [classifier]
     for kind in candidates:
-        if kind not in HEADS:
-            raise ValueError(
-                f"unknown classifier {kind!r}; classifiers: {AUTO}, {', '.join(HEADS)}"
-            )
+        if kind not in HEADS:  # before any training: fail at once, not after a first fit
+            raise unknown_classifier(kind)
     folds = max(2, round(1 / validation_fraction))
     fold = folds_of(pool.labels, pool.texts, folds)
     validation = np.flatnonzero(fold >= 0)
