@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: setup
+demo: setup chat-model
 	@for partition in $$($(BIN)/python -m batch_pipeline.partitions); do \
 		echo "== materialising partition $$partition (embedding_job)"; \
 		$(BIN)/dg launch --job embedding_job --partition $$partition 2>&1 \
@@ -56,7 +56,7 @@ demo: setup
 chat-model: setup
 	$(BIN)/python -m batch_pipeline.inference.chat_models
 
-test: setup
+test: setup chat-model
 	$(BIN)/pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status

@@ -16,7 +16,7 @@ from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import load_config
 from batch_pipeline.sources import S3_ENV
-from resources import InferenceResource, PipelineResource
+from resources import GenerationResource, InferenceResource, PipelineResource
 from sensors import build_triggers
 from sensors.ticket_exports import build_ticket_exports_sensor
 from sensors.ticket_schedule import build_ticket_job, build_ticket_schedule
@@ -50,6 +50,7 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
                 config_path=str(config_path) if config_path is not None else None
             ),
             "inference": InferenceResource(),
+            "generation": GenerationResource(),  # chat models on vLLM; the engine starts on use
             "s3": s3_resource(),
         },
         executor=dg.in_process_executor,

@@ -29,11 +29,11 @@ from batch_pipeline.measures.run import MANUAL, ROLLING_RUNS, RunMeasures, rolli
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
 from batch_pipeline.stages.execute import (
     PLAN_SECONDS,
-    checkpoints_used,
     execute_plan,
     execute_record,
 )
 from batch_pipeline.stages.plan import plan_stale_chunks
+from batch_pipeline.state.checkpoints import checkpoints_used
 from batch_pipeline.state.staging import (
     STAGE_SECONDS,
     StagePath,

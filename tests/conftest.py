@@ -56,9 +56,13 @@ def runner(model):
 
 @pytest.fixture(scope="session")
 def chat_model_dir(tmp_path_factory):
-    """The shipped SmolLM2-135M-Instruct, converted once per session from its GGUF file."""
+    """The shipped SmolLM2-135M-Instruct, as `make chat-model` converted it under the home
+    (`make test` does that first), or converted once per session from its GGUF file."""
     from batch_pipeline.inference.chat_models import convert_gguf, converted_dir, shipped_gguf
 
+    made = converted_dir(resolve_storage().home)
+    if (made / "config.json").is_file():
+        return made
     return convert_gguf(shipped_gguf(), converted_dir(tmp_path_factory.mktemp("chat_home")))
 
 

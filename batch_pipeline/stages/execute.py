@@ -10,10 +10,7 @@ from every folder it finds; the output's schema metadata names the folders it us
 and those it resumed from), and land removes exactly those once their vectors are in the table.
 """
 
-import json
-import posixpath
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,19 +23,20 @@ from batch_pipeline.inference.calibration import DtypeDecision
 from batch_pipeline.inference.embedder import Embedder, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
+from batch_pipeline.state.checkpoints import (
+    marked,
+    open_checkpoints,
+    write_part,
+    write_resumed,
+)
 from batch_pipeline.state.staging import (
     STAGE_SECONDS,
     StagePath,
     StageWriter,
-    as_stage_path,
-    parquet_file,
     read_batches,
-    read_table,
-    schema_metadata,
     stage_summary,
 )
 
-CHECKPOINTS_KEY = b"checkpoints"
 PLAN_SECONDS = "plan_seconds"  # the plan stage's seconds, carried in execute's footer
 
 
@@ -57,10 +55,6 @@ def output_schema(dim: int) -> pa.Schema:
     """Execute's output: the vectors, each marked `resumed` if it was taken from a checkpoint
     of an interrupted run rather than computed by this one."""
     return embeddings_schema(dim).append(pa.field("resumed", pa.bool_(), nullable=False))
-
-
-def _marked(table: pa.Table, resumed: bool) -> pa.Table:
-    return table.append_column("resumed", pa.array([resumed] * table.num_rows, pa.bool_()))
 
 
 @dataclass
@@ -157,68 +151,10 @@ def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], l
         yield hashes, texts
 
 
-def _checkpoint_parts(checkpoint_dir: StagePath, dimension: int) -> list[StagePath]:
-    """Readable checkpoint files of earlier (interrupted) runs, oldest name first."""
-    schema = embeddings_schema(dimension)
-    parts = []
-    for info in sorted(checkpoint_dir.files(recursive=True), key=lambda info: info.path):
-        if not (info.base_name.startswith("part-") and info.base_name.endswith(".parquet")):
-            continue
-        part = checkpoint_dir.child(info)
-        try:
-            if parquet_file(part).schema_arrow.names == schema.names:
-                parts.append(part)
-        except (OSError, pa.ArrowInvalid):
-            continue  # torn (cannot be: written then moved) or landed and removed meanwhile
-    return parts
-
-
-def _checkpointed_keys(parts: list[StagePath]) -> tuple[list[StagePath], set[str]]:
-    """The parts still there, and the inputs they hold."""
-    present, keys = [], set()
-    for part in parts:
-        try:
-            keys.update(read_table(part, ["input_hash"])[0].to_pylist())
-        except OSError:
-            continue  # a concurrent run of this partition landed these and removed them
-        present.append(part)
-    return present, keys
-
-
-def _write_resumed(
-    writer: StageWriter, parts: list[StagePath], wanted: set[str], dimension: int
-) -> set[str]:
-    """Copy the checkpointed vectors of `wanted` inputs, each once, streaming the parts.
-
-    Returns the inputs copied. A part that vanishes while read (landed and removed by a
-    concurrent run) is skipped: the caller embeds what it did not copy.
-    """
-    schema = embeddings_schema(dimension)
-    written: set[str] = set()
-    for part in parts:
-        try:
-            for record_batch in read_batches(part):
-                keys = record_batch["input_hash"].to_pylist()
-                keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
-                if keep:
-                    rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
-                    writer.write_table(_marked(rows.cast(schema), True))
-                    written.update(keys[i] for i in keep)
-        except OSError:
-            continue
-    return written
-
-
 def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
     """What the execute that wrote this file recorded (`ExecuteSummary.record`); {} for files
     written before it did."""
     return stage_summary(embeddings_path)
-
-
-def checkpoints_used(embeddings_path: StagePath | Path) -> list[str] | None:
-    """The checkpoint folders an execute output wrote or resumed from (None: not recorded)."""
-    recorded = schema_metadata(embeddings_path).get(CHECKPOINTS_KEY)
-    return None if recorded is None else json.loads(recorded)
 
 
 def execute_plan(
@@ -240,14 +176,9 @@ def execute_plan(
     the plan.
     """
     started = time.perf_counter()
-    folder = as_stage_path(checkpoint_dir) if checkpoint_dir is not None else None
-    parts, done_keys = _checkpointed_keys(
-        _checkpoint_parts(folder, dimension) if folder is not None else []
-    )
-    own = folder / uuid.uuid4().hex if folder is not None else None
-    used = {posixpath.relpath(part.path, folder.path).split("/", 1)[0] for part in parts}
-    used |= {own.name} if own is not None else set()
-    out_schema = output_schema(dimension).with_metadata({CHECKPOINTS_KEY: json.dumps(sorted(used))})
+    found = open_checkpoints(checkpoint_dir, embeddings_schema(dimension))
+    parts, done_keys, own = found.parts, found.done_keys, found.own
+    out_schema = found.output_schema(output_schema(dimension))
     resumed: set[str] = set()  # checkpointed inputs that this plan asks for
     todo_count = todo_tokens = 0  # what is left to embed: the ETA is reckoned in tokens
     columns = ["input_hash", "token_count"]
@@ -259,7 +190,7 @@ def execute_plan(
                 todo_count += 1
                 todo_tokens += tokens
     with StageWriter(out_path, out_schema, started) as writer:
-        done_keys = _write_resumed(writer, parts, resumed, dimension)
+        done_keys = write_resumed(writer, parts, resumed, embeddings_schema(dimension))
         todo_count += len(resumed - done_keys)
         if not todo_count:
             summary = ExecuteSummary(
@@ -327,7 +258,7 @@ def _embed(
         nonlocal pending, checkpoints
         if checkpoint_dir is None or not pending:
             return
-        (checkpoint_dir / f"part-{uuid.uuid4().hex}.parquet").write_table(pa.concat_tables(pending))
+        write_part(checkpoint_dir, pa.concat_tables(pending))
         pending = []
         checkpoints += 1
         crash_point("execute", checkpoints)
@@ -347,7 +278,7 @@ def _embed(
             },
             schema=schema,
         )
-        writer.write_table(_marked(table, False))
+        writer.write_table(marked(table, resumed=False))
         pending.append(table)
         if n % max(1, checkpoint_every) == 0:
             checkpoint()

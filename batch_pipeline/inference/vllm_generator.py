@@ -1,0 +1,282 @@
+"""The real chat-model generator: vLLM's offline engine (`vllm.LLM`), in this process, one
+engine per generator.
+
+vLLM does the batching: continuous batching (finished sequences leave the batch and waiting
+ones join mid-flight), a paged KV cache allocated in blocks as tokens arrive, prefix caching
+(the shared system prompt is computed once per block) and chunked prefill. This module only
+configures it, hands it a chunk of prompts at a time and reads back the outputs and the
+engine's own counters.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so a Dagster step, a
+test or the CLI needs no main guard and leaves no engine process behind. On CPU the KV cache
+is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine takes
+`gpu_memory_utilization` of the device.
+
+`dtype: auto` is decided by measurement on CPU (`pick_generation_dtype`), and is bf16 on a GPU.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from batch_pipeline.inference.calibration import (
+    CalibrationCache,
+    cpu_has_bf16_instructions,
+    cpu_model_name,
+)
+from batch_pipeline.inference.chat_models import ChatModel
+from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
+
+GENERATION_DTYPES = ("auto", "bfloat16", "float16", "float32")
+MIN_SPEEDUP = 1.15  # bf16 is taken on CPU only when its matmuls are at least this much faster
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the engine is built (see `GenerationResource` for each field's meaning)."""
+
+    device: str = "cpu"  # cpu or cuda
+    dtype: str = "bfloat16"  # resolved: never auto here
+    kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 32
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+
+    @property
+    def kv_cache_bytes(self) -> int | None:
+        """The KV cache's size where it is set in bytes (CPU); None on CUDA, where vLLM sizes
+        it from `gpu_memory_utilization` after loading the weights."""
+        return int(self.kv_cache_gib * (1 << 30)) if self.device == "cpu" else None
+
+
+def dtype_bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def generation_device(requested: str = "auto") -> str:
+    """cuda where a CUDA device is present (or asked for), else cpu."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _matmul_seconds(dtype: str, rows: int, inner: int, outer: int, repeats: int = 5) -> float:
+    import torch
+
+    kind = getattr(torch, dtype)
+    a = torch.randn(rows, inner).to(kind)
+    b = torch.randn(inner, outer).to(kind)
+    torch.matmul(a, b)  # warm-up: kernel selection, allocator
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def pick_generation_dtype(
+    device: str, requested: str, model: ChatModel, cache_path: Path | None = None
+) -> tuple[str, str]:
+    """The dtype the engine runs in, and why.
+
+    An explicit dtype wins. On CUDA `auto` is bf16. On CPU `auto` is bf16 only where the CPU
+    reports bf16 instructions and bf16 matmuls of the model's width measure at least
+    `MIN_SPEEDUP` faster than fp32 (elsewhere torch emulates bf16, slowly); the measurement
+    takes well under a second and is cached per CPU, torch and width."""
+    if requested not in GENERATION_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(GENERATION_DTYPES)}, got {requested!r}")
+    if requested != "auto":
+        return requested, "set in the configuration"
+    if device == "cuda":
+        return "bfloat16", "bf16 on a GPU"
+    if not cpu_has_bf16_instructions():
+        return "float32", "the CPU reports no bf16 instructions"
+    import torch
+
+    width = model.hidden_size
+    cache = CalibrationCache(cache_path)
+    key = cache.key(
+        purpose="generation-matmul",
+        cpu=cpu_model_name(),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        width=width,
+    )
+    measured = cache.get(key)
+    if measured is None:
+        from batch_pipeline.inference.calibration import Measurement
+
+        rows = 256  # a prefill chunk's worth of tokens
+        measured = tuple(
+            Measurement(dtype, _matmul_seconds(dtype, rows, width, width * 3), rows, 1.0)
+            for dtype in ("float32", "bfloat16")
+        )
+        cache.put(key, measured, {"cpu": cpu_model_name(), "width": width})
+    seconds = {m.dtype: m.seconds for m in measured}
+    speedup = seconds["float32"] / seconds["bfloat16"] if seconds["bfloat16"] else 0.0
+    if speedup >= MIN_SPEEDUP:
+        return "bfloat16", f"bf16 matmuls measured {speedup:.2f}x fp32 on this CPU"
+    return "float32", f"bf16 matmuls measured only {speedup:.2f}x fp32 on this CPU"
+
+
+def _counter_totals(metrics: list) -> dict[str, float]:
+    """vLLM's counters and histogram sums, summed over their labels."""
+    totals: dict[str, float] = {}
+    for metric in metrics:
+        value = getattr(metric, "value", None)
+        if value is None:
+            value = getattr(metric, "sum", None)
+        if isinstance(value, int | float):
+            totals[metric.name] = totals.get(metric.name, 0.0) + float(value)
+    return totals
+
+
+class VllmGenerator:
+    """A `Generator` on vLLM (see the module docstring). The tokenizer loads on first use
+    (the prompt plan counts tokens with it) and the engine on the first `generate`."""
+
+    device: str
+    dtype: str
+
+    def __init__(self, model: ChatModel, settings: EngineSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.device = settings.device
+        self.dtype = settings.dtype
+        self._tokenizer = None
+        self._llm = None
+        self.load_seconds = 0.0
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model.path))
+        return self._tokenizer
+
+    def token_counts(self, prompts: list[Prompt]) -> list[int]:
+        return chat_token_counts(self.tokenizer, prompts)
+
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    def engine(self):
+        """The engine, started once."""
+        if self._llm is None:
+            s = self.settings
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in this process
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            if s.device == "cpu":
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))
+            started = time.perf_counter()
+            from vllm import LLM
+
+            options: dict[str, object] = {}
+            if s.device == "cuda":
+                options["gpu_memory_utilization"] = s.gpu_memory_utilization
+            else:
+                options["kv_cache_memory_bytes"] = s.kv_cache_bytes
+            self._llm = LLM(
+                model=str(self.model.path),
+                dtype=s.dtype,
+                max_model_len=s.max_model_len,
+                max_num_seqs=s.max_num_seqs,
+                enforce_eager=s.enforce_eager,
+                enable_prefix_caching=s.enable_prefix_caching,
+                disable_log_stats=False,  # the counters the run's measures read
+                seed=0,
+                **options,
+            )
+            self.load_seconds = time.perf_counter() - started
+        return self._llm
+
+    def generate(
+        self,
+        prompts: list[Prompt],
+        sampling: Sampling,
+        schema: dict | None = None,
+        stats: GenerationStats | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        fresh = not self.loaded
+        llm = self.engine()
+        params = SamplingParams(
+            temperature=sampling.temperature,
+            max_tokens=sampling.max_tokens,
+            seed=None if sampling.greedy else sampling.seed,
+            structured_outputs=None if schema is None else StructuredOutputsParams(json=schema),
+        )
+        before = _counter_totals(llm.get_metrics())
+        started = time.perf_counter()
+        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=False)
+        seconds = time.perf_counter() - started
+        after = _counter_totals(llm.get_metrics())
+        delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+        out = []
+        for prompt, result in zip(prompts, outputs, strict=True):
+            completion = result.outputs[0]
+            out.append(
+                Generation(
+                    key=prompt.key,
+                    text=completion.text,
+                    finish_reason=str(completion.finish_reason or "abort"),
+                    prompt_tokens=len(result.prompt_token_ids or []),
+                    output_tokens=len(completion.token_ids),
+                    cached_tokens=int(result.num_cached_tokens or 0),
+                )
+            )
+        if stats is not None:
+            stats.add(
+                GenerationStats(
+                    requests=len(out),
+                    prompt_tokens=sum(g.prompt_tokens for g in out),
+                    output_tokens=sum(g.output_tokens for g in out),
+                    cached_prompt_tokens=sum(g.cached_tokens for g in out),
+                    seconds=seconds,
+                    load_seconds=self.load_seconds if fresh else 0.0,
+                    prefill_seconds=delta.get("vllm:request_prefill_time_seconds", 0.0),
+                    decode_seconds=delta.get("vllm:request_decode_time_seconds", 0.0),
+                    prefix_cache_queries=int(delta.get("vllm:prefix_cache_queries", 0)),
+                    prefix_cache_hits=int(delta.get("vllm:prefix_cache_hits", 0)),
+                    preemptions=int(delta["vllm:num_preemptions"])
+                    if "vllm:num_preemptions" in delta
+                    else None,
+                    calls=1,
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        """Stop the engine and free its KV cache."""
+        if self._llm is not None:
+            engine = getattr(self._llm, "llm_engine", None)
+            shutdown = getattr(engine, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self._llm = None
+
+
+def chat_token_counts(tokenizer, prompts: list[Prompt]) -> list[int]:
+    """Each prompt's tokens as the engine will see them: the chat template applied, the
+    assistant's turn opened."""
+    encoded = tokenizer.apply_chat_template(
+        [p.messages() for p in prompts], add_generation_prompt=True, tokenize=True
+    )
+    if isinstance(encoded, dict) or hasattr(encoded, "keys"):
+        encoded = encoded["input_ids"]
+    return [len(ids) for ids in encoded]

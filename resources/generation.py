@@ -1,0 +1,155 @@
+"""The generation resource: runs prompt plans through a chat model on vLLM."""
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
+from batch_pipeline.inference.generator import Generator, Sampling
+from batch_pipeline.inference.vllm_generator import (
+    GENERATION_DTYPES,
+    EngineSettings,
+    VllmGenerator,
+    dtype_bytes,
+    generation_device,
+    pick_generation_dtype,
+)
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+from batch_pipeline.state.storage import resolve_storage
+
+
+class GenerationResource(dg.ConfigurableResource):
+    """Loads a chat model into vLLM once per run and generates from prompt plans.
+
+    vLLM batches continuously over a paged KV cache, computes a shared prompt prefix once and
+    prefills in chunks; this resource sizes it. With no `model_path` it serves the shipped
+    SmolLM2-135M-Instruct, converted once under the home from its GGUF file.
+    """
+
+    model_path: str | None = Field(
+        default=None,
+        description="A Hugging Face causal LM folder; default the shipped SmolLM2-135M-Instruct, "
+        "converted under <home>/models.",
+    )
+    device: str = Field(default="auto", description="auto (cuda where present), cpu or cuda.")
+    dtype: str = Field(
+        default="auto",
+        description="auto, bfloat16, float16 or float32. auto is bf16 on a GPU, and on a CPU "
+        "bf16 only where it measures faster than fp32.",
+    )
+    kv_cache_gib: float = Field(
+        default=1.0,
+        gt=0,
+        description="KV cache size on CPU, in GiB of host memory (VLLM_CPU_KVCACHE_SPACE).",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="Share of the GPU's memory vLLM may take for weights and KV cache (CUDA).",
+    )
+    max_num_seqs: int = Field(
+        default=32, ge=1, description="Most sequences the engine decodes at once."
+    )
+    max_model_len: int = Field(
+        default=2048,
+        ge=16,
+        description="Most tokens of prompt plus output per sequence; longer prompts are "
+        "refused by the plan.",
+    )
+    enforce_eager: bool = Field(
+        default=True,
+        description="Run eagerly, without CUDA graphs or compilation: starts faster; set false "
+        "on a GPU for long runs.",
+    )
+    enable_prefix_caching: bool = Field(
+        default=True, description="Compute a shared prompt prefix (the system part) once."
+    )
+    greedy: bool = Field(
+        default=True,
+        description="Greedy decoding, so a rerun gives the same output; false samples at "
+        "`temperature`.",
+    )
+    temperature: float = Field(
+        default=0.7, ge=0, description="Sampling temperature when `greedy` is false."
+    )
+    seed: int = Field(default=0, description="Sampling seed when `greedy` is false.")
+    max_tokens: int = Field(default=256, ge=1, description="Most output tokens per prompt.")
+    chunk_size: int = Field(
+        default=256,
+        ge=1,
+        description="Prompts per checkpointed chunk: a crash regenerates at most one chunk.",
+    )
+    pool: str = Field(
+        default="gpu",
+        description="The Dagster pool the generating step runs in (deploy/dagster.yaml).",
+    )
+    calibration_cache: str | None = Field(
+        default=None,
+        description="JSON file of dtype measurements; default <home>/calibration.json.",
+    )
+
+    _generator: VllmGenerator | None = PrivateAttr(default=None)
+    _model: ChatModel | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if self.dtype not in GENERATION_DTYPES:
+            raise ValueError(
+                f"GenerationResource.dtype must be one of {', '.join(GENERATION_DTYPES)}, "
+                f"got {self.dtype!r}"
+            )
+        try:
+            generation_device(self.device)
+        except ValueError as error:
+            raise ValueError(f"GenerationResource.device: {error}") from None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._generator is not None:
+            self._generator.close()
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(
+            max_tokens=self.max_tokens,
+            temperature=0.0 if self.greedy else self.temperature,
+            seed=self.seed,
+        )
+
+    def chat_model(self) -> ChatModel:
+        """The model's folder and shape (converting the shipped one the first time)."""
+        if self._model is None:
+            self._model = resolve_chat_model(self.model_path, resolve_storage().home)
+        return self._model
+
+    def engine_settings(self) -> EngineSettings:
+        device = generation_device(self.device)
+        cache = Path(self.calibration_cache or resolve_storage().home / CALIBRATION_FILE)
+        dtype, _why = pick_generation_dtype(device, self.dtype, self.chat_model(), cache)
+        return EngineSettings(
+            device=device,
+            dtype=dtype,
+            kv_cache_gib=self.kv_cache_gib,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.enforce_eager,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
+
+    def generator(self) -> Generator:
+        """The generator (once per run): cheap to get, the engine starts on first use."""
+        if self._generator is None:
+            self._generator = VllmGenerator(self.chat_model(), self.engine_settings())
+        return self._generator
+
+    def plan_settings(self) -> PromptPlanSettings:
+        settings = self.engine_settings()
+        return PromptPlanSettings(
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            chunk_size=self.chunk_size,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            dtype_bytes=dtype_bytes(settings.dtype),
+        )

@@ -1,0 +1,82 @@
+"""The generation resource in Dagster: a described, checked configuration, the `gpu` pool,
+and an asset that plans and generates through it (the FAKE generator behind the resource)."""
+
+import json
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from assets.partitions import GPU_POOL
+from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
+from batch_pipeline.stages.generate import execute_prompts
+from batch_pipeline.stages.prompt_plan import plan_prompts, prepared_prompts_schema
+from batch_pipeline.state.staging import read_table
+from resources import GenerationResource
+from resources.testing import FakeGenerationResource
+
+SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {"type": "string"}}}
+
+
+def test_every_field_is_described_and_the_pool_is_the_deployment_s_gpu_pool():
+    fields = GenerationResource.model_fields
+    assert not [name for name, f in fields.items() if not f.description]
+    for name in ("model_path", "dtype", "kv_cache_gib", "gpu_memory_utilization",
+                 "max_num_seqs", "max_model_len", "enforce_eager", "greedy", "max_tokens",
+                 "pool"):  # fmt: skip
+        assert name in fields
+    assert GenerationResource().pool == GPU_POOL
+    assert GenerationResource().sampling.greedy
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [({"dtype": "int4"}, "dtype"), ({"device": "tpu"}, "device")],
+)
+def test_a_bad_setting_fails_at_load_and_names_the_field(settings, field):
+    @dg.asset
+    def needs_generation(generation: GenerationResource) -> None:
+        """Asks for the resource."""
+
+    with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+        dg.materialize([needs_generation], resources={"generation": GenerationResource(**settings)})
+    assert f"GenerationResource.{field}" in str(raised.value.__cause__)
+
+
+def test_out_of_range_settings_are_refused_by_their_field():
+    with pytest.raises(Exception, match="max_num_seqs"):
+        GenerationResource(max_num_seqs=0)
+    with pytest.raises(Exception, match="gpu_memory_utilization"):
+        GenerationResource(gpu_memory_utilization=1.5)
+
+
+def test_a_model_path_that_is_no_model_folder_says_so(tmp_path):
+    with pytest.raises(ChatModelNotAvailableError, match="no config.json"):
+        GenerationResource(model_path=str(tmp_path)).chat_model()
+
+
+def test_an_asset_plans_and_generates_through_the_resource(tmp_path):
+    prepared = tmp_path / "prepared.parquet"
+    rows = [{"input_hash": f"h{i}", "system": "Brief it.", "user": f"page {i} text"}
+            for i in range(5)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows, schema=prepared_prompts_schema()), prepared)
+
+    @dg.asset(pool=GPU_POOL)
+    def briefs(generation: GenerationResource) -> dg.MaterializeResult:
+        """Plans the prompts, then generates them."""
+        generator = generation.generator()
+        plan = plan_prompts(prepared, tmp_path / "plan.parquet", generator,
+                            generation.sampling, generation.plan_settings())  # fmt: skip
+        done = execute_prompts(tmp_path / "plan.parquet", tmp_path / "out.parquet",
+                               generation.generator, generation.sampling, SCHEMA)  # fmt: skip
+        return dg.MaterializeResult(metadata={**plan.metadata(), **done.metadata(0.1)})
+
+    result = dg.materialize([briefs], resources={"generation": FakeGenerationResource()})
+    assert result.success
+    (materialization,) = result.asset_materializations_for_node("briefs")
+    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    assert metadata["requests_generated"] == 5 and metadata["valid_share"] == 1.0
+    assert metadata["estimated_peak_kv_share"] > 0
+    outputs = read_table(tmp_path / "out.parquet").to_pylist()
+    assert [json.loads(o["text"])["summary"] for o in outputs][0].startswith("page 0")

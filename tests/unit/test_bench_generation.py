@@ -1,0 +1,37 @@
+"""The generation benchmark's arithmetic: ratios against the baseline measured in the same
+run, and how much of each output agrees with the baseline's."""
+
+from batch_pipeline.bench_generation import _agreeing_share, summarise
+
+PROMPTS = [{"ids": [1] * 10}, {"ids": [1] * 30}]
+
+
+def result(seconds, outputs, texts, idle=None):
+    return {"seconds": seconds, "output_tokens": outputs, "texts": texts, "idle_share": idle,
+            "peak_rss_bytes": 2**30}  # fmt: skip
+
+
+def test_each_method_is_compared_with_static_8_from_the_same_run():
+    rows = summarise(
+        {
+            "static-8": result(10.0, [5, 5], ["a b c", "d e"], idle=0.2),
+            "vllm": result(2.5, [5, 5], ["a b c", "d x"]),
+            "generate_batch": {"unavailable": "no generate_batch"},
+        },
+        PROMPTS,
+    )
+    by = {r["method"]: r for r in rows}
+    assert by["static-8"]["x_baseline"] == 1.0 and by["vllm"]["x_baseline"] == 4.0
+    assert by["vllm"]["output_tokens_per_second"] == 4.0
+    assert by["vllm"]["total_tokens_per_second"] == 20.0  # (10 out + 40 prompt) / 2.5 s
+    assert by["vllm"]["identical_to_baseline"] == 0.5
+    assert by["vllm"]["agreeing_prefix_share"] == 0.75  # all of one, half of the other
+    assert by["static-8"]["idle_share"] == 0.2 and by["static-8"]["peak_memory_mib"] == 1024
+    assert by["generate_batch"] == {"method": "generate_batch", "unavailable": "no generate_batch"}
+
+
+def test_the_agreeing_prefix_counts_words_before_the_first_difference():
+    assert _agreeing_share("a b c d", "a b c d") == 1.0
+    assert _agreeing_share("a b x d", "a b c d") == 0.5
+    assert _agreeing_share("a b", "a b c d") == 0.5  # a shorter output agrees on less
+    assert _agreeing_share("", "") == 1.0
