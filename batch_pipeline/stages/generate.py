@@ -109,6 +109,10 @@ class GenerateSummary:
             "valid_share": self.valid_share,
             "device": self.device if ran else None,
             "dtype": self.dtype if ran else None,
+            "prefill_tokens_per_second": s.prefill_tokens_per_second,
+            "decode_tokens_per_second": s.decode_tokens_per_second,
+            "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
+            "preemptions": s.preemptions,
         }
 
     def metadata(self, price_per_hour: float | None = None) -> dict[str, object]:
