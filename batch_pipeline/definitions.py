@@ -12,6 +12,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from assets import build_stage_assets
+from assets.document_briefs import build_brief_assets, has_briefs
 from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import load_config
@@ -33,6 +34,8 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
     partitions = collection_partitions(config)
     job, sensors, schedules = build_triggers(config)
     assets, jobs = build_stage_assets(partitions), [job]
+    if has_briefs(config):  # the third product, on the collections' partitions
+        assets += build_brief_assets(partitions)
     if config.tickets is not None:  # the second product, on daily partitions
         days = ticket_partitions(config)
         ticket_job = build_ticket_job()

@@ -1,20 +1,33 @@
 """The products on the engine, behind one face.
 
 A *product* owns generations (see `batch_pipeline.names`): each configured collection's
-vector index, and the ticket intents. `Product` is what the commands that cover every
-product (`status`, `doctor`, `report`, `failures`, `generations`) need of one; they loop over
-`configured_products` and never ask which kind they hold. A new product implements this face
+vector index, its document briefs where it has `briefs:`, and the ticket intents. `Product`
+is what the commands that cover every product (`status`, `doctor`, `report`, `failures`,
+`generations`) need of one; they loop over `configured_products` and never ask which kind
+they hold. A new product implements this face
 over its own engine, and its report module under `batch_pipeline.reports`.
 """
 
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
+from batch_pipeline.briefs.pipeline import BriefProduct, CollectionDocuments, briefs_product_name
 from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.chat_models import resolve_chat_model
+from batch_pipeline.inference.generator import Generator
+from batch_pipeline.inference.vllm_generator import (
+    EngineSettings,
+    VllmGenerator,
+    generation_device,
+    pick_generation_dtype,
+)
 from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.reports import briefs as brief_report
 from batch_pipeline.reports import collection as collection_report
 from batch_pipeline.reports import tickets as ticket_report
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -24,7 +37,7 @@ Lines = Callable[[list[dict[str, object]], str], list[str]]
 
 
 class Product(Protocol):
-    kind: ClassVar[str]  # vector_index, ticket_intents
+    kind: ClassVar[str]  # vector_index, ticket_intents, document_briefs
     status_lines: ClassVar[Lines]  # a group of this kind's status reports, as text lines
     health_line: ClassVar[Callable[[dict[str, object]], str]]  # one doctor report, one line
 
@@ -60,7 +73,7 @@ class Product(Protocol):
 class _Face:
     """What every face reads off its engine alike."""
 
-    def __init__(self, engine: PartitionPipeline | TicketProduct) -> None:
+    def __init__(self, engine: PartitionPipeline | TicketProduct | BriefProduct) -> None:
         self.engine = engine
 
     @property
@@ -123,16 +136,77 @@ class TicketIntents(_Face):
         return ticket_report.product_health(self.engine)
 
 
+class DocumentBriefs(_Face):
+    """A collection's document briefs, as a product."""
+
+    kind: ClassVar[str] = brief_report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(brief_report.status_lines)
+    health_line = staticmethod(brief_report.health_line)
+    engine: BriefProduct
+
+    def run_groups(self) -> list[list[str]]:
+        """The collection's partition: the briefs run on it."""
+        return [[self.engine.collection_name]]
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        return self.engine.review(embedder_for, force)
+
+    def status(self) -> dict[str, object]:
+        return brief_report.product_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return brief_report.product_health(self.engine)
+
+
+def brief_product(
+    config: PipelineConfig,
+    storage: StorageLocations,
+    collection: str,
+    tracking: TrackingStore,
+    store: VectorStore,
+    generator: Generator | None = None,
+    plan_settings: PromptPlanSettings | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    documents_for: Callable[[str], CollectionDocuments] | None = None,
+) -> BriefProduct:
+    """A collection's briefs, its documents read through the collection's vector index
+    engine. Without `generator`, vLLM on the generation resource's defaults: the shipped chat
+    model, `dtype: auto` decided (and cached) here; its engine starts only if there is work."""
+    if generator is None:
+        model = resolve_chat_model(None, storage.home)
+        resolved = generation_device(device)
+        cache = storage.home / CALIBRATION_FILE
+        chosen, _why = pick_generation_dtype(resolved, dtype, model, cache)
+        engine = EngineSettings(device=resolved, dtype=chosen)
+        generator = VllmGenerator(model, engine)
+        plan_settings = plan_settings or plan_settings_for(engine)
+    return BriefProduct(
+        config,
+        storage,
+        collection,
+        generator,
+        documents_for or (lambda key: PartitionPipeline(config, storage, key, tracking, store)),
+        plan_settings,
+        tracking,
+        store,
+    )
+
+
 def configured_products(
     config: PipelineConfig,
     storage: StorageLocations,
     tracking: TrackingStore,
     store: VectorStore,
     only: str | None = None,
+    generator: Generator | None = None,
 ) -> list[Product]:
-    """Every configured product (each collection's vector index, then the ticket intents),
+    """Every configured product (each collection's vector index, then the document briefs of
+    the collections that have them, then the ticket intents),
     or only the one named `only`: a ConfigError that names the known ones otherwise."""
     names = [c.name for c in config.collections]
+    briefs = {briefs_product_name(c.name): c.name for c in config.collections if c.briefs}
+    names += list(briefs)
     if config.tickets is not None:
         names.append(config.tickets.name)
     if only is not None and only not in names:
@@ -141,6 +215,9 @@ def configured_products(
     for name in names if only is None else [only]:
         if config.tickets is not None and name == config.tickets.name:
             products.append(TicketIntents(TicketProduct(config, storage, tracking, store)))
+        elif name in briefs:
+            product = brief_product(config, storage, briefs[name], tracking, store, generator)
+            products.append(DocumentBriefs(product))
         else:
             pipeline = PartitionPipeline(config, storage, name, tracking, store)
             products.append(VectorIndex(pipeline))

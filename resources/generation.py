@@ -12,11 +12,10 @@ from batch_pipeline.inference.vllm_generator import (
     GENERATION_DTYPES,
     EngineSettings,
     VllmGenerator,
-    dtype_bytes,
     generation_device,
     pick_generation_dtype,
 )
-from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import resolve_storage
 
 
@@ -145,11 +144,4 @@ class GenerationResource(dg.ConfigurableResource):
         return self._generator
 
     def plan_settings(self) -> PromptPlanSettings:
-        settings = self.engine_settings()
-        return PromptPlanSettings(
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            chunk_size=self.chunk_size,
-            kv_cache_bytes=settings.kv_cache_bytes,
-            dtype_bytes=dtype_bytes(settings.dtype),
-        )
+        return plan_settings_for(self.engine_settings(), self.chunk_size)

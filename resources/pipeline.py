@@ -4,8 +4,12 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
+from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
+from batch_pipeline.inference.generator import Generator
 from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.products import brief_product
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -73,6 +77,26 @@ class PipelineResource(dg.ConfigurableResource):
             self._tracking,
             self._store,
             s3_client=lambda source: _s3_client(s3, source),
+        )
+
+    def briefs(
+        self,
+        collection: str,
+        generator: Generator,
+        plan_settings: PromptPlanSettings,
+        s3: S3Resource | None = None,
+    ) -> BriefProduct:
+        """A collection's document briefs, generating with `generator` (the generation
+        resource's); its documents are read as the collection's own partitions read them."""
+        return brief_product(
+            self._config,
+            self._storage,
+            collection,
+            self._tracking,
+            self._store,
+            generator,
+            plan_settings,
+            documents_for=lambda key: self.partition(key, s3),
         )
 
     def tickets(self, s3: S3Resource | None = None) -> TicketProduct:

@@ -11,6 +11,7 @@
     batch-pipeline restore --collection C --before-run RUN_ID
     batch-pipeline repair --collection C [--rebuild] [--yes]
     batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
+    batch-pipeline run --collection C --product briefs | briefs --collection C   (briefs)
 
 A product is a collection's vector index (named after the collection) or the ticket intents
 (`tickets.name`); `--collection` is another name for `--product`. Status, doctor, report,
@@ -33,6 +34,7 @@ from typing import TextIO
 import sqlalchemy as sa
 from tqdm import tqdm
 
+from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.config import ConfigError, load_config, masked_url
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
@@ -46,7 +48,7 @@ from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, durat
 from batch_pipeline.measures.report import reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
 from batch_pipeline.pipeline import PartitionPipeline
-from batch_pipeline.products import Product, configured_products
+from batch_pipeline.products import Product, brief_product, configured_products
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.search import CollectionNotIndexedError, search
@@ -108,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--collection", help="a configured collection (all of its shards)")
     target.add_argument("--partition", help="one partition: a collection or a shard (name-sNN)")
     target.add_argument("--day", help="one day of the ticket intent product (YYYY-MM-DD)")
+    run.add_argument(
+        "--product",
+        choices=brief_commands.PRODUCT_KINDS,
+        default="index",
+        help="with --collection: its vector index (default) or its document briefs",
+    )
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
@@ -176,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("--before-run", required=True, dest="run_id")
 
     ticket_commands.add_commands(commands)
+    brief_commands.add_commands(commands)
 
     failed = commands.add_parser("failures", help="inputs that failed, with their reason")
     _product_option(failed)
@@ -229,6 +238,19 @@ class _Context:
     def tickets(self) -> TicketProduct:
         """The ticket intent product's engine (a ConfigError if it is not configured)."""
         return TicketProduct(self.config, self.storage, self.tracking, self.store)
+
+    def briefs(self, collection: str, args: argparse.Namespace):  # noqa: ANN201
+        """A collection's document briefs (a ConfigError if it has none)."""
+        (name,) = self.collections(collection)
+        return brief_product(
+            self.config,
+            self.storage,
+            name,
+            self.tracking,
+            self.store,
+            device=getattr(args, "device", "auto"),
+            dtype=getattr(args, "dtype", "auto"),
+        )
 
     def pipeline(self, collection: str) -> PartitionPipeline:
         """The whole collection's engine (all its shards), for a configured collection."""
@@ -286,6 +308,12 @@ def _source_errors(reports: list[dict]) -> int:
 
 
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
+    if args.product == "briefs":
+        if not args.collection:
+            raise ConfigError("--product briefs runs a whole collection: give --collection")
+        progress, interval = _progress_sink(sys.stderr)
+        product = ctx.briefs(args.collection, args)
+        return brief_commands.run_briefs(product, args, progress, interval, ctx.runners(args))
     if args.day:
         landed = ticket_commands.run_day(
             ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0]
@@ -403,7 +431,8 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
     runs = []
     for product in ctx.products(args.product):
         for group in product.run_groups():
-            runs += reported_runs(ctx.tracking.partition_runs(group, args.runs))
+            rows = ctx.tracking.partition_runs(group, args.runs, product=product.name)
+            runs += reported_runs(rows)
     summary = trend(runs)
     if args.json:
         print(_json({"runs": [r.as_dict() for r in runs], "summary": summary}))
@@ -618,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "repair": _repair,
         "intents": lambda ctx, args: ticket_commands.intents(ctx.tickets(), args),
         "classify": lambda ctx, args: ticket_commands.classify(ctx.tickets(), args),
+        "briefs": lambda ctx, args: brief_commands.briefs(ctx.briefs(args.collection, args), args),
     }
     try:
         ctx = _Context(args)

@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from batch_pipeline.config.output_schema import OutputSchemaError, load_output_schema
+from batch_pipeline.config.prompt import PromptError, load_prompt
 from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
 from batch_pipeline.names import shard_number, shard_of, shard_partition
 
@@ -292,6 +294,102 @@ class MetadataConfig(_Strict):
         return value
 
 
+# Columns every brief row has: a schema's properties may not take these names.
+BRIEF_COLUMNS = frozenset(
+    {
+        "collection",
+        "partition",
+        "doc_id",
+        "title",
+        "content_hash",
+        "input_hash",
+        "raw_output",
+        "finish_reason",
+        "prompt_tokens",
+        "output_tokens",
+        "truncated",
+        "prompt_version",
+        "schema_version",
+        "model_name",
+        "model_fingerprint",
+        "run_id",
+        "generated_at",
+    }
+)
+BRIEF_PLACEHOLDERS = ("title", "text", "doc_id")  # what a brief prompt's document part may use
+BRIEFS_SUFFIX = "_briefs"  # a collection's briefs product is named `<collection>_briefs`
+
+
+class BriefsEvaluationConfig(_Strict):
+    """The labelled set a new brief generation is scored on, against live."""
+
+    path: Path = Field(
+        description="JSONL of {doc_id, audience}: the right audience of some of the "
+        "collection's documents; relative to the config."
+    )
+    tolerance: float = Field(
+        default=0.02,
+        ge=0,
+        description="How much lower than live a candidate's audience accuracy and "
+        "faithfulness (summaries nearer their own document than any other) may be.",
+    )
+
+    _resolve_path = field_validator("path")(_existing_file)
+
+
+class BriefsConfig(_Strict):
+    """Document briefs: a chat model over every document of the collection, its output
+    constrained to a JSON schema, one LanceDB table per generation."""
+
+    prompt: Path = Field(
+        description="YAML prompt file with `system` (shared) and `document` ($title, $text, "
+        "$doc_id); relative to the config. Its hash is the prompt version."
+    )
+    output_schema: Path = Field(
+        description="JSON schema of one brief (an object; each property a typed column); "
+        "relative to the config."
+    )
+    document_tokens: int = Field(
+        default=768,
+        ge=16,
+        description="A document is cut at this many tokens (the model's tokenizer) before it "
+        "goes into the prompt; its row says when it was.",
+    )
+    max_tokens: int = Field(default=512, ge=1, description="Most output tokens per brief.")
+    repetition_penalty: float = Field(
+        default=1.0,
+        gt=0,
+        description="Above 1 discourages a token already generated (greedy decoding stays "
+        "deterministic); small models loop without it.",
+    )
+    min_valid_share: float = Field(
+        default=0.99,
+        gt=0,
+        le=1,
+        description="Least share of a generation's outputs that must be valid for it to go live.",
+    )
+    evaluation: BriefsEvaluationConfig | None = None
+    index_questions: bool = Field(
+        default=False,
+        description="Land each brief's questions as extra rows of the collection's vector index.",
+    )
+
+    _resolve_prompt = field_validator("prompt")(_existing_file)
+    _resolve_schema = field_validator("output_schema")(_existing_file)
+
+    @model_validator(mode="after")
+    def _readable_files(self) -> "BriefsConfig":
+        try:
+            load_prompt(self.prompt, BRIEF_PLACEHOLDERS)
+        except PromptError as error:
+            raise ValueError(f"prompt: {error}") from None
+        try:
+            load_output_schema(self.output_schema, BRIEF_COLUMNS)
+        except OutputSchemaError as error:
+            raise ValueError(f"output_schema: {error}") from None
+        return self
+
+
 class CollectionConfig(_Strict):
     """One collection: one Dagster partition and one LanceDB table per model generation."""
 
@@ -300,6 +398,9 @@ class CollectionConfig(_Strict):
     chunking: ChunkingConfig = ChunkingConfig()
     metadata: MetadataConfig = MetadataConfig()
     evaluation: EvaluationConfig | None = None
+    briefs: BriefsConfig | None = Field(
+        default=None, description="Document briefs of this collection (a chat model's)."
+    )
     shards: int = Field(
         default=1,
         ge=1,
@@ -307,6 +408,15 @@ class CollectionConfig(_Strict):
         description="Partitions <name>-s00 ... each hold the documents whose doc-id hash falls "
         "in that shard; all land into the collection's one table.",
     )
+
+    @model_validator(mode="after")
+    def _briefs_unsharded(self) -> "CollectionConfig":
+        if self.briefs is not None and self.shards > 1:
+            raise ValueError(
+                "briefs: a sharded collection cannot have briefs yet (its completeness is "
+                "counted per partition); set shards: 1 or remove briefs"
+            )
+        return self
 
     def partition_keys(self) -> list[str]:
         """This collection's Dagster partitions: its name, or one key per shard."""
@@ -770,10 +880,19 @@ class PipelineConfig(_Strict):
         """A product's name keys its generations: the ticket intents cannot share one with a
         collection's vector index."""
         names = {c.name for c in self.collections}
+        for collection in self.collections:  # a collection's briefs: `<collection>_briefs`
+            briefs = f"{collection.name}{BRIEFS_SUFFIX}"
+            if collection.briefs is not None and briefs in names:
+                raise ValueError(
+                    f"collections: {briefs!r} is a collection's name and the name of "
+                    f"{collection.name!r}'s briefs; each product needs its own"
+                )
+            if collection.briefs is not None:
+                names.add(briefs)
         if self.tickets is not None and self.tickets.name in names:
             raise ValueError(
-                f"tickets.name: {self.tickets.name!r} is a collection's name too; each product "
-                "needs its own (its generations are kept under it)"
+                f"tickets.name: {self.tickets.name!r} is a collection's or its briefs' name "
+                "too; each product needs its own (its generations are kept under it)"
             )
         return self
 

@@ -24,6 +24,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from batch_pipeline.inference.models import files_hash
@@ -88,9 +89,11 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 @dataclass(frozen=True)
 class ChatModel:
-    """A causal LM folder on disk and what the prompt plan reads off its config: the context
-    it was trained for and the shape of its KV cache. `fingerprint` hashes the files that
-    decide its outputs (weights, config, tokenizer, chat template, generation config)."""
+    """A causal LM and what the prompt plan reads off its config: the context it was trained
+    for and the shape of its KV cache. `fingerprint` hashes the files that decide its outputs
+    (weights, config, tokenizer, chat template, generation config; for the shipped model, its
+    GGUF file). The shipped model's folder is converted on first use (`ready`), so reading its
+    fingerprint costs no conversion."""
 
     name: str
     path: Path
@@ -100,6 +103,7 @@ class ChatModel:
     num_kv_heads: int
     head_dim: int
     max_position_embeddings: int
+    source_gguf: Path | None = None  # the shipped model's file, converted into `path` on use
 
     @property
     def fingerprint(self) -> str:
@@ -109,40 +113,92 @@ class ChatModel:
         """One token's keys and values over every layer."""
         return self.num_layers * self.num_kv_heads * self.head_dim * 2 * dtype_bytes
 
+    def ready(self) -> Path:
+        """The model's folder, converted from its GGUF file first if it has not been."""
+        if self.source_gguf is not None:
+            convert_gguf(self.source_gguf, self.path)
+        return self.path
 
-def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
-    """The chat model at `path` (any Hugging Face causal LM folder), or, with no path, the
-    shipped SmolLM2-135M-Instruct, converted under `home` the first time it is asked for."""
-    if path is None:
-        folder = convert_gguf(shipped_gguf(), converted_dir(home))
-        name = SHIPPED_NAME
-    else:
-        folder = Path(path).expanduser()
-        name = str(path)
-        if not (folder / "config.json").is_file():
-            raise ChatModelNotAvailableError(
-                f"model path {folder} is not a Hugging Face model folder (no config.json); "
-                "point it at a local causal LM folder, or leave it unset for the shipped model"
-            )
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+
+@lru_cache(maxsize=4)
+def _file_digest(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _gguf_config(gguf: Path) -> dict:
+    """The model config a GGUF file's metadata gives (as config.json would name it)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf).fields
+
+    def value(key: str) -> int:
+        field = fields[key]
+        return int(field.parts[field.data[0]][0])
+
+    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]])
+    prefix = arch.decode()
+    return {
+        "hidden_size": value(f"{prefix}.embedding_length"),
+        "num_hidden_layers": value(f"{prefix}.block_count"),
+        "num_attention_heads": value(f"{prefix}.attention.head_count"),
+        "num_key_value_heads": value(f"{prefix}.attention.head_count_kv"),
+        "max_position_embeddings": value(f"{prefix}.context_length"),
+    }
+
+
+def _shape(config: dict, where: Path) -> dict[str, int]:
     config = config.get("text_config", config)  # multimodal folders nest the language model's
     try:
         heads = int(config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-        return ChatModel(
-            name=name,
-            path=folder,
-            files_hash=files_hash(folder),
-            hidden_size=int(config["hidden_size"]),
-            num_layers=int(config["num_hidden_layers"]),
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=head_dim,
-            max_position_embeddings=int(config.get("max_position_embeddings") or 2048),
-        )
+        return {
+            "hidden_size": int(config["hidden_size"]),
+            "num_layers": int(config["num_hidden_layers"]),
+            "num_kv_heads": int(config.get("num_key_value_heads") or heads),
+            "head_dim": int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+            "max_position_embeddings": int(config.get("max_position_embeddings") or 2048),
+        }
     except (KeyError, TypeError, ValueError) as error:
         raise ChatModelNotAvailableError(
-            f"{folder / 'config.json'} does not describe a causal LM: missing or bad {error}"
+            f"{where} does not describe a causal LM: missing or bad {error}"
         ) from None
+
+
+def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
+    """The chat model at `path` (any Hugging Face causal LM folder), or, with no path, the
+    shipped SmolLM2-135M-Instruct, converted under `home` when it is first used."""
+    if path is None:
+        gguf = shipped_gguf()
+        folder = converted_dir(home)
+        config_file = folder / "config.json"
+        if config_file.is_file():
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        else:
+            config = _gguf_config(gguf)
+        stat = gguf.stat()
+        return ChatModel(
+            name=SHIPPED_NAME,
+            path=folder,
+            files_hash=_file_digest(gguf, stat.st_size, stat.st_mtime_ns),
+            source_gguf=gguf,
+            **_shape(config, gguf),
+        )
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ChatModelNotAvailableError(
+            f"model path {folder} is not a Hugging Face model folder (no config.json); "
+            "point it at a local causal LM folder, or leave it unset for the shipped model"
+        )
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return ChatModel(
+        name=str(path),
+        path=folder,
+        files_hash=files_hash(folder),
+        **_shape(config, folder / "config.json"),
+    )
 
 
 def main() -> None:

@@ -116,6 +116,12 @@ class FakeGenerator:
             for p in prompts
         ]
 
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        tokens = self._tokens(text)
+        if len(tokens) <= max_tokens:
+            return text, False
+        return _cut(text, sum(len(t) for t in tokens[:max_tokens])), True
+
     def _answer(self, prompt: Prompt, schema: dict | None) -> str:
         words = _WORDS.findall(prompt.user) or ["empty"]
         if schema is None:

@@ -39,12 +39,15 @@ class Sampling:
     max_tokens: int = 256
     temperature: float = 0.0  # 0: greedy
     seed: int = 0  # used only when temperature > 0
+    repetition_penalty: float = 1.0  # above 1 discourages repeating tokens (small models loop)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be at least 0, got {self.temperature}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be above 0, got {self.repetition_penalty}")
 
     @property
     def greedy(self) -> bool:
@@ -139,6 +142,10 @@ class Generator(Protocol):
 
     def token_counts(self, prompts: list[Prompt]) -> list[int]:
         """Each prompt's tokens, chat template included, by the model's own tokenizer."""
+        ...
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """`text` cut to its first `max_tokens` tokens, and whether it was cut."""
         ...
 
     def generate(

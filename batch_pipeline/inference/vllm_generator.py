@@ -7,6 +7,9 @@ ones join mid-flight), a paged KV cache allocated in blocks as tokens arrive, pr
 configures it, hands it a chunk of prompts at a time and reads back the outputs and the
 engine's own counters.
 
+Structured outputs are decoded by xgrammar with no free whitespace: compact JSON, fewer
+tokens, and no blank-line loops that a small model falls into and pays for in `max_tokens`.
+
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so a Dagster step, a
 test or the CLI needs no main guard and leaves no engine process behind. On CPU the KV cache
 is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine takes
@@ -15,6 +18,7 @@ is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine 
 `dtype: auto` is decided by measurement on CPU (`pick_generation_dtype`), and is bf16 on a GPU.
 """
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -161,11 +165,17 @@ class VllmGenerator:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model.path))
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model.ready()))
         return self._tokenizer
 
     def token_counts(self, prompts: list[Prompt]) -> list[int]:
         return chat_token_counts(self.tokenizer, prompts)
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_tokens:
+            return text, False
+        return self.tokenizer.decode(ids[:max_tokens]), True
 
     @property
     def loaded(self) -> bool:
@@ -177,6 +187,10 @@ class VllmGenerator:
             s = self.settings
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in this process
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            # vLLM logs to stdout by default; here its records go through `logging` (Dagster
+            # and the CLI decide where), errors only unless VLLM_LOGGING_LEVEL says otherwise
+            os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+            logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
             if s.device == "cpu":
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))
             started = time.perf_counter()
@@ -188,13 +202,17 @@ class VllmGenerator:
             else:
                 options["kv_cache_memory_bytes"] = s.kv_cache_bytes
             self._llm = LLM(
-                model=str(self.model.path),
+                model=str(self.model.ready()),
                 dtype=s.dtype,
                 max_model_len=s.max_model_len,
                 max_num_seqs=s.max_num_seqs,
                 enforce_eager=s.enforce_eager,
                 enable_prefix_caching=s.enable_prefix_caching,
                 disable_log_stats=False,  # the counters the run's measures read
+                use_tqdm_on_load=False,
+                # JSON without free whitespace between its tokens: a small model otherwise
+                # spends its output budget on blank lines (xgrammar is vLLM's own backend)
+                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
                 seed=0,
                 **options,
             )
@@ -219,6 +237,7 @@ class VllmGenerator:
             temperature=sampling.temperature,
             max_tokens=sampling.max_tokens,
             seed=None if sampling.greedy else sampling.seed,
+            repetition_penalty=sampling.repetition_penalty,
             structured_outputs=None if schema is None else StructuredOutputsParams(json=schema),
         )
         before = _counter_totals(llm.get_metrics())

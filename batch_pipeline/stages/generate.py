@@ -104,6 +104,7 @@ class GenerateSummary:
             "seconds": s.seconds,
             "fixed_seconds": s.load_seconds,
             "inputs_failed": len(self.failed_inputs),
+            "failed": self.failed_inputs,  # input_hash -> reason, refused ones included
             "inputs_resumed": self.resumed_inputs,
             "outputs_valid": self.valid,
             "valid_share": self.valid_share,

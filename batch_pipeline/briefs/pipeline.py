@@ -1,0 +1,407 @@
+"""The document briefs of one collection, and one partition's run of them.
+
+`BriefProduct` binds a collection's `briefs:` settings to its generator: the prompt file, the
+output schema, the sampling and the chat model make its fingerprint, and so its generation,
+`<collection>_briefs__<fingerprint>`. `BriefPartition` runs one partition on the run frame:
+collect is the collection's own, prepare renders the stale documents' prompts, plan and
+execute are the chat-model stages, land writes the typed rows.
+"""
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from typing import Protocol
+
+import numpy as np
+
+from batch_pipeline.briefs import BRIEF_STAGES
+from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
+from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
+from batch_pipeline.briefs.review import BriefScorer, CoversCollectionRule
+from batch_pipeline.briefs.store import BriefStore
+from batch_pipeline.config import (
+    BRIEF_COLUMNS,
+    BRIEF_PLACEHOLDERS,
+    BRIEFS_SUFFIX,
+    BriefsConfig,
+    ConfigError,
+    PipelineConfig,
+)
+from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
+from batch_pipeline.config.prompt import PromptTemplate, load_prompt
+from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.generations.review import (
+    EmbedderFor,
+    GenerationReview,
+    GenerationReviewer,
+    LiveGeneration,
+)
+from batch_pipeline.inference.chat_models import ChatModel
+from batch_pipeline.inference.generator import Generator, Sampling
+from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.measures.run import DOCUMENTS
+from batch_pipeline.names import generation_index
+from batch_pipeline.runs import (
+    RunOutcome,
+    RunRequest,
+    StagedPartition,
+    StageFiles,
+    StageOutput,
+    landing,
+)
+from batch_pipeline.sources import DocumentReadError, DocumentSource
+from batch_pipeline.stages import Stage
+from batch_pipeline.stages.generate import execute_prompts
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_prompts
+from batch_pipeline.state.staging import StagePath, StagingArea, stage_summary
+from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.tracking import FailureRecord, GenerationRecord, TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.text.documents import DocumentError, decode_document
+from batch_pipeline.text.normalize import detect_format, parse_document
+
+
+def briefs_product_name(collection: str) -> str:
+    return f"{collection}{BRIEFS_SUFFIX}"
+
+
+class CollectionDocuments(Protocol):
+    """What the briefs take of a collection's partition: its source, its collect (the
+    vector index's `PartitionPipeline`, handed in, since no product imports another) and its
+    staging area."""
+
+    staging: StagingArea
+
+    @property
+    def source(self) -> DocumentSource: ...
+
+    def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput: ...
+
+
+class BriefProduct:
+    """A collection's document briefs (see the module docstring). `generator` is the chat
+    model the runs use (its engine starts only when something is generated);
+    `documents_for` gives a partition's documents: its source and collect."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        storage: StorageLocations,
+        collection: str,
+        generator: Generator,
+        documents_for: Callable[[str], CollectionDocuments],
+        plan_settings: PromptPlanSettings | None = None,
+        tracking: TrackingStore | None = None,
+        store: VectorStore | None = None,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.collection_name = collection
+        self.generator = generator
+        self.plan_settings = plan_settings or PromptPlanSettings()
+        self.tracking = tracking or TrackingStore(storage.tracking_url)
+        self.store = store or VectorStore(storage.lancedb_uri, storage.storage_options)
+        self.documents_for = documents_for
+        self.briefs = BriefStore(self.store)
+
+    @cached_property
+    def collection(self):  # noqa: ANN201 - a CollectionConfig
+        for collection in self.config.collections:
+            if collection.name == self.collection_name:
+                return collection
+        names = ", ".join(c.name for c in self.config.collections)
+        raise ConfigError(f"unknown collection {self.collection_name!r}; configured: {names}")
+
+    @cached_property
+    def settings(self) -> BriefsConfig:
+        if self.collection.briefs is None:
+            raise ConfigError(
+                f"collection {self.collection_name!r} has no briefs: add "
+                f"collections[{self.collection_name}].briefs (prompt, output_schema)"
+            )
+        return self.collection.briefs
+
+    @property
+    def name(self) -> str:
+        return briefs_product_name(self.collection_name)
+
+    @cached_property
+    def template(self) -> PromptTemplate:
+        return load_prompt(self.settings.prompt, BRIEF_PLACEHOLDERS)
+
+    @cached_property
+    def output(self) -> OutputSchema:
+        return load_output_schema(self.settings.output_schema, BRIEF_COLUMNS)
+
+    @property
+    def sampling(self) -> Sampling:
+        settings = self.settings  # greedy: a rerun repeats itself
+        return Sampling(
+            max_tokens=settings.max_tokens, repetition_penalty=settings.repetition_penalty
+        )
+
+    @property
+    def model(self) -> ChatModel:
+        return self.generator.model
+
+    def generation_config(self) -> dict:
+        """What decides a brief besides its document: the generation's fingerprint hashes it."""
+        return {
+            "prompt_version": self.template.version,
+            "schema_version": self.output.version,
+            "sampling": self.sampling.identity(),
+            "document_tokens": self.settings.document_tokens,
+            "model": self.model.name,
+            "model_fingerprint": self.model.fingerprint,
+        }
+
+    @cached_property
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.generation_config(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def index(self) -> str:
+        return generation_index(self.name, self.fingerprint)
+
+    def partition(self, key: str) -> "BriefPartition":
+        return BriefPartition(self, key)
+
+    # -------------------------------------------------------------- generations
+
+    @cached_property
+    def registry(self) -> GenerationRegistry:
+        return GenerationRegistry(self.tracking)
+
+    def record(self) -> GenerationRecord:
+        return self.registry.ensure(
+            self.name, self.fingerprint, self.index, self.generation_config()
+        )
+
+    @cached_property
+    def embedding_model(self) -> ResolvedModel:
+        """The collection's embedding model: faithfulness is measured with it."""
+        return resolve_model(self.config.model)
+
+    def document_vectors(self) -> tuple[list[str], np.ndarray, str] | None:
+        """The collection's live index as one unit vector per document (the mean of its
+        chunks'), or None before the collection has a live index."""
+        live = self.registry.live(self.collection_name)
+        if live is None or not self.store.has_table(live.index_name):
+            return None
+        rows = self.store.scan(live.index_name, ["doc_id", "vector"])
+        ids = rows["doc_id"].to_pylist()
+        vectors = np.stack(rows["vector"].to_numpy(zero_copy_only=False)).astype(np.float32)
+        order = sorted(set(ids))
+        position = {d: i for i, d in enumerate(order)}
+        sums = np.zeros((len(order), vectors.shape[1]), dtype=np.float32)
+        np.add.at(sums, [position[d] for d in ids], vectors)
+        sums /= np.linalg.norm(sums, axis=1, keepdims=True).clip(min=1e-12)
+        return order, sums, live.index_name
+
+    @cached_property
+    def reviewer(self) -> GenerationReviewer:
+        """The shared review, with this product's rule (briefs every document of its last
+        full pass) and scorer (valid share, audience accuracy, faithfulness)."""
+        scorer = BriefScorer(
+            self.settings,
+            self.briefs,
+            self.tracking,
+            self.embedding_model,
+            self.document_vectors,
+            self.output.enums.get("audience"),
+        )
+        hint = (
+            f"run the briefs first (batch-pipeline run --collection {self.collection_name} "
+            "--product briefs)"
+        )
+        return GenerationReviewer(self.registry, self.name, CoversCollectionRule(), scorer, hint)
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        return self.reviewer.review(self.record(), embedder_for, force)
+
+    def live(self) -> LiveGeneration:
+        """What readers use: the live generation, or NoLiveGenerationError."""
+        return self.reviewer.live()
+
+
+class BriefPartition(StagedPartition):
+    """One partition of a collection's briefs, as the frame runs it."""
+
+    unit = DOCUMENTS
+
+    def __init__(self, product: BriefProduct, partition: str) -> None:
+        self.product = product
+        self.config = product.config
+        self.tracking = product.tracking
+        self.store = product.store
+        self.partition = partition
+        self.documents = product.documents_for(partition)
+        self.staging = self.documents.staging
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return BRIEF_STAGES
+
+    @property
+    def staging_key(self) -> str:
+        """The partition's folder in staging: under the product's name, as the tickets'."""
+        return f"{self.product.name}/{self.partition}"
+
+    @property
+    def index(self) -> str:
+        return self.product.index
+
+    @property
+    def fingerprint(self) -> str:
+        return self.product.fingerprint
+
+    @property
+    def model(self) -> ChatModel:
+        return self.product.model
+
+    def checkpoint_dir(self) -> StagePath:
+        return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
+
+    # ------------------------------------------------------------------- stages
+
+    def read_documents(self, doc_ids: list[str]) -> Iterator[ReadDocument]:
+        """Documents collect did not read, read from the collection's source."""
+        for doc_id, result in self.documents.source.read_many(doc_ids):
+            if isinstance(result, DocumentReadError):
+                yield ReadDocument(doc_id, error=f"unreadable: {result}")
+                continue
+            try:
+                text = decode_document(result.data)
+            except DocumentError as error:
+                yield ReadDocument(doc_id, error=f"{error.reason}: {error}")
+                continue
+            fmt = result.fmt or detect_format(doc_id)
+            title = result.title or parse_document(text, doc_id, fmt).title
+            yield ReadDocument(doc_id, title, text)
+
+    def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
+        out = self.path(run_id, self.stages[1].file)
+        product = self.product
+        summary: BriefPrepareSummary = prepare_briefs(
+            collected,
+            out,
+            product.briefs.keys(self.index),
+            self.fingerprint,
+            product.template,
+            product.settings.document_tokens,
+            product.generator,
+            self.read_documents,
+        )
+        return StageOutput(out, summary)
+
+    def plan(self, run_id: str, prepared: StagePath, *_: object, **__: object) -> StageOutput:
+        """The prompt plan (the frame's batch settings are the embedders'; not used here)."""
+        out = self.path(run_id, self.stages[2].file)
+        product = self.product
+        summary = plan_prompts(
+            prepared, out, product.generator, product.sampling, product.plan_settings
+        )
+        return StageOutput(out, summary)
+
+    def execute(
+        self,
+        run_id: str,
+        planned: StagePath,
+        get_generator: Callable[[], Generator],
+        checkpoint_every: int = 8,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> StageOutput:
+        """Generate the plan; the engine starts (in `get_generator`'s generator) only if
+        there is work. Chunks are the plan's, so `checkpoint_every` is not used."""
+        out = self.path(run_id, self.stages[3].file)
+        product = self.product
+        summary = execute_prompts(
+            planned,
+            out,
+            get_generator,
+            product.sampling,
+            product.output.schema,
+            self.checkpoint_dir(),
+            progress,
+            progress_interval,
+        )
+        return StageOutput(out, summary)
+
+    def land(
+        self,
+        run_id: str,
+        collected: StagePath,
+        prepared: StagePath,
+        executed: StagePath,
+        trigger: str,
+        retries: int = 0,
+        started_at: float | None = None,
+    ) -> BriefLandSummary:
+        """Land the run's briefs in the run frame, and record each document's failure."""
+        product = self.product
+        lineage = BriefLineage(
+            collection=product.collection_name,
+            partition=self.partition,
+            prompt_version=product.template.version,
+            schema_version=product.output.version,
+            model_name=product.model.name,
+            model_fingerprint=product.model.fingerprint,
+            run_id=run_id,
+        )
+        files = StageFiles(collected, prepared, executed)
+        product.record()
+        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
+            summary = land_briefs(
+                prepared, executed, product.briefs, self.index, product.output, lineage
+            )
+            failures = [
+                FailureRecord(doc_id, "execute", "invalid_output", "InvalidOutput", reason)
+                for doc_id, reason in sorted(summary.failed.items())
+            ]
+            self.tracking.forget_failures(self.index, summary.landed_ids + summary.deleted_ids)
+            self.tracking.record_failures(self.index, failures, run_id)
+            total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
+            prepared_summary = stage_summary(prepared)
+            if prepared_summary.get("full_pass"):
+                expected = int(prepared_summary["stale"]) + int(prepared_summary["fresh"])
+                product.registry.update(
+                    product.name, self.fingerprint, rows=total, documents=expected, full_pass=True
+                )
+            else:
+                product.registry.update(product.name, self.fingerprint, rows=total)
+            run.outcome = RunOutcome(
+                counts={
+                    "briefs_generated": len(summary.landed_ids),
+                    "briefs_deleted": len(summary.deleted_ids),
+                    "briefs_failed": len(summary.failed),
+                    "briefs_in_table": total,
+                },
+                attempted=len(summary.landed_ids) + len(summary.failed) + len(summary.deleted_ids),
+                failed=len(summary.failed),
+                partition_inputs=total + len(summary.failed),
+                table_version=summary.table_version,
+            )
+        summary.measures = run.measures
+        return summary
+
+    def collect_stage(self, request: RunRequest) -> StageOutput:
+        return self.documents.collect(request.run_id, request.doc_ids)
+
+    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
+        return self.prepare(request.run_id, collected)
+
+    def land_stage(
+        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
+    ) -> BriefLandSummary:
+        return self.land(
+            request.run_id,
+            collected,
+            prepared,
+            executed,
+            request.trigger,
+            started_at=request.started_at,
+        )

@@ -1,0 +1,97 @@
+"""The briefs: one LanceDB table per generation, one row per document.
+
+A row holds the brief's fields as typed columns (one per property of the output schema), the
+raw output and its finish reason, prompt and output tokens, whether the document was cut to
+fit the prompt, and its lineage: the document's content hash, the staleness key
+(`input_hash`), the prompt and schema versions, the model, the run and when it was generated.
+
+A run's rows land in one `merge_insert` commit keyed by `doc_id` that also deletes the briefs
+of deleted documents, so a reader sees the table before the run or after it.
+"""
+
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from batch_pipeline.config.output_schema import OutputSchema
+from batch_pipeline.state.vector_store import VectorStore, commit_with_retries, in_filter
+
+COLUMN_TYPES = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "list<string>": pa.list_(pa.string()),
+}
+
+
+def brief_schema(output: OutputSchema) -> pa.Schema:
+    """A generation's table: lineage first, then one typed column per brief field."""
+    fields = [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("collection", pa.string(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("content_hash", pa.string(), nullable=False),
+        pa.field("input_hash", pa.string(), nullable=False),
+        pa.field("raw_output", pa.string(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("output_tokens", pa.int32(), nullable=False),
+        pa.field("truncated", pa.bool_(), nullable=False),
+        pa.field("prompt_version", pa.string(), nullable=False),
+        pa.field("schema_version", pa.string(), nullable=False),
+        pa.field("model_name", pa.string(), nullable=False),
+        pa.field("model_fingerprint", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("generated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+    fields += [pa.field(name, COLUMN_TYPES[kind]) for name, kind in output.columns.items()]
+    return pa.schema(fields)
+
+
+def brief_fields(raw_output: str, output: OutputSchema) -> dict[str, object]:
+    """The typed columns of a valid output (missing optional fields are null)."""
+    value = json.loads(raw_output)
+    return {name: value.get(name) for name in output.columns}
+
+
+class BriefStore:
+    """Reads and writes the brief generations' tables in the pipeline's LanceDB database."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+
+    def keys(self, index: str) -> dict[str, str]:
+        """doc_id -> the staleness key its brief was generated under."""
+        if not self.store.has_table(index):
+            return {}
+        rows = self.store.scan(index, ["doc_id", "input_hash"])
+        return dict(zip(rows["doc_id"].to_pylist(), rows["input_hash"].to_pylist(), strict=True))
+
+    def rows(self, index: str, doc_ids: list[str] | None = None) -> list[dict]:
+        """The briefs (of `doc_ids`; all without them), by doc id."""
+        if not self.store.has_table(index) or (doc_ids is not None and not doc_ids):
+            return []
+        query = self.store.open(index).search()
+        if doc_ids is not None:
+            query = query.where(in_filter("doc_id", doc_ids))
+        return sorted(query.limit(None).to_arrow().to_pylist(), key=lambda r: r["doc_id"])
+
+    def replace(
+        self, index: str, rows: pa.Table, deleted: Iterable[str], output: OutputSchema
+    ) -> int:
+        """Upsert `rows` and delete the briefs of `deleted`, in one commit; the table version."""
+        table = self.store.open(index)
+        if table is None:
+            table = self.store.create_table(index, brief_schema(output))
+        gone = sorted(set(deleted))
+        if not rows.num_rows and not gone:
+            return table.version
+        data = rows.cast(table.schema)
+        merge = table.merge_insert("doc_id").when_matched_update_all().when_not_matched_insert_all()
+        if gone:
+            merge = merge.when_not_matched_by_source_delete(in_filter("doc_id", gone))
+        commit_with_retries(table, lambda: merge.execute(data))
+        return table.version

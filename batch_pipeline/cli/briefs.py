@@ -1,0 +1,138 @@
+"""The document briefs' commands of the `batch-pipeline` CLI.
+
+    batch-pipeline briefs --collection handbook [--doc-id ID ...] [--json]
+    batch-pipeline run --collection handbook --product briefs [--trigger T] [--json]
+
+`run --product briefs` runs collect (the collection's own), prepare, plan, execute (the chat
+model on vLLM, in this process) and land, without Dagster; only stale briefs are generated.
+"""
+
+import argparse
+import json
+import textwrap
+import uuid
+
+from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.generations.review import EmbedderFor
+from batch_pipeline.measures.progress import ProgressSink, duration
+from batch_pipeline.reports.text import printable
+
+PRODUCT_KINDS = ("index", "briefs")  # what `run --product` runs for a collection
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    briefs = commands.add_parser("briefs", help="a collection's document briefs")
+    briefs.add_argument("--collection", required=True, help="a collection with briefs")
+    briefs.add_argument("--doc-id", action="append", dest="doc_ids", help="only these (repeat)")
+    briefs.add_argument(
+        "--candidate",
+        action="store_true",
+        help="the current configuration's generation, not the live one readers use",
+    )
+    briefs.add_argument("--json", action="store_true", help="print JSON")
+
+
+def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
+    """The live generation's briefs (what readers use), or with `--candidate` the current
+    configuration's; a NoLiveGenerationError says how to build one."""
+    index = product.index if args.candidate else product.live().index
+    rows = product.briefs.rows(index, args.doc_ids)
+    fields = list(product.output.columns)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(
+            f"{index}: no briefs yet; run `batch-pipeline run --collection "
+            f"{product.collection_name} --product briefs`"
+        )
+        return 0
+    versions = sorted({r["prompt_version"] for r in rows})
+    print(f"{index}: {len(rows)} briefs (prompt {', '.join(versions)})")
+    for row in rows:
+        cut = " (document cut to fit)" if row["truncated"] else ""
+        print(f"\n{printable(row['doc_id'])}{cut}")
+        for name in fields:
+            value = row[name]
+            if isinstance(value, list):
+                print(f"  {name}:")
+                for item in value:
+                    print(textwrap.indent(textwrap.fill(printable(str(item)), 92), "    - "))
+            else:
+                text = textwrap.fill(f"{name}: {printable(str(value))}", 96)
+                print(textwrap.indent(text, "  "))
+    return 0
+
+
+def run_briefs(
+    product: BriefProduct,
+    args: argparse.Namespace,
+    progress: ProgressSink | None,
+    interval: float,
+    embedder_for: EmbedderFor,
+) -> int:
+    """Run the briefs of the whole collection, then review their generation (faithfulness
+    embeds with `embedder_for`'s models)."""
+    run_id = args.run_id or str(uuid.uuid4())
+    generator = product.generator
+    partition = product.partition(product.collection_name)
+    summaries = partition.run(
+        run_id,
+        lambda: generator,
+        doc_ids=args.doc_ids,
+        trigger=args.trigger,
+        progress=progress,
+        progress_interval=interval,
+    )
+    land = summaries["land"]
+    measures = land.measures
+    review = product.review(embedder_for)
+    report = {
+        "run_id": run_id,
+        "generation": product.index,
+        "prepare": summaries["prepare"].metadata(),
+        "plan": summaries["plan"].metadata(),
+        "execute": summaries["execute"].metadata(
+            product.config.cost.device_price(generator.device)
+        ),
+        "land": land.metadata(),
+        "failed": land.failed,
+        "measures": measures.metadata() if measures is not None else None,
+        "review": review.metadata(),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    execute = report["execute"]
+    print(
+        f"run {run_id}: {execute['requests_generated']} briefs generated, "
+        f"{report['land']['briefs_landed']} landed, {report['land']['briefs_deleted']} deleted, "
+        f"{report['land']['briefs_failed']} failed ({product.index})"
+    )
+    if execute["requests_generated"]:
+        print(
+            f"  {execute['output_tokens_per_second']:,.1f} output tokens/s, "
+            f"{execute['requests_per_second']:.2f} documents/s on {execute['device']} "
+            f"({execute['dtype']}), {duration(execute['seconds'])} generating after "
+            f"{duration(execute['engine_load_seconds'])} starting the engine; "
+            f"valid {execute.get('valid_share', 0):.1%}"
+        )
+    if measures is not None:
+        line = (
+            f"  {duration(measures.wall_seconds)} wall-clock, {measures.window_used_fraction:.1%}"
+            f" of its {duration(measures.window_seconds)} window"
+        )
+        if measures.inputs:
+            line += (
+                f"; {measures.cost_per_1k_inputs:.6f} {measures.currency} per 1k documents "
+                "(estimated)"
+            )
+        print(line)
+    for doc_id, reason in sorted(land.failed.items())[:10]:
+        print(f"  failed: {printable(doc_id)}: {printable(reason)}")
+    scores = (review.scores or {}).get("candidate") or {}
+    figures = ", ".join(f"{k} {v:.3f}" for k, v in sorted(scores.items()))
+    print(f"  generation {review.generation}: {review.decision}: {review.reason}")
+    if figures:
+        print(f"  scores: {figures}")
+    return 0

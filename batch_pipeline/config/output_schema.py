@@ -1,0 +1,100 @@
+"""An output schema: the JSON schema a chat model's output is constrained to, and the typed
+columns its fields land in.
+
+The file is a JSON schema of one object. Each property becomes a column, so each must have a
+type a column can hold:
+
+| property | column |
+|---|---|
+| `{"type": "string"}` (with `maxLength`, `enum`, ...) or `{"enum": [...]}` of strings | string |
+| `{"type": "integer"}` | int64 |
+| `{"type": "number"}` | float64 |
+| `{"type": "boolean"}` | bool |
+| `{"type": "array", "items": {"type": "string"}}` | list of strings |
+
+Its version is a hash of the schema's canonical JSON, so reformatting the file is no change.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+
+COLUMN_TYPES = ("string", "int64", "float64", "bool", "list<string>")
+MAX_SCHEMA_BYTES = 256 * 1024
+
+
+class OutputSchemaError(ValueError):
+    """A schema file that cannot be used; the message names the property and the problem."""
+
+
+@dataclass(frozen=True)
+class OutputSchema:
+    path: Path
+    schema: dict
+    columns: dict[str, str]  # property -> column type, in the schema's order
+    version: str
+
+    @property
+    def enums(self) -> dict[str, list[str]]:
+        """The properties whose values are one of a list, with the list."""
+        properties = self.schema["properties"]
+        return {name: list(p["enum"]) for name, p in properties.items() if "enum" in p}
+
+
+def _column_type(name: str, prop: object) -> str:
+    if not isinstance(prop, dict):
+        raise OutputSchemaError(f"property {name!r} must be a schema object")
+    if "enum" in prop:
+        if not prop["enum"] or not all(isinstance(v, str) for v in prop["enum"]):
+            raise OutputSchemaError(f"property {name!r}: `enum` must list strings")
+        return "string"
+    kind = prop.get("type")
+    simple = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool"}
+    if kind in simple:
+        return simple[kind]
+    if kind == "array":
+        items = prop.get("items")
+        if isinstance(items, dict) and (items.get("type") == "string" or "enum" in items):
+            return "list<string>"
+        raise OutputSchemaError(f"property {name!r}: an array's items must be strings")
+    raise OutputSchemaError(
+        f"property {name!r} has type {kind!r}; a column holds string, integer, number, "
+        "boolean or an array of strings"
+    )
+
+
+def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> OutputSchema:
+    """Read and check a schema file; an `OutputSchemaError` names what is wrong. Properties
+    may not take a `reserved` name (a column every row has)."""
+    data = path.read_bytes()
+    if len(data) > MAX_SCHEMA_BYTES:
+        raise OutputSchemaError(f"{path.name} is {len(data):,} bytes; at most {MAX_SCHEMA_BYTES:,}")
+    try:
+        schema = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise OutputSchemaError(f"{path.name} is not UTF-8 JSON: {error}") from None
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as error:
+        raise OutputSchemaError(
+            f"{path.name} is not a valid JSON schema: {error.message}"
+        ) from None
+    if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+        raise OutputSchemaError(f"{path.name} must describe one object with `properties`")
+    if not schema["properties"]:
+        raise OutputSchemaError(f"{path.name} has no properties")
+    columns = {}
+    for name, prop in schema["properties"].items():
+        if name in reserved:
+            raise OutputSchemaError(f"property {name!r} is a column every row has; rename it")
+        columns[name] = _column_type(name, prop)
+    canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return OutputSchema(
+        path=path,
+        schema=schema,
+        columns=columns,
+        version=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )

@@ -1,0 +1,99 @@
+"""The document briefs in Dagster, with the FAKE generator and embedder: the group reads the
+collection's own source_documents, lands typed rows and passes its blocking valid-output
+check; a rerun generates nothing; a collection without briefs materialises none of them; the
+embedding job that sensors and the schedule launch includes them."""
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from resources.testing import FakeGenerationResource, FakeInferenceResource
+from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+BRIEF_ASSETS = ["brief_prompts", "brief_plan", "brief_generations", "document_briefs"]
+
+
+@pytest.fixture()
+def briefs_workspace(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    write_corpus(tmp_path / "notes")
+    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
+    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n"
+        "  - name: handbook\n"
+        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
+        "  - name: notes\n"
+        '    source: {kind: filesystem, path: notes, glob: "**/*"}\n'
+    )
+    return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
+
+
+def materialize_with_briefs(workspace, instance, partition="handbook"):
+    from batch_pipeline.definitions import build_definitions
+
+    defs = build_definitions(workspace["config"])
+    resources = {
+        **stage_resources(workspace),
+        "inference": FakeInferenceResource(device="cpu"),
+        "generation": FakeGenerationResource(),
+    }
+    return dg.materialize(
+        [defs.get_assets_def(name) for name in (*STAGE_ASSETS, *BRIEF_ASSETS)],
+        partition_key=partition,
+        instance=instance,
+        resources=resources,
+    )
+
+
+def test_the_briefs_land_from_the_collection_s_collect_and_pass_their_check(briefs_workspace):
+    with dg.instance_for_test() as instance:
+        result = materialize_with_briefs(briefs_workspace, instance)
+        assert result.success
+        prompts = metadata_of(result, "brief_prompts")
+        assert prompts["briefs_stale"] == 3
+        generations = metadata_of(result, "brief_generations")
+        assert generations["requests_generated"] == 3 and generations["valid_share"] == 1.0
+        land = metadata_of(result, "document_briefs")
+        assert land["dagster/row_count"] == 3 and land["briefs_landed"] == 3
+        assert land["review_state"] == "live"
+        assert land["generation"].startswith("handbook_briefs__")
+        (check,) = [
+            c for c in result.get_asset_check_evaluations() if c.check_name == "valid_output_rate"
+        ]
+        assert check.passed
+        again = materialize_with_briefs(briefs_workspace, instance)
+        assert metadata_of(again, "brief_prompts")["briefs_stale"] == 0
+        assert metadata_of(again, "brief_generations")["requests_generated"] == 0
+
+
+def test_a_collection_without_briefs_materialises_none_of_them(briefs_workspace):
+    with dg.instance_for_test() as instance:
+        result = materialize_with_briefs(briefs_workspace, instance, partition="notes")
+        assert result.success
+        for name in BRIEF_ASSETS:
+            assert result.asset_materializations_for_node(name) == []
+        assert metadata_of(result, "vector_index")["documents_landed"] == 3
+
+
+def test_the_embedding_job_runs_the_briefs_and_their_check_blocks(briefs_workspace):
+    from batch_pipeline.definitions import build_definitions
+
+    defs = build_definitions(briefs_workspace["config"])
+    job = defs.resolve_job_def("embedding_job")
+    assert set(BRIEF_ASSETS) <= {
+        key.to_user_string() for key in job.asset_layer.executable_asset_keys
+    }
+    spec = next(
+        s
+        for s in defs.get_assets_def("document_briefs").check_specs
+        if s.name == "valid_output_rate"
+    )
+    assert spec.blocking and spec.description
+    execute = defs.get_assets_def("brief_generations")
+    assert execute.op.pool == "gpu"

@@ -1,0 +1,179 @@
+"""Document briefs on the engine, with the FAKE generator: every document briefed once into
+typed rows with their lineage; a rerun generates nothing, an edit regenerates that document
+only, a deletion removes its brief, a prompt edit builds a new generation beside the old, an
+unsatisfiable schema fails documents without landing them, and a crash resumes."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.config import load_config
+from batch_pipeline.inference.fake import FakeGenerator
+from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+from tests.support import write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def briefs_workspace(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
+    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n"
+        "  - name: handbook\n"
+        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 40}\n"
+    )
+    return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
+
+
+def product_of(ws, generator=None):
+    config = load_config(ws["config"])
+    storage = resolve_storage(str(ws["home"]))
+    tracking = TrackingStore(storage.tracking_url)
+    store = VectorStore(storage.lancedb_uri)
+    return BriefProduct(
+        config,
+        storage,
+        "handbook",
+        generator or FakeGenerator(),
+        lambda key: PartitionPipeline(config, storage, key, tracking, store),
+        tracking=tracking,
+        store=store,
+    )
+
+
+def run(product, run_id, generator=None):
+    generator = generator or product.generator
+    return product.partition("handbook").run(run_id, lambda: generator)
+
+
+def test_every_document_is_briefed_once_into_typed_rows_with_their_lineage(briefs_workspace):
+    product = product_of(briefs_workspace)
+    result = run(product, "run-1")
+    rows = product.briefs.rows(product.index)
+    assert [r["doc_id"] for r in rows] == ["account/reset-password.md", "notes.txt", "refunds.md"]
+    assert result["land"].failed == {}
+    for row in rows:
+        assert len(row["questions"]) == 3 and row["audience"] == "owner"
+        assert json.loads(row["raw_output"])["summary"] == row["summary"]
+        assert row["prompt_version"] == product.template.version
+        assert row["model_fingerprint"] == product.model.fingerprint
+        assert row["run_id"] == "run-1" and row["finish_reason"] == "stop"
+    assert any(r["truncated"] for r in rows)  # the guide is longer than 40 tokens
+    assert product.index.startswith("handbook_briefs__")
+    (record,) = product.tracking.partition_runs(["handbook"], 5, product.index)
+    assert record["run_id"] == "run-1"
+
+
+def test_a_rerun_generates_nothing_and_an_edit_regenerates_that_document_only(briefs_workspace):
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    fake = product.generator
+    assert len(fake.generated) == 3
+    run(product, "run-2")
+    assert len(fake.generated) == 3  # nothing stale: nothing generated
+    page = briefs_workspace["docs"] / "refunds.md"
+    page.write_text(page.read_text() + "\nRefunds now take ten days.\n")
+    run(product, "run-3")
+    assert len(fake.generated) == 4
+    by_doc = {r["doc_id"]: r for r in product.briefs.rows(product.index)}
+    assert by_doc["refunds.md"]["run_id"] == "run-3"
+    assert by_doc["notes.txt"]["run_id"] == "run-1"
+
+
+def test_a_deleted_document_loses_its_brief(briefs_workspace):
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    (briefs_workspace["docs"] / "notes.txt").unlink()
+    result = run(product, "run-2")
+    assert result["land"].deleted_ids == ["notes.txt"]
+    assert [r["doc_id"] for r in product.briefs.rows(product.index)] == [
+        "account/reset-password.md",
+        "refunds.md",
+    ]
+
+
+def test_a_prompt_edit_is_a_new_generation_and_the_old_table_is_untouched(briefs_workspace):
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    old_index, old_rows = product.index, product.briefs.rows(product.index)
+    prompt = briefs_workspace["root"] / "prompt.yaml"
+    prompt.write_text(prompt.read_text().replace("support agents", "new starters"))
+    product.review(lambda model: pytest.fail("no live index to embed against"))
+    edited = product_of(briefs_workspace)
+    assert edited.index != old_index
+    run(edited, "run-2")
+    assert len(edited.briefs.rows(edited.index)) == 3
+    assert edited.live().index == old_index  # readers keep live until the review
+    assert edited.briefs.rows(old_index) == old_rows  # and see no change in it
+    assert edited.review(lambda model: pytest.fail("no index")).decision == "promoted"
+    assert edited.live().index == edited.index
+
+
+def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_workspace):
+    schema_path = briefs_workspace["root"] / "schema.json"
+    schema = json.loads(schema_path.read_text())
+    schema["properties"]["summary"]["pattern"] = "^[0-9]+$"
+    schema_path.write_text(json.dumps(schema))
+    product = product_of(briefs_workspace)
+    result = run(product, "run-1")
+    assert set(result["land"].failed) == {"account/reset-password.md", "notes.txt", "refunds.md"}
+    assert product.briefs.rows(product.index) == []
+    failures = product.tracking.failures_by_doc(product.index)
+    assert "summary" in failures["refunds.md"]["message"]
+    assert result["execute"].valid_share == 0.0
+    review = product.review(lambda model: pytest.fail("no brief to embed"))
+    assert review.decision == "refused" and "3 of 3 documents have no valid brief" in review.reason
+
+
+class CrashingGenerator(FakeGenerator):
+    """FAKE fault: dies on its first call to generate."""
+
+    def generate(self, *args, **kwargs):
+        raise RuntimeError("engine died")
+
+
+def test_a_failed_execute_lands_nothing_and_the_retry_completes(briefs_workspace):
+    product = product_of(briefs_workspace)
+    with pytest.raises(RuntimeError, match="engine died"):
+        run(product, "run-1", CrashingGenerator())
+    assert product.briefs.rows(product.index) == []
+    run(product, "run-2")
+    assert len(product.briefs.rows(product.index)) == 3
+
+
+def test_an_invalidated_run_s_briefs_are_generated_again_on_the_next_run(briefs_workspace):
+    from batch_pipeline.generations.registry import GenerationRegistry
+    from batch_pipeline.generations.run_history import invalidate_run
+
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    undone = invalidate_run(
+        product.tracking, product.store, GenerationRegistry(product.tracking), "run-1"
+    )
+    assert undone.rows == 3
+    assert len(product.briefs.rows(product.index)) == 3  # they keep serving until replaced
+    run(product, "run-2")
+    assert len(product.generator.generated) == 6
+    assert {r["run_id"] for r in product.briefs.rows(product.index)} == {"run-2"}
+
+
+def test_a_full_pass_with_every_brief_valid_is_promoted_and_readers_get_it(briefs_workspace):
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    review = product.review(lambda model: pytest.fail("nothing to embed: no live index"))
+    assert review.decision == "promoted", review.reason
+    assert review.scores["candidate"]["valid_share"] == 1.0
+    assert product.live().index == product.index
+    record = product.registry.get(product.name, product.fingerprint)
+    assert (record.rows, record.documents, record.full_pass) == (3, 3, True)

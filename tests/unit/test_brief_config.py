@@ -1,0 +1,129 @@
+"""The document briefs' configuration: a prompt file with a shared system part and a document
+part, and an output schema whose properties become typed columns; a bad one fails at load
+and names the field and the problem, and each has a version that changes with its meaning."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from batch_pipeline.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((REPO / "data" / "brief_schema.json").read_text())
+
+
+def workspace(tmp_path, prompt=None, schema=None, extra=""):
+    (tmp_path / "docs").mkdir(parents=True, exist_ok=True)
+    if prompt is None:
+        shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
+    else:
+        (tmp_path / "prompt.yaml").write_text(prompt)
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA if schema is None else schema))
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n  - name: kb\n    source: {kind: filesystem, path: docs}\n"
+        f"    briefs: {{prompt: prompt.yaml, output_schema: schema.json{extra}}}\n"
+    )
+    return config
+
+
+def briefs_of(config_path):
+    return load_config(config_path).collections[0].briefs
+
+
+def test_the_sample_prompt_and_schema_load_with_their_columns(tmp_path):
+    from batch_pipeline.config.output_schema import load_output_schema
+    from batch_pipeline.config.prompt import load_prompt
+
+    briefs = briefs_of(workspace(tmp_path))
+    assert briefs.document_tokens == 768 and briefs.max_tokens == 512
+    assert not briefs.index_questions
+    prompt = load_prompt(briefs.prompt, ("title", "text", "doc_id"))
+    assert prompt.system.startswith("You write briefs")
+    assert prompt.render(title="Resetting", text="Body.", doc_id="a.md").startswith(
+        "Article: Resetting"
+    )
+    schema = load_output_schema(briefs.output_schema)
+    assert schema.columns == {
+        "summary": "string",
+        "audience": "string",
+        "questions": "list<string>",
+    }
+    assert schema.enums == {"audience": ["owner", "admin", "member", "guest"]}
+
+
+def test_a_prompt_edit_is_a_new_version_and_a_reformatted_schema_is_not(tmp_path):
+    from batch_pipeline.config.output_schema import load_output_schema
+    from batch_pipeline.config.prompt import load_prompt
+
+    first = workspace(tmp_path / "a")
+    second = workspace(tmp_path / "b", prompt="system: Be brief.\ndocument: $text\n")
+    version = [load_prompt(briefs_of(c).prompt, ("title", "text")).version for c in (first, second)]
+    assert version[0] != version[1]
+    path = briefs_of(first).output_schema
+    before = load_output_schema(path).version
+    path.write_text(json.dumps(SCHEMA, indent=4))
+    assert load_output_schema(path).version == before
+    path.write_text(json.dumps({**SCHEMA, "required": ["summary"]}))
+    assert load_output_schema(path).version != before
+
+
+@pytest.mark.parametrize(
+    ("prompt", "schema", "says"),
+    [
+        (
+            "system: Hi\ndocument: $text by $author\n",
+            None,
+            "prompt: prompt.yaml: `document` uses $author",
+        ),
+        ("system: Hi $title\ndocument: $text\n", None, "`system` is shared by every input"),
+        ("system: Hi\ndocument: costs $ 5\n", None, "write $$ for a dollar sign"),
+        ("system: Hi\n", None, "`document` must be a non-empty text"),
+        ("system: Hi\ndocument: $text\nexamples: []\n", None, "unknown key 'examples'"),
+        (
+            None,
+            {"type": "object", "properties": {"n": {"type": "nope"}}},
+            "not a valid JSON schema",
+        ),
+        (
+            None,
+            {"type": "object", "properties": {"who": {"type": "object"}}},
+            "property 'who' has type 'object'",
+        ),
+        (None, {"type": "object", "properties": {"doc_id": {"type": "string"}}}, "every row has"),
+        (None, {"type": "array"}, "must describe one object"),
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {"tags": {"type": "array", "items": {"type": "integer"}}},
+            },
+            "an array's items must be strings",
+        ),
+    ],
+)
+def test_a_bad_prompt_or_schema_fails_at_load_naming_the_field(tmp_path, prompt, schema, says):
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace(tmp_path, prompt=prompt, schema=schema))
+    message = str(raised.value)
+    assert "collections[0].briefs" in message and says in message
+
+
+def test_a_missing_prompt_file_and_a_too_small_budget_are_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"collections\[0\]\.briefs\.document_tokens"):
+        load_config(workspace(tmp_path, extra=", document_tokens: 4"))
+    config = workspace(tmp_path)
+    (tmp_path / "prompt.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"collections\[0\]\.briefs\.prompt.*file not found"):
+        load_config(config)
+
+
+def test_a_sharded_collection_with_briefs_is_refused_at_load(tmp_path):
+    config = workspace(tmp_path)
+    config.write_text(config.read_text().replace("    briefs:", "    shards: 2\n    briefs:"))
+    with pytest.raises(
+        ConfigError, match=r"collections\[0\].*sharded collection cannot have briefs"
+    ):
+        load_config(config)
