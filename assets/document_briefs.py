@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.index_generation import INDEX_GENERATION
 from assets.partitions import (
     GPU_POOL,
     PROGRESS_INTERVAL_SECONDS,
@@ -194,7 +195,9 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
 
     @dg.asset(
         name=BRIEF_LAND.asset,
-        deps=[BRIEF_EXECUTE.asset],  # reads prepare's and collect's files too: see vector_index
+        # reads prepare's and collect's files too (see vector_index); after the index's own
+        # review, since faithfulness is measured against the collection's live index
+        deps=[BRIEF_EXECUTE.asset, INDEX_GENERATION],
         retry_policy=TRANSIENT_RETRY,
         kinds=set(BRIEF_LAND.kinds),
         freshness_policy=dg.FreshnessPolicy.time_window(

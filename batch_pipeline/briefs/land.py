@@ -1,4 +1,5 @@
-"""Land for briefs: the valid outputs parsed into typed rows, deletions applied, one commit.
+"""Land for briefs: the valid outputs parsed into typed rows, deletions applied, in commits
+of `LAND_GROUP` briefs (the last with the deletions), so memory holds one group.
 
 An output that is invalid (not finished, not JSON, not the schema) or was refused by the plan
 is that document's failure; its landed brief, if any, stays, and since its key did not move
@@ -14,7 +15,9 @@ import pyarrow as pa
 from batch_pipeline.briefs.store import BriefStore, brief_fields, brief_schema
 from batch_pipeline.config.output_schema import OutputSchema
 from batch_pipeline.measures.run import RunMeasures
-from batch_pipeline.state.staging import StagePath, read_table, stage_summary
+from batch_pipeline.state.staging import StagePath, read_batches, read_table, stage_summary
+
+LAND_GROUP = 2000  # briefs per commit: memory holds one group, not the run
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class BriefLandSummary:
     landed_ids: list[str] = field(default_factory=list)
     deleted_ids: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # doc_id -> why
+    failed_keys: dict[str, str] = field(default_factory=dict)  # doc_id -> its staleness key
     table_version: int | None = None
     measures: RunMeasures | None = None  # the run's, set by the frame once it has landed
 
@@ -63,13 +67,26 @@ def land_briefs(
     }
     deleted = list(stage_summary(prepared_path).get("deleted") or [])
     summary = BriefLandSummary()
-    rows = []
-    for out in read_table(executed_path).to_pylist():
+    schema = brief_schema(output)
+    rows: list[dict] = []
+
+    def commit(gone: list[str]) -> None:
+        nonlocal rows
+        table = pa.Table.from_pylist(rows, schema=schema)
+        summary.table_version = store.replace(index, table, gone, output)
+        summary.landed_ids += [r["doc_id"] for r in rows]
+        rows = []
+
+    outputs = (row for batch in read_batches(executed_path) for row in batch.to_pylist())
+    for out in outputs:
+        if len(rows) >= LAND_GROUP:  # one commit per group: each brief lands whole
+            commit([])
         doc = documents.get(out["input_hash"])
         if doc is None:
             continue  # a checkpoint of another plan (cannot be: keys include the fingerprint)
         if not out["valid"]:
             summary.failed[doc["doc_id"]] = out["error"] or "invalid output"
+            summary.failed_keys[doc["doc_id"]] = out["input_hash"]
             continue
         rows.append(
             {
@@ -97,8 +114,7 @@ def land_briefs(
         doc = documents.get(key)  # refused by the plan: no output row
         if doc is not None:
             summary.failed.setdefault(doc["doc_id"], reason)
-    table = pa.Table.from_pylist(rows, schema=brief_schema(output))
-    summary.table_version = store.replace(index, table, deleted, output)
-    summary.landed_ids = [r["doc_id"] for r in rows]
+            summary.failed_keys.setdefault(doc["doc_id"], key)
+    commit(deleted)  # the last group, with the deletions
     summary.deleted_ids = deleted
     return summary

@@ -40,6 +40,7 @@ from batch_pipeline.generations.review import (
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.iterables import batched
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.names import generation_index
@@ -58,7 +59,7 @@ from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_prompts
 from batch_pipeline.state.staging import StagePath, StagingArea, stage_summary
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import FailureRecord, GenerationRecord, TrackingStore
-from batch_pipeline.state.vector_store import VectorStore
+from batch_pipeline.state.vector_store import VectorStore, in_filter
 from batch_pipeline.text.documents import DocumentError, decode_document
 from batch_pipeline.text.normalize import detect_format, parse_document
 
@@ -185,21 +186,31 @@ class BriefProduct:
         """The collection's embedding model: faithfulness is measured with it."""
         return resolve_model(self.config.model)
 
-    def document_vectors(self) -> tuple[list[str], np.ndarray, str] | None:
-        """The collection's live index as one unit vector per document (the mean of its
-        chunks'), or None before the collection has a live index."""
+    def live_index(self) -> str | None:
+        """The collection's live index: faithfulness is measured against it."""
         live = self.registry.live(self.collection_name)
         if live is None or not self.store.has_table(live.index_name):
             return None
-        rows = self.store.scan(live.index_name, ["doc_id", "vector"])
-        ids = rows["doc_id"].to_pylist()
-        vectors = np.stack(rows["vector"].to_numpy(zero_copy_only=False)).astype(np.float32)
-        order = sorted(set(ids))
-        position = {d: i for i, d in enumerate(order)}
-        sums = np.zeros((len(order), vectors.shape[1]), dtype=np.float32)
-        np.add.at(sums, [position[d] for d in ids], vectors)
-        sums /= np.linalg.norm(sums, axis=1, keepdims=True).clip(min=1e-12)
-        return order, sums, live.index_name
+        return live.index_name
+
+    def document_vectors(self, index: str, doc_ids: list[str]) -> tuple[list[str], np.ndarray]:
+        """These documents' unit vectors in `index` (the mean of each one's chunks), and the
+        ids that have any, in id order; read `ID_BATCH` documents at a time."""
+        sums: dict[str, np.ndarray] = {}
+        for batch in batched(doc_ids):
+            rows = self.store.scan(index, ["doc_id", "vector"], where=in_filter("doc_id", batch))
+            for doc_id, vector in zip(
+                rows["doc_id"].to_pylist(), rows["vector"].to_numpy(zero_copy_only=False),
+                strict=True,
+            ):  # fmt: skip
+                vector = np.asarray(vector, dtype=np.float32)
+                sums[doc_id] = sums[doc_id] + vector if doc_id in sums else vector
+        order = sorted(sums)
+        if not order:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        matrix = np.stack([sums[d] for d in order])
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True).clip(min=1e-12)
+        return order, matrix
 
     @cached_property
     def reviewer(self) -> GenerationReviewer:
@@ -210,6 +221,7 @@ class BriefProduct:
             self.briefs,
             self.tracking,
             self.embedding_model,
+            self.live_index,
             self.document_vectors,
             self.output.enums.get("audience"),
         )
@@ -289,6 +301,11 @@ class BriefPartition(StagedPartition):
             collected,
             out,
             product.briefs.keys(self.index),
+            {
+                doc_id: failure["content_hash"]
+                for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
+                if failure.get("content_hash")
+            },
             self.fingerprint,
             product.template,
             product.settings.document_tokens,
@@ -358,8 +375,15 @@ class BriefPartition(StagedPartition):
             summary = land_briefs(
                 prepared, executed, product.briefs, self.index, product.output, lineage
             )
-            failures = [
-                FailureRecord(doc_id, "execute", "invalid_output", "InvalidOutput", reason)
+            failures = [  # under the key it failed with: not tried again while that holds
+                FailureRecord(
+                    doc_id,
+                    "execute",
+                    "invalid_output",
+                    "InvalidOutput",
+                    reason,
+                    content_hash=summary.failed_keys.get(doc_id),
+                )
                 for doc_id, reason in sorted(summary.failed.items())
             ]
             self.tracking.forget_failures(self.index, summary.landed_ids + summary.deleted_ids)

@@ -10,7 +10,10 @@ document part with `$title`, `$doc_id` and `$text`, the text cut at `document_to
 by the model's own tokenizer (the row says when it was). A stale document that collect did
 not read (unchanged for the index, but its brief is stale: a new prompt, say) is read here.
 Deleted documents are listed for land, and on a full pass so are briefs of documents the
-source no longer has. Documents collect could not read keep the brief they have.
+source no longer has. Documents collect could not read keep the brief they have. A document
+whose brief failed under the current key (an invalid output, a prompt too long) is not
+tried again: greedy decoding would give the same output; a change to it or to the
+configuration gives it a new key, and a new try.
 
 The output holds only the prompts to generate; memory holds one read batch and the landed
 keys.
@@ -68,6 +71,7 @@ class BriefPrepareSummary:
     documents: int = 0  # seen in collect's output, deleted ones included
     stale: int = 0  # prompts written
     fresh: int = 0  # briefs already landed under the current key
+    failed_before: int = 0  # failed under the current key: the same greedy output again
     truncated: int = 0  # of the stale, cut to the document budget
     read_here: int = 0  # of the stale, read by this stage (collect had not)
     deleted: list[str] = field(default_factory=list)
@@ -79,6 +83,7 @@ class BriefPrepareSummary:
             "documents": self.documents,
             "stale": self.stale,
             "fresh": self.fresh,
+            "failed_before": self.failed_before,
             "truncated": self.truncated,
             "read_here": self.read_here,
             "deleted": self.deleted,
@@ -91,6 +96,7 @@ class BriefPrepareSummary:
             "documents_seen": self.documents,
             "briefs_stale": self.stale,
             "briefs_fresh": self.fresh,
+            "briefs_failed_before": self.failed_before,
             "documents_truncated": self.truncated,
             "documents_read_for_briefs": self.read_here,
             "briefs_to_delete": len(self.deleted),
@@ -102,6 +108,7 @@ def prepare_briefs(
     collected_path: StagePath | Path,
     out_path: StagePath | Path,
     landed: dict[str, str],
+    failed: dict[str, str],
     fingerprint: str,
     template: PromptTemplate,
     document_tokens: int,
@@ -144,8 +151,11 @@ def prepare_briefs(
                     continue
                 if status not in (NEW, CHANGED, UNCHANGED) or digest is None:
                     continue  # failed or quarantined: the brief it has stays
-                if landed.get(doc_id) == brief_key(digest, fingerprint):
+                key = brief_key(digest, fingerprint)
+                if landed.get(doc_id) == key:
                     summary.fresh += 1
+                elif failed.get(doc_id) == key:
+                    summary.failed_before += 1  # greedy: it would fail the same way again
                 elif row["text"] is not None:
                     write(doc_id, row["title"], row["text"], digest)
                 else:

@@ -15,8 +15,9 @@ The gate compares audience accuracy and faithfulness with live's under one toler
 """
 
 import hashlib
+import heapq
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +34,10 @@ FAITHFULNESS_SAMPLE = 1000
 AUDIENCE = "audience"
 SUMMARY = "summary"
 
-# The collection's live index as document vectors: (doc ids, unit vectors, index name), or
-# None when the collection has no live index yet.
-DocumentVectors = Callable[[], tuple[list[str], np.ndarray, str] | None]
+# The collection's live index, or None before it has one; and, of a live index, the unit
+# vectors of these documents (the mean of each one's chunks), with the ids that have any.
+LiveIndex = Callable[[], str | None]
+DocumentVectors = Callable[[str, list[str]], tuple[list[str], np.ndarray]]
 
 
 class LabelledBriefsError(ValueError):
@@ -83,21 +85,20 @@ class CoversCollectionRule:
         return Completeness(False, reason, key)
 
 
-def _sampled(doc_ids: list[str], limit: int) -> set[str]:
-    """A fixed sample of the ids (the same on every run): the lowest id hashes."""
-    if len(doc_ids) <= limit:
-        return set(doc_ids)
-    ranked = sorted(doc_ids, key=lambda d: hashlib.sha1(d.encode("utf-8")).hexdigest())
-    return set(ranked[:limit])
+def _sampled(doc_ids: Iterable[str], limit: int) -> set[str]:
+    """A fixed sample of the ids (the same on every run): the `limit` lowest id hashes."""
+    ranked = heapq.nsmallest(
+        limit, doc_ids, key=lambda d: hashlib.sha1(d.encode("utf-8")).hexdigest()
+    )
+    return set(ranked)
 
 
-def faithfulness(
-    summaries: dict[str, str], doc_ids: list[str], vectors: np.ndarray, embed: Callable
-) -> float | None:
-    """The share of summaries nearer their own document than any other (see the module
-    docstring); None when fewer than two briefed documents have vectors."""
+def faithfulness(summaries: dict[str, str], doc_ids: list[str], vectors: np.ndarray,
+                 embed: Callable) -> float | None:  # fmt: skip
+    """The share of summaries nearer their own document than any other of `doc_ids` (see
+    the module docstring); None when fewer than two briefed documents have vectors."""
     position = {d: i for i, d in enumerate(doc_ids)}
-    chosen = sorted(_sampled([d for d in summaries if d in position], FAITHFULNESS_SAMPLE))
+    chosen = sorted(d for d in summaries if d in position)
     if len(chosen) < 2:
         return None
     rows = vectors[[position[d] for d in chosen]]
@@ -111,12 +112,15 @@ def faithfulness(
 
 @dataclass(frozen=True)
 class BriefScorer:
-    """Valid share, audience accuracy and faithfulness (see the module docstring)."""
+    """Valid share, audience accuracy and faithfulness (see the module docstring). Reads
+    the rows it scores, not the table: the labelled documents, and a sample of at most
+    `FAITHFULNESS_SAMPLE` documents with their vectors."""
 
     settings: BriefsConfig
     briefs: BriefStore
     tracking: TrackingStore
     model: ResolvedModel  # the collection's embedding model
+    live_index: LiveIndex
     document_vectors: DocumentVectors
     audiences: list[str] | None
 
@@ -132,32 +136,37 @@ class BriefScorer:
     def key(self, record: GenerationRecord) -> dict[str, object]:
         evaluation = self.settings.evaluation
         table = self.briefs.store.open(record.index_name)
-        vectors = self.document_vectors()
         return {
             "table_version": table.version if table is not None else None,
             "failures": self.tracking.failure_count(record.index_name),
             "eval_set": eval_set_version(evaluation.path) if evaluation is not None else None,
-            "index": vectors[2] if vectors is not None else None,
+            "index": self.live_index(),
         }
 
     def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
-        rows = self.briefs.rows(record.index_name)
-        failed = self.tracking.failure_count(record.index_name)
-        scores = {"valid_share": len(rows) / (len(rows) + failed) if rows or failed else 0.0}
-        by_doc = {r["doc_id"]: r for r in rows}
+        index = record.index_name
+        store = self.briefs.store
+        briefed = store.count_rows(index) if store.has_table(index) else 0
+        failed = self.tracking.failure_count(index)
+        scores = {"valid_share": briefed / (briefed + failed) if briefed or failed else 0.0}
+        if not briefed:
+            return scores
         evaluation = self.settings.evaluation
-        if evaluation is not None and rows and AUDIENCE in rows[0]:
+        if evaluation is not None:
             labelled = load_labelled_audiences(evaluation.path, self.audiences)
-            right = sum(
-                1 for d, audience in labelled.items() if by_doc.get(d, {}).get(AUDIENCE) == audience
-            )
-            scores["audience_accuracy"] = right / len(labelled) if labelled else 0.0
-        vectors = self.document_vectors()
-        if vectors is not None and rows and SUMMARY in rows[0]:
-            doc_ids, matrix, _index = vectors
-            summaries = {d: str(r[SUMMARY]) for d, r in by_doc.items() if r.get(SUMMARY)}
-            embedder = embedder_for(self.model)
-            share = faithfulness(summaries, doc_ids, matrix, embedder.embed)
-            if share is not None:
-                scores["faithfulness"] = share
+            rows = {r["doc_id"]: r for r in self.briefs.rows(index, sorted(labelled))}
+            if rows and AUDIENCE in next(iter(rows.values())):
+                right = sum(1 for d, a in labelled.items() if rows.get(d, {}).get(AUDIENCE) == a)
+                scores["audience_accuracy"] = right / len(labelled) if labelled else 0.0
+        live = self.live_index()
+        if live is not None:
+            sample = sorted(_sampled(self.briefs.keys(index), FAITHFULNESS_SAMPLE))
+            rows = {r["doc_id"]: r for r in self.briefs.rows(index, sample)}
+            summaries = {d: str(r[SUMMARY]) for d, r in rows.items() if r.get(SUMMARY)}
+            if summaries:
+                doc_ids, vectors = self.document_vectors(live, sorted(summaries))
+                embed = embedder_for(self.model).embed
+                share = faithfulness(summaries, doc_ids, vectors, embed)
+                if share is not None:
+                    scores["faithfulness"] = share
         return scores

@@ -5,8 +5,8 @@ raw output and its finish reason, prompt and output tokens, whether the document
 fit the prompt, and its lineage: the document's content hash, the staleness key
 (`input_hash`), the prompt and schema versions, the model, the run and when it was generated.
 
-A run's rows land in one `merge_insert` commit keyed by `doc_id` that also deletes the briefs
-of deleted documents, so a reader sees the table before the run or after it.
+A run's rows land in `merge_insert` commits keyed by `doc_id`, the last of which also deletes
+the briefs of deleted documents, so a reader sees each brief whole, before or after.
 """
 
 import json

@@ -57,7 +57,12 @@ def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
             if isinstance(value, list):
                 print(f"  {name}:")
                 for item in value:
-                    print(textwrap.indent(textwrap.fill(printable(str(item)), 92), "    - "))
+                    print(
+                        textwrap.fill(
+                            printable(str(item)), 96, initial_indent="    - ",
+                            subsequent_indent="      ",
+                        )
+                    )  # fmt: skip
             else:
                 text = textwrap.fill(f"{name}: {printable(str(value))}", 96)
                 print(textwrap.indent(text, "  "))

@@ -369,10 +369,6 @@ class BriefsConfig(_Strict):
         description="Least share of a generation's outputs that must be valid for it to go live.",
     )
     evaluation: BriefsEvaluationConfig | None = None
-    index_questions: bool = Field(
-        default=False,
-        description="Land each brief's questions as extra rows of the collection's vector index.",
-    )
 
     _resolve_prompt = field_validator("prompt")(_existing_file)
     _resolve_schema = field_validator("output_schema")(_existing_file)

@@ -97,3 +97,42 @@ def test_the_embedding_job_runs_the_briefs_and_their_check_blocks(briefs_workspa
     assert spec.blocking and spec.description
     execute = defs.get_assets_def("brief_generations")
     assert execute.op.pool == "gpu"
+
+
+def test_a_one_page_publish_regenerates_that_page_s_brief_only(briefs_workspace):
+    from batch_pipeline.definitions import build_definitions
+    from tests.support import tick
+
+    config = briefs_workspace["config"]
+    config.write_text(config.read_text() + "sensor: {window_seconds: 0, max_docs_per_run: 50}\n")
+    defs = build_definitions(config)
+    resources = {
+        **stage_resources(briefs_workspace),
+        "inference": FakeInferenceResource(device="cpu"),
+        "generation": FakeGenerationResource(),
+    }
+
+    def launch(request):  # what the daemon does with the sensor's run request
+        result = dg.materialize(
+            [defs.get_assets_def(name) for name in (*STAGE_ASSETS, *BRIEF_ASSETS)],
+            partition_key=request.partition_key,
+            run_config=request.run_config,
+            tags=request.tags,
+            instance=instance,
+            resources=resources,
+        )
+        assert result.success
+        return result
+
+    with dg.instance_for_test() as instance:
+        first = tick(defs, briefs_workspace, instance)
+        (full,) = first.run_requests
+        assert metadata_of(launch(full), "brief_generations")["requests_generated"] == 3
+        page = briefs_workspace["docs"] / "refunds.md"
+        page.write_text(page.read_text() + "\nRefunds now take ten days.\n")
+        (request,) = tick(defs, briefs_workspace, instance, first.cursor).run_requests
+        assert request.job_name in (None, "embedding_job")
+        published = launch(request)
+        assert metadata_of(published, "brief_prompts")["briefs_stale"] == 1
+        assert metadata_of(published, "brief_generations")["requests_generated"] == 1
+        assert metadata_of(published, "document_briefs")["briefs_landed"] == 1

@@ -134,6 +134,9 @@ def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_wor
     assert result["execute"].valid_share == 0.0
     review = product.review(lambda model: pytest.fail("no brief to embed"))
     assert review.decision == "refused" and "3 of 3 documents have no valid brief" in review.reason
+    again = run(product, "run-2")  # greedy: the same key would fail the same way
+    assert again["prepare"].failed_before == 3 and len(product.generator.generated) == 3
+    assert set(product.tracking.failures_by_doc(product.index)) == set(result["land"].failed)
 
 
 class CrashingGenerator(FakeGenerator):
@@ -177,3 +180,13 @@ def test_a_full_pass_with_every_brief_valid_is_promoted_and_readers_get_it(brief
     assert product.live().index == product.index
     record = product.registry.get(product.name, product.fingerprint)
     assert (record.rows, record.documents, record.full_pass) == (3, 3, True)
+
+
+def test_a_large_run_lands_in_groups_and_every_brief_lands_whole(briefs_workspace, monkeypatch):
+    from batch_pipeline.briefs import land
+
+    monkeypatch.setattr(land, "LAND_GROUP", 1)  # a commit per brief
+    product = product_of(briefs_workspace)
+    result = run(product, "run-1")
+    assert len(product.briefs.rows(product.index)) == 3
+    assert result["land"].table_version >= 3  # three commits, not one

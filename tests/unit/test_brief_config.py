@@ -39,7 +39,6 @@ def test_the_sample_prompt_and_schema_load_with_their_columns(tmp_path):
 
     briefs = briefs_of(workspace(tmp_path))
     assert briefs.document_tokens == 768 and briefs.max_tokens == 512
-    assert not briefs.index_questions
     prompt = load_prompt(briefs.prompt, ("title", "text", "doc_id"))
     assert prompt.system.startswith("You write briefs")
     assert prompt.render(title="Resetting", text="Body.", doc_id="a.md").startswith(

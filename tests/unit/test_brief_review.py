@@ -29,6 +29,14 @@ def test_faithfulness_is_the_share_of_summaries_nearest_their_own_document():
     assert faithfulness({"a.md": "sa"}, DOCS, VECTORS, embed_as(near_own)) is None
 
 
+def test_the_faithfulness_sample_is_fixed_and_bounded():
+    from batch_pipeline.briefs.review import _sampled
+
+    ids = [f"doc-{n}.md" for n in range(50)]
+    assert _sampled(ids, 10) == _sampled(reversed(ids), 10) and len(_sampled(ids, 10)) == 10
+    assert _sampled(ids[:3], 10) == set(ids[:3])
+
+
 def test_labelled_audiences_are_checked_against_the_schema_s_values(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text('{"doc_id": "a.md", "audience": "admin"}\n\n')
