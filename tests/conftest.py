@@ -43,6 +43,19 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
         item.add_marker(getattr(pytest.mark, level))
 
 
+@pytest.fixture(autouse=True)
+def _no_dagster_instance_left_current():
+    """Each test starts with no current Dagster instance. An instance's context sets a
+    context variable (its definitions-state storage) that outlives a test when an instance is
+    entered and never exited; once that instance is collected, a later test that loads
+    definitions outside an instance fails with "undefined DagsterInstance weakref"."""
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    token = _current_storage.set(None)
+    yield
+    _current_storage.reset(token)
+
+
 @pytest.fixture(scope="session")
 def model():
     return resolve_model(ModelConfig())

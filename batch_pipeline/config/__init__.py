@@ -876,19 +876,19 @@ class PipelineConfig(_Strict):
         """A product's name keys its generations: the ticket intents cannot share one with a
         collection's vector index."""
         names = {c.name for c in self.collections}
-        for collection in self.collections:  # a collection's briefs: `<collection>_briefs`
-            briefs = f"{collection.name}{BRIEFS_SUFFIX}"
-            if collection.briefs is not None and briefs in names:
-                raise ValueError(
-                    f"collections: {briefs!r} is a collection's name and the name of "
-                    f"{collection.name!r}'s briefs; each product needs its own"
-                )
-            if collection.briefs is not None:
-                names.add(briefs)
-        if self.tickets is not None and self.tickets.name in names:
+        briefs = {f"{c.name}{BRIEFS_SUFFIX}" for c in self.collections if c.briefs is not None}
+        for name in sorted(briefs & names):  # a collection's briefs: `<collection>_briefs`
             raise ValueError(
-                f"tickets.name: {self.tickets.name!r} is a collection's or its briefs' name "
-                "too; each product needs its own (its generations are kept under it)"
+                f"collections: {name!r} is a collection's name and the name of "
+                f"{name.removesuffix(BRIEFS_SUFFIX)!r}'s briefs; each product needs its own"
+            )
+        if self.tickets is not None and self.tickets.name in names | briefs:
+            whose = (
+                "a collection's name" if self.tickets.name in names else "a collection's briefs'"
+            )
+            raise ValueError(
+                f"tickets.name: {self.tickets.name!r} is {whose} too; each product needs its "
+                "own (its generations are kept under it)"
             )
         return self
 

@@ -126,3 +126,12 @@ def test_a_sharded_collection_with_briefs_is_refused_at_load(tmp_path):
         ConfigError, match=r"collections\[0\].*sharded collection cannot have briefs"
     ):
         load_config(config)
+
+
+def test_a_collection_named_like_another_s_briefs_is_refused_at_load(tmp_path):
+    config = workspace(tmp_path)
+    config.write_text(
+        config.read_text() + "  - name: kb_briefs\n    source: {kind: filesystem, path: docs}\n"
+    )
+    with pytest.raises(ConfigError, match="'kb_briefs' is a collection's name and the name of"):
+        load_config(config)
