@@ -39,8 +39,8 @@ demo: setup chat-model
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
 	@echo "== two of the sample's document briefs (built by embedding_job on the chat model)"
-	$(BIN)/batch-pipeline briefs --collection handbook --doc-id account/reset-password.md \
-		--doc-id billing/refund-policy.md
+	$(BIN)/batch-pipeline briefs --collection handbook --candidate \
+		--doc-id account/reset-password.md --doc-id billing/refund-policy.md
 	@echo "== sample search"
 	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
 	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
