@@ -17,12 +17,7 @@ from batch_pipeline.generations.review import EmbedderFor, GenerationReview
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
-from batch_pipeline.inference.vllm_generator import (
-    EngineSettings,
-    VllmGenerator,
-    generation_device,
-    pick_generation_dtype,
-)
+from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.reports import briefs as brief_report
 from batch_pipeline.reports import collection as collection_report
@@ -175,10 +170,7 @@ def brief_product(
     model, `dtype: auto` decided (and cached) here; its engine starts only if there is work."""
     if generator is None:
         model = resolve_chat_model(None, storage.home)
-        resolved = generation_device(device)
-        cache = storage.home / CALIBRATION_FILE
-        chosen, _why = pick_generation_dtype(resolved, dtype, model, cache)
-        engine = EngineSettings(device=resolved, dtype=chosen)
+        engine = engine_settings_for(model, device, dtype, storage.home / CALIBRATION_FILE)
         generator = VllmGenerator(model, engine)
         plan_settings = plan_settings or plan_settings_for(engine)
     return BriefProduct(

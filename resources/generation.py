@@ -12,8 +12,8 @@ from batch_pipeline.inference.vllm_generator import (
     GENERATION_DTYPES,
     EngineSettings,
     VllmGenerator,
+    engine_settings_for,
     generation_device,
-    pick_generation_dtype,
 )
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import resolve_storage
@@ -92,6 +92,7 @@ class GenerationResource(dg.ConfigurableResource):
 
     _generator: VllmGenerator | None = PrivateAttr(default=None)
     _model: ChatModel | None = PrivateAttr(default=None)
+    _engine: EngineSettings | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if self.dtype not in GENERATION_DTYPES:
@@ -123,12 +124,15 @@ class GenerationResource(dg.ConfigurableResource):
         return self._model
 
     def engine_settings(self) -> EngineSettings:
-        device = generation_device(self.device)
+        """The engine's settings, the device and `dtype: auto` decided once per run."""
+        if self._engine is not None:
+            return self._engine
         cache = Path(self.calibration_cache or resolve_storage().home / CALIBRATION_FILE)
-        dtype, _why = pick_generation_dtype(device, self.dtype, self.chat_model(), cache)
-        return EngineSettings(
-            device=device,
-            dtype=dtype,
+        self._engine = engine_settings_for(
+            self.chat_model(),
+            self.device,
+            self.dtype,
+            cache,
             kv_cache_gib=self.kv_cache_gib,
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
@@ -136,6 +140,7 @@ class GenerationResource(dg.ConfigurableResource):
             enforce_eager=self.enforce_eager,
             enable_prefix_caching=self.enable_prefix_caching,
         )
+        return self._engine
 
     def generator(self) -> Generator:
         """The generator (once per run): cheap to get, the engine starts on first use."""

@@ -109,11 +109,10 @@ class BriefProduct:
 
     @cached_property
     def collection(self):  # noqa: ANN201 - a CollectionConfig
-        for collection in self.config.collections:
-            if collection.name == self.collection_name:
-                return collection
-        names = ", ".join(c.name for c in self.config.collections)
-        raise ConfigError(f"unknown collection {self.collection_name!r}; configured: {names}")
+        try:
+            return self.config.collection(self.collection_name)
+        except KeyError as error:
+            raise ConfigError(str(error.args[0])) from None
 
     @cached_property
     def settings(self) -> BriefsConfig:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from batch_pipeline.config.output_schema import OutputSchema
+from batch_pipeline.iterables import batched
 from batch_pipeline.state.vector_store import VectorStore, commit_with_retries, in_filter
 
 COLUMN_TYPES = {
@@ -72,12 +73,19 @@ class BriefStore:
 
     def rows(self, index: str, doc_ids: list[str] | None = None) -> list[dict]:
         """The briefs (of `doc_ids`; all without them), by doc id."""
-        if not self.store.has_table(index) or (doc_ids is not None and not doc_ids):
+        if not self.store.has_table(index):
             return []
-        query = self.store.open(index).search()
-        if doc_ids is not None:
-            query = query.where(in_filter("doc_id", doc_ids))
-        return sorted(query.limit(None).to_arrow().to_pylist(), key=lambda r: r["doc_id"])
+        table = self.store.open(index)
+        if doc_ids is None:
+            found = table.search().limit(None).to_arrow().to_pylist()
+        else:  # `ID_BATCH` ids per filter, as every `IN (...)` here
+            found = [
+                row
+                for batch in batched(doc_ids)
+                for row in table.search().where(in_filter("doc_id", batch)).limit(None)
+                .to_arrow().to_pylist()
+            ]  # fmt: skip
+        return sorted(found, key=lambda r: r["doc_id"])
 
     def replace(
         self, index: str, rows: pa.Table, deleted: Iterable[str], output: OutputSchema

@@ -24,7 +24,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from batch_pipeline.inference.models import files_hash
@@ -120,15 +119,6 @@ class ChatModel:
         return self.path
 
 
-@lru_cache(maxsize=4)
-def _file_digest(path: Path, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _gguf_config(gguf: Path) -> dict:
     """The model config a GGUF file's metadata gives (as config.json would name it)."""
     from gguf import GGUFReader
@@ -178,11 +168,10 @@ def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
             config = json.loads(config_file.read_text(encoding="utf-8"))
         else:
             config = _gguf_config(gguf)
-        stat = gguf.stat()
         return ChatModel(
             name=SHIPPED_NAME,
             path=folder,
-            files_hash=_file_digest(gguf, stat.st_size, stat.st_mtime_ns),
+            files_hash=files_hash(gguf),
             source_gguf=gguf,
             **_shape(config, gguf),
         )

@@ -189,13 +189,3 @@ def check_output(text: str, finish_reason: str, schema: dict | None) -> CheckedO
         where = "/".join(str(p) for p in problem.absolute_path) or "(root)"
         return CheckedOutput(False, f"does not match the schema at {where}: {problem.message}")
     return CheckedOutput(True, value=value)
-
-
-def check_schema(schema: dict) -> None:
-    """Refuse a schema that is not a valid JSON schema, naming the problem."""
-    import jsonschema
-
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as error:
-        raise ValueError(f"not a valid JSON schema: {error.message}") from None

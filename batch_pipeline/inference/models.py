@@ -93,7 +93,11 @@ def _hash_files(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def files_hash(path: Path) -> str:
-    """SHA-256 over the model's weights and config files (cached while they are unchanged)."""
+    """SHA-256 over the model's weights and config files (cached while they are unchanged);
+    `path` may also be one file (a GGUF model)."""
+    if path.is_file():
+        stat = path.stat()
+        return _hash_files(path.parent, ((path.name, stat.st_size, stat.st_mtime_ns),))
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _IGNORED_FILES)
     stamp = tuple((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
     return _hash_files(path, stamp)

@@ -56,10 +56,6 @@ class EngineSettings:
         return int(self.kv_cache_gib * (1 << 30)) if self.device == "cpu" else None
 
 
-def dtype_bytes(dtype: str) -> int:
-    return 4 if dtype == "float32" else 2
-
-
 def generation_device(requested: str = "auto") -> str:
     """cuda where a CUDA device is present (or asked for), else cpu."""
     if requested not in ("auto", "cpu", "cuda"):
@@ -129,6 +125,20 @@ def pick_generation_dtype(
     if speedup >= MIN_SPEEDUP:
         return "bfloat16", f"bf16 matmuls measured {speedup:.2f}x fp32 on this CPU"
     return "float32", f"bf16 matmuls measured only {speedup:.2f}x fp32 on this CPU"
+
+
+def engine_settings_for(
+    model: ChatModel,
+    device: str = "auto",
+    dtype: str = "auto",
+    calibration_cache: Path | None = None,
+    **settings: object,
+) -> EngineSettings:
+    """The engine's settings for `model`: the device resolved, `dtype: auto` decided
+    (`pick_generation_dtype`), and the rest as given (EngineSettings' defaults otherwise)."""
+    resolved = generation_device(device)
+    chosen, _why = pick_generation_dtype(resolved, dtype, model, calibration_cache)
+    return EngineSettings(device=resolved, dtype=chosen, **settings)
 
 
 def _counter_totals(metrics: list) -> dict[str, float]:

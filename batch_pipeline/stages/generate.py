@@ -197,19 +197,16 @@ def execute_prompts(
     summary.failed_inputs.update(planned.refused)
     summary.refused = len(planned.refused)
     with StageWriter(out_path, out_schema, started) as writer:
-        resumed = write_resumed(writer, parts, wanted, checkpoint_schema)
+
+        def count(rows: pa.Table) -> None:  # the resumed rows' validity, and their failures
+            for row in rows.select(["input_hash", "valid", "error"]).to_pylist():
+                summary.outputs += 1
+                summary.valid += bool(row["valid"])
+                if not row["valid"]:
+                    summary.failed_inputs[row["input_hash"]] = row["error"] or "invalid"
+
+        resumed = write_resumed(writer, parts, wanted, checkpoint_schema, count)
         summary.resumed_inputs = len(resumed)
-        for part in parts:  # count the resumed rows' validity, and their failures
-            try:
-                rows = read_table(part, ["input_hash", "valid", "error"]).to_pylist()
-            except OSError:
-                continue
-            for row in rows:
-                if row["input_hash"] in resumed:
-                    summary.outputs += 1
-                    summary.valid += bool(row["valid"])
-                    if not row["valid"]:
-                        summary.failed_inputs[row["input_hash"]] = row["error"] or "invalid"
         todo = planned.prompts - len(resumed)
         if todo > 0:
             tracker = Progress(

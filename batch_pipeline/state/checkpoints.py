@@ -11,6 +11,7 @@ embeddings, texts for generations).
 import json
 import posixpath
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,9 +99,14 @@ def checkpointed_keys(parts: list[StagePath]) -> tuple[list[StagePath], set[str]
 
 
 def write_resumed(
-    writer: StageWriter, parts: list[StagePath], wanted: set[str], schema: pa.Schema
+    writer: StageWriter,
+    parts: list[StagePath],
+    wanted: set[str],
+    schema: pa.Schema,
+    copied: Callable[[pa.Table], None] | None = None,
 ) -> set[str]:
-    """Copy the checkpointed rows of `wanted` inputs, each once, streaming the parts.
+    """Copy the checkpointed rows of `wanted` inputs, each once, streaming the parts; each
+    table of copied rows is also handed to `copied`, for a caller that counts them.
 
     Returns the inputs copied. A part that vanishes while read (landed and removed by a
     concurrent run) is skipped: the caller computes what it did not copy.
@@ -114,6 +120,8 @@ def write_resumed(
                 if keep:
                     rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
                     writer.write_table(marked(rows.cast(schema), True))
+                    if copied is not None:
+                        copied(rows)
                     written.update(keys[i] for i in keep)
         except OSError:
             continue
