@@ -33,7 +33,8 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         inference: InferenceResource,
     ) -> dg.MaterializeResult:
         """One vector per planned input, computed batch by batch on the best device present
-        (CUDA, then MPS, then CPU), in the plan's order."""
+        (CUDA, then MPS, then CPU), in the plan's order; on CPU by torch or OpenVINO, in fp32
+        or bf16, whichever measured fastest within the fidelity bar (see the metadata)."""
         engine = pipeline.partition(context.partition_key)
         plan = upstream_path(context, PLAN, engine.staging)
         output = engine.execute(

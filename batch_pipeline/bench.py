@@ -1,16 +1,21 @@
-"""Throughput benchmark: the project's scheduler + runner against `SentenceTransformer.encode`.
+"""Throughput benchmark: the project's scheduler + runner against `SentenceTransformer.encode`
+and ONNX Runtime, on one CPU or GPU.
 
-    python -m batch_pipeline.bench [--rounds 5] [--device auto] [--json-out bench.json]
+    python -m batch_pipeline.bench [--rounds 5] [--device auto] [--backend auto] [--json-out F]
 
 On the fixed chunk set `benchmarks/chunks.jsonl`, in one process, with one loaded model, it
-alternates (a) `model.encode(texts, batch_size=32)` and (b) the batch plan (token counting,
-de-duplication, sorting, packing under a padded-token budget) run through `EmbeddingRunner`,
-over several rounds (ABBA order). It prints chunks/s, tokens/s, padding efficiency and peak RSS
-for each, the median ratio b/a of their throughputs, and the minimum cosine of (b) against (a).
-On CUDA it also prints the fraction of the bf16 roofline reached.
+alternates (a) `model.encode(texts, batch_size=32)`, (c) on CPU, ONNX Runtime fp32 with
+length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.bench_anchors`)
+and (b) the batch plan (token counting, de-duplication, sorting, packing under a padded-token
+budget) run through `EmbeddingRunner` on the path `auto` chose (measured here, on the set's
+median-length inputs, as execute measures it), over several rounds (forwards, then
+backwards). It prints each path's tokens/s, ratio to (a), minimum cosine to (a), padding
+efficiency, peak RSS and, on CPU, share of the nominal roofline (cores x clock x FLOP per
+cycle, stated), with the path decision and what calibrating cost. On CUDA it prints the
+fraction of the bf16 roofline reached instead.
 
-It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow), so it runs
-on a bare GPU machine.
+It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow; openvino
+and onnxruntime where they are installed), so it runs on a bare GPU machine.
 """
 
 import argparse
@@ -20,16 +25,18 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
+from batch_pipeline.bench_anchors import cpu_roofline
 from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.calibration import median_sample
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
-from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.inference.runner import BACKENDS, EmbeddingRunner
 from batch_pipeline.stages.plan import plan_inputs
 
 CHUNK_SET = Path(__file__).resolve().parent.parent / "benchmarks" / "chunks.jsonl"
@@ -174,11 +181,32 @@ def model_config_of(args: argparse.Namespace):  # noqa: ANN202
     )
 
 
+def run_anchor(anchor, texts: list[str], counts: list[int]) -> Measurement:  # noqa: ANN001
+    with PeakRss() as rss:
+        start = time.perf_counter()
+        vectors = anchor.embed(texts, counts)
+        seconds = time.perf_counter() - start
+    return Measurement(seconds, rss.peak, vectors)
+
+
+def onnx_anchor(runner: EmbeddingRunner, model: ResolvedModel):  # noqa: ANN201
+    """ONNX Runtime as FastEmbed and Infinity run it, on CPU; None (and why) elsewhere."""
+    if runner.device != "cpu":
+        return None, "ONNX Runtime anchor: CPU only"
+    try:
+        from batch_pipeline.bench_anchors import OnnxRuntimeAnchor
+
+        return OnnxRuntimeAnchor(runner.model, model, runner.num_threads), None
+    except ImportError as error:
+        return None, f"ONNX Runtime anchor skipped: {error} (pip install -e '.[dev]')"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--token-budget", type=int, default=None, help="default: by device")
     parser.add_argument("--max-batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None)
@@ -189,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
 
     texts = load_chunks(Path(args.chunks))
     model = resolve_model(model_config_of(args))
-    runner = EmbeddingRunner(model, device=args.device, dtype=args.dtype, num_threads=args.threads)
+    loading = time.perf_counter()
+    runner = EmbeddingRunner(
+        model, device=args.device, dtype=args.dtype, backend=args.backend, num_threads=args.threads
+    )
+    load_seconds = time.perf_counter() - loading
     budget = args.token_budget
     if budget is None:
         if runner.device.startswith("cuda"):
@@ -201,23 +233,32 @@ def main(argv: list[str] | None = None) -> int:
     settings = PlanSettings(token_budget=budget, max_batch_size=args.max_batch_size)
     counts = runner.token_counts(texts)
     real, padded_a = baseline_padding(texts, counts)
+    # the path, chosen as execute chooses it: on median-length inputs, measured afresh here
+    runner.calibrate(median_sample(texts, counts))
+    anchor, anchor_note = onnx_anchor(runner, model)
 
     # warm-up: kernels, allocator, thread pools
     run_baseline(runner, texts[:64])
     run_engine(runner, texts[:64], settings, model)
+    if anchor is not None:
+        run_anchor(anchor, texts[:64], counts[:64])
 
     a_runs: list[Measurement] = []
     b_runs: list[tuple[Measurement, dict]] = []
+    c_runs: list[Measurement] = []
+    paths = ["a", "b"] + (["c"] if anchor is not None else [])
     for round_index in range(args.rounds):
-        order = ("a", "b") if round_index % 2 == 0 else ("b", "a")
-        for which in order:
+        for which in paths if round_index % 2 == 0 else paths[::-1]:
             if which == "a":
                 a_runs.append(run_baseline(runner, texts))
-            else:
+            elif which == "b":
                 b_runs.append(run_engine(runner, texts, settings, model))
+            else:
+                c_runs.append(run_anchor(anchor, texts, counts))
         print(
             f"round {round_index + 1}/{args.rounds}: a {a_runs[-1].seconds:.2f}s  "
-            f"b {b_runs[-1][0].seconds:.2f}s",
+            f"b {b_runs[-1][0].seconds:.2f}s"
+            + (f"  c {c_runs[-1].seconds:.2f}s" if c_runs else ""),
             file=sys.stderr,
         )
 
@@ -225,26 +266,34 @@ def main(argv: list[str] | None = None) -> int:
     a_med = statistics.median(m.seconds for m in a_runs)
     b_med = statistics.median(m.seconds for m, _ in b_runs)
     info = b_runs[-1][1]
+    decision = runner.dtype_decision
     result = {
         "chunks": len(texts),
         "real_tokens": real,
         "device": runner.device,
+        "device_name": runner.device_name(),
         "dtype": runner.dtype,
-        "dtype_decision": runner.dtype_decision.metadata() if runner.dtype_decision else None,
+        "backend": runner.backend,
+        "dtype_decision": decision.metadata() if decision else None,
+        "model_load_seconds": round(load_seconds, 3),
         "threads": runner.num_threads,
         "token_budget": settings.token_budget,
         "max_batch_size": settings.max_batch_size,
         "rounds": args.rounds,
         "a": {
             "name": f"SentenceTransformer.encode(batch_size={BASELINE_BATCH_SIZE})",
+            "dtype": "float32",
             "seconds_median": round(a_med, 4),
             "chunks_per_s": round(len(texts) / a_med, 1),
             "tokens_per_s": round(real / a_med, 1),
             "padding_efficiency": round(real / padded_a, 4),
             "peak_rss_mib": round(max(m.peak_rss for m in a_runs) / 2**20, 1),
+            "ratio_over_a_median": 1.0,
+            "min_cosine_vs_a": 1.0,
         },
         "b": {
-            "name": "batch_pipeline plan + EmbeddingRunner",
+            "name": f"batch_pipeline plan + EmbeddingRunner ({runner.backend} {runner.dtype})",
+            "dtype": runner.dtype,
             "seconds_median": round(b_med, 4),
             "plan_seconds": round(info["plan_seconds"], 4),
             "chunks_per_s": round(len(texts) / b_med, 1),
@@ -252,17 +301,50 @@ def main(argv: list[str] | None = None) -> int:
             "padding_efficiency": round(info["padding_efficiency"], 4),
             "batches": info["batches"],
             "peak_rss_mib": round(max(m.peak_rss for m, _ in b_runs) / 2**20, 1),
+            "ratio_over_a_median": round(statistics.median(ratios), 3),
+            "min_cosine_vs_a": round(min_cosine(b_runs[-1][0].vectors, a_runs[-1].vectors), 7),
         },
         "ratio_b_over_a_median": round(statistics.median(ratios), 3),
         "ratio_b_over_a_rounds": [round(r, 3) for r in ratios],
         "min_cosine_b_vs_a": round(min_cosine(b_runs[-1][0].vectors, a_runs[-1].vectors), 7),
     }
+    if anchor_note:
+        result["anchor_note"] = anchor_note
+    if c_runs:
+        c_med = statistics.median(m.seconds for m in c_runs)
+        c_ratios = [a.seconds / c.seconds for a, c in zip(a_runs, c_runs, strict=True)]
+        result["c"] = {
+            "name": anchor.name,
+            "dtype": "float32",
+            "seconds_median": round(c_med, 4),
+            "chunks_per_s": round(len(texts) / c_med, 1),
+            "tokens_per_s": round(real / c_med, 1),
+            "padding_efficiency": round(anchor.padding_efficiency(counts), 4),
+            "peak_rss_mib": round(max(m.peak_rss for m in c_runs) / 2**20, 1),
+            "ratio_over_a_median": round(statistics.median(c_ratios), 3),
+            "min_cosine_vs_a": round(min_cosine(c_runs[-1].vectors, a_runs[-1].vectors), 7),
+            "export_seconds": round(anchor.export_seconds, 3),
+        }
+    work = flops(counts, model)
+    result["flop_per_token"] = round(work / real)
     if runner.device.startswith("cuda"):
-        work = flops(counts, model)
         result["roofline_fraction_bf16"] = {
             "a": round(work / a_med / BF16_PEAK_FLOPS, 5),
             "b": round(work / b_med / BF16_PEAK_FLOPS, 5),
         }
+    elif runner.device == "cpu":
+        roof = cpu_roofline(runner.num_threads)
+        result["roofline"] = {
+            **asdict(roof),
+            "description": roof.describe(),
+            "fp32_tokens_per_s": _per_token(roof.flops("float32"), work / real),
+            "bf16_tokens_per_s": _per_token(roof.flops("bfloat16"), work / real),
+        }
+        for key in ("a", "b", "c"):
+            if key in result:
+                peak = roof.flops(result[key]["dtype"])
+                seconds = result[key]["seconds_median"]
+                result[key]["roofline_share"] = round(work / seconds / peak, 4) if peak else None
     _print_table(result)
     print(json.dumps(result, indent=2))
     if args.json_out:
@@ -270,27 +352,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _per_token(peak: float | None, flop_per_token: float) -> float | None:
+    return round(peak / flop_per_token, 1) if peak else None
+
+
 def _print_table(result: dict) -> None:
     print(
         f"\n{result['chunks']} chunks, {result['real_tokens']} tokens, device {result['device']} "
-        f"({result['dtype']}, {result['threads']} threads), {result['rounds']} rounds, "
+        f"({result['device_name']}, {result['threads']} threads), {result['rounds']} rounds, "
         f"budget {result['token_budget']} padded tokens / {result['max_batch_size']} inputs"
     )
     decision = result.get("dtype_decision")
     if decision:
-        print(f"dtype {decision['dtype_decision']}: {decision['dtype_reason']}")
-    header = f"{'':<52}{'chunks/s':>10}{'tokens/s':>11}{'padding eff':>13}{'peak RSS MiB':>14}"
-    print(header)
-    for key in ("a", "b"):
-        row = result[key]
         print(
-            f"({key}) {row['name']:<48}{row['chunks_per_s']:>10}{row['tokens_per_s']:>11}"
-            f"{row['padding_efficiency']:>13.1%}{row['peak_rss_mib']:>14}"
+            f"path {decision['backend_decision']}/{decision['dtype_decision']}: "
+            f"{decision['dtype_reason']} (calibration {decision['dtype_calibration_seconds']} s"
+            + (
+                f", OpenVINO export {decision['backend_export_seconds']} s"
+                if decision.get("backend_export_seconds")
+                else ""
+            )
+            + ")"
         )
-    print(
-        f"median ratio b/a: {result['ratio_b_over_a_median']}   "
-        f"min cosine b vs a: {result['min_cosine_b_vs_a']}"
+    roof = result.get("roofline")
+    if roof:
+        print(
+            f"roofline: {roof['description']} = {roof['fp32_tokens_per_s']} fp32 / "
+            f"{roof['bf16_tokens_per_s']} bf16 tokens/s at {result['flop_per_token']:,} "
+            "FLOP per token"
+        )
+    header = (
+        f"{'':<66}{'tokens/s':>10}{'x encode':>10}{'min cos':>11}{'roofline':>10}"
+        f"{'padding':>9}{'RSS MiB':>9}"
     )
+    print(header)
+    for key in ("a", "c", "b"):
+        if key not in result:
+            continue
+        row = result[key]
+        share = row.get("roofline_share")
+        print(
+            f"({key}) {row['name']:<62}{row['tokens_per_s']:>10}{row['ratio_over_a_median']:>10}"
+            f"{row['min_cosine_vs_a']:>11.6f}"
+            f"{(f'{share:.0%}' if share is not None else '-'):>10}"
+            f"{row['padding_efficiency']:>9.1%}{row['peak_rss_mib']:>9}"
+        )
+    if "anchor_note" in result:
+        print(result["anchor_note"])
     if "roofline_fraction_bf16" in result:
         roof = result["roofline_fraction_bf16"]
         print(f"bf16 roofline fraction: a {roof['a']:.2%}  b {roof['b']:.2%}")

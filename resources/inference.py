@@ -12,6 +12,7 @@ from batch_pipeline.inference.runner import (
     EmbeddingRunner,
     LoadedModels,
     dtype_bytes,
+    pick_backend,
     pick_device,
     pick_dtype,
 )
@@ -21,15 +22,22 @@ from batch_pipeline.state.storage import resolve_storage
 class InferenceResource(dg.ConfigurableResource):
     """Loads the embedding model once per run and embeds batches.
 
-    `device: auto` tries CUDA, then MPS, then CPU. `dtype: auto` starts from fp32 on CPU and
-    bf16 (or fp16) on a GPU, then measures the faster candidates on the run's first inputs
-    (bf16 on a CPU with bf16 instructions; fp16 on CUDA) and keeps one only if it is clearly
-    faster and at least `fidelity_min_cosine` faithful to fp32; the measurements are cached
-    in the state folder. On CUDA the padded-token budget comes from free device memory.
+    `device: auto` tries CUDA, then MPS, then CPU. `dtype: auto` with `backend: auto` starts
+    from torch fp32 on CPU and torch bf16 (or fp16) on a GPU, then measures the other paths on
+    a sample of the run's median-length inputs (on CPU: torch bf16 where the CPU has bf16
+    instructions, OpenVINO fp32 and bf16 where openvino is installed; fp16 on CUDA) and keeps
+    one only if it is clearly faster and at least `fidelity_min_cosine` faithful to torch
+    fp32. The measurements and the OpenVINO export are cached in the state folder. An explicit
+    dtype or backend narrows the choice. On CUDA the padded-token budget comes from free
+    device memory.
     """
 
     device: str = Field(default="auto", description="auto, cuda, cuda:N, mps or cpu.")
     dtype: str = Field(default="auto", description="auto, float32, float16 or bfloat16.")
+    backend: str = Field(
+        default="auto",
+        description="What runs the model: auto (measured), torch, or openvino (CPU only).",
+    )
     token_budget: int = Field(
         default=4096, description="Most padded tokens per batch on CPU/MPS (CUDA derives its own)."
     )
@@ -54,8 +62,9 @@ class InferenceResource(dg.ConfigurableResource):
     )
     calibration_cache: str | None = Field(
         default=None,
-        description="JSON file of dtype measurements per machine, torch and model; default "
-        "<home>/calibration.json.",
+        description="JSON file of dtype and backend measurements per machine, versions and "
+        "model; default <home>/calibration.json (OpenVINO exports go beside it, in "
+        "models/openvino).",
     )
 
     _runners: LoadedModels = PrivateAttr()
@@ -64,6 +73,7 @@ class InferenceResource(dg.ConfigurableResource):
         self._runners = LoadedModels(
             device=self.device,
             dtype=self.dtype,
+            backend=self.backend,
             num_threads=self.num_threads,
             quantize_int8=self.quantize_int8,
             prefetch_batches=self.prefetch_batches,
@@ -75,7 +85,7 @@ class InferenceResource(dg.ConfigurableResource):
         if self.token_budget < 1 or self.max_batch_size < 1:
             raise ValueError("InferenceResource.token_budget and max_batch_size must be positive")
         try:
-            self.resolved_device()
+            pick_backend(self.resolved_device(), self.backend)
             pick_dtype("cpu", self.dtype)
         except ValueError as error:
             raise ValueError(f"InferenceResource: {error}") from None

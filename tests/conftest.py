@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from batch_pipeline.config import ModelConfig, load_config  # noqa: E402
 from batch_pipeline.inference.fake import FakeEmbedder  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
+from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV  # noqa: E402
 from batch_pipeline.inference.runner import EmbeddingRunner  # noqa: E402
 from batch_pipeline.pipeline import PartitionPipeline  # noqa: E402
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
@@ -54,6 +55,21 @@ def _no_dagster_instance_left_current():
     token = _current_storage.set(None)
     yield
     _current_storage.reset(token)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_openvino_export_per_session(tmp_path_factory):
+    """Every test's home shares one OpenVINO export folder (the exports are keyed by model,
+    version and CPU), so a test does not pay the export again; subprocesses inherit it. The
+    tests of the export itself give their own folder."""
+    folder = tmp_path_factory.mktemp("openvino-exports")
+    before = os.environ.get(EXPORT_CACHE_ENV)
+    os.environ[EXPORT_CACHE_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(EXPORT_CACHE_ENV, None)
+    else:
+        os.environ[EXPORT_CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")

@@ -43,9 +43,9 @@ from batch_pipeline.generations.run_history import invalidate_run, restore_befor
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.models import ModelNotAvailableError
-from batch_pipeline.inference.runner import LoadedModels
+from batch_pipeline.inference.runner import BACKENDS, LoadedModels
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
-from batch_pipeline.measures.report import reported_runs, trend, trend_line
+from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.products import Product, brief_product, configured_products
@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
     run.add_argument("--dtype", default="auto")
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the embedding model: torch, openvino (CPU), or auto: measured",
+    )
     run.add_argument("--checkpoint-every", type=int, default=8, help="batches per checkpoint")
     run.add_argument("--token-budget", type=int, default=4096, help="padded tokens per batch")
     run.add_argument("--max-batch-size", type=int, default=128, help="inputs per batch")
@@ -227,11 +233,12 @@ class _Context:
         return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
 
     def runners(self, args: argparse.Namespace) -> LoadedModels:
-        """Models loaded once per command, with `--device` and `--dtype` where given; `auto`
-        dtype measurements are cached under the home."""
+        """Models loaded once per command, with `--device`, `--dtype` and `--backend` where
+        given; `auto`'s measurements (and OpenVINO exports) are cached under the home."""
         return LoadedModels(
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
+            backend=getattr(args, "backend", "auto"),
             calibration_cache=self.storage.home / CALIBRATION_FILE,
         )
 
@@ -365,7 +372,8 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         if measures.inputs:
             line += (
                 f"; {measures.inputs_per_second:,.1f} inputs/s on {measures.device} "
-                f"({measures.dtype}), {measures.cost_per_1k_inputs:.6f} {measures.currency} "
+                f"({measures.backend or 'torch'} {measures.dtype}), "
+                f"{measures.cost_per_1k_inputs:.6f} {measures.currency} "
                 "per 1k inputs (estimated)"
             )
         print(line)
@@ -449,6 +457,7 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
         ("seconds", "SECONDS"),
         ("fixed_seconds", "FIXED S"),
         ("inputs_per_second", "INPUTS/S"),
+        ("path", "PATH"),
         ("cost_per_1k_inputs", "COST/1K"),
         ("window", "WINDOW"),
         ("failed", "FAILED"),
@@ -471,9 +480,14 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
                 else f"{window:.1%}" + (" OVERRAN" if r["overran"] else ""),
                 "failed": f"{r['failed']}/{r['attempted']} {r['unit']}",
                 "completeness": (None if r["completeness"] is None else f"{r['completeness']:.1%}"),
+                "path": f"{r['backend'] or 'torch'}/{r['dtype']}" if r["dtype"] else None,
             }
         )
     print("\n".join(table_lines(columns, rows)))
+    for run in runs:  # where a run measured its path, what it measured
+        line = calibration_line(run.measures.calibration)
+        if line:
+            print(f"{run.run_id}: {line}")
     print(f"summary: {trend_line(summary)}")
     return 0
 

@@ -1,14 +1,19 @@
-"""`dtype: auto`, decided by measurement: time the candidate dtypes on a sample of the run's
-own inputs, compare their vectors with fp32's, and keep the fastest faithful one.
+"""`dtype: auto` and `backend: auto`, decided by measurement: time the candidate paths (a
+backend and a dtype) on a small sample of the run's own median-length inputs, compare their
+vectors with torch fp32's, and keep the fastest faithful one.
 
-On CPU the candidates are fp32 and bf16, and bf16 is tried only where the CPU reports bf16
-instructions (AMX or AVX-512 BF16; elsewhere torch emulates it, slowly). On CUDA they are
-bf16 and fp16. A reduced dtype is taken only when its minimum cosine to fp32 on the sample is
-at least `fidelity_min_cosine` and it is clearly faster (`MIN_SPEEDUP`) than the default
-(fp32 on CPU, bf16 on CUDA). The measurements are cached per device model, torch version,
-model and thread count in the state folder, so later runs do not repeat them; the decision
-is re-made from them under the fidelity threshold in force. An explicit dtype is never
-second-guessed.
+On CPU the candidates are torch fp32 and bf16, and OpenVINO fp32 and bf16 where openvino is
+installed (`batch_pipeline.inference.openvino_model`). torch bf16 is tried only where the CPU
+reports bf16 instructions (AMX or AVX-512 BF16; elsewhere torch emulates it, slowly), OpenVINO
+bf16 only where its CPU plugin lists BF16. On CUDA they are torch bf16 and fp16. A candidate
+other than the default (torch fp32 on CPU, torch bf16 on CUDA) is taken only when its minimum
+cosine to torch fp32 on the sample is at least `fidelity_min_cosine` and it is clearly faster
+(`MIN_SPEEDUP`) than the default. The candidates are timed in alternating rounds, so a
+machine that slows down mid-measurement does not favour whichever ran first. The
+measurements are cached per device model, torch and OpenVINO versions, model and thread
+count in the state folder, so later runs do not repeat them; the decision is re-made from
+them under the fidelity threshold in force. An explicit dtype or backend is never
+second-guessed: it only narrows the candidates.
 """
 
 import hashlib
@@ -21,9 +26,19 @@ from pathlib import Path
 import numpy as np
 
 CALIBRATION_FILE = "calibration.json"  # under the state folder (BATCH_PIPELINE_HOME)
-SAMPLE_INPUTS = 64  # the first planned inputs of the run
-REPEATS = 2  # timed runs per dtype, after one warm-up; the fastest counts
-MIN_SPEEDUP = 1.15  # "clearly faster": at least this ratio over the default dtype
+SAMPLE_INPUTS = 16  # median-length inputs of the run, one batch...
+SAMPLE_TOKENS = 1024  # ...of at most this many tokens (long inputs: fewer of them)
+MIN_SAMPLE_INPUTS = 4
+REPEATS = 2  # timed rounds over every candidate, after one warm-up each; the fastest counts
+MIN_SPEEDUP = 1.15  # "clearly faster": at least this ratio over the default path
+REFERENCE = ("torch", "float32")  # what every candidate's vectors are compared with
+
+Candidate = tuple[str, str]  # (backend, dtype)
+
+
+def label(backend: str, dtype: str) -> str:
+    """How a path is named in reasons, metadata and reports: `openvino/bfloat16`."""
+    return f"{backend}/{dtype}"
 
 
 @dataclass(frozen=True)
@@ -31,7 +46,12 @@ class Measurement:
     dtype: str
     seconds: float  # the fastest of REPEATS runs over the sample
     inputs: int
-    min_cosine: float  # lowest cosine to the fp32 vectors over the sample
+    min_cosine: float  # lowest cosine to the torch fp32 vectors over the sample
+    backend: str = "torch"
+
+    @property
+    def candidate(self) -> Candidate:
+        return (self.backend, self.dtype)
 
     @property
     def inputs_per_second(self) -> float:
@@ -40,30 +60,60 @@ class Measurement:
 
 @dataclass(frozen=True)
 class DtypeDecision:
+    """The path a runner takes: its dtype and its backend, and why."""
+
     dtype: str
     reason: str
     measurements: tuple[Measurement, ...] = ()
     cached: bool = False  # taken from an earlier run's measurements
-    seconds: float = 0.0  # spent deciding (a cache lookup when cached); not in any throughput
+    seconds: float = 0.0  # spent measuring (a cache lookup when cached); not in any throughput
+    backend: str = "torch"
+    export_seconds: float = 0.0  # converting the model for a backend, paid once per machine
+
+    @property
+    def candidate(self) -> Candidate:
+        return (self.backend, self.dtype)
 
     @property
     def min_cosine(self) -> float | None:
-        """The chosen dtype's measured minimum cosine to fp32 (None: not measured)."""
+        """The chosen path's measured minimum cosine to torch fp32 (None: not measured)."""
         for m in self.measurements:
-            if m.dtype == self.dtype:
+            if m.candidate == (self.backend, self.dtype):
                 return m.min_cosine
-        return 1.0 if self.dtype == "float32" else None
+        return 1.0 if (self.backend, self.dtype) == REFERENCE else None
+
+    def summary(self) -> dict[str, object]:
+        """The decision as a run's measures keep it (`report`): the path, why, what measuring
+        and exporting cost, and every candidate's speed and cosine."""
+        return {
+            "path": label(self.backend, self.dtype),
+            "reason": self.reason,
+            "cached": self.cached,
+            "seconds": round(self.seconds, 3),
+            "export_seconds": round(self.export_seconds, 3),
+            "candidates": {
+                label(m.backend, m.dtype): {
+                    "inputs_per_second": round(m.inputs_per_second, 1),
+                    "min_cosine": round(m.min_cosine, 6),
+                }
+                for m in self.measurements
+            },
+        }
 
     def metadata(self) -> dict[str, object]:
         values: dict[str, object] = {
             "dtype_decision": self.dtype,
+            "backend_decision": self.backend,
             "dtype_reason": self.reason,
             "dtype_calibration_cached": self.cached,
             "dtype_calibration_seconds": round(self.seconds, 3),
         }
+        if self.export_seconds:
+            values["backend_export_seconds"] = round(self.export_seconds, 3)
         for m in self.measurements:
-            values[f"calibration_{m.dtype}_inputs_per_second"] = round(m.inputs_per_second, 1)
-            values[f"calibration_{m.dtype}_min_cosine"] = round(m.min_cosine, 6)
+            name = f"{m.backend}_{m.dtype}"
+            values[f"calibration_{name}_inputs_per_second"] = round(m.inputs_per_second, 1)
+            values[f"calibration_{name}_min_cosine"] = round(m.min_cosine, 6)
         return values
 
 
@@ -73,66 +123,97 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.min(np.sum(a * b, axis=1)))
 
 
-def measure(
-    embed_as: Callable[[str, list[str]], np.ndarray],
+def median_sample(
     texts: list[str],
-    dtypes: list[str],
+    lengths: list[int],
+    size: int = SAMPLE_INPUTS,
+    budget: int | None = None,
+) -> list[str]:
+    """Up to `size` of `texts` around their median length, fewer where their `lengths` would
+    sum past `budget` (but at least MIN_SAMPLE_INPUTS): what a typical batch holds, at a
+    bounded cost (the shortest inputs, which a length-sorted plan starts with, would flatter
+    a backend with a small fixed cost per call)."""
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    while True:
+        start = max(0, (len(order) - size) // 2)
+        chosen = order[start : start + size]
+        total = sum(lengths[i] for i in chosen)
+        if budget is None or size <= MIN_SAMPLE_INPUTS or total <= budget:
+            return [texts[i] for i in chosen]
+        size -= 1
+
+
+def measure(
+    embed_as: Callable[[Candidate, list[str]], np.ndarray],
+    texts: list[str],
+    candidates: list[Candidate],
     timer: Callable[[], float] = time.perf_counter,
     repeats: int = REPEATS,
 ) -> tuple[Measurement, ...]:
-    """Time `embed_as(dtype, texts)` for each dtype (one warm-up, then `repeats` runs) and
-    compare each dtype's vectors with fp32's."""
-    reference = embed_as("float32", texts)
-    found = []
-    for dtype in dtypes:
-        vectors = reference if dtype == "float32" else embed_as(dtype, texts)  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
+    """Time `embed_as(candidate, texts)` for each candidate (one warm-up each, then
+    `repeats` rounds over all of them, in alternating order) and compare each candidate's
+    vectors with the reference's (torch fp32)."""
+    reference = embed_as(REFERENCE, texts)
+    cosines = {}
+    for candidate in candidates:  # the warm-up: compiles, allocates, and gives the vectors
+        vectors = reference if candidate == REFERENCE else embed_as(candidate, texts)
+        cosines[candidate] = min_cosine(vectors, reference)
+    best = dict.fromkeys(candidates, float("inf"))
+    for round_index in range(repeats):
+        order = candidates if round_index % 2 == 0 else candidates[::-1]
+        for candidate in order:
             started = timer()
-            embed_as(dtype, texts)
-            best = min(best, timer() - started)
-        found.append(Measurement(dtype, best, len(texts), min_cosine(vectors, reference)))
-    return tuple(found)
+            embed_as(candidate, texts)
+            best[candidate] = min(best[candidate], timer() - started)
+    return tuple(
+        Measurement(dtype, best[(backend, dtype)], len(texts), cosines[(backend, dtype)], backend)
+        for backend, dtype in candidates
+    )
 
 
 def decide(
     measurements: tuple[Measurement, ...],
-    default: str,
+    default: str | Candidate,
     fidelity_min_cosine: float,
     cached: bool = False,
 ) -> DtypeDecision:
-    """The fastest dtype at least `fidelity_min_cosine` faithful to fp32, if it is at least
-    `MIN_SPEEDUP` times as fast as `default`; otherwise `default`."""
-    by_dtype = {m.dtype: m for m in measurements}
+    """The fastest candidate at least `fidelity_min_cosine` faithful to torch fp32, if it is
+    at least `MIN_SPEEDUP` times as fast as `default`; otherwise `default`. A bare dtype as
+    `default` means that dtype on torch."""
+    default = ("torch", default) if isinstance(default, str) else default
+    by_candidate = {m.candidate: m for m in measurements}
     faithful = [m for m in measurements if m.min_cosine >= fidelity_min_cosine]
+
+    def decision(candidate: Candidate, reason: str) -> DtypeDecision:
+        backend, dtype = candidate
+        return DtypeDecision(dtype, reason, measurements, cached, backend=backend)
+
     if not faithful:
-        return DtypeDecision(
-            "float32",
-            f"no candidate reached min cosine {fidelity_min_cosine} to fp32",
-            measurements,
-            cached,
+        return decision(
+            REFERENCE, f"no candidate reached min cosine {fidelity_min_cosine} to torch fp32"
         )
     best = min(faithful, key=lambda m: m.seconds)
-    base = by_dtype.get(default)
-    if best.dtype == default or base is None or base.min_cosine < fidelity_min_cosine:
-        reason = f"{best.dtype} was the fastest faithful dtype"
-        return DtypeDecision(best.dtype, reason, measurements, cached)
+    base = by_candidate.get(default)
+    name, base_name = label(*best.candidate), label(*default)
+    if best.candidate == default or base is None or base.min_cosine < fidelity_min_cosine:
+        return decision(best.candidate, f"{name} was the fastest faithful path")
     speedup = base.seconds / best.seconds if best.seconds else float("inf")
     if speedup >= MIN_SPEEDUP:
         reason = (
-            f"{best.dtype} ran {speedup:.2f}x as fast as {default} with min cosine "
+            f"{name} ran {speedup:.2f}x as fast as {base_name} with min cosine "
             f"{best.min_cosine:.6f} >= {fidelity_min_cosine}"
         )
-        return DtypeDecision(best.dtype, reason, measurements, cached)
+        return decision(best.candidate, reason)
     reason = (
-        f"{best.dtype} was only {speedup:.2f}x as fast as {default} "
-        f"(needs {MIN_SPEEDUP}x); kept {default}"
+        f"{name} was only {speedup:.2f}x as fast as {base_name} "
+        f"(needs {MIN_SPEEDUP}x); kept {base_name}"
     )
-    return DtypeDecision(default, reason, measurements, cached)
+    return decision(default, reason)
 
 
 class CalibrationCache:
-    """Measurements by machine, torch version, model and threads, in one JSON file."""
+    """Measurements by machine, torch and OpenVINO versions, model and threads, in one JSON
+    file."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path

@@ -27,7 +27,7 @@ class RunStats:
     padded_tokens: int = 0
     batches: int = 0
     seconds: float = 0.0  # embedding the inputs: the marginal time
-    calibration_seconds: float = 0.0  # fixed: measuring the dtypes `auto` chooses between
+    calibration_seconds: float = 0.0  # fixed: measuring the paths `auto` chooses between
     warmup_seconds: float = 0.0  # fixed: the model's first call (kernels, allocator, caches)
     oom_splits: int = 0
     failed: dict[int, str] = field(default_factory=dict)  # position -> reason
@@ -44,7 +44,14 @@ class Embedder(Protocol):
     resolved: ResolvedModel
     device: str
     dtype: str
+    backend: str  # what runs the model: torch, openvino (or a fake)
     dimension: int
+    calibrating: bool  # whether `auto` still has a path to choose (see `calibrate`)
+
+    def calibrate(self, texts: list[str]) -> object:
+        """Choose `auto`'s path on a sample of the run's inputs, before it starts; a run that
+        skips this calibrates on its first inputs."""
+        ...
 
     def run(
         self, batches: Iterable[tuple[list[int], list[str]]], stats: RunStats | None = None

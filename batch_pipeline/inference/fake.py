@@ -39,6 +39,8 @@ class FakeEmbedder:
 
     device = "fake"
     dtype = "float32"
+    backend = "fake"
+    calibrating = False  # nothing to choose
 
     def __init__(self, model: ResolvedModel) -> None:
         self.resolved = model
@@ -54,6 +56,9 @@ class FakeEmbedder:
         if norm == 0.0:
             out[0] = norm = 1.0
         return out / norm
+
+    def calibrate(self, texts: list[str]) -> None:
+        return None
 
     def token_counts(self, texts: list[str]) -> list[int]:
         limit = self.resolved.max_seq_length

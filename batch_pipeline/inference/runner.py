@@ -1,13 +1,15 @@
 """Stage 4's engine: run planned batches through a sentence-transformers model.
 
 `EmbeddingRunner` loads the model once, on the best device present (CUDA, then MPS, then CPU),
-and runs batches under `torch.inference_mode`. Tokenisation of the next batches runs on a worker
-thread behind a bounded queue, overlapping the forward passes. On CUDA it uses fp16/bf16, pinned
-memory and non-blocking copies; a CUDA out-of-memory error splits the batch in two and lowers
-the budget for the rest of the run. An input that fails on its own is reported, not dropped.
+and runs batches under `torch.inference_mode`, or on CPU through the model's OpenVINO export
+where that measured faster (`batch_pipeline.inference.openvino_model`). Tokenisation of the
+next batches runs on a worker thread behind a bounded queue, overlapping the forward passes.
+On CUDA it uses fp16/bf16, pinned memory and non-blocking copies; a CUDA out-of-memory error
+splits the batch in two and lowers the budget for the rest of the run. An input that fails on
+its own is reported, not dropped.
 
-This module needs torch and sentence-transformers only (no dagster, no lancedb), so the GPU
-check can import it on a bare machine.
+This module needs torch and sentence-transformers only (no dagster, no lancedb; openvino only
+for that backend), so the GPU check can import it on a bare machine.
 """
 
 import itertools
@@ -22,19 +24,32 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.inference.calibration import (
-    SAMPLE_INPUTS,
+    SAMPLE_TOKENS,
     CalibrationCache,
+    Candidate,
     DtypeDecision,
     cpu_has_bf16_instructions,
     cpu_model_name,
     decide,
+    label,
     measure,
+    median_sample,
 )
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.inference.openvino_model import (
+    EXPORT_CACHE_ENV,
+    OpenVinoMissingError,
+    OpenVinoModel,
+    load_or_export,
+    openvino_dtypes,
+    openvino_version,
+)
 
+CALIBRATION_HEAD = 256  # inputs read ahead to sample from when a run calibrates itself
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DEVICES = ("auto", "cuda", "mps", "cpu")
+BACKENDS = ("auto", "torch", "openvino")
 
 
 class ModelLoadError(RuntimeError):
@@ -74,15 +89,38 @@ def pick_dtype(device: str, requested: str = "auto") -> str:
     return "float32"
 
 
-def calibration_candidates(device: str) -> list[str]:
-    """The dtypes `auto` measures on this device (none: the default stands)."""
+def pick_backend(device: str, requested: str = "auto") -> str:
+    """The backend a run starts on: `requested`, or torch for `auto` (which may then move to
+    OpenVINO where that measured faster). OpenVINO runs on CPU only."""
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, not {requested!r}")
+    if requested == "openvino":
+        if device != "cpu":
+            raise ValueError(f"backend openvino runs on the CPU, not on device {device!r}")
+        if openvino_version() is None:
+            raise ValueError("backend openvino needs the openvino package: pip install openvino")
+        return "openvino"
+    return "torch"
+
+
+def calibration_candidates(device: str, backend: str = "auto", dtype: str = "auto") -> list:
+    """The (backend, dtype) paths `dtype: auto` measures on this device, among the backends
+    `backend` allows; [] where there is no choice to make (one path, or an explicit dtype:
+    it runs on the backend given, torch for `auto`)."""
     import torch
 
+    found: list[Candidate] = []
     if device == "cpu":
-        return ["float32", "bfloat16"] if cpu_has_bf16_instructions() else []
-    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
-        return ["bfloat16", "float16"]
-    return []
+        if backend in ("auto", "torch"):
+            found += [("torch", "float32")]
+            found += [("torch", "bfloat16")] if cpu_has_bf16_instructions() else []
+        if backend in ("auto", "openvino"):
+            found += [("openvino", d) for d in openvino_dtypes()]
+    elif device.startswith("cuda") and torch.cuda.is_bf16_supported() and backend != "openvino":
+        found += [("torch", "bfloat16"), ("torch", "float16")]
+    if dtype != "auto":  # an explicit dtype is not measured: it runs on the backend given
+        return []
+    return found if len(found) > 1 else []
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -125,33 +163,53 @@ class EmbeddingRunner:
         fidelity_min_cosine: float = 0.9999,
         calibration_cache: Path | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        backend: str = "auto",
+        export_cache: Path | None = None,
     ) -> None:
         import torch
 
         self.resolved = model
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
+        self.backend = pick_backend(self.device, backend)
         self.num_threads = num_threads or default_threads()
         self.prefetch_batches = max(1, prefetch_batches)
         if self.device == "cpu":
             torch.set_num_threads(self.num_threads)
-        # `auto` with candidates: calibrated on the first inputs this runner sees
+        if quantize_int8 and self.backend != "torch":
+            raise ValueError("int8 dynamic quantisation runs on backend torch")
+        # several candidate paths: calibrated on a sample of the first inputs this runner sees
         self._candidates = (
-            [] if dtype != "auto" or quantize_int8 else calibration_candidates(self.device)
+            [] if quantize_int8 else calibration_candidates(self.device, backend, dtype)
         )
+        if self._candidates and (self.backend, self.dtype) not in self._candidates:
+            self.backend, self.dtype = self._candidates[0]  # the first candidate is the default
         self.fidelity_min_cosine = fidelity_min_cosine
         self.calibration_cache = CalibrationCache(calibration_cache)
+        # OpenVINO exports live beside the calibration cache (under the home) unless told
+        shared = os.environ.get(EXPORT_CACHE_ENV)
+        self.export_cache = export_cache or (
+            Path(shared)
+            if shared
+            else calibration_cache.parent / "models" / "openvino"
+            if calibration_cache
+            else None
+        )
+        self._openvino: OpenVinoModel | None = None
+        self.export_seconds = 0.0  # converting the model for OpenVINO (0 when it was cached)
         self._timer = timer
-        self.calibration_seconds = 0.0  # spent deciding `auto`'s dtype, all runs together
+        self.calibration_seconds = 0.0  # spent deciding `auto`'s path, all runs together
         self._warm = False  # has the model been called once (calibration calls it too)?
+        explicit = dtype != "auto" or backend != "auto"
         self.dtype_decision: DtypeDecision | None = (
             None
             if self._candidates
             else DtypeDecision(
                 self.dtype,
                 "set explicitly"
-                if dtype != "auto"
+                if explicit
                 else f"the default on {self.device}: no faster candidate to measure here",
+                backend=self.backend,
             )
         )
         # On CPU, weights stay fp32 and a reduced dtype runs the matrix products under
@@ -159,6 +217,8 @@ class EmbeddingRunner:
         self._autocast = self.device == "cpu" and self.dtype != "float32"
         self.model = self._load(model, quantize_int8)
         self.dimension = int(self.model.get_embedding_dimension())
+        if self.backend == "openvino" and not self._candidates:
+            self._openvino_model()  # explicit: exported (or read back) with the model
 
     def _load(self, resolved: ResolvedModel, quantize_int8: bool):
         import torch
@@ -197,54 +257,92 @@ class EmbeddingRunner:
 
     # -------------------------------------------------------------- calibration
 
-    def _use_dtype(self, dtype: str) -> None:
+    def _openvino_model(self) -> OpenVinoModel:
+        """The model's OpenVINO export: read from the export cache, or made there now."""
+        if self._openvino is None:
+            texts = ["an example input to trace the model with", "and a second"]
+            try:
+                self._openvino, self.export_seconds = load_or_export(
+                    self.model,
+                    self.resolved,
+                    self._tokenize(texts),
+                    self.export_cache,
+                    cpu_model_name(),
+                    self.num_threads,
+                )
+            except OpenVinoMissingError as error:
+                raise ModelLoadError(str(error)) from None
+            self.calibration_seconds += self.export_seconds  # a fixed cost, once per machine
+        return self._openvino
+
+    def _use(self, candidate: Candidate) -> None:
         import torch
 
-        if self.device == "cpu":
+        backend, dtype = candidate
+        if backend == "openvino":
+            self._openvino_model()
+        elif self.device == "cpu":
             self._autocast = dtype != "float32"
         else:
             self.model.to(getattr(torch, dtype))
-        self.dtype = dtype
+        self.backend, self.dtype = backend, dtype
 
-    def _device_name(self) -> str:
+    def device_name(self) -> str:
         import torch
 
         if self.device.startswith("cuda"):
             return torch.cuda.get_device_name(torch.device(self.device))
         return cpu_model_name()
 
-    def calibrate(self, texts: list[str]) -> DtypeDecision:
-        """Decide `auto`'s dtype on these inputs (see `batch_pipeline.inference.calibration`):
-        from the cache when this machine, torch and model were measured before."""
+    @property
+    def calibrating(self) -> bool:
+        """Whether `auto` still has a path to choose (on the first inputs it is given)."""
+        return bool(self._candidates)
+
+    def calibrate(self, texts: list[str]) -> DtypeDecision | None:
+        """Choose `auto`'s path on a median-length sample of these inputs (see
+        `batch_pipeline.inference.calibration`): from the cache when this machine, these
+        versions and this model were measured before. None when there is nothing to choose."""
         import torch
 
-        default = self.dtype
+        if not self._candidates or not texts:
+            return self.dtype_decision
+        default = (self.backend, self.dtype)
         about = {
-            "device": self._device_name(),
+            "device": self.device_name(),
             "torch": torch.__version__,
             "model": self.resolved.files_hash,
             "max_seq_length": self.resolved.max_seq_length,
             "threads": self.num_threads,
-            "dtypes": self._candidates,
+            "dtypes": [label(*c) for c in self._candidates],
         }
-        started = time.perf_counter()
+        if any(backend == "openvino" for backend, _ in self._candidates):
+            about["openvino"] = openvino_version()
+        started, exported_before = time.perf_counter(), self.export_seconds
         key = self.calibration_cache.key(**about)
         measured = self.calibration_cache.get(key)
         cached = measured is not None
         if measured is None:
-            sample = texts[:SAMPLE_INPUTS]
+            sample = median_sample(texts, self.token_counts(texts), budget=SAMPLE_TOKENS)
             features = self._tokenize(sample)  # once: the timed calls time the model alone
 
-            def embed_as(dtype: str, batch: list[str]) -> np.ndarray:
-                self._use_dtype(dtype)
+            def embed_as(candidate: Candidate, batch: list[str]) -> np.ndarray:
+                self._use(candidate)
                 return self._forward(batch, features)
 
+            if any(backend == "openvino" for backend, _ in self._candidates):
+                self._openvino_model()  # exported before the clock starts: a cost of its own
+            started = time.perf_counter()
             measured = measure(embed_as, sample, self._candidates, timer=self._timer)
             self.calibration_cache.put(key, measured, about)
             self._warm = True
         decision = decide(measured, default, self.fidelity_min_cosine, cached=cached)
-        self._use_dtype(decision.dtype)
-        decision = replace(decision, seconds=time.perf_counter() - started)
+        self._use(decision.candidate)
+        decision = replace(
+            decision,
+            seconds=time.perf_counter() - started,
+            export_seconds=self.export_seconds - exported_before,
+        )
         self.calibration_seconds += decision.seconds
         self.dtype_decision = decision
         self._candidates = []
@@ -254,7 +352,7 @@ class EmbeddingRunner:
         self, batches: Iterable[tuple[list[int], list[str]]]
     ) -> Iterable[tuple[list[int], list[str]]]:
         """The batches, after calibrating on the first ones' inputs when `auto` still has
-        a decision to make."""
+        a decision to make and no one gave it a sample (`calibrate`) before the run."""
         if not self._candidates:
             return batches
         iterator = iter(batches)
@@ -263,7 +361,7 @@ class EmbeddingRunner:
         for item in iterator:
             head.append(item)
             texts.extend(item[1])
-            if len(texts) >= SAMPLE_INPUTS:
+            if len(texts) >= CALIBRATION_HEAD:
                 break
         if texts:
             self.calibrate(texts)
@@ -317,17 +415,26 @@ class EmbeddingRunner:
         """Call the model once on the first input, untimed by the run, so the first batch
         does not carry one-off costs (kernel selection, CUDA context, allocator growth);
         the seconds it took, 0 once warm."""
-        if self._warm:
-            return 0.0
         started = time.perf_counter()
         text = prepared.texts[:1]
-        self._forward(text, self._tokenize(text))
-        self._warm = True
+        if self.backend == "openvino":  # the stream's compiled model, once per dtype
+            if not self._openvino_model().warm(self._tokenize(text), self.dtype):
+                return 0.0
+        elif self._warm:
+            return 0.0
+        else:
+            self._forward(text, self._tokenize(text))
+            self._warm = True
         return time.perf_counter() - started
 
     def _forward(self, texts: list[str], features: dict) -> np.ndarray:
         import torch
 
+        if self.backend == "openvino":
+            output = self._openvino_model().infer(features, self.dtype)
+            if self._normalize_here:
+                output /= np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
+            return output
         moved = {
             k: v.to(self.device, non_blocking=True) if hasattr(v, "to") else v
             for k, v in features.items()
@@ -366,6 +473,32 @@ class EmbeddingRunner:
                 )
             return results
 
+    def _warmed(self, prepared: Iterator[_Prepared], stats: RunStats) -> Iterator[_Prepared]:
+        """The batches, the first of them after the model's warm-up (timed apart)."""
+        first = True
+        for item in prepared:
+            if first:
+                stats.warmup_seconds += self._warm_up(item)
+                first = False
+            yield item
+
+    def _run_openvino(
+        self, prepared: Iterator[_Prepared], stats: RunStats
+    ) -> Iterator[tuple[list[int], np.ndarray]]:
+        """The batches through OpenVINO with several in flight (`OpenVinoModel.infer_stream`)."""
+        streamed = self._openvino_model().infer_stream(
+            ((item, item.features) for item in prepared), self.dtype
+        )
+        for item, vectors in streamed:
+            if self._normalize_here:
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            mask = item.features["attention_mask"]
+            stats.tokens += int(mask.sum())
+            stats.padded_tokens += int(mask.numel())
+            stats.batches += 1
+            stats.inputs += len(item.positions)
+            yield item.positions, vectors
+
     def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
         """The batch itself, or slices of at most `limit` inputs after an out-of-memory."""
         if limit is None or len(prepared.texts) <= limit:
@@ -391,13 +524,27 @@ class EmbeddingRunner:
         worked (the budget is lowered for the rest of the run).
         """
         stats = stats if stats is not None else RunStats()
-        limit: int | None = None
         started, calibrated_before = time.perf_counter(), self.calibration_seconds
-        for prepared in self._prefetch(self._calibrated(batches)):
-            warming = self._warm_up(prepared)
-            stats.warmup_seconds += warming
-            started += warming
-            for part in self._capped(prepared, limit):
+        warmed_before = stats.warmup_seconds
+        prepared = self._warmed(self._prefetch(self._calibrated(batches)), stats)
+        if self.backend == "openvino":  # no out-of-memory to split on: a stream of batches
+            yield from self._run_openvino(prepared, stats)
+        else:
+            yield from self._run_torch(prepared, stats)
+        # what `auto` spent choosing a path and the first call's warm-up are fixed costs, not
+        # the model's throughput
+        calibrating = self.calibration_seconds - calibrated_before
+        stats.calibration_seconds += calibrating
+        fixed = calibrating + stats.warmup_seconds - warmed_before
+        stats.seconds += time.perf_counter() - started - fixed
+
+    def _run_torch(
+        self, prepared: Iterator[_Prepared], stats: RunStats
+    ) -> Iterator[tuple[list[int], np.ndarray]]:
+        """The batches through torch, one at a time, split on out-of-memory."""
+        limit: int | None = None
+        for item in prepared:
+            for part in self._capped(item, limit):
                 splits_before = stats.oom_splits
                 results = self._run_batch(part, stats)
                 if stats.oom_splits > splits_before:  # lower the budget for the rest
@@ -406,10 +553,6 @@ class EmbeddingRunner:
                 if results:
                     positions = [p for p, _ in results]
                     yield positions, np.stack([v for _, v in results])
-        # the time `auto` spent measuring dtypes is a fixed cost, not the model's throughput
-        calibrating = self.calibration_seconds - calibrated_before
-        stats.calibration_seconds += calibrating
-        stats.seconds += time.perf_counter() - started - calibrating
 
     def embed(self, texts: list[str], token_budget: int = 4096, max_batch_size: int = 128):
         """Embed a list of texts in input order (plans its own batches). Returns (n, dim)."""
@@ -418,6 +561,8 @@ class EmbeddingRunner:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         counts = self.token_counts(texts)
+        if self._candidates:
+            self.calibrate(median_sample(texts, counts))
         batches = pack_batches(counts, PlanSettings(token_budget, max_batch_size))
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         stats = RunStats()

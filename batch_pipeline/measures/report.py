@@ -35,6 +35,7 @@ class ReportedRun:
             "tokens_per_second": _round(m.tokens_per_second, 1),
             "device": m.device,
             "dtype": m.dtype,
+            "backend": m.backend,
             "cost_per_1k_inputs": _round(m.cost_per_1k_inputs, 6),
             "cost_per_1m_tokens": _round(m.cost_per_1m_tokens, 6),
             "execute_cost": round(m.execute_cost, 6),
@@ -53,11 +54,31 @@ class ReportedRun:
             "quarantined": m.quarantined,
             "completeness": m.completeness,
             "stage_seconds": m.stage_seconds,
+            "calibration": m.calibration,
         }
 
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def calibration_line(calibration: dict) -> str | None:
+    """`chose openvino/float32 (openvino/float32 ran 1.48x ...); measured in 1.45 s: torch/float32
+    412.1 inputs/s, openvino/float32 610.3 inputs/s at min cosine 1.000000`; None where the
+    run measured nothing (no calibration, or the cache answered)."""
+    if not calibration or calibration.get("cached") or not calibration.get("candidates"):
+        return None
+    candidates = ", ".join(
+        f"{name} {c['inputs_per_second']:,} inputs/s at min cosine {c['min_cosine']:.6f}"
+        for name, c in calibration["candidates"].items()
+    )
+    line = (
+        f"chose {calibration['path']} ({calibration['reason']}); measured in "
+        f"{calibration['seconds']:g} s: {candidates}"
+    )
+    if calibration.get("export_seconds"):
+        line += f"; exported the model in {calibration['export_seconds']:g} s"
+    return line
 
 
 def reported_runs(rows: Iterable[dict]) -> list[ReportedRun]:

@@ -56,7 +56,8 @@ class RunMeasures:
     fixed_seconds: float = 0.0  # paid once per run: model load, dtype calibration, warm-up
     device: str | None = None  # None: nothing was embedded, no model was loaded
     dtype: str | None = None
-    fidelity_min_cosine: float | None = None  # vs fp32; 1.0 when run in fp32
+    backend: str | None = None  # what ran the model: torch or openvino
+    fidelity_min_cosine: float | None = None  # vs torch fp32; 1.0 when run in torch fp32
     device_price_hour: float = 0.0
     host_price_hour: float = 0.0
     currency: str = "USD"
@@ -71,6 +72,8 @@ class RunMeasures:
     completeness: float | None = None
     partition_inputs: int = 0  # chunks of the partition: what a full rebuild embeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's wall-clock
+    # how execute chose its path (`DtypeDecision.summary`): {} when nothing ran
+    calibration: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def from_execute(
@@ -88,6 +91,8 @@ class RunMeasures:
             fixed_seconds=float(executed.get("fixed_seconds", 0.0)),
             device=device,
             dtype=executed.get("dtype"),
+            backend=executed.get("backend"),
+            calibration=dict(executed.get("calibration") or {}),
             fidelity_min_cosine=executed.get("fidelity_min_cosine"),
             device_price_hour=cost.device_price(device) if device else 0.0,
             host_price_hour=cost.host_hour,
@@ -151,7 +156,11 @@ class RunMeasures:
 
     def record(self) -> dict[str, object]:
         """The run record's columns (see `state.tracking.schema.runs`)."""
-        return {**asdict(self), "stage_seconds": json.dumps(self.stage_seconds)}
+        return {
+            **asdict(self),
+            "stage_seconds": json.dumps(self.stage_seconds),
+            "calibration": json.dumps(self.calibration),
+        }
 
     @classmethod
     def from_record(cls, row: dict[str, object]) -> "RunMeasures | None":
@@ -161,6 +170,7 @@ class RunMeasures:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in row.items() if k in names and v is not None}
         values["stage_seconds"] = json.loads(str(values.get("stage_seconds") or "{}"))
+        values["calibration"] = json.loads(str(values.get("calibration") or "{}"))
         return cls(**values)
 
     def metadata(self) -> dict[str, object]:
@@ -192,6 +202,7 @@ class RunMeasures:
                 cost_per_1m_tokens=_rounded(self.cost_per_1m_tokens, 6),
                 device=self.device,
                 dtype=self.dtype,
+                backend=self.backend,
                 fidelity_min_cosine=self.fidelity_min_cosine,
             )
         return values

@@ -49,7 +49,7 @@ EXECUTE = Stage(
     "execute",
     "chunk_embeddings",
     "embeddings",
-    frozenset({"pytorch", "parquet"}),
+    frozenset({"pytorch", "openvino", "parquet"}),  # the model runs on one or the other
     "run the batch plan through the model, checkpointing as it goes",
 )
 LAND = Stage(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
-from batch_pipeline.inference.calibration import DtypeDecision
+from batch_pipeline.inference.calibration import REFERENCE, SAMPLE_INPUTS, DtypeDecision
 from batch_pipeline.inference.embedder import Embedder, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -65,8 +65,9 @@ class ExecuteSummary:
     dimension: int
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
-    dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype
+    dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype and backend
     load_seconds: float = 0.0  # loading the model for this run (0 when it was loaded already)
+    backend: str = "torch"  # what ran the model: torch or openvino
 
     @property
     def fixed_seconds(self) -> float:
@@ -80,9 +81,9 @@ class ExecuteSummary:
         """The lowest cosine to fp32 vectors this dtype is known to keep: 1.0 in fp32 (the
         reference itself), as calibration measured it, or None when not measured."""
         decision = self.dtype_decision
-        if decision is not None and decision.dtype == self.dtype:
+        if decision is not None and decision.candidate == (self.backend, self.dtype):
             return decision.min_cosine
-        return 1.0 if self.dtype == "float32" else None
+        return 1.0 if (self.backend, self.dtype) == REFERENCE else None
 
     def record(self) -> dict[str, object]:
         """What land needs to measure the run, written into the output file's footer."""
@@ -98,6 +99,8 @@ class ExecuteSummary:
             "inputs_resumed": self.resumed_inputs,
             "device": self.device if ran else None,
             "dtype": self.dtype if ran else None,
+            "backend": self.backend if ran else None,
+            "calibration": self.dtype_decision.summary() if ran and self.dtype_decision else {},
             "fidelity_min_cosine": self.fidelity_min_cosine if ran else None,
         }
 
@@ -127,6 +130,7 @@ class ExecuteSummary:
                 fixed_seconds=round(self.fixed_seconds, 3),
                 device=self.device,
                 dtype=self.dtype,
+                backend=self.backend,
             )
         return values
 
@@ -149,6 +153,27 @@ def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], l
             texts.append(text)
     if hashes:
         yield hashes, texts
+
+
+def _middle_inputs(
+    plan_path: StagePath | Path, done_keys: set[str], todo: int, size: int = 4 * SAMPLE_INPUTS
+) -> list[str]:
+    """About `size` inputs from the middle of the plan's inputs still to embed: the plan is
+    sorted by length, so these are of median length. Streamed: memory holds the sample."""
+    start = max(0, (todo - size) // 2)
+    found: list[str] = []
+    position = 0
+    for record_batch in read_batches(plan_path, ["input_hash", "input_text"]):
+        columns = record_batch.to_pydict()
+        for key, text in zip(columns["input_hash"], columns["input_text"], strict=True):
+            if key in done_keys:
+                continue
+            if position >= start:
+                found.append(text)
+                if len(found) >= size:
+                    return found
+            position += 1
+    return found
 
 
 def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
@@ -233,6 +258,10 @@ def _embed(
     runner = get_runner()
     load_seconds = time.perf_counter() - loading
     stats = RunStats()
+    if runner.calibrating:  # choose the path on typical inputs, not the plan's shortest
+        before = getattr(runner, "calibration_seconds", 0.0)
+        runner.calibrate(_middle_inputs(plan_path, done_keys, progress.total))
+        stats.calibration_seconds += getattr(runner, "calibration_seconds", 0.0) - before
     schema = embeddings_schema(dimension)
     if runner.dimension != dimension:
         raise RuntimeError(
@@ -294,4 +323,5 @@ def _embed(
         resumed_inputs=len(done_keys),
         dtype_decision=getattr(runner, "dtype_decision", None),
         load_seconds=load_seconds,
+        backend=runner.backend,
     )

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV
 from batch_pipeline.inference.runner import EmbeddingRunner, RunStats
 
 TEXTS = [
@@ -151,25 +152,29 @@ def test_the_benchmark_gives_repeated_inputs_their_vectors(fake_embedder, model)
     assert (measured.vectors[2] == measured.vectors[0]).all()
 
 
-def test_auto_dtype_calibrates_on_the_first_inputs_and_caches_the_decision(
+def test_auto_calibrates_on_the_first_inputs_and_caches_the_decision(
     model, runner, monkeypatch, tmp_path
 ):
-    """A fake timer makes bf16 twice as fast; the vectors and their cosines are real."""
+    """A fake timer makes OpenVINO fp32 the fastest path, torch bf16 the second; the
+    vectors, their cosines and the OpenVINO export are real."""
     from batch_pipeline.inference import runner as runner_module
     from batch_pipeline.inference.runner import EmbeddingRunner
 
     monkeypatch.setattr(runner_module, "cpu_has_bf16_instructions", lambda: True)
+    monkeypatch.setattr(runner_module, "openvino_dtypes", lambda: ["float32"])
+    monkeypatch.delenv(EXPORT_CACHE_ENV)  # the export goes under this home, as it does for users
+    cost = {("torch", "float32"): 1.0, ("torch", "bfloat16"): 0.7, ("openvino", "float32"): 0.5}
     clock = {"now": 0.0, "runner": None}
 
     def timer() -> float:
         current = clock["runner"]
-        clock["now"] += 0.0 if current is None else (1.0 if current.dtype == "float32" else 0.5)
+        clock["now"] += 0.0 if current is None else cost[(current.backend, current.dtype)]
         return clock["now"]
 
     cache = tmp_path / "calibration.json"
     auto = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
     clock["runner"] = auto
-    assert auto.dtype_decision is None and auto.dtype == "float32"
+    assert auto.dtype_decision is None and (auto.backend, auto.dtype) == ("torch", "float32")
     texts = [f"how do I change setting number {i} of my account" for i in range(20)]
     stats, started = RunStats(), time.perf_counter()
     vectors = np.zeros((len(texts), auto.dimension), np.float32)
@@ -177,24 +182,68 @@ def test_auto_dtype_calibrates_on_the_first_inputs_and_caches_the_decision(
         vectors[positions] = part
     wall = time.perf_counter() - started
     decision = auto.dtype_decision
-    assert decision.dtype == "bfloat16" == auto.dtype and not decision.cached
-    # measuring the dtypes took time of its own, which the run's throughput leaves out
+    assert decision.candidate == ("openvino", "float32") == (auto.backend, auto.dtype)
+    assert not decision.cached and "2.00x as fast as torch/float32" in decision.reason
+    # measuring took time of its own, and so did the export: the throughput leaves both out
     assert decision.seconds > 0.05 and decision.metadata()["dtype_calibration_seconds"] > 0
-    assert 0 < stats.seconds <= wall - decision.seconds + 0.005
-    assert 0.999 < decision.min_cosine < 1.0
+    assert decision.export_seconds > 0 and (tmp_path / "models" / "openvino").is_dir()
+    assert 0 < stats.seconds <= wall - decision.seconds - decision.export_seconds + 0.005
+    assert decision.min_cosine > 0.9999
     reference = runner.embed(texts)
-    assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.999
+    assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.9999
     assert cache.is_file()
 
     again = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
     clock["runner"], before = again, clock["now"]
     again.embed(texts[:3])
-    assert again.dtype_decision.cached and again.dtype == "bfloat16"
+    assert again.dtype_decision.cached and again.backend == "openvino"
     assert clock["now"] == before  # nothing was timed: the cache answered
+    assert again.dtype_decision.export_seconds == 0  # and the export was read back
+
+    stricter = EmbeddingRunner(
+        model, device="cpu", calibration_cache=cache, fidelity_min_cosine=1.000001
+    )
+    stricter.embed(texts[:3])  # no path can be that faithful: torch fp32, from the cache
+    assert stricter.dtype_decision.cached and stricter.dtype_decision.candidate == (
+        "torch",
+        "float32",
+    )
 
     explicit = EmbeddingRunner(model, device="cpu", dtype="float32", calibration_cache=cache)
     explicit.embed(texts[:3])
-    assert explicit.dtype == "float32" and explicit.dtype_decision.reason == "set explicitly"
+    assert (explicit.backend, explicit.dtype) == ("torch", "float32")
+    assert explicit.dtype_decision.reason == "set explicitly"
+
+
+def test_the_openvino_export_is_made_once_and_keeps_the_vectors_within_fidelity(
+    model, runner, tmp_path
+):
+    exports = tmp_path / "exports"
+    first = EmbeddingRunner(model, device="cpu", backend="openvino", export_cache=exports)
+    assert first.backend == "openvino" and first.export_seconds > 0
+    (folder,) = exports.iterdir()
+    weights = folder / "model.bin"
+    made = weights.stat().st_mtime_ns
+    ours = first.embed(TEXTS, token_budget=256, max_batch_size=4)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    assert float(np.min(np.sum(ours * reference, axis=1))) > 0.9999
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)  # normalised
+
+    second = EmbeddingRunner(model, device="cpu", backend="openvino", export_cache=exports)
+    assert second.export_seconds == 0 and weights.stat().st_mtime_ns == made
+    assert [p.name for p in exports.iterdir()] == [folder.name]  # no half-made exports left
+    np.testing.assert_allclose(second.embed(TEXTS), first.embed(TEXTS), atol=1e-5)
+
+
+def test_openvino_is_refused_off_the_cpu_and_with_int8(model):
+    from batch_pipeline.inference.runner import pick_backend
+
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        pick_backend("cuda", "openvino")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        pick_backend("cpu", "onnx")
+    with pytest.raises(ValueError, match="int8 dynamic quantisation runs on backend torch"):
+        EmbeddingRunner(model, device="cpu", backend="openvino", quantize_int8=True)
 
 
 def test_the_model_s_first_call_is_a_warm_up_outside_the_run_s_marginal_time(model):

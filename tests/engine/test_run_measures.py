@@ -262,3 +262,36 @@ def test_each_stages_seconds_are_recorded_with_the_run(make_pipeline, fake_embed
     assert sum(measures.stage_seconds.values()) <= measures.wall_seconds + 0.01
     metadata = measures.metadata()
     assert metadata["stage_seconds_execute"] == measures.stage_seconds["execute"]
+
+
+def test_a_run_records_how_execute_chose_its_path_and_report_shows_it(
+    workspace, make_pipeline, model, capsys
+):
+    """The real model, `auto` on this CPU: whatever it chooses, the run's measures and the
+    report say what it chose, why, and every candidate it measured."""
+    from batch_pipeline.inference.calibration import CALIBRATION_FILE
+    from batch_pipeline.inference.runner import EmbeddingRunner
+
+    pipeline = make_pipeline()
+    auto = EmbeddingRunner(
+        model, device="cpu", calibration_cache=workspace["home"] / CALIBRATION_FILE
+    )
+    pipeline.run("run-1", lambda: auto)
+    _row, measures = measures_of(pipeline, "run-1")
+    decision = auto.dtype_decision
+    assert (measures.backend, measures.dtype) == decision.candidate == (auto.backend, auto.dtype)
+    chosen = measures.calibration
+    assert chosen["path"] == f"{auto.backend}/{auto.dtype}" and not chosen["cached"]
+    assert {"torch/float32", "openvino/float32"} <= set(chosen["candidates"])
+    assert chosen["candidates"]["torch/float32"]["min_cosine"] == 1.0
+    assert measures.fidelity_min_cosine >= 0.9999
+    assert 0 < chosen["seconds"] <= measures.fixed_seconds
+
+    home = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
+    assert cli.main([*home, "report"]) == 0
+    text = capsys.readouterr().out
+    assert f"{auto.backend}/{auto.dtype}" in text.splitlines()[1]  # the PATH column
+    assert f"run-1: chose {chosen['path']} (" in text and "torch/float32 " in text
+    assert cli.main([*home, "report", "--json"]) == 0
+    (reported,) = json.loads(capsys.readouterr().out)["runs"]
+    assert reported["backend"] == auto.backend and reported["calibration"] == chosen

@@ -1,4 +1,5 @@
-"""`dtype: auto`'s decision logic, with a fake timer and fake vectors (no model, no clock)."""
+"""`dtype: auto` and `backend: auto`'s decision logic, with a fake clock and fake vectors (no
+model, no real time)."""
 
 import numpy as np
 import pytest
@@ -9,81 +10,154 @@ from batch_pipeline.inference.calibration import (
     Measurement,
     decide,
     measure,
+    median_sample,
 )
+
+TORCH_FP32, TORCH_BF16 = ("torch", "float32"), ("torch", "bfloat16")
+OV_FP32, OV_BF16 = ("openvino", "float32"), ("openvino", "bfloat16")
+FOUR = [TORCH_FP32, TORCH_BF16, OV_FP32, OV_BF16]
 
 
 class FakeClock:
-    """Each timed call of a dtype takes the seconds given for it."""
+    """FAKE: each call of a path takes the seconds given for it, and returns the reference
+    vectors plus that path's noise."""
 
-    def __init__(self, seconds: dict[str, float]) -> None:
+    def __init__(self, seconds: dict[tuple[str, str], float]) -> None:
         self.seconds = seconds
         self.now = 0.0
-        self.current = "float32"
-        self.calls = 0
+        self.calls: list[tuple[str, str]] = []
 
     def __call__(self) -> float:
-        self.calls += 1
         return self.now
 
-    def embed_as(self, noise: dict[str, float]):  # noqa: ANN201
+    def embed_as(self, noise: dict[tuple[str, str], float]):  # noqa: ANN201
         base = np.random.default_rng(0).normal(size=(8, 16)).astype(np.float32)
 
-        def embed(dtype: str, texts: list[str]) -> np.ndarray:
-            self.current = dtype
-            self.now += self.seconds[dtype]
-            return base + noise.get(dtype, 0.0) * np.random.default_rng(1).normal(size=base.shape)
+        def embed(candidate: tuple[str, str], texts: list[str]) -> np.ndarray:
+            self.calls.append(candidate)
+            self.now += self.seconds[candidate]
+            jitter = np.random.default_rng(1).normal(size=base.shape)
+            return base + noise.get(candidate, 0.0) * jitter
 
         return embed
 
 
-def test_measure_times_each_dtype_and_compares_its_vectors_with_fp32():
-    clock = FakeClock({"float32": 2.0, "bfloat16": 1.0})
-    found = measure(clock.embed_as({"bfloat16": 1e-3}), ["t"] * 8, ["float32", "bfloat16"], clock)
-    by = {m.dtype: m for m in found}
-    assert by["float32"].seconds == 2.0 and by["bfloat16"].seconds == 1.0
-    assert by["float32"].min_cosine == pytest.approx(1.0)
-    assert 0.999 < by["bfloat16"].min_cosine < 1.0
-    assert by["bfloat16"].inputs_per_second == 8.0
+def test_measure_times_four_paths_in_alternating_rounds_against_torch_fp32():
+    clock = FakeClock({TORCH_FP32: 2.0, TORCH_BF16: 1.1, OV_FP32: 1.5, OV_BF16: 0.8})
+    found = measure(clock.embed_as({TORCH_BF16: 1e-3, OV_BF16: 1e-3}), ["t"] * 8, FOUR, clock)
+    by = {m.candidate: m for m in found}
+    assert {c: by[c].seconds for c in FOUR} == pytest.approx(clock.seconds)
+    assert by[TORCH_FP32].min_cosine == pytest.approx(1.0) == by[OV_FP32].min_cosine
+    assert 0.999 < by[OV_BF16].min_cosine < 1.0
+    assert by[OV_BF16].inputs_per_second == pytest.approx(10.0)
+    # the reference, one warm-up per other path, then rounds forwards and backwards
+    timed = clock.calls[1 + 3 :]
+    assert timed == FOUR + FOUR[::-1]
 
 
-def m(dtype: str, seconds: float, cosine: float) -> Measurement:
-    return Measurement(dtype, seconds, 64, cosine)
+def m(candidate: tuple[str, str], seconds: float, cosine: float) -> Measurement:
+    backend, dtype = candidate
+    return Measurement(dtype, seconds, 64, cosine, backend)
 
 
-def test_a_faster_faithful_dtype_is_taken():
-    decision = decide((m("float32", 2.0, 1.0), m("bfloat16", 1.0, 0.99997)), "float32", 0.9999)
-    assert decision.dtype == "bfloat16" and "2.00x" in decision.reason
+def test_the_fastest_faithful_of_four_paths_is_taken():
+    four = (
+        m(TORCH_FP32, 2.0, 1.0),
+        m(TORCH_BF16, 1.1, 0.99997),
+        m(OV_FP32, 1.5, 0.9999999),
+        m(OV_BF16, 0.8, 0.99997),
+    )
+    decision = decide(four, TORCH_FP32, 0.9999)
+    assert decision.candidate == OV_BF16 and decision.backend == "openvino"
+    assert "openvino/bfloat16 ran 2.50x as fast as torch/float32" in decision.reason
     assert decision.min_cosine == 0.99997
-    assert decision.metadata()["calibration_bfloat16_inputs_per_second"] == 64.0
+    metadata = decision.metadata()
+    assert metadata["backend_decision"] == "openvino" and metadata["dtype_decision"] == "bfloat16"
+    assert metadata["calibration_openvino_bfloat16_inputs_per_second"] == 80.0
+    assert metadata["calibration_torch_float32_min_cosine"] == 1.0
 
 
-def test_a_faster_dtype_below_the_fidelity_threshold_is_refused():
-    decision = decide((m("float32", 2.0, 1.0), m("bfloat16", 1.0, 0.9990)), "float32", 0.9999)
-    assert decision.dtype == "float32" and decision.min_cosine == 1.0
+def test_the_fastest_path_below_the_fidelity_threshold_is_refused_for_the_next():
+    four = (
+        m(TORCH_FP32, 2.0, 1.0),
+        m(TORCH_BF16, 1.1, 0.99997),
+        m(OV_FP32, 1.5, 0.9999999),
+        m(OV_BF16, 0.8, 0.9990),  # fastest, but not faithful enough
+    )
+    assert decide(four, TORCH_FP32, 0.9999).candidate == TORCH_BF16
+    # a stricter threshold refuses both bf16 paths: OpenVINO fp32 is the fastest left
+    assert decide(four, TORCH_FP32, 0.999999).candidate == OV_FP32
 
 
-def test_a_dtype_that_is_not_clearly_faster_is_refused():
+def test_torch_stays_where_it_is_the_fastest():
+    four = (
+        m(TORCH_FP32, 2.0, 1.0),
+        m(TORCH_BF16, 0.7, 0.99997),
+        m(OV_FP32, 1.5, 0.9999999),
+        m(OV_BF16, 0.8, 0.99997),
+    )
+    assert decide(four, TORCH_FP32, 0.9999).candidate == TORCH_BF16
+
+
+def test_a_path_that_is_not_clearly_faster_is_refused():
     barely = 2.0 / (MIN_SPEEDUP - 0.05)
-    decision = decide((m("float32", 2.0, 1.0), m("bfloat16", barely, 0.99999)), "float32", 0.9999)
-    assert decision.dtype == "float32" and "needs" in decision.reason
+    decision = decide((m(TORCH_FP32, 2.0, 1.0), m(OV_FP32, barely, 0.99999)), TORCH_FP32, 0.9999)
+    assert decision.candidate == TORCH_FP32 and "needs" in decision.reason
 
 
 def test_on_cuda_fp16_is_taken_over_bf16_only_when_faithful_and_faster():
-    faster = (m("bfloat16", 1.0, 0.9995), m("float16", 0.5, 0.99999))
+    fp16 = ("torch", "float16")
+    faster = (m(TORCH_BF16, 1.0, 0.9995), m(fp16, 0.5, 0.99999))
     assert decide(faster, "bfloat16", 0.9999).dtype == "float16"
-    unfaithful = (m("bfloat16", 1.0, 0.99995), m("float16", 0.5, 0.999))
+    unfaithful = (m(TORCH_BF16, 1.0, 0.99995), m(fp16, 0.5, 0.999))
     assert decide(unfaithful, "bfloat16", 0.9999).dtype == "bfloat16"
-    neither = (m("bfloat16", 1.0, 0.999), m("float16", 0.5, 0.998))
-    assert decide(neither, "bfloat16", 0.9999).dtype == "float32"
+    neither = (m(TORCH_BF16, 1.0, 0.999), m(fp16, 0.5, 0.998))
+    assert decide(neither, "bfloat16", 0.9999).candidate == TORCH_FP32
+
+
+def test_the_sample_is_of_median_length_not_the_shortest():
+    texts = [f"t{i}" for i in range(100)]
+    lengths = list(range(100))[::-1]  # t0 is the longest
+    sample = median_sample(texts, lengths, size=4)
+    assert sorted(lengths[texts.index(t)] for t in sample) == [48, 49, 50, 51]
+    assert median_sample(texts[:3], lengths[:3], size=4) == ["t2", "t1", "t0"]
 
 
 def test_the_cache_keeps_measurements_per_key_and_survives_a_torn_file(tmp_path):
     cache = CalibrationCache(tmp_path / "calibration.json")
-    key = cache.key(device="cpu model", torch="2.13.0", model="abc", threads=2)
+    key = cache.key(device="cpu model", torch="2.13.0", openvino="2026.4", model="abc")
     assert cache.get(key) is None
-    found = (m("float32", 2.0, 1.0), m("bfloat16", 1.0, 0.99997))
+    found = (m(TORCH_FP32, 2.0, 1.0), m(OV_BF16, 1.0, 0.99997))
     cache.put(key, found, {"device": "cpu model"})
     assert cache.get(key) == found
-    assert cache.get(cache.key(device="other", torch="2.13.0", model="abc", threads=2)) is None
+    assert decide(cache.get(key), TORCH_FP32, 0.9999, cached=True).cached
+    assert (
+        cache.get(cache.key(device="other", torch="2.13.0", openvino="2026.4", model="abc")) is None
+    )
     (tmp_path / "calibration.json").write_text("{torn")
     assert cache.get(key) is None
+
+
+def test_measurements_cached_before_backends_were_measured_read_as_torch(tmp_path):
+    path = tmp_path / "calibration.json"
+    old = {
+        "k": {
+            "about": {},
+            "measurements": [
+                {"dtype": "bfloat16", "seconds": 1.0, "inputs": 64, "min_cosine": 0.99997}
+            ],
+        }
+    }
+    import json
+
+    path.write_text(json.dumps(old))
+    (found,) = CalibrationCache(path).get("k")
+    assert found.candidate == TORCH_BF16
+
+
+def test_long_inputs_make_a_smaller_sample_within_the_token_budget():
+    texts = [f"t{i}" for i in range(100)]
+    lengths = [200] * 100
+    assert len(median_sample(texts, lengths, size=16, budget=1024)) == 5  # 5 x 200 <= 1024
+    assert len(median_sample(texts, [1000] * 100, size=16, budget=1024)) == 4  # the floor
+    assert len(median_sample(texts, [10] * 100, size=16, budget=1024)) == 16

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "batch_pipeline.cli",
         "batch_pipeline.bench",
+        "batch_pipeline.bench_anchors",
         "batch_pipeline.bench_end_to_end",
         "batch_pipeline.bench_generation",
         "batch_pipeline.partitions",

@@ -97,6 +97,8 @@ runs = sa.Table(
     sa.Column("fixed_seconds", sa.Float),  # model load, calibration, warm-up: once per run
     sa.Column("device", sa.String(32)),
     sa.Column("dtype", sa.String(16)),
+    sa.Column("backend", sa.String(16)),  # what ran the model: torch, openvino
+    sa.Column("calibration", sa.Text),  # JSON: how execute chose its backend and dtype
     sa.Column("fidelity_min_cosine", sa.Float),
     sa.Column("device_price_hour", sa.Float),
     sa.Column("host_price_hour", sa.Float),

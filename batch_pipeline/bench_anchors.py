@@ -1,0 +1,190 @@
+"""What `python -m batch_pipeline.bench` measures the project against, besides `encode`: ONNX
+Runtime as FastEmbed and Infinity run it, and the CPU's nominal roofline.
+
+- **ONNX Runtime fp32, length-sorted batches of 32.** The loaded sentence-transformers model
+  (transformer, pooling, Normalize) exported with torch's dynamo exporter (the TorchScript
+  exporter gives wrong vectors for this model under transformers 5, cosine about 0.92),
+  cached under the temporary folder by model files and versions, and run on the CPU
+  execution provider with one intra-op thread per core. Inputs are sorted by token count and
+  cut into batches of 32, each padded to its longest input; tokenising is inside the timer,
+  as it is for `encode`.
+- **The roofline**: cores x clock x FLOP per cycle per core, for fp32 and bf16, from the CPU's
+  vendor, family and flags (`ROOFLINE_TABLE`); the clock is the CPU's maximum frequency where
+  the kernel reports it, else its `cpu MHz`. Both are nominal: a bound, not a promise.
+
+Needs onnxruntime, onnx and onnxscript for the ONNX anchor (the dev extra); without them the
+anchor is skipped and says so.
+"""
+
+import hashlib
+import logging
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from batch_pipeline.inference.calibration import cpu_flags
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.inference.openvino_model import traceable
+
+ANCHOR_BATCH_SIZE = 32
+
+
+def _cpuinfo(field: str) -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return [line.split(":", 1)[1].strip() for line in handle if line.startswith(field)]
+    except OSError:
+        return []
+
+
+def clock_ghz() -> float | None:
+    """The CPU's nominal clock: its maximum frequency, else the `cpu MHz` it reports."""
+    try:
+        khz = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()
+        return int(khz) / 1e6
+    except (OSError, ValueError):
+        pass
+    mhz = [float(v) for v in _cpuinfo("cpu MHz") if v]
+    return max(mhz) / 1000 if mhz else None
+
+
+def flop_per_cycle() -> tuple[int, int | None, str]:
+    """Nominal (fp32, bf16) FLOP per cycle per core, and which row of the table gave them.
+
+    fp32: two FMA pipes of the widest vectors (AVX-512 on Intel and Zen 5: 64; Zen 4 runs
+    AVX-512 on 256-bit pipes, and AVX2 with FMA gives 32; else 16). bf16: AMX tiles 1024;
+    AVX-512 BF16 dot products 128 on Intel and Zen 5, 64 on Zen 4; none without them."""
+    flags = cpu_flags()
+    vendor = (_cpuinfo("vendor_id") or [""])[0]
+    family = int((_cpuinfo("cpu family") or ["0"])[0] or 0)
+    amd = vendor == "AuthenticAMD"
+    full_width = not amd or family >= 26  # Zen 4 (family 25) splits 512-bit work in two
+    if "avx512f" in flags:
+        fp32, row = (
+            (64, "AVX-512, two 512-bit FMA pipes")
+            if full_width
+            else (
+                32,
+                "AVX-512 on 256-bit FMA pipes (Zen 4)",
+            )
+        )
+    elif {"avx2", "fma"} <= flags:
+        fp32, row = 32, "AVX2, two 256-bit FMA pipes"
+    else:
+        fp32, row = 16, "SSE"
+    bf16: int | None = None
+    if "amx_bf16" in flags:
+        bf16, row = 1024, row + "; AMX-BF16 tiles"
+    elif "avx512_bf16" in flags:
+        bf16 = 128 if full_width else 64
+        row += "; AVX-512 BF16 dot products"
+    return fp32, bf16, row
+
+
+@dataclass(frozen=True)
+class Roofline:
+    cores: int
+    clock_ghz: float | None
+    fp32_flop_per_cycle: int
+    bf16_flop_per_cycle: int | None
+    source: str
+
+    def flops(self, dtype: str) -> float | None:
+        """Nominal FLOP/s of this CPU in `dtype` (None: not offered or clock unknown)."""
+        per_cycle = self.bf16_flop_per_cycle if dtype == "bfloat16" else self.fp32_flop_per_cycle
+        if per_cycle is None or self.clock_ghz is None:
+            return None
+        return self.cores * self.clock_ghz * 1e9 * per_cycle
+
+    def describe(self) -> str:
+        clock = f"{self.clock_ghz:.2f} GHz" if self.clock_ghz else "clock unknown"
+        bf16 = f"{self.bf16_flop_per_cycle} bf16" if self.bf16_flop_per_cycle else "no bf16"
+        return (
+            f"{self.cores} cores x {clock} x {self.fp32_flop_per_cycle} fp32 / {bf16} "
+            f"FLOP per cycle ({self.source})"
+        )
+
+
+def cpu_roofline(cores: int) -> Roofline:
+    fp32, bf16, source = flop_per_cycle()
+    return Roofline(cores, clock_ghz(), fp32, bf16, source)
+
+
+class OnnxRuntimeAnchor:
+    """The model in ONNX Runtime, fp32, length-sorted batches of 32 (see the module doc)."""
+
+    name = f"ONNX Runtime fp32, length-sorted batches of {ANCHOR_BATCH_SIZE}"
+
+    def __init__(self, st_model, model: ResolvedModel, threads: int) -> None:  # noqa: ANN001
+        import onnxruntime as ort
+
+        self.st_model = st_model
+        self.export_seconds = 0.0
+        path = self._exported(st_model, model)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def _exported(self, st_model, model: ResolvedModel) -> Path:  # noqa: ANN001
+        import onnxruntime as ort
+        import torch
+
+        key = hashlib.sha256(
+            f"{model.files_hash}:{model.max_seq_length}:{torch.__version__}:{ort.__version__}".encode()
+        ).hexdigest()[:16]
+        folder = Path(tempfile.gettempdir()) / "batch-pipeline-onnx" / key
+        if (folder / "model.onnx").is_file():
+            return folder / "model.onnx"
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        features = st_model.preprocess(["an example input", "and a second, longer one"])
+        module, names = traceable(st_model, features)
+
+        batch = torch.export.Dim("batch", max=4096)
+        sequence = torch.export.Dim("sequence", max=model.max_seq_length)
+        started = time.perf_counter()
+        exporter_log = logging.getLogger("torch.onnx")  # "torchvision is not installed"
+        level = exporter_log.level
+        exporter_log.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                module,
+                tuple(features[n] for n in names),
+                input_names=names,
+                output_names=["sentence_embedding"],
+                dynamic_shapes=(({0: batch, 1: sequence},) * len(names),),  # one *tensors
+                dynamo=True,
+                verbose=False,
+            )
+        exporter_log.setLevel(level)
+        staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+        program.save(str(staging / "model.onnx"))  # with its weights beside it
+        staging.rename(folder)
+        self.export_seconds = time.perf_counter() - started
+        return folder / "model.onnx"
+
+    @staticmethod
+    def padding_efficiency(token_counts: list[int]) -> float:
+        """Real over padded tokens of its batches (sorted by tokens, 32 at a time)."""
+        ordered = sorted(token_counts)
+        padded = sum(
+            len(ordered[i : i + ANCHOR_BATCH_SIZE]) * ordered[i : i + ANCHOR_BATCH_SIZE][-1]
+            for i in range(0, len(ordered), ANCHOR_BATCH_SIZE)
+        )
+        return sum(ordered) / padded if padded else 1.0
+
+    def embed(self, texts: list[str], token_counts: list[int]) -> np.ndarray:
+        order = sorted(range(len(texts)), key=lambda i: token_counts[i])
+        out = np.zeros((len(texts), self.st_model.get_embedding_dimension()), np.float32)
+        for start in range(0, len(order), ANCHOR_BATCH_SIZE):
+            rows = order[start : start + ANCHOR_BATCH_SIZE]
+            features = self.st_model.preprocess([texts[i] for i in rows])
+            feeds = {n: features[n].numpy() for n in self.inputs}
+            out[rows] = self.session.run(None, feeds)[0]
+        return out

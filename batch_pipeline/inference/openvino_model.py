@@ -1,0 +1,240 @@
+"""The OpenVINO backend for CPU embedding: the sentence-transformers model exported once to
+OpenVINO's format and compiled per precision.
+
+Export: the loaded `SentenceTransformer` (its transformer, pooling and, where the model has
+one, its Normalize module, exactly the modules the torch path calls) is traced by
+`openvino.convert_model` on example features, with dynamic batch and sequence axes, and saved
+with fp32 weights (`save_model` would halve them to fp16 by default, which costs fidelity).
+The export is cached under `<cache>/<key>` (`<home>/models/openvino`, or the folder
+`BATCH_PIPELINE_OPENVINO_CACHE` names), where the key hashes the model's files, its
+sequence limit and normalisation, the OpenVINO version and the CPU; it is written to a
+temporary folder and renamed into place, so a crash never leaves half an export. Every later
+run reads it back, and only the run that made it reports its seconds.
+
+Compile: per precision, `INFERENCE_PRECISION_HINT` f32 or bf16 (bf16 only where the plugin
+lists BF16 among the CPU's capabilities), the latency hint and the runner's thread count.
+
+OpenVINO is for CPUs; on a GPU the torch path runs. This module imports openvino only when
+called, so the rest of the engine runs without it.
+"""
+
+import json
+import shutil
+import tempfile
+import time
+import warnings
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from batch_pipeline.inference.models import ResolvedModel
+
+# Where exports are cached when set (a folder shared by several homes, say); else under the
+# home, beside the calibration cache
+EXPORT_CACHE_ENV = "BATCH_PIPELINE_OPENVINO_CACHE"
+MODEL_FILE = "model.xml"  # beside it, model.bin (the weights)
+INFO_FILE = "export.json"
+PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16"}
+T = TypeVar("T")
+
+
+class OpenVinoMissingError(RuntimeError):
+    """The OpenVINO backend was asked for, but openvino is not installed."""
+
+
+def openvino_version() -> str | None:
+    """The installed OpenVINO runtime's version, or None where it is not installed."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return openvino.get_version()
+
+
+def _core():  # noqa: ANN202
+    try:
+        import openvino as ov
+    except ImportError:
+        raise OpenVinoMissingError(
+            "backend openvino needs the openvino package: pip install openvino"
+        ) from None
+    return ov.Core()
+
+
+def openvino_dtypes() -> list[str]:
+    """The precisions OpenVINO's CPU plugin offers on this CPU: fp32 always, bf16 where the
+    plugin lists BF16 (AMX or AVX-512 BF16; it does not emulate it). [] without openvino."""
+    if openvino_version() is None:
+        return []
+    capabilities = set(_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return ["float32"] + (["bfloat16"] if "BF16" in capabilities else [])
+
+
+def export_key(model: ResolvedModel, cpu: str) -> str:
+    """What an export depends on: the model's files and settings, OpenVINO and the CPU."""
+    import hashlib
+
+    parts = {
+        "model": model.files_hash,
+        "max_seq_length": model.max_seq_length,
+        "normalize": model.normalize,
+        "openvino": openvino_version(),
+        "cpu": cpu,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def traceable(st_model, features: dict):  # noqa: ANN001, ANN201
+    """The loaded sentence-transformers model as one module of positional tensors (what
+    exporters trace), and the tokenizer's tensor names in that order (input_ids,
+    attention_mask, token_type_ids where the model has them)."""
+    import torch
+
+    names = [name for name, value in features.items() if hasattr(value, "shape")]
+
+    class Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = st_model
+
+        def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+            return self.inner(dict(zip(names, tensors, strict=True)))["sentence_embedding"]
+
+    return Embed(), names
+
+
+def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
+    """Trace `st_model` on `features` and save it under `folder` (atomically)."""
+    import openvino as ov
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    module, names = traceable(st_model, features)
+    example = tuple(features[name] for name in names)
+    # tracing warns about Python branches on shapes, and transformers about the config: both
+    # are about the trace's generality, which the dynamic axes and the fidelity check cover
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            converted = ov.convert_model(
+                module, example_input=example, input=[(-1, -1) for _ in names]
+            )
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    for port, name in zip(converted.inputs, names, strict=True):
+        port.get_tensor().set_names({name})
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+    try:
+        ov.save_model(converted, str(staging / MODEL_FILE), compress_to_fp16=False)
+        (staging / INFO_FILE).write_text(json.dumps({"inputs": names}), encoding="utf-8")
+        if folder.exists():  # another process finished first: keep its export
+            return
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class OpenVinoModel:
+    """An exported model, compiled per precision on first use: for one batch at a time (the
+    latency hint: every thread on the batch; calibration and small embeds) and for a stream
+    of batches (the throughput hint: the threads split into streams, each running a batch,
+    with as many requests in flight as OpenVINO finds best; a run's batches)."""
+
+    def __init__(self, folder: Path, threads: int) -> None:
+        self.folder = folder
+        self.threads = threads
+        self.core = _core()
+        self.model = self.core.read_model(str(folder / MODEL_FILE))
+        self.inputs: list[str] = json.loads((folder / INFO_FILE).read_text())["inputs"]
+        self._compiled: dict[tuple[str, str], object] = {}
+        self._requests: dict[str, object] = {}
+
+    def _compile(self, dtype: str, hint: str):  # noqa: ANN202
+        if (dtype, hint) not in self._compiled:
+            if dtype not in PRECISION_HINTS:
+                raise ValueError(f"backend openvino runs float32 or bfloat16, not {dtype!r}")
+            self._compiled[(dtype, hint)] = self.core.compile_model(
+                self.model,
+                "CPU",
+                {
+                    "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype],
+                    "PERFORMANCE_HINT": hint,
+                    "INFERENCE_NUM_THREADS": self.threads,
+                },
+            )
+        return self._compiled[(dtype, hint)]
+
+    def _feeds(self, features: dict) -> dict[str, np.ndarray]:
+        return {name: np.asarray(features[name], dtype=np.int64) for name in self.inputs}
+
+    def infer(self, features: dict, dtype: str) -> np.ndarray:
+        """Sentence embeddings of one tokenised batch, as float32."""
+        if dtype not in self._requests:
+            self._requests[dtype] = self._compile(dtype, "LATENCY").create_infer_request()
+        result = self._requests[dtype].infer(self._feeds(features))
+        return np.asarray(result[0], dtype=np.float32).copy()
+
+    def warm(self, features: dict, dtype: str) -> bool:
+        """Compile the stream model for `dtype` and run `features` through it, unless that
+        was done: whether it was not."""
+        if (dtype, "THROUGHPUT") in self._compiled:
+            return False
+        for _ in self.infer_stream([(None, features)], dtype):
+            pass
+        return True
+
+    def infer_stream(
+        self, items: Iterable[tuple[T, dict]], dtype: str
+    ) -> Iterator[tuple[T, np.ndarray]]:
+        """`(tag, vectors)` for each `(tag, features)`, in the order given, with several
+        batches in flight; memory holds those in flight and those done out of order."""
+        import openvino as ov
+
+        compiled = self._compile(dtype, "THROUGHPUT")
+        jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        queue = ov.AsyncInferQueue(compiled, max(1, jobs))
+        done: dict[int, np.ndarray] = {}
+
+        def finished(request, index: int) -> None:  # noqa: ANN001 - on OpenVINO's thread
+            done[index] = np.asarray(request.get_output_tensor(0).data, np.float32).copy()
+
+        queue.set_callback(finished)
+        waiting: deque[tuple[int, T]] = deque()
+        for index, (tag, features) in enumerate(items):
+            queue.start_async(self._feeds(features), index)  # waits while every job is busy
+            waiting.append((index, tag))
+            while waiting and waiting[0][0] in done:
+                first, first_tag = waiting.popleft()
+                yield first_tag, done.pop(first)
+        queue.wait_all()
+        while waiting:
+            first, first_tag = waiting.popleft()
+            yield first_tag, done.pop(first)
+
+
+def load_or_export(
+    st_model,  # noqa: ANN001
+    model: ResolvedModel,
+    features: dict,
+    cache: Path | None,
+    cpu: str,
+    threads: int,
+) -> tuple[OpenVinoModel, float]:
+    """The model's OpenVINO export, from `cache` or made now from `st_model` traced on
+    `features`; and the seconds spent exporting (0.0 when the cache had it). Without a
+    cache the export goes to a temporary folder for this process."""
+    if cache is None:
+        cache = Path(tempfile.gettempdir()) / "batch-pipeline-openvino"
+    folder = cache / export_key(model, cpu)
+    seconds = 0.0
+    if not (folder / INFO_FILE).is_file():
+        started = time.perf_counter()
+        export(st_model, features, folder)
+        seconds = time.perf_counter() - started
+    return OpenVinoModel(folder, threads), seconds
