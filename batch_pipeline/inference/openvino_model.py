@@ -133,9 +133,11 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
     try:
         ov.save_model(converted, str(staging / MODEL_FILE), compress_to_fp16=False)
         (staging / INFO_FILE).write_text(json.dumps({"inputs": names}), encoding="utf-8")
-        if folder.exists():  # another process finished first: keep its export
-            return
-        staging.rename(folder)
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first: keep its export
+            if not (folder / INFO_FILE).is_file():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
