@@ -23,10 +23,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections import deque
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
@@ -38,7 +35,6 @@ EXPORT_CACHE_ENV = "BATCH_PIPELINE_OPENVINO_CACHE"
 MODEL_FILE = "model.xml"  # beside it, model.bin (the weights)
 INFO_FILE = "export.json"
 PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16"}
-T = TypeVar("T")
 
 
 class OpenVinoMissingError(RuntimeError):
@@ -143,10 +139,12 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
 
 
 class OpenVinoModel:
-    """An exported model, compiled per precision on first use: for one batch at a time (the
-    latency hint: every thread on the batch; calibration and small embeds) and for a stream
-    of batches (the throughput hint: the threads split into streams, each running a batch,
-    with as many requests in flight as OpenVINO finds best; a run's batches)."""
+    """An exported model, compiled per precision on first use for one batch at a time (the
+    latency hint: every thread on the batch).
+
+    Several batches in flight (the throughput hint, an `AsyncInferQueue` with a Python
+    callback) ran 10% to 23% faster here, but hung one test run in CI with every thread
+    waiting, so a run's batches go one at a time until that is understood."""
 
     def __init__(self, folder: Path, threads: int) -> None:
         self.folder = folder
@@ -181,43 +179,6 @@ class OpenVinoModel:
             self._requests[dtype] = self._compile(dtype, "LATENCY").create_infer_request()
         result = self._requests[dtype].infer(self._feeds(features))
         return np.asarray(result[0], dtype=np.float32).copy()
-
-    def warm(self, features: dict, dtype: str) -> bool:
-        """Compile the stream model for `dtype` and run `features` through it, unless that
-        was done: whether it was not."""
-        if (dtype, "THROUGHPUT") in self._compiled:
-            return False
-        for _ in self.infer_stream([(None, features)], dtype):
-            pass
-        return True
-
-    def infer_stream(
-        self, items: Iterable[tuple[T, dict]], dtype: str
-    ) -> Iterator[tuple[T, np.ndarray]]:
-        """`(tag, vectors)` for each `(tag, features)`, in the order given, with several
-        batches in flight; memory holds those in flight and those done out of order."""
-        import openvino as ov
-
-        compiled = self._compile(dtype, "THROUGHPUT")
-        jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-        queue = ov.AsyncInferQueue(compiled, max(1, jobs))
-        done: dict[int, np.ndarray] = {}
-
-        def finished(request, index: int) -> None:  # noqa: ANN001 - on OpenVINO's thread
-            done[index] = np.asarray(request.get_output_tensor(0).data, np.float32).copy()
-
-        queue.set_callback(finished)
-        waiting: deque[tuple[int, T]] = deque()
-        for index, (tag, features) in enumerate(items):
-            queue.start_async(self._feeds(features), index)  # waits while every job is busy
-            waiting.append((index, tag))
-            while waiting and waiting[0][0] in done:
-                first, first_tag = waiting.popleft()
-                yield first_tag, done.pop(first)
-        queue.wait_all()
-        while waiting:
-            first, first_tag = waiting.popleft()
-            yield first_tag, done.pop(first)
 
 
 def load_or_export(

@@ -415,16 +415,12 @@ class EmbeddingRunner:
         """Call the model once on the first input, untimed by the run, so the first batch
         does not carry one-off costs (kernel selection, CUDA context, allocator growth);
         the seconds it took, 0 once warm."""
+        if self._warm:
+            return 0.0
         started = time.perf_counter()
         text = prepared.texts[:1]
-        if self.backend == "openvino":  # the stream's compiled model, once per dtype
-            if not self._openvino_model().warm(self._tokenize(text), self.dtype):
-                return 0.0
-        elif self._warm:
-            return 0.0
-        else:
-            self._forward(text, self._tokenize(text))
-            self._warm = True
+        self._forward(text, self._tokenize(text))
+        self._warm = True
         return time.perf_counter() - started
 
     def _forward(self, texts: list[str], features: dict) -> np.ndarray:
@@ -485,13 +481,9 @@ class EmbeddingRunner:
     def _run_openvino(
         self, prepared: Iterator[_Prepared], stats: RunStats
     ) -> Iterator[tuple[list[int], np.ndarray]]:
-        """The batches through OpenVINO with several in flight (`OpenVinoModel.infer_stream`)."""
-        streamed = self._openvino_model().infer_stream(
-            ((item, item.features) for item in prepared), self.dtype
-        )
-        for item, vectors in streamed:
-            if self._normalize_here:
-                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        """The batches through OpenVINO, one at a time on every thread."""
+        for item in prepared:
+            vectors = self._forward(item.texts, item.features)
             mask = item.features["attention_mask"]
             stats.tokens += int(mask.sum())
             stats.padded_tokens += int(mask.numel())
