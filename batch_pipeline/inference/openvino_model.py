@@ -143,8 +143,9 @@ class OpenVinoModel:
     latency hint: every thread on the batch).
 
     Several batches in flight (the throughput hint, an `AsyncInferQueue` with a Python
-    callback) ran 10% to 23% faster here, but hung one test run in CI with every thread
-    waiting, so a run's batches go one at a time until that is understood."""
+    callback) ran 10% to 23% faster here, but one CI run hung, every thread waiting, in the
+    test that ran it and a second export in one process; which of the two hung is not known,
+    so a run's batches go one at a time until it is."""
 
     def __init__(self, folder: Path, threads: int) -> None:
         self.folder = folder
