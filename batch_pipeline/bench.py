@@ -33,7 +33,7 @@ import numpy as np
 
 from batch_pipeline.bench_anchors import cpu_roofline
 from batch_pipeline.inference.batching import PlanSettings
-from batch_pipeline.inference.calibration import median_sample
+from batch_pipeline.inference.calibration import median_sample, min_cosine
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.inference.runner import BACKENDS, EmbeddingRunner
@@ -151,9 +151,30 @@ def run_engine(
     return Measurement(seconds, rss.peak, out), info
 
 
-def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return float(((a * b).sum(axis=1) / np.maximum(norms, 1e-12)).min())
+def path_row(
+    name: str,
+    dtype: str,
+    runs: list[Measurement],
+    baseline: list[Measurement],
+    padding_efficiency: float,
+    real_tokens: int,
+) -> dict[str, object]:
+    """One path's line of the result: its median speed, its median ratio to the baseline's
+    runs of the same rounds, and its last vectors' minimum cosine to the baseline's."""
+    median_seconds = statistics.median(m.seconds for m in runs)
+    chunks = len(runs[-1].vectors)
+    ratios = [a.seconds / b.seconds for a, b in zip(baseline, runs, strict=True)]
+    return {
+        "name": name,
+        "dtype": dtype,
+        "seconds_median": round(median_seconds, 4),
+        "chunks_per_s": round(chunks / median_seconds, 1),
+        "tokens_per_s": round(real_tokens / median_seconds, 1),
+        "padding_efficiency": round(padding_efficiency, 4),
+        "peak_rss_mib": round(max(m.peak_rss for m in runs) / 2**20, 1),
+        "ratio_over_a_median": round(statistics.median(ratios), 3),
+        "min_cosine_vs_a": round(min_cosine(runs[-1].vectors, baseline[-1].vectors), 7),
+    }
 
 
 def flops(token_counts: list[int], model: ResolvedModel) -> float:
@@ -262,11 +283,43 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
 
-    ratios = [a.seconds / b.seconds for a, (b, _) in zip(a_runs, b_runs, strict=True)]
-    a_med = statistics.median(m.seconds for m in a_runs)
-    b_med = statistics.median(m.seconds for m, _ in b_runs)
+    b_measured = [m for m, _ in b_runs]
     info = b_runs[-1][1]
     decision = runner.dtype_decision
+    rows = {
+        "a": {
+            **path_row(
+                f"SentenceTransformer.encode(batch_size={BASELINE_BATCH_SIZE})",
+                "float32",
+                a_runs,
+                a_runs,
+                real / padded_a,
+                real,
+            ),
+            "ratio_over_a_median": 1.0,  # the baseline itself
+            "min_cosine_vs_a": 1.0,
+        },
+        "b": {
+            **path_row(
+                f"batch_pipeline plan + EmbeddingRunner ({runner.backend} {runner.dtype})",
+                runner.dtype,
+                b_measured,
+                a_runs,
+                info["padding_efficiency"],
+                real,
+            ),
+            "plan_seconds": round(info["plan_seconds"], 4),
+            "batches": info["batches"],
+        },
+    }
+    if c_runs:
+        rows["c"] = {
+            **path_row(
+                anchor.name, "float32", c_runs, a_runs, anchor.padding_efficiency(counts), real
+            ),
+            "export_seconds": round(anchor.export_seconds, 3),
+        }
+    ratios = [a.seconds / b.seconds for a, b in zip(a_runs, b_measured, strict=True)]
     result = {
         "chunks": len(texts),
         "real_tokens": real,
@@ -280,54 +333,18 @@ def main(argv: list[str] | None = None) -> int:
         "token_budget": settings.token_budget,
         "max_batch_size": settings.max_batch_size,
         "rounds": args.rounds,
-        "a": {
-            "name": f"SentenceTransformer.encode(batch_size={BASELINE_BATCH_SIZE})",
-            "dtype": "float32",
-            "seconds_median": round(a_med, 4),
-            "chunks_per_s": round(len(texts) / a_med, 1),
-            "tokens_per_s": round(real / a_med, 1),
-            "padding_efficiency": round(real / padded_a, 4),
-            "peak_rss_mib": round(max(m.peak_rss for m in a_runs) / 2**20, 1),
-            "ratio_over_a_median": 1.0,
-            "min_cosine_vs_a": 1.0,
-        },
-        "b": {
-            "name": f"batch_pipeline plan + EmbeddingRunner ({runner.backend} {runner.dtype})",
-            "dtype": runner.dtype,
-            "seconds_median": round(b_med, 4),
-            "plan_seconds": round(info["plan_seconds"], 4),
-            "chunks_per_s": round(len(texts) / b_med, 1),
-            "tokens_per_s": round(real / b_med, 1),
-            "padding_efficiency": round(info["padding_efficiency"], 4),
-            "batches": info["batches"],
-            "peak_rss_mib": round(max(m.peak_rss for m, _ in b_runs) / 2**20, 1),
-            "ratio_over_a_median": round(statistics.median(ratios), 3),
-            "min_cosine_vs_a": round(min_cosine(b_runs[-1][0].vectors, a_runs[-1].vectors), 7),
-        },
-        "ratio_b_over_a_median": round(statistics.median(ratios), 3),
+        **rows,
+        "ratio_b_over_a_median": rows["b"]["ratio_over_a_median"],
         "ratio_b_over_a_rounds": [round(r, 3) for r in ratios],
-        "min_cosine_b_vs_a": round(min_cosine(b_runs[-1][0].vectors, a_runs[-1].vectors), 7),
+        "min_cosine_b_vs_a": rows["b"]["min_cosine_vs_a"],
     }
     if anchor_note:
         result["anchor_note"] = anchor_note
-    if c_runs:
-        c_med = statistics.median(m.seconds for m in c_runs)
-        c_ratios = [a.seconds / c.seconds for a, c in zip(a_runs, c_runs, strict=True)]
-        result["c"] = {
-            "name": anchor.name,
-            "dtype": "float32",
-            "seconds_median": round(c_med, 4),
-            "chunks_per_s": round(len(texts) / c_med, 1),
-            "tokens_per_s": round(real / c_med, 1),
-            "padding_efficiency": round(anchor.padding_efficiency(counts), 4),
-            "peak_rss_mib": round(max(m.peak_rss for m in c_runs) / 2**20, 1),
-            "ratio_over_a_median": round(statistics.median(c_ratios), 3),
-            "min_cosine_vs_a": round(min_cosine(c_runs[-1].vectors, a_runs[-1].vectors), 7),
-            "export_seconds": round(anchor.export_seconds, 3),
-        }
     work = flops(counts, model)
     result["flop_per_token"] = round(work / real)
     if runner.device.startswith("cuda"):
+        a_med = statistics.median(m.seconds for m in a_runs)
+        b_med = statistics.median(m.seconds for m in b_measured)
         result["roofline_fraction_bf16"] = {
             "a": round(work / a_med / BF16_PEAK_FLOPS, 5),
             "b": round(work / b_med / BF16_PEAK_FLOPS, 5),

@@ -16,7 +16,6 @@ Needs onnxruntime, onnx and onnxscript for the ONNX anchor (the dev extra); with
 anchor is skipped and says so.
 """
 
-import hashlib
 import logging
 import tempfile
 import time
@@ -26,19 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from batch_pipeline.inference.calibration import cpu_flags
+from batch_pipeline.inference.calibration import CalibrationCache, cpu_flags, cpuinfo
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.openvino_model import traceable
 
 ANCHOR_BATCH_SIZE = 32
-
-
-def _cpuinfo(field: str) -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return [line.split(":", 1)[1].strip() for line in handle if line.startswith(field)]
-    except OSError:
-        return []
 
 
 def clock_ghz() -> float | None:
@@ -48,7 +39,7 @@ def clock_ghz() -> float | None:
         return int(khz) / 1e6
     except (OSError, ValueError):
         pass
-    mhz = [float(v) for v in _cpuinfo("cpu MHz") if v]
+    mhz = [float(v) for v in cpuinfo("cpu MHz") if v]
     return max(mhz) / 1000 if mhz else None
 
 
@@ -59,8 +50,8 @@ def flop_per_cycle() -> tuple[int, int | None, str]:
     AVX-512 on 256-bit pipes, and AVX2 with FMA gives 32; else 16). bf16: AMX tiles 1024;
     AVX-512 BF16 dot products 128 on Intel and Zen 5, 64 on Zen 4; none without them."""
     flags = cpu_flags()
-    vendor = (_cpuinfo("vendor_id") or [""])[0]
-    family = int((_cpuinfo("cpu family") or ["0"])[0] or 0)
+    vendor = (cpuinfo("vendor_id") or [""])[0]
+    family = int((cpuinfo("cpu family") or ["0"])[0] or 0)
     amd = vendor == "AuthenticAMD"
     full_width = not amd or family >= 26  # Zen 4 (family 25) splits 512-bit work in two
     if "avx512f" in flags:
@@ -135,9 +126,12 @@ class OnnxRuntimeAnchor:
         import onnxruntime as ort
         import torch
 
-        key = hashlib.sha256(
-            f"{model.files_hash}:{model.max_seq_length}:{torch.__version__}:{ort.__version__}".encode()
-        ).hexdigest()[:16]
+        key = CalibrationCache.key(
+            model=model.files_hash,
+            max_seq_length=model.max_seq_length,
+            torch=torch.__version__,
+            onnxruntime=ort.__version__,
+        )
         folder = Path(tempfile.gettempdir()) / "batch-pipeline-onnx" / key
         if (folder / "model.onnx").is_file():
             return folder / "model.onnx"

@@ -247,25 +247,23 @@ class CalibrationCache:
         temporary.replace(self.path)
 
 
-def cpu_flags() -> set[str]:
+def cpuinfo(field: str) -> list[str]:
+    """The values of a `/proc/cpuinfo` field, one per logical CPU ([] off Linux)."""
     try:
         with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+            return [line.split(":", 1)[1].strip() for line in handle if line.startswith(field)]
     except OSError:
-        pass
-    return set()
+        return []
+
+
+def cpu_flags() -> set[str]:
+    return set(next(iter(cpuinfo("flags")), "").split())
 
 
 def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    names = cpuinfo("model name")
+    if names:
+        return names[0]
     import platform
 
     return platform.processor() or platform.machine()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.inference.calibration import CalibrationCache
 from batch_pipeline.inference.models import ResolvedModel
 
 # Where exports are cached when set (a folder shared by several homes, say); else under the
@@ -71,16 +72,13 @@ def openvino_dtypes() -> list[str]:
 
 def export_key(model: ResolvedModel, cpu: str) -> str:
     """What an export depends on: the model's files and settings, OpenVINO and the CPU."""
-    import hashlib
-
-    parts = {
-        "model": model.files_hash,
-        "max_seq_length": model.max_seq_length,
-        "normalize": model.normalize,
-        "openvino": openvino_version(),
-        "cpu": cpu,
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    return CalibrationCache.key(
+        model=model.files_hash,
+        max_seq_length=model.max_seq_length,
+        normalize=model.normalize,
+        openvino=openvino_version(),
+        cpu=cpu,
+    )
 
 
 def traceable(st_model, features: dict):  # noqa: ANN001, ANN201
@@ -153,32 +151,30 @@ class OpenVinoModel:
         self.core = _core()
         self.model = self.core.read_model(str(folder / MODEL_FILE))
         self.inputs: list[str] = json.loads((folder / INFO_FILE).read_text())["inputs"]
-        self._compiled: dict[tuple[str, str], object] = {}
-        self._requests: dict[str, object] = {}
+        self._requests: dict[str, object] = {}  # one per precision, compiled on first use
 
-    def _compile(self, dtype: str, hint: str):  # noqa: ANN202
-        if (dtype, hint) not in self._compiled:
+    def _request(self, dtype: str):  # noqa: ANN202
+        if dtype not in self._requests:
             if dtype not in PRECISION_HINTS:
                 raise ValueError(f"backend openvino runs float32 or bfloat16, not {dtype!r}")
-            self._compiled[(dtype, hint)] = self.core.compile_model(
+            compiled = self.core.compile_model(
                 self.model,
                 "CPU",
                 {
                     "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype],
-                    "PERFORMANCE_HINT": hint,
+                    "PERFORMANCE_HINT": "LATENCY",
                     "INFERENCE_NUM_THREADS": self.threads,
                 },
             )
-        return self._compiled[(dtype, hint)]
+            self._requests[dtype] = compiled.create_infer_request()
+        return self._requests[dtype]
 
     def _feeds(self, features: dict) -> dict[str, np.ndarray]:
         return {name: np.asarray(features[name], dtype=np.int64) for name in self.inputs}
 
     def infer(self, features: dict, dtype: str) -> np.ndarray:
         """Sentence embeddings of one tokenised batch, as float32."""
-        if dtype not in self._requests:
-            self._requests[dtype] = self._compile(dtype, "LATENCY").create_infer_request()
-        result = self._requests[dtype].infer(self._feeds(features))
+        result = self._request(dtype).infer(self._feeds(features))
         return np.asarray(result[0], dtype=np.float32).copy()
 
 

@@ -109,6 +109,8 @@ def calibration_candidates(device: str, backend: str = "auto", dtype: str = "aut
     it runs on the backend given, torch for `auto`)."""
     import torch
 
+    if dtype != "auto":  # an explicit dtype is not measured: it runs on the backend given
+        return []
     found: list[Candidate] = []
     if device == "cpu":
         if backend in ("auto", "torch"):
@@ -118,8 +120,6 @@ def calibration_candidates(device: str, backend: str = "auto", dtype: str = "aut
             found += [("openvino", d) for d in openvino_dtypes()]
     elif device.startswith("cuda") and torch.cuda.is_bf16_supported() and backend != "openvino":
         found += [("torch", "bfloat16"), ("torch", "float16")]
-    if dtype != "auto":  # an explicit dtype is not measured: it runs on the backend given
-        return []
     return found if len(found) > 1 else []
 
 
@@ -316,7 +316,8 @@ class EmbeddingRunner:
             "threads": self.num_threads,
             "dtypes": [label(*c) for c in self._candidates],
         }
-        if any(backend == "openvino" for backend, _ in self._candidates):
+        uses_openvino = any(backend == "openvino" for backend, _ in self._candidates)
+        if uses_openvino:
             about["openvino"] = openvino_version()
         started, exported_before = time.perf_counter(), self.export_seconds
         key = self.calibration_cache.key(**about)
@@ -330,7 +331,7 @@ class EmbeddingRunner:
                 self._use(candidate)
                 return self._forward(batch, features)
 
-            if any(backend == "openvino" for backend, _ in self._candidates):
+            if uses_openvino:
                 self._openvino_model()  # exported before the clock starts: a cost of its own
             started = time.perf_counter()
             measured = measure(embed_as, sample, self._candidates, timer=self._timer)
@@ -469,28 +470,6 @@ class EmbeddingRunner:
                 )
             return results
 
-    def _warmed(self, prepared: Iterator[_Prepared], stats: RunStats) -> Iterator[_Prepared]:
-        """The batches, the first of them after the model's warm-up (timed apart)."""
-        first = True
-        for item in prepared:
-            if first:
-                stats.warmup_seconds += self._warm_up(item)
-                first = False
-            yield item
-
-    def _run_openvino(
-        self, prepared: Iterator[_Prepared], stats: RunStats
-    ) -> Iterator[tuple[list[int], np.ndarray]]:
-        """The batches through OpenVINO, one at a time on every thread."""
-        for item in prepared:
-            vectors = self._forward(item.texts, item.features)
-            mask = item.features["attention_mask"]
-            stats.tokens += int(mask.sum())
-            stats.padded_tokens += int(mask.numel())
-            stats.batches += 1
-            stats.inputs += len(item.positions)
-            yield item.positions, vectors
-
     def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
         """The batch itself, or slices of at most `limit` inputs after an out-of-memory."""
         if limit is None or len(prepared.texts) <= limit:
@@ -516,27 +495,13 @@ class EmbeddingRunner:
         worked (the budget is lowered for the rest of the run).
         """
         stats = stats if stats is not None else RunStats()
-        started, calibrated_before = time.perf_counter(), self.calibration_seconds
-        warmed_before = stats.warmup_seconds
-        prepared = self._warmed(self._prefetch(self._calibrated(batches)), stats)
-        if self.backend == "openvino":  # no out-of-memory to split on: a stream of batches
-            yield from self._run_openvino(prepared, stats)
-        else:
-            yield from self._run_torch(prepared, stats)
-        # what `auto` spent choosing a path and the first call's warm-up are fixed costs, not
-        # the model's throughput
-        calibrating = self.calibration_seconds - calibrated_before
-        stats.calibration_seconds += calibrating
-        fixed = calibrating + stats.warmup_seconds - warmed_before
-        stats.seconds += time.perf_counter() - started - fixed
-
-    def _run_torch(
-        self, prepared: Iterator[_Prepared], stats: RunStats
-    ) -> Iterator[tuple[list[int], np.ndarray]]:
-        """The batches through torch, one at a time, split on out-of-memory."""
         limit: int | None = None
-        for item in prepared:
-            for part in self._capped(item, limit):
+        started, calibrated_before = time.perf_counter(), self.calibration_seconds
+        for prepared in self._prefetch(self._calibrated(batches)):
+            warming = self._warm_up(prepared)
+            stats.warmup_seconds += warming
+            started += warming
+            for part in self._capped(prepared, limit):
                 splits_before = stats.oom_splits
                 results = self._run_batch(part, stats)
                 if stats.oom_splits > splits_before:  # lower the budget for the rest
@@ -545,6 +510,10 @@ class EmbeddingRunner:
                 if results:
                     positions = [p for p, _ in results]
                     yield positions, np.stack([v for _, v in results])
+        # what `auto` spent choosing a path is a fixed cost, not the model's throughput
+        calibrating = self.calibration_seconds - calibrated_before
+        stats.calibration_seconds += calibrating
+        stats.seconds += time.perf_counter() - started - calibrating
 
     def embed(self, texts: list[str], token_budget: int = 4096, max_batch_size: int = 128):
         """Embed a list of texts in input order (plans its own batches). Returns (n, dim)."""

@@ -60,14 +60,19 @@ def m(candidate: tuple[str, str], seconds: float, cosine: float) -> Measurement:
     return Measurement(dtype, seconds, 64, cosine, backend)
 
 
-def test_the_fastest_faithful_of_four_paths_is_taken():
-    four = (
+def four(torch_bf16: tuple[float, float], openvino_bf16: tuple[float, float]) -> tuple:
+    """Torch fp32 at 2.0 s and OpenVINO fp32 at 1.5 s (both faithful), and the two bf16
+    paths at the (seconds, min cosine) given."""
+    return (
         m(TORCH_FP32, 2.0, 1.0),
-        m(TORCH_BF16, 1.1, 0.99997),
+        m(TORCH_BF16, *torch_bf16),
         m(OV_FP32, 1.5, 0.9999999),
-        m(OV_BF16, 0.8, 0.99997),
+        m(OV_BF16, *openvino_bf16),
     )
-    decision = decide(four, TORCH_FP32, 0.9999)
+
+
+def test_the_fastest_faithful_of_four_paths_is_taken():
+    decision = decide(four((1.1, 0.99997), (0.8, 0.99997)), TORCH_FP32, 0.9999)
     assert decision.candidate == OV_BF16 and decision.backend == "openvino"
     assert "openvino/bfloat16 ran 2.50x as fast as torch/float32" in decision.reason
     assert decision.min_cosine == 0.99997
@@ -78,25 +83,14 @@ def test_the_fastest_faithful_of_four_paths_is_taken():
 
 
 def test_the_fastest_path_below_the_fidelity_threshold_is_refused_for_the_next():
-    four = (
-        m(TORCH_FP32, 2.0, 1.0),
-        m(TORCH_BF16, 1.1, 0.99997),
-        m(OV_FP32, 1.5, 0.9999999),
-        m(OV_BF16, 0.8, 0.9990),  # fastest, but not faithful enough
-    )
-    assert decide(four, TORCH_FP32, 0.9999).candidate == TORCH_BF16
+    measured = four((1.1, 0.99997), (0.8, 0.9990))  # OpenVINO bf16: fastest, not faithful
+    assert decide(measured, TORCH_FP32, 0.9999).candidate == TORCH_BF16
     # a stricter threshold refuses both bf16 paths: OpenVINO fp32 is the fastest left
-    assert decide(four, TORCH_FP32, 0.999999).candidate == OV_FP32
+    assert decide(measured, TORCH_FP32, 0.999999).candidate == OV_FP32
 
 
 def test_torch_stays_where_it_is_the_fastest():
-    four = (
-        m(TORCH_FP32, 2.0, 1.0),
-        m(TORCH_BF16, 0.7, 0.99997),
-        m(OV_FP32, 1.5, 0.9999999),
-        m(OV_BF16, 0.8, 0.99997),
-    )
-    assert decide(four, TORCH_FP32, 0.9999).candidate == TORCH_BF16
+    assert decide(four((0.7, 0.99997), (0.8, 0.99997)), TORCH_FP32, 0.9999).candidate == TORCH_BF16
 
 
 def test_a_path_that_is_not_clearly_faster_is_refused():
