@@ -82,6 +82,8 @@ STAGE_CHARTS = {
     ),
 }
 CHARTS = RUN_CHARTS | {"briefs_landed", "briefs_failed", "review_candidate_*"}
+QUESTION_ROWS = "question_rows"
+QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*", "mrr_at_*"})
 
 
 def has_briefs(config: PipelineConfig) -> bool:
@@ -294,4 +296,32 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             ],
         )
 
-    return [brief_prompts, brief_plan, brief_generations, document_briefs]
+    @dg.asset(
+        name=QUESTION_ROWS,
+        deps=[BRIEF_LAND.asset],
+        kinds={"lancedb"},
+        output_required=False,
+        **_common(partitions),
+    )
+    def question_rows(
+        context: dg.AssetExecutionContext,
+        pipeline: PipelineResource,
+        generation: GenerationResource,
+        inference: InferenceResource,
+    ):  # noqa: ANN202 - a MaterializeResult, or nothing without briefs.index_questions
+        """With briefs.index_questions, each live brief's questions as retrieval rows beside
+        the collection's vector index (`<collection>_questions__<fingerprint>`, one per index
+        generation), embedded with that generation's model and tied to their document:
+        replaced when its live brief changes, deleted with it. Search reads them with the
+        chunks. Reports the live index's recall@k and MRR@k on the evaluation set with and
+        without them, measured in the same run. Materialises nothing while the setting is
+        off."""
+        product = _product(context, pipeline, generation)
+        if product is None or not product.settings.index_questions:
+            context.log.info(f"{context.partition_key}: briefs.index_questions is off")
+            return
+        result = product.land_questions(inference.runner, context.run.run_id)
+        context.log.info(f"question rows: {result.status}")
+        yield dg.MaterializeResult(metadata=as_metadata(result.metadata(), QUESTION_CHARTS))
+
+    return [brief_prompts, brief_plan, brief_generations, document_briefs, question_rows]

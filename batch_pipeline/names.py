@@ -6,7 +6,8 @@
 - A *product* owns generations: a collection's vector index (named after the collection) and
   the ticket intents (`tickets.name`) are products.
 - A *generation* is one table of a product, for one fingerprint: its LanceDB table and
-  tracking key, `<product>__<fingerprint>`.
+  tracking key, `<product>__<fingerprint>`. A vector index generation may have a companion
+  table of its briefs' questions, `<product>_questions__<fingerprint>`.
 
 Code that has one of these names and needs another asks this module; nothing else splits
 or formats these strings.
@@ -16,6 +17,7 @@ import hashlib
 
 GENERATION_SEPARATOR = "__"
 SHARD_MARK = "-s"
+QUESTIONS_SUFFIX = "_questions"
 
 
 def generation_index(product: str, fingerprint: str) -> str:
@@ -29,6 +31,14 @@ def generation_product(index: str) -> str:
     if not separator or not product or not fingerprint:
         raise ValueError(f"{index!r} is not a generation name (<product>__<fingerprint>)")
     return product
+
+
+def question_index(index: str) -> str:
+    """The companion table of a vector index generation that holds its collection's brief
+    questions (`handbook__68b2...` -> `handbook_questions__68b2...`)."""
+    return generation_index(
+        generation_product(index) + QUESTIONS_SUFFIX, generation_fingerprint(index)
+    )
 
 
 def generation_fingerprint(index: str) -> str:

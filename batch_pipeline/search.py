@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.names import question_index
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.vector_store import sql_literal
 
@@ -104,6 +105,15 @@ def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
 MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
+def _question_tables(pipeline: PartitionPipeline, index: str) -> list:
+    """The live index's question rows (`briefs.index_questions`), searched with its chunks."""
+    briefs = pipeline.collection.briefs
+    if briefs is None or not briefs.index_questions:
+        return []
+    table = pipeline.store.open(question_index(index))
+    return [table] if table is not None else []
+
+
 def search(
     pipeline: PartitionPipeline,
     query: str,
@@ -112,7 +122,9 @@ def search(
     where: str | None = None,
 ) -> list[SearchHit]:
     """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical),
-    among those matching `where` (see `where_filter`)."""
+    among those matching `where` (see `where_filter`); with `briefs.index_questions`, the
+    live briefs' questions compete with them (section `question`; they hold no metadata,
+    so a `where` on a metadata field leaves them out)."""
     if not 1 <= k <= MAX_RESULTS:
         raise ValueError(f"-k must be between 1 and {MAX_RESULTS}, not {k}")
     fields = dict(pipeline.collection.metadata.fields)
@@ -135,14 +147,19 @@ def search(
     declared = [name for name in fields if name in present]
     extra = [*declared, "metadata"] if "metadata" in present else declared
     vector = runner.embed([model.query_prefix + query])[0]
-    search_query = table.search(vector).metric("cosine")
-    if condition is not None:
-        search_query = search_query.where(condition, prefilter=True)
-    rows = (
-        search_query.select(["doc_id", "chunk_id", "title", "section", "text", *extra, "_distance"])
-        .limit(k)
-        .to_list()
-    )
+    columns = ["doc_id", "chunk_id", "title", "section", "text", *extra]
+    rows = []
+    for searched in [table, *_question_tables(pipeline, live.index)]:
+        search_query = searched.search(vector).metric("cosine")
+        if condition is not None:
+            search_query = search_query.where(condition, prefilter=True)
+        present = set(searched.schema.names)
+        rows += (
+            search_query.select([c for c in columns if c in present] + ["_distance"])
+            .limit(k)
+            .to_list()
+        )
+    rows = sorted(rows, key=lambda row: row["_distance"])[:k]
     return [
         SearchHit(
             rank=i + 1,

@@ -18,6 +18,14 @@ import numpy as np
 from batch_pipeline.briefs import BRIEF_STAGES
 from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
+from batch_pipeline.briefs.questions import (
+    QUESTION_COLUMNS,
+    BriefQuestions,
+    QuestionRows,
+    brief_questions,
+    land_questions,
+    question_scores,
+)
 from batch_pipeline.briefs.review import BriefScorer, CoversCollectionRule
 from batch_pipeline.briefs.store import BriefStore
 from batch_pipeline.config import (
@@ -30,12 +38,14 @@ from batch_pipeline.config import (
 )
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
-from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.generations.lifecycle import index_model
+from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
     GenerationReview,
     GenerationReviewer,
     LiveGeneration,
+    NoLiveGenerationError,
 )
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -43,7 +53,7 @@ from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import DOCUMENTS
-from batch_pipeline.names import generation_index
+from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.runs import (
     RunOutcome,
     RunRequest,
@@ -236,6 +246,59 @@ class BriefProduct:
     def live(self) -> LiveGeneration:
         """What readers use: the live generation, or NoLiveGenerationError."""
         return self.reviewer.live()
+
+    # ------------------------------------------------------- questions as rows
+
+    def question_generations(self) -> list[GenerationRecord]:
+        """The collection's index generations that get question rows: the live one, and
+        any being built or waiting as a candidate (so their review searches them too)."""
+        return [
+            record
+            for record in self.registry.list_all(self.collection_name)
+            if record.state in (BUILDING, CANDIDATE, LIVE)
+            and self.store.has_table(record.index_name)
+        ]
+
+    def live_questions(self) -> dict[str, BriefQuestions] | None:
+        """doc_id -> its live brief's questions; None while no brief generation is live."""
+        try:
+            live = self.live()
+        except NoLiveGenerationError:
+            return None
+        rows = self.store.scan(live.index, list(QUESTION_COLUMNS)).to_pylist()
+        return {row["doc_id"]: brief_questions(row, live.index) for row in rows}
+
+    def land_questions(self, embedder_for: EmbedderFor, run_id: str) -> QuestionRows:
+        """With `index_questions`, bring every index generation's question rows to the live
+        briefs (a rerun embeds nothing), then measure the live index's retrieval with and
+        without them on the collection's evaluation set, in this one run."""
+        if not self.settings.index_questions:
+            return QuestionRows("off: briefs.index_questions is false")
+        briefs = self.live_questions()
+        if briefs is None:
+            return QuestionRows("waiting: no brief generation is live yet")
+        fields = dict(self.collection.metadata.fields)
+        summaries = []
+        for record in self.question_generations():
+            model = index_model(record)
+            summaries.append(
+                land_questions(
+                    self.store, record.index_name, briefs, embedder_for(model), model, run_id,
+                    fields,
+                )
+            )  # fmt: skip
+        live = self.registry.live(self.collection_name)
+        if live is None:
+            return QuestionRows("landed", summaries)
+        scores = None
+        if self.collection.evaluation is not None:
+            model = index_model(live)
+            scores = question_scores(
+                self.store, live, self.collection.evaluation, embedder_for(model),
+                model.query_prefix,
+            )  # fmt: skip
+        rows = self.store.count_rows(question_index(live.index_name))
+        return QuestionRows("landed", summaries, scores, rows)
 
 
 class BriefPartition(StagedPartition):

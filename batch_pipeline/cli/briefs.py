@@ -5,6 +5,8 @@
 
 `run --product briefs` runs collect (the collection's own), prepare, plan, execute (the chat
 model on vLLM, in this process) and land, without Dagster; only stale briefs are generated.
+With `briefs.index_questions` it then lands the live briefs' questions as retrieval rows and
+prints the live index's recall and MRR without and with them.
 """
 
 import argparse
@@ -13,6 +15,7 @@ import textwrap
 import uuid
 
 from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.questions import QuestionRows
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
@@ -92,6 +95,7 @@ def run_briefs(
     land = summaries["land"]
     measures = land.measures
     review = product.review(embedder_for)
+    questions = product.land_questions(embedder_for, run_id)  # after review: they follow live
     report = {
         "run_id": run_id,
         "generation": product.index,
@@ -104,6 +108,7 @@ def run_briefs(
         "failed": land.failed,
         "measures": measures.metadata() if measures is not None else None,
         "review": review.metadata(),
+        "questions": questions.metadata(),
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -140,4 +145,22 @@ def run_briefs(
     print(f"  generation {review.generation}: {review.decision}: {review.reason}")
     if figures:
         print(f"  scores: {figures}")
+    if product.settings.index_questions:
+        print(f"  {question_line(questions)}")
     return 0
+
+
+def question_line(questions: QuestionRows) -> str:
+    """The question rows' run in one line, with the retrieval they measured."""
+    found = questions.metadata()
+    line = (
+        f"question rows: {questions.status}; {found['questions_embedded']} embedded, "
+        f"{found['question_rows']} beside the live index"
+    )
+    scores = questions.scores or {}
+    pairs = sorted(k.removesuffix("_chunks") for k in scores if k.endswith("_chunks"))
+    if pairs:
+        line += "; " + ", ".join(
+            f"{m} {scores[m + '_chunks']:.3f} -> {scores[m + '_with_questions']:.3f}" for m in pairs
+        )
+    return line

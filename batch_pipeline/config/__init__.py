@@ -23,7 +23,7 @@ from pydantic import (
 from batch_pipeline.config.output_schema import OutputSchemaError, load_output_schema
 from batch_pipeline.config.prompt import PromptError, load_prompt
 from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
-from batch_pipeline.names import shard_number, shard_of, shard_partition
+from batch_pipeline.names import QUESTIONS_SUFFIX, shard_number, shard_of, shard_partition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
@@ -318,6 +318,7 @@ BRIEF_COLUMNS = frozenset(
 )
 BRIEF_PLACEHOLDERS = ("title", "text", "doc_id")  # what a brief prompt's document part may use
 BRIEFS_SUFFIX = "_briefs"  # a collection's briefs product is named `<collection>_briefs`
+QUESTIONS_FIELD = "questions"  # the brief field `index_questions` embeds
 
 
 class BriefsEvaluationConfig(_Strict):
@@ -369,6 +370,12 @@ class BriefsConfig(_Strict):
         description="Least share of a generation's outputs that must be valid for it to go live.",
     )
     evaluation: BriefsEvaluationConfig | None = None
+    index_questions: bool = Field(
+        default=False,
+        description="Embed each live brief's questions (the output schema's `questions`, an "
+        "array of strings) as retrieval rows beside the collection's vector index, tied to "
+        "their document; search and the retrieval measures read them with the chunks.",
+    )
 
     _resolve_prompt = field_validator("prompt")(_existing_file)
     _resolve_schema = field_validator("output_schema")(_existing_file)
@@ -380,9 +387,14 @@ class BriefsConfig(_Strict):
         except PromptError as error:
             raise ValueError(f"prompt: {error}") from None
         try:
-            load_output_schema(self.output_schema, BRIEF_COLUMNS)
+            output = load_output_schema(self.output_schema, BRIEF_COLUMNS)
         except OutputSchemaError as error:
             raise ValueError(f"output_schema: {error}") from None
+        if self.index_questions and output.columns.get(QUESTIONS_FIELD) != "list<string>":
+            raise ValueError(
+                f"index_questions: the output schema needs a {QUESTIONS_FIELD!r} property, "
+                f"an array of strings (it has {sorted(output.columns)})"
+            )
         return self
 
 
@@ -881,6 +893,17 @@ class PipelineConfig(_Strict):
             raise ValueError(
                 f"collections: {name!r} is a collection's name and the name of "
                 f"{name.removesuffix(BRIEFS_SUFFIX)!r}'s briefs; each product needs its own"
+            )
+        questions = {
+            f"{c.name}{QUESTIONS_SUFFIX}"
+            for c in self.collections
+            if c.briefs is not None and c.briefs.index_questions
+        }
+        for name in sorted(questions & names):  # `<collection>_questions__<fingerprint>`
+            raise ValueError(
+                f"collections: {name!r} is a collection's name and the name of "
+                f"{name.removesuffix(QUESTIONS_SUFFIX)!r}'s question tables "
+                "(briefs.index_questions); each needs its own"
             )
         if self.tickets is not None and self.tickets.name in names | briefs:
             whose = (

@@ -2,7 +2,8 @@
 
 An evaluation set is a JSONL file, one query per line:
 `{"query": "how do I reset my password", "relevant": ["account/reset-password.md"]}`.
-A query's ranking is the order in which documents first appear among the nearest chunks.
+A query's ranking is the order in which documents first appear among the nearest chunks (and
+the nearest rows of any companion table searched with them, such as the briefs' questions).
 """
 
 import hashlib
@@ -46,13 +47,23 @@ def load_eval_set(path: Path) -> list[EvalQuery]:
     return queries
 
 
-def rank_documents(store: VectorStore, index: str, vector: np.ndarray, k: int) -> list[str]:
-    table = store.open(index)
-    if table is None:
+def rank_documents(
+    store: VectorStore, index: str, vector: np.ndarray, k: int, also: tuple[str, ...] = ()
+) -> list[str]:
+    """The `k` documents nearest `vector` in `index`, and in the tables of `also` (rows of
+    the same model), merged by distance."""
+    if not store.has_table(index):
         return []
-    rows = (
-        table.search(vector).metric("cosine").select(["doc_id", "_distance"]).limit(k * 8).to_list()
-    )
+    rows = sorted(
+        (
+            row
+            for name in (index, *also)
+            if (table := store.open(name)) is not None
+            for row in table.search(vector).metric("cosine").select(["doc_id", "_distance"])
+            .limit(k * 8).to_list()
+        ),
+        key=lambda row: row["_distance"],
+    )  # fmt: skip
     ranked: list[str] = []
     for row in rows:
         if row["doc_id"] not in ranked:
@@ -67,11 +78,12 @@ def score_generation(
     queries: list[EvalQuery],
     k: int,
     query_prefix: str = "",
+    also: tuple[str, ...] = (),
 ) -> dict[str, float]:
     vectors = runner.embed([query_prefix + q.query for q in queries])
     recall, reciprocal = [], []
     for query, vector in zip(queries, vectors, strict=True):
-        ranked = rank_documents(store, index, vector, k)
+        ranked = rank_documents(store, index, vector, k, also)
         hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
         recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
         reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)

@@ -29,7 +29,7 @@ from batch_pipeline.generations.review import (
     LiveGeneration,
 )
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
-from batch_pipeline.names import generation_index
+from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.state.tracking import UNLISTABLE, GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 
@@ -181,6 +181,7 @@ class GenerationLifecycle:
             if generation.state != RETIRED or (generation.retired_at or 0) >= cutoff:
                 continue
             self.store.drop_table(generation.index_name)
+            self.store.drop_table(question_index(generation.index_name))  # its briefs' questions
             self.registry.update(self.name, generation.fingerprint, state=DROPPED)
             self.registry.record(
                 "drop",

@@ -13,7 +13,9 @@ from resources.testing import FakeGenerationResource, FakeInferenceResource
 from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
-BRIEF_ASSETS = ["brief_prompts", "brief_plan", "brief_generations", "document_briefs"]
+BRIEF_ASSETS = [
+    "brief_prompts", "brief_plan", "brief_generations", "document_briefs", "question_rows"
+]  # fmt: skip
 
 
 @pytest.fixture()
@@ -70,6 +72,31 @@ def test_the_briefs_land_from_the_collection_s_collect_and_pass_their_check(brie
         again = materialize_with_briefs(briefs_workspace, instance)
         assert metadata_of(again, "brief_prompts")["briefs_stale"] == 0
         assert metadata_of(again, "brief_generations")["requests_generated"] == 0
+
+
+def test_question_rows_land_with_index_questions_and_report_retrieval_both_ways(
+    briefs_workspace,
+):
+    config = briefs_workspace["config"]
+    (briefs_workspace["root"] / "eval.jsonl").write_text(
+        '{"query": "reset my password", "relevant": ["account/reset-password.md"]}\n'
+    )
+    config.write_text(
+        config.read_text().replace(
+            "schema.json}\n",
+            "schema.json, index_questions: true}\n    evaluation: {path: eval.jsonl, k: 3}\n",
+            1,
+        )
+    )
+    with dg.instance_for_test() as instance:
+        result = materialize_with_briefs(briefs_workspace, instance)
+        assert result.success
+        questions = metadata_of(result, "question_rows")
+        assert questions["questions_status"] == "landed"
+        assert questions["questions_embedded"] == 9 and questions["question_rows"] == 9
+        assert {"recall_at_3_chunks", "recall_at_3_with_questions"} <= set(questions)
+        again = materialize_with_briefs(briefs_workspace, instance)
+        assert metadata_of(again, "question_rows")["questions_embedded"] == 0
 
 
 def test_a_collection_without_briefs_materialises_none_of_them(briefs_workspace):

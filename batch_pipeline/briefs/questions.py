@@ -1,0 +1,199 @@
+"""A brief's questions as retrieval rows (`briefs.index_questions`).
+
+Each question of a collection's live briefs is embedded with a vector index generation's own
+model and lands in that generation's companion table, `<collection>_questions__<fingerprint>`
+(`batch_pipeline.names.question_index`), with the chunk table's schema: `section` is
+`question`, `chunk_id` is `<doc_id>#question<n>`, `text` the question, `input_hash` the key of
+the brief it came from and `source_version` that brief's generation. Search and the
+retrieval measures read the companion beside the chunks, so a question leads to its document.
+
+The rows are tied to their document: its rows are replaced when its live brief's key changes
+(its content changed, or another brief generation went live), and deleted when it has no live
+brief (a deleted document's brief is deleted with it). The index table itself never holds a
+question, so its reconcile, completeness and vector reuse see chunks only.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from batch_pipeline.config import QUESTIONS_FIELD, EvaluationConfig
+from batch_pipeline.generations.evaluation import load_eval_set, score_generation
+from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.iterables import batched
+from batch_pipeline.names import generation_fingerprint, question_index
+from batch_pipeline.state.tracking import GenerationRecord
+from batch_pipeline.state.vector_store import VectorStore
+
+QUESTION_SECTION = "question"
+DOCS_PER_COMMIT = 500
+# what the rows take of a brief table's row
+QUESTION_COLUMNS = (
+    "doc_id", "input_hash", "title", "content_hash", "collection", "partition", QUESTIONS_FIELD
+)  # fmt: skip
+
+
+def question_id(doc_id: str, number: int) -> str:
+    return f"{doc_id}#{QUESTION_SECTION}{number}"
+
+
+@dataclass(frozen=True)
+class BriefQuestions:
+    """What a document's question rows are made from: its live brief."""
+
+    doc_id: str
+    key: str  # the brief's staleness key: the rows are redone when it changes
+    questions: tuple[str, ...]
+    title: str | None
+    content_hash: str
+    collection: str
+    partition: str
+
+
+@dataclass
+class QuestionSummary:
+    """What one index generation's question rows were brought to."""
+
+    table: str
+    documents_updated: int = 0
+    documents_removed: int = 0
+    questions_embedded: int = 0
+    rows: int = 0
+    table_version: int | None = None
+    updated_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QuestionRows:
+    """What a run did with the question rows: `status` (off, waiting, landed), each index
+    generation's summary, and the live index's retrieval with and without them."""
+
+    status: str
+    summaries: list[QuestionSummary] = field(default_factory=list)
+    scores: dict[str, float] | None = None
+    live_rows: int = 0  # question rows beside the live index
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "questions_status": self.status,
+            "question_generations": len(self.summaries),
+            "questions_embedded": sum(s.questions_embedded for s in self.summaries),
+            "question_documents_updated": sum(s.documents_updated for s in self.summaries),
+            "question_documents_removed": sum(s.documents_removed for s in self.summaries),
+            "question_rows": self.live_rows,
+            **(self.scores or {}),
+        }
+
+
+def question_scores(
+    store: VectorStore,
+    live: GenerationRecord,
+    evaluation: EvaluationConfig,
+    embedder: Embedder,
+    query_prefix: str = "",
+) -> dict[str, float]:
+    """Recall@k and MRR@k of the live index on its evaluation set, searched without and with
+    its question rows, in one run: `<metric>_chunks` and `<metric>_with_questions`."""
+    queries = load_eval_set(evaluation.path)
+    scores: dict[str, float] = {}
+    for suffix, also in (("chunks", ()), ("with_questions", (question_index(live.index_name),))):
+        found = score_generation(
+            store, live.index_name, embedder, queries, evaluation.k, query_prefix, also
+        )
+        found.pop("queries")
+        scores |= {f"{metric}_{suffix}": value for metric, value in found.items()}
+    scores["evaluation_queries"] = len(queries)
+    return scores
+
+
+def brief_questions(row: dict, source_version: str) -> BriefQuestions:
+    """A brief table's row as the questions to embed (blank and repeated ones left out)."""
+    seen: dict[str, None] = {}
+    for question in row.get(QUESTIONS_FIELD) or []:
+        text = " ".join(str(question).split())
+        if text:
+            seen.setdefault(text)
+    return BriefQuestions(
+        doc_id=row["doc_id"],
+        key=f"{source_version}:{row['input_hash']}",
+        questions=tuple(seen),
+        title=row.get("title"),
+        content_hash=row["content_hash"],
+        collection=row["collection"],
+        partition=row["partition"],
+    )
+
+
+def landed_keys(store: VectorStore, table: str) -> dict[str, str]:
+    """doc_id -> the brief key its question rows were made from."""
+    if not store.has_table(table):
+        return {}
+    rows = store.scan(table, ["doc_id", "input_hash"])
+    return dict(zip(rows["doc_id"].to_pylist(), rows["input_hash"].to_pylist(), strict=True))
+
+
+def land_questions(
+    store: VectorStore,
+    index: str,
+    briefs: dict[str, BriefQuestions],
+    embedder: Embedder,
+    model: ResolvedModel,
+    run_id: str,
+    fields: dict[str, str] | None = None,
+) -> QuestionSummary:
+    """Make `index`'s companion table hold exactly the questions of `briefs` (doc_id ->
+    its live brief): embed those of documents whose brief key changed, delete those of
+    documents without a live brief. A rerun embeds nothing."""
+    table = question_index(index)
+    summary = QuestionSummary(table)
+    landed = landed_keys(store, table)
+    stale = sorted(d for d, brief in briefs.items() if landed.get(d) != brief.key)
+    removed = sorted(d for d in landed if d not in briefs)
+    dim = int(embedder.dimension)
+    for doc_ids in batched(stale + removed, DOCS_PER_COMMIT):
+        lineage = (model.name, generation_fingerprint(index), run_id)
+        rows = list(_rows([briefs[d] for d in doc_ids if d in briefs], embedder, model, lineage))
+        summary.table_version = store.replace_documents(table, rows, doc_ids, dim, fields=fields)
+        summary.questions_embedded += len(rows)
+    summary.documents_updated = sum(1 for d in stale if briefs[d].questions)
+    summary.documents_removed = len(removed)
+    summary.updated_ids = stale
+    summary.rows = store.count_rows(table)
+    return summary
+
+
+def _rows(
+    briefs: list[BriefQuestions],
+    embedder: Embedder,
+    model: ResolvedModel,
+    lineage: tuple[str, str, str],  # the model's name, the index generation's fingerprint, run
+) -> Iterator[dict]:
+    items = [(brief, n, q) for brief in briefs for n, q in enumerate(brief.questions)]
+    if not items:
+        return
+    inputs = [model.document_prefix + question for _, _, question in items]
+    vectors = embedder.embed(inputs)
+    model_name, fingerprint, run_id = lineage
+    now = datetime.now(UTC)
+    for (brief, number, question), text, vector in zip(items, inputs, vectors, strict=True):
+        yield {
+            "collection": brief.collection,
+            "partition": brief.partition,
+            "doc_id": brief.doc_id,
+            "chunk_id": question_id(brief.doc_id, number),
+            "chunk_index": number,
+            "title": brief.title,
+            "section": QUESTION_SECTION,
+            "text": question,
+            "input_text": text,
+            "vector": vector.tolist(),
+            "input_hash": brief.key,
+            "model_name": model_name,
+            "model_fingerprint": fingerprint,
+            "run_id": run_id,
+            "embedded_at": now,
+            "source_version": brief.key.split(":", 1)[0],
+            "content_hash": brief.content_hash,
+            "metadata": None,
+        }
