@@ -16,9 +16,11 @@ from batch_pipeline.generations.run_history import (
 )
 from batch_pipeline.inference.fake import FakeEmbedder
 from batch_pipeline.inference.runner import EmbeddingRunner
+from batch_pipeline.names import question_index
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.search import search
 from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.state.vector_store import chunk_schema
 
 EVAL = [
     {"query": "I forgot my password", "relevant": ["account/reset-password.md"]},
@@ -205,10 +207,12 @@ def test_retired_generations_are_dropped_after_their_retention(workspace, fake_e
     second.run("run-2", lambda: FakeEmbedder(second.model))
     assert second.review_generation(FakeEmbedder).decision == "promoted"
     registry = second.generations
+    questions = question_index(first.index)  # its briefs' questions go with it
+    second.store.create_table(questions, chunk_schema(first.model.embedding_dimension))
     assert second.lifecycle.drop_expired(timedelta(days=7)) == []
-    assert second.store.has_table(first.index)
+    assert second.store.has_table(first.index) and second.store.has_table(questions)
     assert second.lifecycle.drop_expired(timedelta(0)) == [first.index]
-    assert not second.store.has_table(first.index)
+    assert not second.store.has_table(first.index) and not second.store.has_table(questions)
     assert registry.get("handbook", first.fingerprint).state == "dropped"
     assert registry.audit_log("handbook")[-1].action == "drop"
     with pytest.raises(GenerationError, match="no retired generation"):
