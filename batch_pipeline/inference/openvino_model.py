@@ -138,12 +138,14 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
 
 class OpenVinoModel:
     """An exported model, compiled per precision on first use for one batch at a time (the
-    latency hint: every thread on the batch).
+    latency hint: every thread on the batch), as calibration times it.
 
-    Several batches in flight (the throughput hint, an `AsyncInferQueue` with a Python
-    callback) ran 10% to 23% faster here, but one CI run hung, every thread waiting, in the
-    test that ran it and a second export in one process; which of the two hung is not known,
-    so a run's batches go one at a time until it is."""
+    Several batches in flight do not pay for their risk. On a 2-core Zen 4 in bf16, two
+    requests round-robin (`start_async` and `wait`, no callbacks) ran 1.00x to 1.08x one at
+    a time. On a 2-core Zen 3 in fp32 an `AsyncInferQueue` with a Python callback ran 1.1x
+    to 1.2x, but one CI run hung in it, every thread waiting; `AsyncInferQueue` on dynamic
+    shapes hung ultralytics' CI on AMD EPYC runners the same way, and they went synchronous
+    too (ultralytics/ultralytics#25921)."""
 
     def __init__(self, folder: Path, threads: int) -> None:
         self.folder = folder
