@@ -322,6 +322,14 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             return
         result = product.land_questions(inference.runner, context.run.run_id)
         context.log.info(f"question rows: {result.status}")
-        yield dg.MaterializeResult(metadata=as_metadata(result.metadata(), QUESTION_CHARTS))
+        table = {}
+        if result.live_table is not None:
+            table = {
+                "dagster/uri": dg.MetadataValue.path(product.store.table_uri(result.live_table)),
+                "dagster/row_count": result.live_rows,
+            }
+        yield dg.MaterializeResult(
+            metadata={**table, **as_metadata(result.metadata(), QUESTION_CHARTS)}
+        )
 
     return [brief_prompts, brief_plan, brief_generations, document_briefs, question_rows]

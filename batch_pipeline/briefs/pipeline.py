@@ -297,8 +297,8 @@ class BriefProduct:
                 self.store, live, self.collection.evaluation, embedder_for(model),
                 model.query_prefix,
             )  # fmt: skip
-        rows = self.store.count_rows(question_index(live.index_name))
-        return QuestionRows("landed", summaries, scores, rows)
+        table = question_index(live.index_name)
+        return QuestionRows("landed", summaries, scores, self.store.count_rows(table), table)
 
 
 class BriefPartition(StagedPartition):

@@ -73,6 +73,7 @@ class QuestionRows:
     summaries: list[QuestionSummary] = field(default_factory=list)
     scores: dict[str, float] | None = None
     live_rows: int = 0  # question rows beside the live index
+    live_table: str | None = None  # and their table
 
     def metadata(self) -> dict[str, object]:
         return {

@@ -94,6 +94,8 @@ def test_question_rows_land_with_index_questions_and_report_retrieval_both_ways(
         questions = metadata_of(result, "question_rows")
         assert questions["questions_status"] == "landed"
         assert questions["questions_embedded"] == 9 and questions["question_rows"] == 9
+        assert questions["dagster/row_count"] == 9
+        assert "handbook_questions__" in str(questions["dagster/uri"])
         assert {"recall_at_3_chunks", "recall_at_3_with_questions"} <= set(questions)
         again = materialize_with_briefs(briefs_workspace, instance)
         assert metadata_of(again, "question_rows")["questions_embedded"] == 0
