@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV
+from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV, openvino_dtypes
 from batch_pipeline.inference.runner import EmbeddingRunner, RunStats
 
 TEXTS = [
@@ -219,7 +219,11 @@ def test_the_openvino_export_is_made_once_and_keeps_the_vectors_within_fidelity(
     model, runner, tmp_path
 ):
     exports = tmp_path / "exports"
-    first = EmbeddingRunner(model, device="cpu", backend="openvino", export_cache=exports)
+    # explicit: exported with the model (with dtype auto, where the CPU offers bf16 too, the
+    # export would wait for calibration)
+    first = EmbeddingRunner(
+        model, device="cpu", backend="openvino", dtype="float32", export_cache=exports
+    )
     assert first.backend == "openvino" and first.export_seconds > 0
     (folder,) = exports.iterdir()
     weights = folder / "model.bin"
@@ -229,10 +233,19 @@ def test_the_openvino_export_is_made_once_and_keeps_the_vectors_within_fidelity(
     assert float(np.min(np.sum(ours * reference, axis=1))) > 0.9999
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)  # normalised
 
-    second = EmbeddingRunner(model, device="cpu", backend="openvino", export_cache=exports)
+    second = EmbeddingRunner(
+        model, device="cpu", backend="openvino", dtype="float32", export_cache=exports
+    )
     assert second.export_seconds == 0 and weights.stat().st_mtime_ns == made
     assert [p.name for p in exports.iterdir()] == [folder.name]  # no half-made exports left
     np.testing.assert_allclose(second.embed(TEXTS), first.embed(TEXTS), atol=1e-5)
+    if "bfloat16" in openvino_dtypes():  # where the CPU has bf16: the same export, compiled so
+        reduced = EmbeddingRunner(
+            model, device="cpu", backend="openvino", dtype="bfloat16", export_cache=exports
+        )
+        assert reduced.export_seconds == 0 and reduced.dtype == "bfloat16"
+        vectors = reduced.embed(TEXTS, token_budget=256, max_batch_size=4)
+        assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.9999
 
 
 def test_openvino_is_refused_off_the_cpu_and_with_int8(model):
