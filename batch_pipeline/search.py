@@ -153,9 +153,9 @@ def search(
         search_query = searched.search(vector).metric("cosine")
         if condition is not None:
             search_query = search_query.where(condition, prefilter=True)
-        present = set(searched.schema.names)
+        held = set(searched.schema.names)
         rows += (
-            search_query.select([c for c in columns if c in present] + ["_distance"])
+            search_query.select([c for c in columns if c in held] + ["_distance"])
             .limit(k)
             .to_list()
         )

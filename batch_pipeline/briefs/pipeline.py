@@ -251,7 +251,8 @@ class BriefProduct:
 
     def question_generations(self) -> list[GenerationRecord]:
         """The collection's index generations that get question rows: the live one, and
-        any being built or waiting as a candidate (so their review searches them too)."""
+        any being built or waiting as a candidate (so search has them the moment it goes
+        live; the index generations' own gate compares chunks only)."""
         return [
             record
             for record in self.registry.list_all(self.collection_name)

@@ -59,9 +59,6 @@ class QuestionSummary:
     documents_updated: int = 0
     documents_removed: int = 0
     questions_embedded: int = 0
-    rows: int = 0
-    table_version: int | None = None
-    updated_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -152,15 +149,13 @@ def land_questions(
     stale = sorted(d for d, brief in briefs.items() if landed.get(d) != brief.key)
     removed = sorted(d for d in landed if d not in briefs)
     dim = int(embedder.dimension)
+    lineage = (model.name, generation_fingerprint(index), run_id)
     for doc_ids in batched(stale + removed, DOCS_PER_COMMIT):
-        lineage = (model.name, generation_fingerprint(index), run_id)
         rows = list(_rows([briefs[d] for d in doc_ids if d in briefs], embedder, model, lineage))
-        summary.table_version = store.replace_documents(table, rows, doc_ids, dim, fields=fields)
+        store.replace_documents(table, rows, doc_ids, dim, fields=fields)
         summary.questions_embedded += len(rows)
     summary.documents_updated = sum(1 for d in stale if briefs[d].questions)
     summary.documents_removed = len(removed)
-    summary.updated_ids = stale
-    summary.rows = store.count_rows(table)
     return summary
 
 

@@ -47,18 +47,13 @@ def load_eval_set(path: Path) -> list[EvalQuery]:
     return queries
 
 
-def rank_documents(
-    store: VectorStore, index: str, vector: np.ndarray, k: int, also: tuple[str, ...] = ()
-) -> list[str]:
-    """The `k` documents nearest `vector` in `index`, and in the tables of `also` (rows of
-    the same model), merged by distance."""
-    if not store.has_table(index):
-        return []
+def rank_documents(tables: list, vector: np.ndarray, k: int) -> list[str]:
+    """The `k` documents nearest `vector` among the rows of `tables` (one generation's
+    table and any companion searched with it, rows of the same model), merged by distance."""
     rows = sorted(
         (
             row
-            for name in (index, *also)
-            if (table := store.open(name)) is not None
+            for table in tables
             for row in table.search(vector).metric("cosine").select(["doc_id", "_distance"])
             .limit(k * 8).to_list()
         ),
@@ -81,9 +76,11 @@ def score_generation(
     also: tuple[str, ...] = (),
 ) -> dict[str, float]:
     vectors = runner.embed([query_prefix + q.query for q in queries])
+    table = store.open(index)  # opened once for every query, with the companions
+    tables = [] if table is None else [table, *filter(None, map(store.open, also))]
     recall, reciprocal = [], []
     for query, vector in zip(queries, vectors, strict=True):
-        ranked = rank_documents(store, index, vector, k, also)
+        ranked = rank_documents(tables, vector, k)
         hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
         recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
         reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
