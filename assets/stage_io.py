@@ -154,6 +154,7 @@ ONLY_WHEN_NONZERO = frozenset(
         "step_retries",
         "inputs_resumed_from_checkpoint",
         "oom_splits",
+        "inputs_tokenized",
         "documents_quarantined",
         "tickets_quarantined",
         "deletions_held",

@@ -6,8 +6,9 @@ and ONNX Runtime, on one CPU or GPU.
 On the fixed chunk set `benchmarks/chunks.jsonl`, in one process, with one loaded model, it
 alternates (a) `model.encode(texts, batch_size=32)`, (c) on CPU, ONNX Runtime fp32 with
 length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.bench_anchors`)
-and (b) the batch plan (token counting, de-duplication, sorting, packing under a padded-token
-budget) run through `EmbeddingRunner` on the path `auto` chose (measured here, on the set's
+and (b) the batch plan (tokenising once to count, de-duplication, sorting, packing under a
+padded-token budget) run through `EmbeddingRunner`, which pads the planned token ids as
+execute does, on the path `auto` chose (measured here, on the set's
 median-length inputs, as execute measures it), over several rounds (forwards, then
 backwards). It prints each path's tokens/s, ratio to (a), minimum cosine to (a), padding
 efficiency, peak RSS and, on CPU, share of the nominal roofline (cores x clock x FLOP per
@@ -123,17 +124,23 @@ def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
 def run_engine(
     runner: EmbeddingRunner, texts: list[str], settings: PlanSettings, model: ResolvedModel
 ) -> tuple[Measurement, dict]:
-    """The pipeline's path: count tokens, plan (dedupe, sort, pack), run; all inside the timer."""
+    """The pipeline's path: tokenise once to count (prepare), plan (dedupe, sort, pack), run
+    the planned token ids (execute); all inside the timer."""
     synchronize(runner.device)
     with PeakRss() as rss:
         start = time.perf_counter()
-        counts = runner.token_counts(texts)
-        unique, batches, summary = plan_inputs(texts, counts, settings, model)
+        token_ids = runner.token_ids(texts)
+        unique, batches, summary = plan_inputs(texts, [len(i) for i in token_ids], settings, model)
         planned = time.perf_counter() - start
         out = np.zeros((len(texts), runner.dimension), dtype=np.float32)
         stats = RunStats()
         jobs = (
-            ([unique[i] for i in b.indices], [texts[unique[i]] for i in b.indices]) for b in batches
+            (
+                [unique[i] for i in b.indices],
+                [texts[unique[i]] for i in b.indices],
+                [token_ids[unique[i]] for i in b.indices],
+            )
+            for b in batches
         )
         for positions, vectors in runner.run(jobs, stats):
             out[positions] = vectors
@@ -147,6 +154,7 @@ def run_engine(
         "padding_efficiency": summary.padding_efficiency,
         "batches": summary.batches,
         "oom_splits": stats.oom_splits,
+        "inputs_tokenized": stats.tokenized,
     }
     return Measurement(seconds, rss.peak, out), info
 

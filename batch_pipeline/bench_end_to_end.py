@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict:
     synchronize(runner.device)
 
     started = time.perf_counter()
-    inputs: list[tuple[str, str, int]] = []  # (input hash, input text, tokens)
+    inputs: list[tuple[str, str, int, list[int]]] = []  # (input hash, text, tokens, token ids)
     batches = [docs[i : i + DOCS_PER_BATCH] for i in range(0, len(docs), DOCS_PER_BATCH)]
     with ChunkPool(partial(load_tokenizer, model.path), settings, workers) as pool:
         results = []
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
         results.extend(pool.drain())
     for _, _, chunked in results:
         for result in chunked:  # (title, chunks), or a failure with chunks None
-            inputs += [(c[5], c[4], c[6]) for c in result[1] or []]
+            inputs += [(c[5], c[4], c[6], c[7]) for c in result[1] or []]
     prepared = time.perf_counter()
 
     if runner.device.startswith("cuda"):
@@ -71,13 +71,18 @@ def run(args: argparse.Namespace) -> dict:
     else:
         budget = 4096
     unique, planned, summary = plan_inputs(
-        [h for h, _, _ in inputs], [t for _, _, t in inputs], PlanSettings(budget, 128), model
+        [i[0] for i in inputs], [i[2] for i in inputs], PlanSettings(budget, 128), model
     )
     planned_at = time.perf_counter()
 
     stats = RunStats()
     texts = [inputs[i][1] for i in unique]
-    for _ in runner.run(([b.indices, [texts[i] for i in b.indices]] for b in planned), stats):
+    token_ids = [inputs[i][3] for i in unique]
+    jobs = (
+        (b.indices, [texts[i] for i in b.indices], [token_ids[i] for i in b.indices])
+        for b in planned
+    )
+    for _ in runner.run(jobs, stats):
         pass
     synchronize(runner.device)
     executed = time.perf_counter()

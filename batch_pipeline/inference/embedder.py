@@ -5,13 +5,18 @@
 typed against this protocol, never against the runner.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from batch_pipeline.inference.models import ResolvedModel
+
+# What `Embedder.run` takes: (positions, texts), or (positions, texts, token ids) where the
+# plan carries each input's token ids from prepare (special tokens included), which a model
+# pads instead of tokenising the texts again
+PlannedBatch = tuple[list[int], list[str]] | tuple[list[int], list[str], Sequence[Sequence[int]]]
 
 
 @dataclass
@@ -30,6 +35,7 @@ class RunStats:
     calibration_seconds: float = 0.0  # fixed: measuring the paths `auto` chooses between
     warmup_seconds: float = 0.0  # fixed: the model's first call (kernels, allocator, caches)
     oom_splits: int = 0
+    tokenized: int = 0  # inputs tokenised here: given no token ids, or ids it could not pad
     failed: dict[int, str] = field(default_factory=dict)  # position -> reason
 
     @property
@@ -54,9 +60,10 @@ class Embedder(Protocol):
         ...
 
     def run(
-        self, batches: Iterable[tuple[list[int], list[str]]], stats: RunStats | None = None
+        self, batches: Iterable[PlannedBatch], stats: RunStats | None = None
     ) -> Iterator[tuple[list[int], np.ndarray]]:
-        """Embed `(positions, texts)` batches; yield `(positions, vectors)` per batch."""
+        """Embed `(positions, texts)` or `(positions, texts, token_ids)` batches; yield
+        `(positions, vectors)` per batch."""
         ...
 
     def embed(self, texts: list[str]) -> np.ndarray:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.inference.chat_models import ChatModel
-from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
 from batch_pipeline.inference.models import ResolvedModel
 
@@ -60,15 +60,22 @@ class FakeEmbedder:
     def calibrate(self, texts: list[str]) -> None:
         return None
 
-    def token_counts(self, texts: list[str]) -> list[int]:
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """NOT a tokenizer: a made-up id per word between two marker ids, cut to the limit."""
         limit = self.resolved.max_seq_length
-        return [min(len(_WORDS.findall(t)) + 2, limit) for t in texts]
+        return [
+            [1, *(zlib.crc32(w.encode()) % 30000 + 3 for w in _WORDS.findall(t))][: limit - 1] + [2]
+            for t in texts
+        ]
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.token_ids(texts)]
 
     def run(
-        self, batches: Iterable[tuple[list[int], list[str]]], stats: RunStats | None = None
+        self, batches: Iterable[PlannedBatch], stats: RunStats | None = None
     ) -> Iterator[tuple[list[int], np.ndarray]]:
         stats = stats if stats is not None else RunStats()
-        for positions, texts in batches:
+        for positions, texts, *_token_ids in batches:  # it reads words, not token ids
             started = time.perf_counter()
             vectors = np.stack([self.vector(t) for t in texts])
             counts = self.token_counts(texts)

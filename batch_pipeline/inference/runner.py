@@ -2,8 +2,11 @@
 
 `EmbeddingRunner` loads the model once, on the best device present (CUDA, then MPS, then CPU),
 and runs batches under `torch.inference_mode`, or on CPU through the model's OpenVINO export
-where that measured faster (`batch_pipeline.inference.openvino_model`). Tokenisation of the
-next batches runs on a worker thread behind a bounded queue, overlapping the forward passes.
+where that measured faster (`batch_pipeline.inference.openvino_model`). A batch that carries
+its inputs' token ids (the plan's, from prepare) is padded, not tokenised again; the first
+such batch is checked once against the model's own tokenizer, and a model that reads the
+texts otherwise is tokenised instead, with a warning. The next batches are made ready on a
+worker thread behind a bounded queue, overlapping the forward passes.
 On CUDA it uses fp16/bf16, pinned memory and non-blocking copies; a CUDA out-of-memory error
 splits the batch in two and lowers the budget for the rest of the run. An input that fails on
 its own is reported, not dropped.
@@ -13,12 +16,14 @@ for that backend), so the GPU check can import it on a bare machine.
 """
 
 import itertools
+import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +40,7 @@ from batch_pipeline.inference.calibration import (
     measure,
     median_sample,
 )
-from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.openvino_model import (
     EXPORT_CACHE_ENV,
@@ -45,6 +50,8 @@ from batch_pipeline.inference.openvino_model import (
     openvino_dtypes,
     openvino_version,
 )
+
+logger = logging.getLogger(__name__)
 
 CALIBRATION_HEAD = 256  # inputs read ahead to sample from when a run calibrates itself
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -147,6 +154,35 @@ class _Prepared:
     positions: list[int]
     texts: list[str]
     features: dict
+    token_ids: Sequence[Sequence[int]] | None = None  # carried from the plan, if it had them
+    tokenized: bool = True  # whether the features were tokenised here (not padded ids)
+
+    def part(self, runner: "EmbeddingRunner", rows: slice) -> "_Prepared":
+        """Some of the batch's inputs, made ready as the batch was."""
+        ids = None if self.token_ids is None else self.token_ids[rows]
+        return _Prepared.made(runner, self.positions[rows], self.texts[rows], ids)
+
+    @classmethod
+    def made(
+        cls,
+        runner: "EmbeddingRunner",
+        positions: list[int],
+        texts: list[str],
+        token_ids: Sequence[Sequence[int]] | None,
+    ) -> "_Prepared":
+        """A batch made ready by `runner`: its carried token ids padded, or its texts
+        tokenised (`EmbeddingRunner._features`)."""
+        features, tokenized = runner._features(texts, token_ids)
+        return cls(positions, texts, features, token_ids, tokenized)
+
+
+def _same_features(a: dict, b: dict) -> bool:
+    """Whether two batches of model features are equal, key by key and value by value."""
+    import torch
+
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a
+    )
 
 
 class EmbeddingRunner:
@@ -200,6 +236,9 @@ class EmbeddingRunner:
         self._timer = timer
         self.calibration_seconds = 0.0  # spent deciding `auto`'s path, all runs together
         self._warm = False  # has the model been called once (calibration calls it too)?
+        # do padded carried token ids equal what this model's tokenizer gives? None: not yet
+        # checked (the first batch that carries them is); False: tokenise every batch
+        self._carried_ids: bool | None = None
         explicit = dtype != "auto" or backend != "auto"
         self.dtype_decision: DtypeDecision | None = (
             None
@@ -371,30 +410,92 @@ class EmbeddingRunner:
     # ------------------------------------------------------------------ running
 
     def _tokenize(self, texts: list[str]) -> dict:
-        features = self.model.preprocess(texts)
+        return self._placed(self.model.preprocess(texts))
+
+    def _placed(self, features: dict) -> dict:
+        """On CUDA, the tensors in pinned memory, so their copies to the device overlap."""
         if self.device.startswith("cuda"):
             features = {
                 k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in features.items()
             }
         return features
 
-    def _prefetch(self, batches: Iterable[tuple[list[int], list[str]]]) -> Iterator[_Prepared]:
-        """Tokenise upcoming batches on a worker thread, at most `prefetch_batches` ahead."""
+    def _padded(self, token_ids: Sequence[Sequence[int]]) -> dict:
+        """Token ids padded into the features the model's tokenizer gives a batch: input ids
+        and attention mask on its padding side, token type ids (zeros, one text per input)
+        where it gives them, and the non-tensor entries sentence-transformers adds."""
+        import torch
+
+        tokenizer = self.model.tokenizer
+        longest = max(len(ids) for ids in token_ids)
+        input_ids = np.full((len(token_ids), longest), tokenizer.pad_token_id or 0, np.int64)
+        mask = np.zeros_like(input_ids)
+        left = tokenizer.padding_side == "left"
+        for row, ids in enumerate(token_ids):
+            span = slice(longest - len(ids), None) if left else slice(0, len(ids))
+            input_ids[row, span] = ids
+            mask[row, span] = 1
+        features = {
+            "input_ids": torch.from_numpy(input_ids),
+            "attention_mask": torch.from_numpy(mask),
+        }
+        if "token_type_ids" in tokenizer.model_input_names:
+            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+        return {**self._feature_extras, **features}
+
+    @cached_property
+    def _feature_extras(self) -> dict:
+        """What the model's preprocessing adds beside tensors (sentence-transformers names
+        the modality), taken once from a tokenised example."""
+        example = self.model.preprocess(["an example"])
+        return {k: v for k, v in example.items() if not hasattr(v, "shape")}
+
+    def _features(
+        self, texts: list[str], token_ids: Sequence[Sequence[int]] | None
+    ) -> tuple[dict, bool]:
+        """A batch's model features, and whether its texts were tokenised for them. Carried
+        token ids are padded, unless one is over the model's sequence limit (the tokenizer
+        cuts it as the model expects) or the first check found that this model's tokenizer
+        reads the texts otherwise (its sentence-transformers settings, say)."""
+        limit = self.resolved.max_seq_length
+        if (
+            token_ids is None
+            or self._carried_ids is False
+            or any(len(ids) > limit for ids in token_ids)
+        ):
+            return self._tokenize(texts), True
+        padded = self._padded(token_ids)
+        if self._carried_ids is None:  # once per runner: do they equal what it would feed?
+            tokenized = self.model.preprocess(texts)
+            self._carried_ids = _same_features(padded, tokenized)
+            if not self._carried_ids:
+                logger.warning(
+                    "the token ids carried from prepare differ from what model %r's own "
+                    "tokenizer gives the same texts; execute tokenises every input instead",
+                    self.resolved.name,
+                )
+                return self._placed(tokenized), True
+        return self._placed(padded), False
+
+    def _prefetch(self, batches: Iterable[PlannedBatch]) -> Iterator[_Prepared]:
+        """Make upcoming batches ready (padded or tokenised) on a worker thread, at most
+        `prefetch_batches` ahead."""
         out: queue.Queue = queue.Queue(maxsize=self.prefetch_batches)
         stop = threading.Event()
         done = object()
 
         def worker() -> None:
             try:
-                for positions, texts in batches:
+                for positions, texts, *carried in batches:
                     if stop.is_set():
                         return
-                    out.put(_Prepared(positions, texts, self._tokenize(texts)))
+                    ids = carried[0] if carried else None
+                    out.put(_Prepared.made(self, positions, texts, ids))
                 out.put(done)
             except BaseException as error:  # noqa: BLE001 - re-raised in the consumer
                 out.put(error)
 
-        thread = threading.Thread(target=worker, name="tokenizer", daemon=True)
+        thread = threading.Thread(target=worker, name="batch-features", daemon=True)
         thread.start()
         try:
             while True:
@@ -463,11 +564,8 @@ class EmbeddingRunner:
             stats.oom_splits += 1
             half = len(prepared.texts) // 2
             results = []
-            for part in (slice(0, half), slice(half, None)):
-                texts = prepared.texts[part]
-                results += self._run_batch(
-                    _Prepared(prepared.positions[part], texts, self._tokenize(texts)), stats
-                )
+            for rows in (slice(0, half), slice(half, None)):
+                results += self._run_batch(prepared.part(self, rows), stats)
             return results
 
     def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
@@ -476,8 +574,7 @@ class EmbeddingRunner:
             yield prepared
             return
         for start in range(0, len(prepared.texts), limit):
-            texts = prepared.texts[start : start + limit]
-            yield _Prepared(prepared.positions[start : start + limit], texts, self._tokenize(texts))
+            yield prepared.part(self, slice(start, start + limit))
 
     def _free_cache(self) -> None:
         import torch
@@ -486,9 +583,10 @@ class EmbeddingRunner:
             torch.cuda.empty_cache()
 
     def run(
-        self, batches: Iterable[tuple[list[int], list[str]]], stats: RunStats | None = None
+        self, batches: Iterable[PlannedBatch], stats: RunStats | None = None
     ) -> Iterator[tuple[list[int], np.ndarray]]:
-        """Embed `(positions, texts)` batches; yields `(positions, vectors)` per batch.
+        """Embed `(positions, texts)` or `(positions, texts, token_ids)` batches (see
+        `PlannedBatch`); yields `(positions, vectors)` per batch.
 
         Positions of inputs that failed alone are left out of the yield and listed in
         `stats.failed`. After an out-of-memory split, later batches are cut to the size that
@@ -501,6 +599,7 @@ class EmbeddingRunner:
             warming = self._warm_up(prepared)
             stats.warmup_seconds += warming
             started += warming
+            stats.tokenized += len(prepared.texts) if prepared.tokenized else 0
             for part in self._capped(prepared, limit):
                 splits_before = stats.oom_splits
                 results = self._run_batch(part, stats)
@@ -521,24 +620,35 @@ class EmbeddingRunner:
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        counts = self.token_counts(texts)
+        token_ids = self.token_ids(texts)  # tokenised once: counted, planned, then padded
+        counts = [len(ids) for ids in token_ids]
         if self._candidates:
             self.calibrate(median_sample(texts, counts))
         batches = pack_batches(counts, PlanSettings(token_budget, max_batch_size))
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         stats = RunStats()
-        for positions, vectors in self.run(
-            ([b.indices, [texts[i] for i in b.indices]] for b in batches), stats
-        ):
+        planned = (
+            (b.indices, [texts[i] for i in b.indices], [token_ids[i] for i in b.indices])
+            for b in batches
+        )
+        for positions, vectors in self.run(planned, stats):
             out[positions] = vectors
         if stats.failed:
             raise RuntimeError(f"{len(stats.failed)} inputs could not be embedded")
         return out
 
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids as the model reads them: special tokens included, cut to its
+        sequence limit as its tokenizer cuts (what `run` pads when a batch carries them)."""
+        return self.model.tokenizer(
+            list(texts),
+            add_special_tokens=True,
+            truncation=True,
+            max_length=self.resolved.max_seq_length,
+        )["input_ids"]
+
     def token_counts(self, texts: list[str]) -> list[int]:
-        tokenizer = self.model.tokenizer
-        ids = tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-        return [min(len(i), self.resolved.max_seq_length) for i in ids]
+        return [len(ids) for ids in self.token_ids(texts)]
 
     def cuda_free_bytes(self) -> int | None:
         import torch

@@ -1,5 +1,13 @@
 """What each column of the stage files and of a generation's table holds: one description per
-column name (a name means the same in every file), shown in the Dagster UI's column schema."""
+column name (a name means the same in every file), shown in the Dagster UI's column schema;
+and the one column several stage files share by type, the model input's token ids."""
+
+import pyarrow as pa
+
+# Prepare tokenises each model input to count it; it keeps the ids, plan carries them, and
+# execute pads them instead of tokenising the input again (a file from before this column
+# fails to read with a StageFileError that says to start a new run, as any such file does)
+INPUT_IDS = pa.field("input_ids", pa.list_(pa.int32()), nullable=False)
 
 COLUMN_DESCRIPTIONS: dict[str, str] = {
     # identity and lineage
@@ -28,6 +36,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "input_text": "The exact model input: document prefix, title, heading path and text.",
     "input_hash": "SHA-256 of the exact model input: with the fingerprint, the staleness key.",
     "token_count": "Tokens of the model input, special tokens included.",
+    "input_ids": "The model input's token ids (special tokens included), which execute pads "
+    "instead of tokenising again.",
     "stale": "Whether the chunk needs a new vector (its staleness key changed).",
     "batch_index": "The batch the input is planned in.",
     "vector": "The embedding.",

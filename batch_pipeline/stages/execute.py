@@ -2,7 +2,8 @@
 
 The output holds one row per planned input (`input_hash`, `vector`, `embedded_at`, and
 `resumed`: taken from a checkpoint rather than computed by this run); inputs that failed on
-their own are listed in the summary with their reason instead.
+their own are listed in the summary with their reason instead. The plan's token ids go to the
+model with their texts, so the model pads them instead of tokenising again.
 
 Checkpoints live under `<checkpoint_dir>/<writer>/part-*.parquet`, one folder per execute, so
 runs of one partition at once never write into, or delete, each other's folder. A run resumes
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
 from batch_pipeline.inference.calibration import REFERENCE, SAMPLE_INPUTS, DtypeDecision
-from batch_pipeline.inference.embedder import Embedder, RunStats
+from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.state.checkpoints import (
@@ -115,6 +116,7 @@ class ExecuteSummary:
             "tokens": s.tokens,
             "batches_run": s.batches,
             "oom_splits": s.oom_splits,
+            "inputs_tokenized": s.tokenized,
             "embedding_dimension": self.dimension,
         }
         if s.inputs:
@@ -135,24 +137,23 @@ class ExecuteSummary:
         return values
 
 
-def _planned_batches(plan_path: StagePath | Path) -> Iterator[tuple[list[str], list[str]]]:
-    """(input hashes, input texts) per planned batch, streamed in plan order."""
-    hashes: list[str] = []
-    texts: list[str] = []
+def _planned_batches(
+    plan_path: StagePath | Path,
+) -> Iterator[list[tuple[str, str, list[int]]]]:
+    """Each planned batch's (input hash, input text, token ids), streamed in plan order."""
+    batch: list[tuple[str, str, list[int]]] = []
     current = None
-    for record_batch in read_batches(plan_path, ["batch_index", "input_hash", "input_text"]):
-        columns = record_batch.to_pydict()
-        for index, key, text in zip(
-            columns["batch_index"], columns["input_hash"], columns["input_text"], strict=True
-        ):
-            if index != current and hashes:
-                yield hashes, texts
-                hashes, texts = [], []
+    columns = ["batch_index", "input_hash", "input_text", "input_ids"]
+    for record_batch in read_batches(plan_path, columns):
+        values = record_batch.to_pydict()
+        for index, *row in zip(*(values[c] for c in columns), strict=True):
+            if index != current and batch:
+                yield batch
+                batch = []
             current = index
-            hashes.append(key)
-            texts.append(text)
-    if hashes:
-        yield hashes, texts
+            batch.append(tuple(row))
+    if batch:
+        yield batch
 
 
 def _middle_inputs(
@@ -270,15 +271,16 @@ def _embed(
     in_flight: dict[int, str] = {}  # plan position -> input hash, until its vector is back
     next_position = 0
 
-    def batches() -> Iterator[tuple[list[int], list[str]]]:
+    def batches() -> Iterator[PlannedBatch]:
         nonlocal next_position
-        for hashes, texts in _planned_batches(plan_path):
-            todo = [(h, t) for h, t in zip(hashes, texts, strict=True) if h not in done_keys]
+        for planned in _planned_batches(plan_path):
+            todo = [row for row in planned if row[0] not in done_keys]
             if todo:
                 positions = list(range(next_position, next_position + len(todo)))
                 next_position += len(todo)
-                in_flight.update(zip(positions, (h for h, _ in todo), strict=True))
-                yield positions, [t for _, t in todo]
+                hashes, texts, token_ids = (list(column) for column in zip(*todo, strict=True))
+                in_flight.update(zip(positions, hashes, strict=True))
+                yield positions, texts, token_ids
 
     pending: list[pa.Table] = []
     checkpoints = 0

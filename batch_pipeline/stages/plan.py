@@ -1,7 +1,8 @@
 """Stage 3, the batch plan: every stale model input once, packed into batches.
 
 Inputs are de-duplicated (identical inputs are embedded once), then sorted by token length and
-packed under a padded-token budget by `batch_pipeline.inference.batching`.
+packed under a padded-token budget by `batch_pipeline.inference.batching`. Each planned input
+carries its token ids from prepare, so execute does not tokenise it again.
 """
 
 import statistics
@@ -106,6 +107,7 @@ def plan_stale_chunks(
     import pyarrow as pa  # file I/O only: the packing above needs no pyarrow (GPU check)
 
     started = time.perf_counter()
+    from batch_pipeline.stages.columns import INPUT_IDS
     from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
     from batch_pipeline.state.staging import StageWriter, read_batches
 
@@ -115,6 +117,7 @@ def plan_stale_chunks(
             pa.field("input_hash", pa.string(), nullable=False),
             pa.field("input_text", pa.large_string(), nullable=False),
             pa.field("token_count", pa.int32(), nullable=False),
+            INPUT_IDS,
         ]
     )
     input_schema = pa.schema([f for f in plan_schema if f.name != "batch_index"])
@@ -128,7 +131,7 @@ def plan_stale_chunks(
     )
     with scratch_dir(out_path) as tmp:
         spill = BucketSpill(Path(tmp), "plan", input_schema)
-        columns = ["input_hash", "input_text", "token_count", "stale"]
+        columns = [*input_schema.names, "stale"]
         for record_batch in read_batches(chunks_path, columns):
             stale = record_batch.filter(record_batch["stale"]).drop_columns(["stale"])
             spill.add(stale, hash_buckets(stale["input_hash"].to_pylist(), buckets))

@@ -19,6 +19,7 @@ from batch_pipeline.inference.runner import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW, metadata_json
+from batch_pipeline.stages.columns import INPUT_IDS
 from batch_pipeline.state.staging import StageWriter, read_batches
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.text.chunk_pool import ChunkPool
@@ -35,6 +36,7 @@ CHUNKS_SCHEMA = pa.schema(
         pa.field("input_text", pa.large_string(), nullable=False),
         pa.field("input_hash", pa.string(), nullable=False),
         pa.field("token_count", pa.int32(), nullable=False),
+        INPUT_IDS,
         pa.field("source_version", pa.string()),
         pa.field("content_hash", pa.string()),
         pa.field("metadata", pa.string()),  # JSON: source metadata, then front matter
@@ -176,7 +178,7 @@ def _write_chunks(
         metadata = metadata_json(merged)
         summary.documents += 1
         kept = set()
-        for chunk_id, index, section, text, input_text, input_hash, tokens in chunks:
+        for chunk_id, index, section, text, input_text, input_hash, tokens, ids in chunks:
             landed = existing.get(chunk_id)
             stale = landed is None or landed[1:] != (input_hash, fingerprint)
             kept.add(chunk_id)
@@ -192,6 +194,7 @@ def _write_chunks(
                 "input_text": input_text,
                 "input_hash": input_hash,
                 "token_count": tokens,
+                "input_ids": ids,
                 "source_version": doc["source_version"],
                 "content_hash": doc["content_hash"],
                 "metadata": metadata,

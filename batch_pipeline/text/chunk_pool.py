@@ -9,7 +9,7 @@ flight, so memory stays bounded however large the corpus. No pyarrow: the GPU ch
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import astuple
+from dataclasses import fields
 from typing import Any
 
 from batch_pipeline.text.chunking import ChunkSettings, chunk_document
@@ -35,7 +35,9 @@ def _chunk_all(docs: list[dict], tokenizer: Any, settings: ChunkSettings) -> lis
     for doc in docs:
         try:
             title, chunks, front_matter = _chunk(doc, tokenizer, settings)
-            results.append((title, [astuple(chunk) for chunk in chunks], front_matter))
+            # shallow: `astuple` would copy each chunk's token ids element by element
+            rows = [tuple(getattr(chunk, f.name) for f in fields(chunk)) for chunk in chunks]
+            results.append((title, rows, front_matter))
         except Exception as error:  # noqa: BLE001 - recorded per document, run goes on
             reason = "no_text" if isinstance(error, ValueError) else "chunking_failed"
             results.append((None, None, reason, type(error).__name__, str(error)))

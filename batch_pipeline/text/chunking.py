@@ -40,6 +40,9 @@ class Chunk:
     input_text: str
     input_hash: str
     token_count: int
+    # the input's token ids as the model's tokenizer gives them (special tokens included,
+    # not cut to any limit): execute pads these instead of tokenising the input again
+    input_ids: list[int]
 
 
 def hash_text(text: str) -> str:
@@ -133,6 +136,12 @@ def split_by_tokens(text: str, offsets: list[tuple[int, int]], budget: int, over
         start = next_start
 
 
+def model_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Each model input's token ids, special tokens included, not cut to any limit: what
+    prepare counts and keeps, and execute pads (it cuts what is over the model's limit)."""
+    return _encode(tokenizer, texts, special=True)["input_ids"]
+
+
 def count_tokens(tokenizer, text: str) -> int:
     """Tokens of `text`, special tokens not counted."""
     return len(_encode(tokenizer, text)["input_ids"]) if text else 0
@@ -167,7 +176,7 @@ def chunk_document(
                 pending.append((f"{doc_id}#{key}:{n}", label, text, header + text))
     if not pending:
         return []
-    counts = [len(ids) for ids in _encode(tokenizer, [p[3] for p in pending], True)["input_ids"]]
+    token_ids = model_token_ids(tokenizer, [p[3] for p in pending])
     return [
         Chunk(
             chunk_id=chunk_id,
@@ -176,9 +185,10 @@ def chunk_document(
             text=text,
             input_text=input_text,
             input_hash=hash_text(input_text),
-            token_count=min(count, settings.max_tokens),
+            token_count=min(len(ids), settings.max_tokens),
+            input_ids=ids,
         )
-        for index, ((chunk_id, section, text, input_text), count) in enumerate(
-            zip(pending, counts, strict=True)
+        for index, ((chunk_id, section, text, input_text), ids) in enumerate(
+            zip(pending, token_ids, strict=True)
         )
     ]

@@ -3,6 +3,8 @@ Dagster UI's column schema. The ticket product's own table of descriptions: a na
 mean something else than in the vector index's (`input_text` is a ticket's subject and body,
 not a document's chunk)."""
 
+from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
+
 TICKET_COLUMN_DESCRIPTIONS: dict[str, str] = {
     # collect (ticket_exports)
     "ticket_id": "The ticket's id in the export (unique within its day).",
@@ -21,6 +23,7 @@ TICKET_COLUMN_DESCRIPTIONS: dict[str, str] = {
     "input_hash": "SHA-256 of the exact model input: with the model fingerprint, whether the "
     "ticket needs a vector.",
     "token_count": "Tokens of the model input, special tokens included.",
+    "input_ids": COLUMN_DESCRIPTIONS["input_ids"],  # the same ids, carried the same way
     "stale": "Whether no generation of this model holds a vector for this input yet.",
     "batch_index": "The batch the input is planned in.",
     "vector": "The ticket's embedding.",

@@ -5,7 +5,7 @@ The input is the subject and body, normalised (`clean_text`) and cut at a token 
 the model fingerprint, decides staleness: a ticket needs a vector only if no generation of
 this model already holds one for the same input, so a taxonomy change re-scores tickets
 without a forward pass. The file has the columns plan reads (`input_hash`, `input_text`,
-`token_count`, `stale`), so plan and execute are the vector index's own.
+`token_count`, `input_ids`, `stale`), so plan and execute are the vector index's own.
 """
 
 import time
@@ -16,8 +16,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from batch_pipeline.stages.columns import INPUT_IDS
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches
-from batch_pipeline.text.chunking import SPECIAL_TOKENS, count_tokens, hash_text, truncate_to_tokens
+from batch_pipeline.text.chunking import (
+    SPECIAL_TOKENS,
+    count_tokens,
+    hash_text,
+    model_token_ids,
+    truncate_to_tokens,
+)
 from batch_pipeline.text.normalize import clean_text
 from batch_pipeline.tickets.collect import OK
 
@@ -29,6 +36,7 @@ INPUTS_SCHEMA = pa.schema(
         pa.field("input_text", pa.large_string(), nullable=False),
         pa.field("input_hash", pa.string(), nullable=False),
         pa.field("token_count", pa.int32(), nullable=False),
+        INPUT_IDS,
         pa.field("stale", pa.bool_(), nullable=False),
     ]
 )
@@ -84,7 +92,7 @@ def prepare_inputs(
             for row in table.filter(pc.equal(table["status"], OK)).to_pylist():
                 text = ticket_input(tokenizer, row["subject"], row["body"], max_tokens, prefix)
                 full = ticket_text(row["subject"], row["body"])
-                tokens = count_tokens(tokenizer, text) + SPECIAL_TOKENS
+                [ids] = model_token_ids(tokenizer, [text])
                 key = hash_text(text)
                 stale = key not in known
                 summary.inputs += 1
@@ -98,7 +106,8 @@ def prepare_inputs(
                         "channel": row["channel"],
                         "input_text": text,
                         "input_hash": key,
-                        "token_count": min(tokens, max_tokens),
+                        "token_count": min(len(ids), max_tokens),
+                        "input_ids": ids,
                         "stale": stale,
                     }
                 )

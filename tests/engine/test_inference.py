@@ -60,6 +60,12 @@ def test_order_is_preserved(runner):
     np.testing.assert_allclose(forward, backward[::-1], atol=1e-5)
 
 
+def in_position_order(yielded) -> np.ndarray:
+    """The vectors `run` yielded, stacked in position order."""
+    got = {p: v for positions, vectors in yielded for p, v in zip(positions, vectors, strict=True)}
+    return np.stack([got[p] for p in sorted(got)])
+
+
 def inject_faults(monkeypatch, runner, fault):
     """FAKE faults: `fault(texts)` runs before each forward pass of the real runner."""
     forward = runner._forward
@@ -80,6 +86,60 @@ def test_run_yields_positions_for_each_batch(runner):
     reference = runner.embed(TEXTS[:5])
     for p in range(5):
         np.testing.assert_allclose(got[p], reference[p], atol=1e-5)
+
+
+def test_carried_token_ids_are_padded_not_tokenised_again(runner, monkeypatch):
+    monkeypatch.setattr(runner, "_carried_ids", None)  # as a fresh runner: checked once
+    token_ids = runner.token_ids(TEXTS)
+    order = sorted(range(len(TEXTS)), key=lambda i: len(token_ids[i]))
+    batches = [
+        (rows, [TEXTS[i] for i in rows], [token_ids[i] for i in rows])
+        for rows in (order[:7], order[7:])
+    ]
+    stats = RunStats()
+    got = in_position_order(runner.run(batches, stats))
+    assert stats.tokenized == 0 and stats.inputs == len(TEXTS)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    np.testing.assert_allclose(got, reference, atol=1e-5)
+    # batches without ids (a caller with texts only) are tokenised, as before
+    texts_only = RunStats()
+    list(runner.run([(list(range(3)), TEXTS[:3])], texts_only))
+    assert texts_only.tokenized == 3
+
+
+def test_token_ids_the_model_s_tokenizer_does_not_give_are_not_used(runner, monkeypatch, caplog):
+    """Ids counted by a tokenizer that reads the texts otherwise (other settings, another
+    model's vocabulary) would embed the wrong inputs: the first batch's check refuses them,
+    and the runner tokenises every batch after it too."""
+    monkeypatch.setattr(runner, "_carried_ids", None)
+    wrong = runner.token_ids(TEXTS[::-1])  # another text's ids for each text
+    batches = [(list(range(6)), TEXTS[:6], wrong[:6]), (list(range(6, 18)), TEXTS[6:], wrong[6:])]
+    stats = RunStats()
+    with caplog.at_level("WARNING"):
+        got = in_position_order(runner.run(batches, stats))
+    assert stats.tokenized == len(TEXTS)
+    assert "differ from what model 'all-MiniLM-L6-v2'" in caplog.text
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    np.testing.assert_allclose(got, reference, atol=1e-5)
+    right = RunStats()
+    list(runner.run([(list(range(3)), TEXTS[:3], runner.token_ids(TEXTS[:3]))], right))
+    assert right.tokenized == 3  # refused for the runner's life, not batch by batch
+
+
+def test_carried_ids_over_the_model_s_limit_are_cut_by_its_tokenizer(runner, monkeypatch):
+    from batch_pipeline.inference.models import load_tokenizer
+    from batch_pipeline.text.chunking import model_token_ids
+
+    monkeypatch.setattr(runner, "_carried_ids", None)
+    long = TEXTS[3] * 12  # prepare keeps ids uncut: here over the 256 the model reads
+    texts = [TEXTS[0], long]
+    carried = model_token_ids(load_tokenizer(runner.resolved.path), texts)
+    assert len(carried[1]) > runner.resolved.max_seq_length
+    stats = RunStats()
+    [(_, vectors)] = list(runner.run([([0, 1], texts, carried)], stats))
+    assert stats.tokenized == 2
+    reference = runner.model.encode(texts, convert_to_numpy=True)
+    np.testing.assert_allclose(vectors, reference, atol=1e-5)
 
 
 def test_out_of_memory_splits_the_batch_and_lowers_the_budget(runner, monkeypatch):

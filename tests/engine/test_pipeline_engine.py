@@ -55,6 +55,29 @@ def test_full_run_lands_every_chunk_with_lineage(make_pipeline, runner):
     assert pipeline.tracking.document_count(pipeline.index) == 3
 
 
+def test_execute_pads_the_token_ids_prepare_counted_instead_of_tokenising(make_pipeline, runner):
+    from batch_pipeline.state.staging import read_table
+
+    pipeline = make_pipeline()
+    collected = pipeline.collect("run-1")
+    chunks = pipeline.prepare("run-1", collected.path)
+    tokenizer = runner.model.tokenizer
+    prepared = read_table(chunks.path, ["input_text", "input_ids", "token_count"]).to_pylist()
+    for row in prepared:  # the ids the model's tokenizer gives the exact model input
+        assert row["input_ids"] == tokenizer(row["input_text"])["input_ids"]
+        assert row["token_count"] == len(row["input_ids"])
+    plan = pipeline.plan("run-1", chunks.path, PlanSettings())
+    planned = read_table(plan.path, ["input_text", "input_ids"]).to_pylist()
+    assert len(planned) == len(prepared)
+    assert all(r["input_ids"] == tokenizer(r["input_text"])["input_ids"] for r in planned)
+    executed = pipeline.execute("run-1", plan.path, lambda: runner)
+    assert executed.summary.metadata()["inputs_tokenized"] == 0
+    assert executed.summary.stats.inputs == len(planned)
+    vectors = read_table(executed.path, ["vector"])["vector"].to_numpy(zero_copy_only=False)
+    reference = runner.model.encode([r["input_text"] for r in planned], convert_to_numpy=True)
+    np.testing.assert_allclose(np.stack(vectors), reference, atol=1e-5)
+
+
 def test_second_run_embeds_nothing(make_pipeline, runner):
     pipeline = make_pipeline()
     pipeline.run("run-1", runner)

@@ -131,8 +131,10 @@ def embedder_for(runner):  # noqa: ANN001, ANN201
 
 def test_a_day_lands_every_ticket_with_lineage_and_a_replay_changes_nothing(tickets, runner):
     product = tickets.product()
-    landed, _ = run_day(product, runner)
+    landed, stages = run_day(product, runner)
     assert landed.tickets_classified == 12 and landed.committed
+    # prepare's token ids are padded by execute, not tokenised again
+    assert stages["execute"].stats.inputs == 12 and stages["execute"].stats.tokenized == 0
     rows = product.intents.day_rows(product.index, DAY).to_pylist()
     assert len(rows) == 12
     row = rows[0]

@@ -95,8 +95,9 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
                 "stale": i % 7 != 0,
             }
         )
-    for row in rows:  # a duplicate's token count is its original's
+    for row in rows:  # a duplicate's token count (and ids) are its original's
         row["token_count"] = 3 + int(row["input_hash"][1:]) % 250
+        row["input_ids"] = [101, int(row["input_hash"][1:]), 102]
     chunks = tmp_path / "chunks.parquet"
     pq.write_table(pa.Table.from_pylist(rows), chunks)
     summary = plan_stale_chunks(
@@ -108,8 +109,9 @@ def test_the_written_plan_streams_every_stale_input_once_in_batch_order(tmp_path
     assert summary.inputs == len(stale)
     batches = [r["batch_index"] for r in plan]
     assert batches == sorted(batches)
-    for r in plan:
+    for r in plan:  # each input with its own text and token ids
         assert r["input_text"] == f"text {int(r['input_hash'][1:])}"
+        assert r["input_ids"] == [101, int(r["input_hash"][1:]), 102]
     by_batch: dict[int, list[int]] = {}
     for r in plan:
         by_batch.setdefault(r["batch_index"], []).append(r["token_count"])
