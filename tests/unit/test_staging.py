@@ -110,6 +110,48 @@ def test_big_writes_are_cut_into_row_groups_and_read_back_in_bounded_batches(are
     assert [n for b in batches for n in b["n"].to_pylist()] == list(range(40_700))
 
 
+def test_stage_files_dictionary_encode_all_but_vectors(area):
+    """Vectors never repeat: trying a dictionary on them only slows the write."""
+    from batch_pipeline.stages.columns import INPUT_IDS
+
+    schema = pa.schema(
+        [
+            ("input_hash", pa.string()),
+            ("token_count", pa.int32()),
+            INPUT_IDS,
+            ("vector", pa.list_(pa.float32(), 3)),
+            ("scores", pa.list_(pa.float64())),
+        ]
+    )
+    rows = [
+        {
+            "input_hash": f"h{i % 5}",
+            "token_count": 4,
+            "input_ids": [101, i % 7, 102],
+            "vector": [i * 0.5, 1.0, -i / 3],
+            "scores": [0.25, i / 7],
+        }
+        for i in range(300)
+    ]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    path = area.stage_file("handbook", "run-1", "embeddings")
+    with StageWriter(path, schema) as writer:
+        writer.write_table(table)
+    group = parquet_file(path).metadata.row_group(0)
+    dictionary = {
+        group.column(i).path_in_schema: "RLE_DICTIONARY" in group.column(i).encodings
+        for i in range(group.num_columns)
+    }
+    assert dictionary == {
+        "input_hash": True,
+        "token_count": True,
+        "input_ids.list.element": True,
+        "vector.list.element": False,
+        "scores.list.element": False,
+    }
+    assert read_table(path).equals(table)
+
+
 def test_a_stage_file_without_a_column_a_reader_needs_says_what_to_do(area):
     """A stage file from before an upgrade (handed over by a re-execution from failure) lacks
     a column the new reader asks for: the error says so and what to run, and reading the
