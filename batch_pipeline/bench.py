@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "plan_seconds": round(info["plan_seconds"], 4),
             "batches": info["batches"],
+            # 0: (b) padded the token ids it counted, as execute pads the plan's
+            "inputs_tokenized": info["inputs_tokenized"],
         },
     }
     if c_runs:
