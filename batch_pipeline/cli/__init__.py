@@ -425,7 +425,8 @@ def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:
             )
         bar.update(update.done - bar.n)
         if update.tokens:
-            bar.set_postfix_str(f"{update.tokens_per_second:,.0f} tokens/s", refresh=False)
+            rate = f"{update.tokens_per_second:,.0f} {update.token_unit}/s"
+            bar.set_postfix_str(rate, refresh=False)
         bar.refresh()
         if update.finished:
             bar.close()

@@ -16,6 +16,11 @@ lists BF16 among the CPU's capabilities), the latency hint and the runner's thre
 
 OpenVINO is for CPUs; on a GPU the torch path runs. This module imports openvino only when
 called, so the rest of the engine runs without it.
+
+Telemetry: OpenVINO's converter sends usage events to Google Analytics (and writes a client
+id under `~/intel`) on every `import openvino` and every conversion, unless the user opted
+out or `CI=true`. A batch job sends nothing anywhere, so this module declines that consent in
+its process before it imports openvino (`telemetry_off`); nothing is written to the home.
 """
 
 import json
@@ -42,10 +47,32 @@ class OpenVinoMissingError(RuntimeError):
     """The OpenVINO backend was asked for, but openvino is not installed."""
 
 
+def telemetry_off() -> None:
+    """Decline OpenVINO's usage telemetry in this process (see the module doc): every consent
+    check answers "declined", including one made already, whatever the home's consent file."""
+    try:
+        from openvino_telemetry import Telemetry
+        from openvino_telemetry.utils.opt_in_checker import ConsentCheckResult, OptInChecker
+    except ImportError:  # no telemetry package: OpenVINO uses its own stub, which sends nothing
+        return
+    OptInChecker.check = lambda self, *args, **kwargs: ConsentCheckResult.DECLINED
+    made = getattr(Telemetry, "_SingletonMetaClass__single_instance", None)
+    if made is not None:  # openvino was imported before this process could decline
+        made.consent = False
+
+
+def _openvino():  # noqa: ANN202
+    """The openvino module, imported with its telemetry declined."""
+    telemetry_off()
+    import openvino
+
+    return openvino
+
+
 def openvino_version() -> str | None:
     """The installed OpenVINO runtime's version, or None where it is not installed."""
     try:
-        import openvino
+        openvino = _openvino()
     except ImportError:
         return None
     return openvino.get_version()
@@ -53,7 +80,7 @@ def openvino_version() -> str | None:
 
 def _core():  # noqa: ANN202
     try:
-        import openvino as ov
+        ov = _openvino()
     except ImportError:
         raise OpenVinoMissingError(
             "backend openvino needs the openvino package: pip install openvino"
@@ -102,9 +129,10 @@ def traceable(st_model, features: dict):  # noqa: ANN001, ANN201
 
 def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
     """Trace `st_model` on `features` and save it under `folder` (atomically)."""
-    import openvino as ov
     import torch
     from transformers.utils import logging as transformers_logging
+
+    ov = _openvino()
 
     module, names = traceable(st_model, features)
     example = tuple(features[name] for name in names)

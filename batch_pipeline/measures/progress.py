@@ -2,8 +2,11 @@
 
 `Progress` is told what was done (`advance`) and hands a `ProgressUpdate` to its sink at most
 every `interval` seconds, and once at the end, so a backfill of a million inputs reports
-steadily without flooding a log. The sinks: the Dagster event log (the assets), a progress bar
-or plain lines (the CLI). The clock is injected so the pacing can be tested without waiting.
+steadily without flooding a log. The rate and the ETA count from when the work began
+(`working`, after the model loaded and calibrated), so a line's tokens/s is the throughput;
+"done in" counts from the start, load included. The sinks: the Dagster event log (the
+assets), a progress bar or plain lines (the CLI). The clock is injected so the pacing can be
+tested without waiting.
 """
 
 import time
@@ -31,14 +34,21 @@ class ProgressUpdate:
     elapsed: float
     finished: bool = False
     total_tokens: int = 0  # the tokens of all the work, where the stage knows them
+    working: float | None = None  # seconds since the work began (None: since the start)
+    token_unit: str = "tokens"  # what `tokens` counts: "prompt tokens" for a chat model
+
+    @property
+    def busy(self) -> float:
+        """The seconds the rate is counted over: since the work began, setup left out."""
+        return self.elapsed if self.working is None else self.working
 
     @property
     def rate(self) -> float:
-        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+        return self.done / self.busy if self.busy > 0 else 0.0
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.elapsed if self.elapsed > 0 else 0.0
+        return self.tokens / self.busy if self.busy > 0 else 0.0
 
     @property
     def eta_seconds(self) -> float | None:
@@ -59,7 +69,7 @@ class ProgressUpdate:
         share = self.done / self.total * 100 if self.total else 100.0
         parts = [f"{self.stage}: {self.done:,}/{self.total:,} {self.unit} ({share:.1f}%)"]
         if self.tokens:
-            parts.append(f"{self.tokens_per_second:,.0f} tokens/s")
+            parts.append(f"{self.tokens_per_second:,.0f} {self.token_unit}/s")
         else:
             parts.append(f"{self.rate:,.1f} {self.unit}/s")
         if self.finished:
@@ -87,10 +97,12 @@ class Progress:
         interval: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
         total_tokens: int = 0,
+        token_unit: str = "tokens",
     ) -> None:
         self.stage = stage
         self.total = total
         self.total_tokens = total_tokens
+        self.token_unit = token_unit
         self.sink = sink
         self.unit = unit
         self.interval = interval
@@ -98,20 +110,28 @@ class Progress:
         self.done = 0
         self.tokens = 0
         self._started = clock()
+        self._working: float | None = None
         self._last = self._started
         self._reporting = False
 
     def update(self, finished: bool = False) -> ProgressUpdate:
+        now = self.clock()
         return ProgressUpdate(
             self.stage,
             self.unit,
             self.done,
             self.total,
             self.tokens,
-            self.clock() - self._started,
+            now - self._started,
             finished,
             self.total_tokens,
+            None if self._working is None else now - self._working,
+            self.token_unit,
         )
+
+    def working(self) -> None:
+        """The setup is over (a model loaded, a path calibrated): the rate counts from now."""
+        self._working = self.clock()
 
     def start(self) -> None:
         """Report the start, so a long stage shows at once what lies ahead."""

@@ -263,6 +263,7 @@ def _embed(
         before = getattr(runner, "calibration_seconds", 0.0)
         runner.calibrate(_middle_inputs(plan_path, done_keys, progress.total))
         stats.calibration_seconds += getattr(runner, "calibration_seconds", 0.0) - before
+    progress.working()  # the rate counts from here: the model's load and calibration are setup
     schema = embeddings_schema(dimension)
     if runner.dimension != dimension:
         raise RuntimeError(

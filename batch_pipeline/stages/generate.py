@@ -158,6 +158,9 @@ class GenerateSummary:
         return values
 
 
+PLAN_TOKENS = ["input_hash", "prompt_tokens"]
+
+
 def _planned_chunks(plan_path: StagePath | Path) -> Iterator[list[tuple[Prompt, int]]]:
     """(prompt, prompt tokens) per planned chunk, streamed in plan order."""
     chunk: list[tuple[Prompt, int]] = []
@@ -192,7 +195,10 @@ def execute_prompts(
     found = open_checkpoints(checkpoint_dir, checkpoint_schema)
     parts, done_keys, own = found.parts, found.done_keys, found.own
     out_schema = found.output_schema(generate_output_schema())
-    wanted = set(read_table(plan_path, ["input_hash"])[0].to_pylist()) & done_keys
+    plan_tokens = dict(  # each planned prompt's tokens, by its input
+        zip(*(c.to_pylist() for c in read_table(plan_path, PLAN_TOKENS).columns), strict=True)
+    )
+    wanted = plan_tokens.keys() & done_keys
     summary = GenerateSummary(stats=GenerationStats(), device="none", dtype="none")
     summary.failed_inputs.update(planned.refused)
     summary.refused = len(planned.refused)
@@ -209,13 +215,14 @@ def execute_prompts(
         summary.resumed_inputs = len(resumed)
         todo = planned.prompts - len(resumed)
         if todo > 0:
-            tracker = Progress(
+            tracker = Progress(  # the ETA in the prompt tokens left: the plan counted them
                 EXECUTE.name,
                 todo,
                 progress,
                 unit="prompts",
                 interval=progress_interval,
-                total_tokens=planned.prompt_tokens,
+                total_tokens=sum(n for k, n in plan_tokens.items() if k not in resumed),
+                token_unit="prompt tokens",
             )
             _generate(
                 plan_path, writer, get_generator, sampling, schema, resumed, own, summary, tracker
@@ -241,11 +248,13 @@ def _generate(
     progress.start()
     generator = get_generator()
     summary.device, summary.dtype = generator.device, generator.dtype
+    progress.working()  # the rate counts from here: the model's load is setup
     row_schema = generations_schema()
     for chunk in _planned_chunks(plan_path):
-        prompts = [p for p, _ in chunk if p.key not in done_keys]
-        if not prompts:
+        todo = [(p, n) for p, n in chunk if p.key not in done_keys]
+        if not todo:
             continue
+        prompts = [p for p, _ in todo]
         outputs = generator.generate(prompts, sampling, schema, summary.stats)
         now = datetime.now(UTC)
         rows = []
@@ -276,5 +285,5 @@ def _generate(
         if checkpoint_dir is not None:
             write_part(checkpoint_dir, table)
         crash_point("execute", summary.chunks_run)
-        progress.advance(len(prompts), sum(o.prompt_tokens + o.output_tokens for o in outputs))
+        progress.advance(len(prompts), sum(n for _, n in todo))
     progress.finish()

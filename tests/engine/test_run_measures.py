@@ -220,6 +220,8 @@ def test_prepare_and_execute_report_progress_up_to_all_their_work(make_pipeline,
     assert executed[0].done == 0 and executed[0].total == measures.inputs
     assert executed[-1].finished and executed[-1].done == measures.inputs
     assert [u.done for u in executed] == sorted(u.done for u in executed)
+    # its rate counts from after the model loaded and calibrated; "done in" from the start
+    assert executed[-1].working is not None and executed[-1].busy <= executed[-1].elapsed
     prepared = [u for u in updates if u.stage == "prepare"]
     assert prepared[-1].finished and prepared[-1].done == prepared[-1].total == 3
     assert prepared[-1].unit == "documents"

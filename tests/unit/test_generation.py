@@ -159,7 +159,7 @@ def test_a_crash_resumes_without_regenerating_finished_chunks(tmp_path):
         )
     assert len(crashing.generated) == 6  # two chunks of three finished before the crash
     assert not (tmp_path / "out.parquet").exists()  # no half output
-    retry = FakeGenerator()
+    retry, updates = FakeGenerator(), []
     summary = execute_prompts(
         plan,
         tmp_path / "out.parquet",
@@ -167,8 +167,15 @@ def test_a_crash_resumes_without_regenerating_finished_chunks(tmp_path):
         Sampling(),
         SCHEMA,
         checkpoint_dir=checkpoints,
+        progress=updates.append,
+        progress_interval=0,
     )
     assert retry.generated == ["h006", "h007", "h008", "h009"]  # only what no chunk held
+    # progress counts the prompts left and their prompt tokens, as the plan counted them
+    left = sum(r["prompt_tokens"] for r in read_table(plan).to_pylist()[6:])
+    assert (updates[0].total, updates[0].total_tokens) == (4, left)
+    assert (updates[-1].done, updates[-1].tokens) == (4, left) and updates[-1].finished
+    assert updates[-1].working is not None and "prompt tokens/s" in updates[-1].line()
     rows = read_table(tmp_path / "out.parquet").to_pylist()
     assert sorted(r["input_hash"] for r in rows) == [f"h{i:03d}" for i in range(10)]
     assert sum(r["resumed"] for r in rows) == 6 == summary.resumed_inputs

@@ -43,6 +43,24 @@ def test_the_eta_is_reckoned_in_the_tokens_left_when_the_stage_knows_them():
     assert update.line().endswith("ETA 1m 30s")
 
 
+def test_the_rate_counts_from_when_the_work_began_and_done_in_from_the_start():
+    """A model that takes 60 s to load and calibrate does not make 500 tokens/s read as 125:
+    the line is the throughput, and "done in" is the whole stage."""
+    clock, seen = FakeClock(), []
+    progress = Progress("execute", 200, seen.append, interval=10, clock=clock, total_tokens=10_000)
+    progress.start()
+    clock.now += 60  # the model loads and calibrates
+    progress.working()
+    for _ in range(20):  # 10 inputs and 500 tokens per second for 20 s
+        clock.now += 1
+        progress.advance(10, tokens=500)
+    progress.finish()
+    first, last = seen[1], seen[-1]  # after the first second of work
+    assert (first.elapsed, first.busy, first.done) == (61, 1, 10)
+    assert (first.tokens_per_second, first.rate, first.eta_seconds) == (500, 10, 19)
+    assert last.line() == "execute: 200/200 inputs (100.0%), 500 tokens/s, done in 1m 20s"
+
+
 def test_without_tokens_the_line_gives_the_rate_and_an_unknown_eta_before_any_work():
     update = ProgressUpdate("prepare", "documents", 50, 200, 0, 10.0)
     assert update.line() == "prepare: 50/200 documents (25.0%), 5.0 documents/s, ETA 30s"
