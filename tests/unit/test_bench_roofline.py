@@ -1,0 +1,35 @@
+"""The benchmark's roofline: FLOP per cycle by CPU, and the clock both as the kernel reports it
+and as a core runs it (a chain of dependent adds, measured in the thread's CPU time)."""
+
+import platform
+
+import pytest
+
+from batch_pipeline import bench_anchors
+from batch_pipeline.bench_anchors import Roofline, measured_clock_ghz
+
+X86_64 = platform.machine() in {"x86_64", "AMD64"}
+
+
+@pytest.mark.skipif(not X86_64, reason="the add chain is x86-64 code")
+def test_the_clock_is_measured_from_a_chain_of_one_cycle_adds():
+    clock = measured_clock_ghz(loops=2_000_000, repeats=3)
+    assert clock is not None and 0.3 < clock < 8.0  # a real core's GHz, not a count gone wrong
+
+
+def test_no_clock_is_measured_off_x86_64(monkeypatch):
+    monkeypatch.setattr(bench_anchors.platform, "machine", lambda: "aarch64")
+    assert measured_clock_ghz() is None
+    assert measured_clock_ghz(loops=0) is None  # zero loops would run 2**64 times
+
+
+def test_the_roofline_at_the_nominal_and_the_measured_clock():
+    roof = Roofline(2, 2.6, 64, 128, "AVX-512", measured_clock_ghz=3.4)
+    assert roof.flops("bfloat16") == pytest.approx(2 * 2.6e9 * 128)
+    assert roof.flops("bfloat16", measured=True) == pytest.approx(2 * 3.4e9 * 128)
+    assert roof.flops("float32", measured=True) == pytest.approx(2 * 3.4e9 * 64)
+    assert "2.60 GHz nominal (3.40 GHz measured)" in roof.describe()
+    unmeasured = Roofline(2, 2.6, 32, None, "AVX2")
+    assert unmeasured.flops("float32", measured=True) is None
+    assert unmeasured.flops("bfloat16") is None  # no bf16 on this CPU
+    assert "measured" not in unmeasured.describe()
