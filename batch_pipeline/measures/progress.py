@@ -111,6 +111,7 @@ class Progress:
         self.tokens = 0
         self._started = clock()
         self._working: float | None = None
+        self._set_aside = 0.0  # setup seconds inside the work (an engine started lazily)
         self._last = self._started
         self._reporting = False
 
@@ -125,13 +126,24 @@ class Progress:
             now - self._started,
             finished,
             self.total_tokens,
-            None if self._working is None else now - self._working,
+            self._busy(now),
             self.token_unit,
         )
+
+    def _busy(self, now: float) -> float | None:
+        if self._working is None and not self._set_aside:
+            return None  # no setup was named: the rate counts from the start
+        began = self._started if self._working is None else self._working
+        return max(0.0, now - began - self._set_aside)
 
     def working(self) -> None:
         """The setup is over (a model loaded, a path calibrated): the rate counts from now."""
         self._working = self.clock()
+
+    def set_aside(self, seconds: float) -> None:
+        """Setup that happened during the work (an engine that starts on its first call):
+        left out of the rate, as the setup before `working` is."""
+        self._set_aside += seconds
 
     def start(self) -> None:
         """Report the start, so a long stage shows at once what lies ahead."""
@@ -143,7 +155,8 @@ class Progress:
         self.done += done
         self.tokens += tokens
         now = self.clock()
-        if self._reporting and now - self._last >= self.interval:
+        # all done: `finish` reports it, once (a line here too would say the same twice)
+        if self._reporting and now - self._last >= self.interval and self.done < self.total:
             self._last = now
             self.sink(self.update())
 

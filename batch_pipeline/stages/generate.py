@@ -248,14 +248,16 @@ def _generate(
     progress.start()
     generator = get_generator()
     summary.device, summary.dtype = generator.device, generator.dtype
-    progress.working()  # the rate counts from here: the model's load is setup
+    progress.working()  # the rate counts from here (and the engine's start is set aside)
     row_schema = generations_schema()
     for chunk in _planned_chunks(plan_path):
         todo = [(p, n) for p, n in chunk if p.key not in done_keys]
         if not todo:
             continue
         prompts = [p for p, _ in todo]
+        loaded = summary.stats.load_seconds
         outputs = generator.generate(prompts, sampling, schema, summary.stats)
+        progress.set_aside(summary.stats.load_seconds - loaded)  # the engine starts on a call
         now = datetime.now(UTC)
         rows = []
         for output in outputs:

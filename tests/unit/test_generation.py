@@ -2,13 +2,20 @@
 (token counts, refusals, KV estimates, chunks), execute's failures and its resume from
 checkpoints, and how `dtype: auto` is decided."""
 
+import time
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from batch_pipeline.inference import vllm_generator
 from batch_pipeline.inference.fake import FakeGenerator, fake_chat_model
-from batch_pipeline.inference.generator import Prompt, Sampling, check_output
+from batch_pipeline.inference.generator import (
+    GenerationStats,
+    Prompt,
+    Sampling,
+    check_output,
+)
 from batch_pipeline.inference.vllm_generator import pick_generation_dtype
 from batch_pipeline.stages.generate import execute_prompts
 from batch_pipeline.stages.prompt_plan import (
@@ -180,6 +187,33 @@ def test_a_crash_resumes_without_regenerating_finished_chunks(tmp_path):
     assert sorted(r["input_hash"] for r in rows) == [f"h{i:03d}" for i in range(10)]
     assert sum(r["resumed"] for r in rows) == 6 == summary.resumed_inputs
     assert summary.valid == 10 and summary.valid_share == 1.0
+
+
+class SlowStartingGenerator(FakeGenerator):
+    """FAKE engine that takes 0.3 s to start on its first call, and says so, as vLLM does."""
+
+    def generate(self, prompts, sampling, schema=None, stats=None):
+        if stats is not None and not self.generated:
+            time.sleep(0.3)
+            stats.add(GenerationStats(load_seconds=0.3))
+        return super().generate(prompts, sampling, schema, stats)
+
+
+def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
+    prepared = write_prompts(tmp_path / "prepared.parquet", texts(4))
+    plan = tmp_path / "plan.parquet"
+    plan_prompts(prepared, plan, FakeGenerator(), Sampling(), PromptPlanSettings(chunk_size=2))
+    updates = []
+    execute_prompts(
+        plan,
+        tmp_path / "out.parquet",
+        SlowStartingGenerator,
+        Sampling(),
+        SCHEMA,
+        progress=updates.append,
+        progress_interval=0,
+    )
+    assert updates[-1].finished and updates[-1].elapsed - updates[-1].busy >= 0.3
 
 
 def test_an_empty_plan_starts_no_engine(tmp_path):

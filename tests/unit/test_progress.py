@@ -27,6 +27,31 @@ def test_progress_reports_at_its_interval_and_at_the_end():
     assert seen[-1].line().endswith("done in 1m 40s")
 
 
+def test_setup_during_the_work_is_set_aside_from_the_rate():
+    """An engine that starts on its first call (vLLM): its start is left out of the rate."""
+    clock, seen = FakeClock(), []
+    progress = Progress("execute", 100, seen.append, interval=0, clock=clock)
+    progress.start()
+    progress.working()
+    clock.now += 40  # the first call: 30 s starting the engine, 10 s generating
+    progress.set_aside(30)
+    progress.advance(50, tokens=500)
+    assert (seen[-1].busy, seen[-1].elapsed, seen[-1].tokens_per_second) == (10, 40, 50)
+
+
+def test_the_end_is_reported_once():
+    """The advance that completes the work leaves the report to `finish`: a log did show
+    "100/100 prompts (100.0%), ..., ETA 0s" and then the same with "done in"."""
+    clock, seen = FakeClock(), []
+    progress = Progress("execute", 100, seen.append, interval=0, clock=clock)
+    progress.start()
+    for _ in range(2):
+        clock.now += 1
+        progress.advance(50, tokens=500)
+    progress.finish()
+    assert [(u.done, u.finished) for u in seen] == [(0, False), (50, False), (100, True)]
+
+
 def test_the_eta_is_reckoned_in_the_tokens_left_when_the_stage_knows_them():
     """Inputs come shortest first: after half the inputs, far less than half the tokens are
     done, and the ETA says so (an ETA by inputs said 20 s where 50 s more followed)."""
