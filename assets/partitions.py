@@ -1,20 +1,57 @@
 """One static partition per configured collection, and the stage assets' shared labels."""
 
+import functools
 import warnings
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import dagster as dg
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.measures.progress import ProgressSink
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 GROUP_NAME = "embedding_pipeline"
 OWNERS = ["team:search-platform"]
 GPU_POOL = "gpu"  # one run at a time on a GPU; set its limit with `dagster instance concurrency`
 
-# Transient failures (S3, SQL, LanceDB commit conflicts) are retried with backoff.
+# Transient failures (S3, SQL, LanceDB commit conflicts) are retried with backoff. An asset
+# with this policy is also decorated `@stops_when_terminated`, or Terminate would retry it.
 TRANSIENT_RETRY = dg.RetryPolicy(
     max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
+
+
+class RunTerminated(dg.DagsterExecutionInterruptedError, dg.DagsterError):
+    """A step interrupted by a run's termination, raised past its retry policy.
+
+    Dagster turns an interrupt inside a step that has a retry policy into a retry. Under the
+    in-process executor that means Terminate is ignored: the step starts again, the other
+    steps run, and the run ends in success (dagster-io/dagster#15026; seen here on a briefs
+    run). As a `DagsterError` this passes the policy unconverted; as an interrupt it stops
+    the executor, and the run ends canceled."""
+
+
+def stops_when_terminated(compute: Callable[P, R]) -> Callable[P, R]:
+    """The asset's body, with a run's termination raised as `RunTerminated`."""
+
+    @functools.wraps(compute)
+    def body(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return compute(*args, **kwargs)
+        except RunTerminated:
+            raise
+        except dg.DagsterExecutionInterruptedError as interrupt:
+            why = f" ({interrupt})" if str(interrupt) else ""
+            raise RunTerminated(
+                f"the run was terminated{why}: this step stops here and is not retried (its "
+                "retry policy is for transient failures)"
+            ) from interrupt
+
+    body.stops_when_terminated = True  # type: ignore[attr-defined]
+    return body
 
 
 PROGRESS_INTERVAL_SECONDS = 15.0  # how often a long stage logs its progress to the event log

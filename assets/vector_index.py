@@ -4,7 +4,13 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, partition_check
+from assets.partitions import (
+    GROUP_NAME,
+    OWNERS,
+    TRANSIENT_RETRY,
+    partition_check,
+    stops_when_terminated,
+)
 from assets.run_info import (
     NO_MASS_DELETION_HELD,
     LandConfig,
@@ -108,6 +114,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             ),
         ],
     )
+    @stops_when_terminated
     def vector_index(
         context: dg.AssetExecutionContext, config: LandConfig, pipeline: PipelineResource
     ) -> dg.MaterializeResult:
