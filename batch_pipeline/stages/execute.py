@@ -35,6 +35,7 @@ from batch_pipeline.state.staging import (
     StagePath,
     StageWriter,
     read_batches,
+    read_groups,
     stage_summary,
 )
 
@@ -141,19 +142,7 @@ def _planned_batches(
     plan_path: StagePath | Path,
 ) -> Iterator[list[tuple[str, str, list[int]]]]:
     """Each planned batch's (input hash, input text, token ids), streamed in plan order."""
-    batch: list[tuple[str, str, list[int]]] = []
-    current = None
-    columns = ["batch_index", "input_hash", "input_text", "input_ids"]
-    for record_batch in read_batches(plan_path, columns):
-        values = record_batch.to_pydict()
-        for index, *row in zip(*(values[c] for c in columns), strict=True):
-            if index != current and batch:
-                yield batch
-                batch = []
-            current = index
-            batch.append(tuple(row))
-    if batch:
-        yield batch
+    return read_groups(plan_path, "batch_index", ["input_hash", "input_text", "input_ids"])
 
 
 def _middle_inputs(

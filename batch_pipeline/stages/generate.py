@@ -43,7 +43,7 @@ from batch_pipeline.state.staging import (
     STAGE_SECONDS,
     StagePath,
     StageWriter,
-    read_batches,
+    read_groups,
     read_table,
     stage_summary,
 )
@@ -163,19 +163,8 @@ PLAN_TOKENS = ["input_hash", "prompt_tokens"]
 
 def _planned_chunks(plan_path: StagePath | Path) -> Iterator[list[tuple[Prompt, int]]]:
     """(prompt, prompt tokens) per planned chunk, streamed in plan order."""
-    chunk: list[tuple[Prompt, int]] = []
-    current = None
-    columns = [*PROMPT_COLUMNS, "prompt_tokens", "chunk_index"]
-    for record_batch in read_batches(plan_path, columns):
-        values = record_batch.to_pydict()
-        for key, system, user, tokens, index in zip(*(values[c] for c in columns), strict=True):
-            if index != current and chunk:
-                yield chunk
-                chunk = []
-            current = index
-            chunk.append((Prompt(key, system, user), tokens))
-    if chunk:
-        yield chunk
+    for chunk in read_groups(plan_path, "chunk_index", [*PROMPT_COLUMNS, "prompt_tokens"]):
+        yield [(Prompt(key, system, user), tokens) for key, system, user, tokens in chunk]
 
 
 def execute_prompts(

@@ -362,6 +362,25 @@ def read_batches(
             run, rows = [], 0
 
 
+def read_groups(
+    path: "StagePath | Path", group_column: str, columns: list[str]
+) -> Iterator[list[tuple]]:
+    """The rows' `columns` as tuples, a list per run of rows with the same `group_column` (a
+    plan's batch or chunk index), streamed in file order."""
+    group: list[tuple] = []
+    current = None
+    for record_batch in read_batches(path, [group_column, *columns]):
+        values = record_batch.to_pydict()
+        for index, *row in zip(*(values[c] for c in [group_column, *columns]), strict=True):
+            if index != current and group:
+                yield group
+                group = []
+            current = index
+            group.append(tuple(row))
+    if group:
+        yield group
+
+
 def read_table(path: "StagePath | Path", columns: list[str] | None = None) -> pa.Table:
     return parquet_file(path, columns).read(columns=columns)
 
