@@ -34,7 +34,7 @@ class ProgressUpdate:
     elapsed: float
     finished: bool = False
     total_tokens: int = 0  # the tokens of all the work, where the stage knows them
-    working: float | None = None  # seconds since the work began (None: since the start)
+    working: float | None = None  # seconds of work: since it began, setup set aside (None: elapsed)
     token_unit: str = "tokens"  # what `tokens` counts: "prompt tokens" for a chat model
 
     @property
