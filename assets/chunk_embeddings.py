@@ -9,7 +9,7 @@ from assets.partitions import (
     PROGRESS_INTERVAL_SECONDS,
     TRANSIENT_RETRY,
     progress_log,
-    stops_when_terminated,
+    retried_if_transient,
 )
 from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.stages import EXECUTE, PLAN
@@ -28,7 +28,7 @@ def build_chunk_embeddings(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         pool=GPU_POOL,
         kinds=set(EXECUTE.kinds),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def chunk_embeddings(
         context: dg.AssetExecutionContext,
         pipeline: PipelineResource,

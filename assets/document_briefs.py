@@ -19,7 +19,7 @@ from assets.partitions import (
     TRANSIENT_RETRY,
     partition_check,
     progress_log,
-    stops_when_terminated,
+    retried_if_transient,
 )
 from assets.run_info import run_started_at, run_trigger, step_retries
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, parquet_metadata, upstream_path
@@ -166,7 +166,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         kinds=set(BRIEF_EXECUTE.kinds),
         **_common(partitions),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def brief_generations(
         context: dg.AssetExecutionContext,
         pipeline: PipelineResource,
@@ -221,7 +221,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         ],
         **_common(partitions),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def document_briefs(
         context: dg.AssetExecutionContext,
         pipeline: PipelineResource,

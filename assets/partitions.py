@@ -9,6 +9,7 @@ import dagster as dg
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.transient import is_transient
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -18,7 +19,8 @@ OWNERS = ["team:search-platform"]
 GPU_POOL = "gpu"  # one run at a time on a GPU; set its limit with `dagster instance concurrency`
 
 # Transient failures (S3, SQL, LanceDB commit conflicts) are retried with backoff. An asset
-# with this policy is also decorated `@stops_when_terminated`, or Terminate would retry it.
+# with this policy is also decorated `@retried_if_transient`: only a transient failure is
+# retried, and Terminate is not.
 TRANSIENT_RETRY = dg.RetryPolicy(
     max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
@@ -34,14 +36,18 @@ class RunTerminated(dg.DagsterExecutionInterruptedError, dg.DagsterError):
     the executor, and the run ends canceled."""
 
 
-def stops_when_terminated(compute: Callable[P, R]) -> Callable[P, R]:
-    """The asset's body, with a run's termination raised as `RunTerminated`."""
+def retried_if_transient(compute: Callable[P, R]) -> Callable[P, R]:
+    """The asset's body under `TRANSIENT_RETRY`'s terms: a transient failure
+    (`batch_pipeline.transient`) is raised as it is, for the policy to retry; any other fails
+    the step at once (`dg.Failure` with `allow_retries=False`, the error as its cause), since
+    it would fail the same way on every try; and a run's termination is raised as
+    `RunTerminated`, which stops the run. A `dg.Failure` the body raises keeps its own say."""
 
     @functools.wraps(compute)
     def body(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return compute(*args, **kwargs)
-        except RunTerminated:
+        except (RunTerminated, dg.Failure, dg.RetryRequested):
             raise
         except dg.DagsterExecutionInterruptedError as interrupt:
             why = f" ({interrupt})" if str(interrupt) else ""
@@ -49,8 +55,19 @@ def stops_when_terminated(compute: Callable[P, R]) -> Callable[P, R]:
                 f"the run was terminated{why}: this step stops here and is not retried (its "
                 "retry policy is for transient failures)"
             ) from interrupt
+        except Exception as error:
+            if is_transient(error):
+                raise
+            raise dg.Failure(
+                description=(
+                    f"{type(error).__name__}: {error}\n\nNot retried: this is not a transient "
+                    "failure (a dropped connection, a timeout, a throttled service, a locked "
+                    "database), so it would fail the same way again."
+                ),
+                allow_retries=False,
+            ) from error
 
-    body.stops_when_terminated = True  # type: ignore[attr-defined]
+    body.retried_if_transient = True  # type: ignore[attr-defined]
     return body
 
 

@@ -4,7 +4,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, stops_when_terminated
+from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, retried_if_transient
 from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
 from batch_pipeline.stages import COLLECT
@@ -35,7 +35,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         retry_policy=TRANSIENT_RETRY,
         kinds=set(COLLECT.kinds),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def source_documents(
         context: dg.AssetExecutionContext,
         config: CollectConfig,

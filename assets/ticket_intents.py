@@ -15,7 +15,7 @@ from assets.partitions import (
     TRANSIENT_RETRY,
     partition_check,
     progress_log,
-    stops_when_terminated,
+    retried_if_transient,
 )
 from assets.run_info import (
     NO_MASS_DELETION_HELD,
@@ -120,7 +120,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         kinds=set(TICKET_COLLECT.kinds),
         **_common(partitions),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def ticket_exports(
         context: dg.AssetExecutionContext, pipeline: PipelineResource
     ) -> dg.MaterializeResult:
@@ -175,7 +175,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         kinds=set(TICKET_EXECUTE.kinds),
         **_common(partitions),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def ticket_embeddings(
         context: dg.AssetExecutionContext,
         pipeline: PipelineResource,
@@ -230,7 +230,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         ],
         **_common(partitions),
     )
-    @stops_when_terminated
+    @retried_if_transient
     def ticket_intents(
         context: dg.AssetExecutionContext,
         config: LandConfig,

@@ -9,7 +9,7 @@ from assets.partitions import (
     OWNERS,
     TRANSIENT_RETRY,
     partition_check,
-    stops_when_terminated,
+    retried_if_transient,
 )
 from assets.run_info import (
     NO_MASS_DELETION_HELD,
@@ -114,7 +114,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
             ),
         ],
     )
-    @stops_when_terminated
+    @retried_if_transient
     def vector_index(
         context: dg.AssetExecutionContext, config: LandConfig, pipeline: PipelineResource
     ) -> dg.MaterializeResult:

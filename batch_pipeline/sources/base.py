@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 
 class SourceUnavailableError(RuntimeError):
-    """The source as a whole cannot be read (missing folder, unreachable bucket or database)."""
+    """The source as a whole cannot be read (missing folder, unreachable bucket or database).
+
+    `transient` says whether trying again may help (an unreachable server, a throttled
+    service: `batch_pipeline.transient`), or not (a missing table, a misnamed column)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class DocumentReadError(RuntimeError):

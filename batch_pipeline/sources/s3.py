@@ -18,13 +18,12 @@ from batch_pipeline.sources.base import (
     SourceEntry,
     SourceUnavailableError,
 )
+from batch_pipeline.transient import is_transient
 
 if TYPE_CHECKING:
     from batch_pipeline.sources.s3_feed import SqsFeed
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
-# Errors that say nothing about the object: throttling and the service's own trouble
-_TRANSIENT = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
 FEED_STATE = "\u0000feed"  # the sensor state's mark that ticks read the feed, not a listing
 
 
@@ -78,10 +77,12 @@ class S3Source(DocumentSource):
                     f"source.bucket: bucket {self.bucket!r} does not exist ({self.describe()})"
                 ) from None
             raise SourceUnavailableError(
-                f"cannot reach {self.describe()}: {code}: {error}"
+                f"cannot reach {self.describe()}: {code}: {error}", is_transient(error)
             ) from None
         except BotoCoreError as error:
-            raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+            raise SourceUnavailableError(
+                f"cannot reach {self.describe()}: {error}", is_transient(error)
+            ) from None
 
     def list_entries(self) -> Iterator[SourceEntry]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -101,7 +102,8 @@ class S3Source(DocumentSource):
                         )
         except (BotoCoreError, ClientError) as error:
             raise SourceUnavailableError(
-                f"cannot list {self.describe()}: {_error_code(error)}: {error}"
+                f"cannot list {self.describe()}: {_error_code(error)}: {error}",
+                is_transient(error),
             ) from None
 
     def entries_for(self, doc_ids: list[str]) -> Iterator[SourceEntry]:
@@ -115,9 +117,13 @@ class S3Source(DocumentSource):
             except ClientError as error:
                 if _error_code(error) in _MISSING:
                     continue
-                raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+                raise SourceUnavailableError(
+                    f"cannot reach {self.describe()}: {error}", is_transient(error)
+                ) from None
             except BotoCoreError as error:
-                raise SourceUnavailableError(f"cannot reach {self.describe()}: {error}") from None
+                raise SourceUnavailableError(
+                    f"cannot reach {self.describe()}: {error}", is_transient(error)
+                ) from None
             yield SourceEntry(
                 key,
                 object_version(head["ETag"], head["LastModified"]),
@@ -139,12 +145,11 @@ class S3Source(DocumentSource):
             code = _error_code(error)
             if code in _MISSING:
                 raise DocumentReadError(f"{doc_id!r} was deleted before it could be read") from None
-            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
             raise DocumentReadError(
-                f"cannot read s3 object {doc_id!r}: {code}",
-                transient=status >= 500 or code in _TRANSIENT,
+                f"cannot read s3 object {doc_id!r}: {code}", transient=is_transient(error)
             ) from None
-        except BotoCoreError as error:  # no answer: a connection error, a timeout
+        except BotoCoreError as error:  # no answer (a connection error, a timeout), or none
+            # asked (no credentials): either way, nothing about the object
             raise DocumentReadError(
                 f"cannot read s3 object {doc_id!r}: {error}", transient=True
             ) from None

@@ -17,6 +17,7 @@ from datetime import datetime
 from urllib.parse import unquote_plus
 
 from batch_pipeline.sources.base import SourceEntry, SourceUnavailableError
+from batch_pipeline.transient import is_transient
 
 CREATED, REMOVED = "ObjectCreated", "ObjectRemoved"
 
@@ -78,7 +79,8 @@ class SqsFeed:
         except (BotoCoreError, ClientError) as error:
             raise SourceUnavailableError(
                 f"source.notifications.sqs_queue_url: cannot reach the queue {self.queue_url}: "
-                f"{error}"
+                f"{error}",
+                is_transient(error),
             ) from None
 
     def read(self, wanted: Callable[[str], bool]) -> FeedBatch:
@@ -104,7 +106,7 @@ class SqsFeed:
                     self._add(batch, latest, message, wanted)
         except (BotoCoreError, ClientError) as error:
             raise SourceUnavailableError(
-                f"cannot read the change feed {self.queue_url}: {error}"
+                f"cannot read the change feed {self.queue_url}: {error}", is_transient(error)
             ) from None
         return batch
 
@@ -143,5 +145,6 @@ class SqsFeed:
                 )
         except (BotoCoreError, ClientError) as error:
             raise SourceUnavailableError(
-                f"cannot acknowledge the change feed {self.queue_url}: {error}"
+                f"cannot acknowledge the change feed {self.queue_url}: {error}",
+                is_transient(error),
             ) from None

@@ -20,6 +20,7 @@ from batch_pipeline.sources.base import (
     SourceEntry,
     SourceUnavailableError,
 )
+from batch_pipeline.transient import is_transient
 
 
 def safe_url(url: str) -> str:
@@ -39,7 +40,7 @@ def reflect_table(engine: sa.Engine, name: str, setting: str, where: str) -> sa.
         ) from None
     except (sa.exc.SQLAlchemyError, OSError) as error:
         raise SourceUnavailableError(
-            f"cannot open {where}: {type(error).__name__}: {error}"
+            f"cannot open {where}: {type(error).__name__}: {error}", is_transient(error)
         ) from None
 
 
@@ -136,7 +137,9 @@ class SqlSource(DocumentSource):
                 return list(conn.execute(statement).keys())
         except (sa.exc.SQLAlchemyError, OSError) as error:
             raise SourceUnavailableError(
-                f"source.query: cannot run it on {self.describe()}: {type(error).__name__}: {error}"
+                f"source.query: cannot run it on {self.describe()}: {type(error).__name__}: "
+                f"{error}",
+                is_transient(error),
             ) from None
 
     def _from(self) -> sa.FromClause:
@@ -185,7 +188,7 @@ class SqlSource(DocumentSource):
                 return list(conn.execute(statement))
         except (sa.exc.OperationalError, sa.exc.InterfaceError, OSError) as error:
             raise SourceUnavailableError(
-                f"cannot reach {self.describe()}: {type(error).__name__}"
+                f"cannot reach {self.describe()}: {type(error).__name__}", is_transient(error)
             ) from None
 
     def _entry_columns(self) -> list[sa.ColumnElement]:

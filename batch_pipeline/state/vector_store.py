@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from batch_pipeline.iterables import batched
+from batch_pipeline.transient import is_commit_conflict
 
 COMMIT_RETRIES = 6  # optimistic-commit conflicts with a concurrent writer are retried
 
@@ -43,7 +44,7 @@ def commit_with_retries(table: Any, commit: Callable[[], object]) -> None:
             commit()
             return
         except Exception as error:  # noqa: BLE001 - only commit conflicts are retried
-            if attempt == COMMIT_RETRIES - 1 or "conflict" not in str(error).lower():
+            if attempt == COMMIT_RETRIES - 1 or not is_commit_conflict(error):
                 raise
             time.sleep(0.2 * 2**attempt)
             table.checkout_latest()

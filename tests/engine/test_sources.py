@@ -75,16 +75,18 @@ def test_s3_unreachable_and_missing_bucket_are_source_errors(s3_bucket):
     from botocore.config import Config
 
     client, _ = s3_bucket
-    with pytest.raises(SourceUnavailableError, match="NoSuchBucket"):
+    with pytest.raises(SourceUnavailableError, match="NoSuchBucket") as missing:
         list(S3Source(client, "no-such-bucket-here").list_entries())
+    assert missing.value.transient is False  # would fail the same way: not retried
     dead = boto3.client(
         "s3",
         endpoint_url="http://127.0.0.1:9",
         region_name="us-east-1",
         config=Config(retries={"max_attempts": 1}, connect_timeout=1),
     )
-    with pytest.raises(SourceUnavailableError, match="cannot list"):
+    with pytest.raises(SourceUnavailableError, match="cannot list") as unreachable:
         list(S3Source(dead, "docs").list_entries())
+    assert unreachable.value.transient is True  # no answer: worth trying again
 
 
 def test_sql_lists_reads_and_records_null_bodies(sql_table):
@@ -172,6 +174,7 @@ def test_sql_query_mode_and_unreachable_database(sql_table):
     with pytest.raises(SourceUnavailableError) as error:
         list(dead.list_entries())
     assert "secret" not in str(error.value)
+    assert error.value.transient is True  # the server did not answer: worth trying again
     assert "***" in dead.describe()
 
 
@@ -180,6 +183,7 @@ def test_a_missing_bucket_is_named_before_anything_is_listed(s3_bucket):
     S3Source(client, bucket).check()  # exists: nothing to say
     with pytest.raises(SourceUnavailableError) as raised:
         S3Source(client, "no-such-bucket-here", "kb/").check()
+    assert raised.value.transient is False
     assert str(raised.value) == (
         "source.bucket: bucket 'no-such-bucket-here' does not exist "
         "(s3://no-such-bucket-here/kb/ (*))"
@@ -189,8 +193,11 @@ def test_a_missing_bucket_is_named_before_anything_is_listed(s3_bucket):
 def test_a_missing_table_or_column_is_named_before_any_row_is_read(sql_table):
     url, name, _, _ = sql_table
     SqlSource(url, table=name, deleted_column="deleted").check()
-    with pytest.raises(SourceUnavailableError, match=r"^source\.table: table 'no_such_table' "):
+    with pytest.raises(
+        SourceUnavailableError, match=r"^source\.table: table 'no_such_table' "
+    ) as missing:
         SqlSource(url, table="no_such_table").check()
+    assert missing.value.transient is False
     with pytest.raises(SourceUnavailableError) as raised:
         SqlSource(url, table=name, body_column="content").check()
     assert str(raised.value).startswith("source.body_column: ")
@@ -200,8 +207,11 @@ def test_a_missing_table_or_column_is_named_before_any_row_is_read(sql_table):
     query = f"SELECT id, title, body FROM {name}"  # no updated_at
     with pytest.raises(SourceUnavailableError, match=r"^source\.updated_at_column: .*'updated_at'"):
         SqlSource(url, query=query).check()
-    with pytest.raises(SourceUnavailableError, match=r"^source\.query: cannot run it"):
+    with pytest.raises(SourceUnavailableError, match=r"^source\.query: cannot run it") as bad:
         SqlSource(url, query="SELECT nonsense FROM nowhere").check()
+    # SQLite says "no such table" as an OperationalError, as it says "database is locked":
+    # only the second is worth trying again
+    assert bad.value.transient is False
 
 
 def test_a_tick_can_use_an_index_on_updated_at(sql_table):

@@ -10,7 +10,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Lowest first. A module may import its own layer and those below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    ("batch_pipeline.names", "batch_pipeline.iterables", "batch_pipeline.faults"),
+    (
+        "batch_pipeline.names",
+        "batch_pipeline.iterables",
+        "batch_pipeline.faults",
+        "batch_pipeline.transient",
+    ),
     ("batch_pipeline.config",),  # the YAML and the files it names (the ticket taxonomy)
     ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
     ("batch_pipeline.measures",),

@@ -28,6 +28,7 @@ from batch_pipeline.state.tracking.schema import (
     pending,
     runs,
 )
+from batch_pipeline.transient import is_transient
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,11 @@ class FailureRecord:
 
 
 class TrackingUnavailableError(RuntimeError):
-    """The tracking database cannot be opened; the message says which and what to set."""
+    """The tracking database cannot be opened; the message says which and what to set, and
+    `transient` whether trying again may help (the server did not answer)."""
 
     def __init__(self, url: str, error: BaseException) -> None:
+        self.transient = is_transient(error)
         try:
             sa.engine.make_url(url)
             shown = masked_url(url)
