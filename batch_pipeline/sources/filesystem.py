@@ -25,6 +25,7 @@ from batch_pipeline.sources.base import (
     SourceEntry,
     SourceUnavailableError,
 )
+from batch_pipeline.transient import is_transient
 
 GONE = (errno.ENOENT, errno.ENOTDIR)  # what says a document is not there, as opposed to unseen
 
@@ -147,7 +148,8 @@ class FilesystemSource(DocumentSource):
             folder = Path(error.filename or self.root)
             if folder == self.root:
                 raise SourceUnavailableError(
-                    f"cannot list source folder {self.root}: {error.strerror or error}"
+                    f"cannot list source folder {self.root}: {error.strerror or error}",
+                    is_transient(error),  # a network mount that timed out, say
                 )
             rel = escaped_name(folder.relative_to(self.root).as_posix())
             too_long = error.errno == errno.ENAMETOOLONG

@@ -20,6 +20,7 @@ from batch_pipeline.config import (
     TicketSqlExport,
 )
 from batch_pipeline.sources.base import SourceUnavailableError
+from batch_pipeline.transient import is_transient
 
 TICKET_FIELDS = ("id", "created_at", "subject", "body", "channel", "label")
 INVALID_JSON = "__invalid_json__"  # the key a line that is not a JSON object is reported under
@@ -146,7 +147,7 @@ class S3Export(TicketExport):
             S3Source(self.client, self.bucket, self.prefix).check()
         except SourceUnavailableError as error:  # the setting lives under tickets.source
             raise SourceUnavailableError(
-                str(error).replace("source.", "tickets.source.", 1)
+                str(error).replace("source.", "tickets.source.", 1), error.transient
             ) from None
 
     def has_day(self, day: date) -> bool:
@@ -174,7 +175,9 @@ class S3Export(TicketExport):
                 raise ExportMissingError(
                     f"no ticket export for {day}: s3://{self.bucket}/{key} does not exist"
                 ) from None
-            raise SourceUnavailableError(f"cannot read s3://{self.bucket}/{key}: {error}") from None
+            raise SourceUnavailableError(
+                f"cannot read s3://{self.bucket}/{key}: {error}", is_transient(error)
+            ) from None
         if not response.get("ContentLength"):
             raise _empty_export(day, f"s3://{self.bucket}/{key}")
         yield from _jsonl_rows(response["Body"].iter_lines())
@@ -240,7 +243,8 @@ class SqlExport(TicketExport):
                 return int(conn.execute(query).scalar_one())
         except (sa.exc.SQLAlchemyError, OSError) as error:
             raise SourceUnavailableError(
-                f"cannot count {day}'s tickets in {self.describe()}: {type(error).__name__}"
+                f"cannot count {day}'s tickets in {self.describe()}: {type(error).__name__}",
+                is_transient(error),
             ) from None
 
     def read_day(self, day: date) -> Iterator[dict]:
