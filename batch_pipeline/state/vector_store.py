@@ -143,7 +143,19 @@ class VectorStore:
         return index in self.db.list_tables().tables
 
     def open(self, index: str):
-        return self.db.open_table(index) if self.has_table(index) else None
+        """The generation's table, or None if it has none. A table another run is creating
+        is listed (its folder is there) before its first version is committed, and LanceDB
+        cannot open it until then ("was not found"): it holds no rows yet, so it is None too.
+        Seen with four shards landing into one table on S3, where one shard's prepare looked
+        while another shard's land created the table."""
+        if not self.has_table(index):
+            return None
+        try:
+            return self.db.open_table(index)
+        except ValueError as error:
+            if "was not found" in str(error):
+                return None
+            raise
 
     def drop_table(self, index: str) -> bool:
         """Drop a generation's table; False if there was none."""

@@ -132,3 +132,21 @@ def test_a_run_overtaken_by_newer_content_counts_those_chunks_as_superseded(
     assert landed.chunks_written == landed.chunks_embedded == 0
     texts = pipeline.store.scan(pipeline.index, ["doc_id", "text"]).to_pylist()
     assert any("Version two" in r["text"] for r in texts if r["doc_id"] == "refunds.md")
+
+
+def test_a_table_another_run_is_creating_reads_as_no_table_yet(tmp_path):
+    """LanceDB lists a table as soon as its folder is there, before its first version is
+    committed, and cannot open it until then. Four shards on S3 hit this: one shard's prepare
+    asked for its documents' rows while another shard's land created the table, and failed
+    with "Table ... was not found". Until the creator commits, the table holds no rows."""
+    from batch_pipeline.state.vector_store import VectorStore, chunk_schema
+
+    store = VectorStore(str(tmp_path / "lancedb"))
+    index = "handbook__0123456789abcdef"
+    (tmp_path / "lancedb" / f"{index}.lance" / "data").mkdir(parents=True)  # mid-creation
+    assert store.has_table(index)
+    assert store.open(index) is None
+    assert store.chunk_keys(index, ["a.md"]) == {}
+    assert store.count_rows(index) == 0
+    store.create_table(index, chunk_schema(4))  # the creator commits its first version
+    assert store.open(index) is not None and store.count_rows(index) == 0

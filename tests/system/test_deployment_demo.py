@@ -62,6 +62,19 @@ def _s3_storage(endpoint: str) -> tuple[dict[str, str], dict[str, str]]:
     return env, options
 
 
+def failures(instance: dg.DagsterInstance, runs: list) -> list[str]:
+    """Each run's status, and what failed in the runs that did not succeed."""
+    said = [str(r.status) for r in runs]
+    for run in runs:
+        for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+            error, messages = entry.dagster_event.step_failure_data.error, []
+            while error is not None:  # Dagster's wrapper, then the error itself
+                messages.append(error.message.strip())
+                error = error.cause
+            said.append(f"{entry.step_key}: {' <- '.join(messages)[:2000]}")
+    return said
+
+
 @pytest.mark.parametrize("storage", ["local", "s3"])
 def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, storage, request):
     dagster_db, tracking_db = databases
@@ -135,7 +148,7 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(2)
         runs = instance.get_runs()
-        assert len(runs) == 4 and all(r.is_success for r in runs), [r.status for r in runs]
+        assert len(runs) == 4 and all(r.is_success for r in runs), failures(instance, runs)
         assert sorted(r.tags["dagster/partition"] for r in runs) == partitions.split(",")
         records = {r.run_id: instance.get_run_record_by_id(r.run_id) for r in runs}
         spans = [(rec.start_time, rec.end_time) for rec in records.values()]
