@@ -50,6 +50,7 @@ from batch_pipeline.inference.openvino_model import (
     openvino_dtypes,
     openvino_version,
 )
+from batch_pipeline.inference.tokens import TokenIds
 
 logger = logging.getLogger(__name__)
 
@@ -637,15 +638,15 @@ class EmbeddingRunner:
             raise RuntimeError(f"{len(stats.failed)} inputs could not be embedded")
         return out
 
+    @cached_property
+    def _token_ids(self) -> TokenIds:
+        return TokenIds(self.model.tokenizer, self.resolved.max_seq_length, self.num_threads)
+
     def token_ids(self, texts: list[str]) -> list[list[int]]:
         """Each text's token ids as the model reads them: special tokens included, cut to its
-        sequence limit as its tokenizer cuts (what `run` pads when a batch carries them)."""
-        return self.model.tokenizer(
-            list(texts),
-            add_special_tokens=True,
-            truncation=True,
-            max_length=self.resolved.max_seq_length,
-        )["input_ids"]
+        sequence limit as its tokenizer cuts (what `run` pads when a batch carries them);
+        counted on every thread the runner may use."""
+        return self._token_ids(texts)
 
     def token_counts(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.token_ids(texts)]
