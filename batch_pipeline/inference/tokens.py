@@ -58,6 +58,8 @@ class TokenIds:
         return [encoding.ids for encoding in encode(list(texts), add_special_tokens=True)]
 
     def __call__(self, texts: Sequence[str]) -> list[list[int]]:
+        if not texts:
+            return []
         if self._trusted is None:
             head = list(texts[:CHECKED_TEXTS])
             self._trusted = self._encoded(head) == self._called(head)

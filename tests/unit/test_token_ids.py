@@ -15,16 +15,17 @@ def tokenizer(model):
     return load_tokenizer(model.path)
 
 
+SENTENCE = "the refund window is thirty days, and Überweisungen take 2-3 business days"
+
+
 def texts(n: int) -> list[str]:
     """Texts of every length from a few tokens to well over the limit, not sorted."""
-    words = "the refund window is thirty days, and Überweisungen take 2-3 business days".split()
+    words = SENTENCE.split(" ")
     return [" ".join(words[j % len(words)] for j in range((i * 7) % 90 + 1)) for i in range(n)]
 
 
 def called(tokenizer, items: list[str], limit: int = LIMIT) -> list[list[int]]:
-    return tokenizer(items, add_special_tokens=True, truncation=True, max_length=limit)[
-        "input_ids"
-    ]
+    return tokenizer(items, add_special_tokens=True, truncation=True, max_length=limit)["input_ids"]
 
 
 def test_threads_give_the_tokenizer_s_ids_in_input_order(tokenizer, monkeypatch):
@@ -85,6 +86,13 @@ def test_a_tokenizer_that_reads_texts_otherwise_is_called_as_it_is(tokenizer):
     assert count(items) == called(tokenizer, [f"query: {t}" for t in items])
     assert count(items[:5]) == called(tokenizer, [f"query: {t}" for t in items[:5]])
     assert wrapper.calls == 3  # the check, then every call as it is
+
+
+def test_an_empty_list_does_not_stand_in_for_the_check(tokenizer):
+    wrapper = Prefixing(tokenizer)
+    count = TokenIds(wrapper, LIMIT, threads=2)
+    assert count([]) == []
+    assert count(texts(3)) == called(tokenizer, [f"query: {t}" for t in texts(3)])
 
 
 def test_a_tokenizer_without_a_rust_backend_is_called_as_it_is(tokenizer):
