@@ -149,7 +149,10 @@ def search(
     vector = runner.embed([model.query_prefix + query])[0]
     columns = ["doc_id", "chunk_id", "title", "section", "text", *extra]
     rows = []
-    for searched in [table, *_question_tables(pipeline, live.index)]:
+    # question rows hold no metadata: no `where` matches them, and a table that landed before
+    # a field was declared has no column to filter on
+    questions = _question_tables(pipeline, live.index) if condition is None else []
+    for searched in [table, *questions]:
         search_query = searched.search(vector).metric("cosine")
         if condition is not None:
             search_query = search_query.where(condition, prefilter=True)

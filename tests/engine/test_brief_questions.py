@@ -162,3 +162,22 @@ def test_index_questions_needs_a_questions_array_in_the_schema(ws):
     schema_path.write_text(json.dumps(schema))
     with pytest.raises(ConfigError, match="index_questions.*'questions' property"):
         load_config(ws["config"])
+
+
+def test_a_where_on_a_field_declared_after_the_questions_landed_searches_the_chunks(ws):
+    page = ws["docs"] / "refunds.md"
+    page.write_text("---\nproduct: billing\n---\n" + page.read_text())
+    Pipelines(ws).nightly("run-1")
+    ws["config"].write_text(
+        ws["config"]
+        .read_text()
+        .replace("    source:", "    metadata: {fields: {product: string}}\n    source:")
+    )
+    pipes = Pipelines(ws)
+    assert pipes.nightly("run-2").metadata()["questions_embedded"] == 0
+    assert "product" not in pipes.store.open(question_index(pipes.index.index)).schema.names
+
+    hits = search(pipes.index, "refunds", k=3, runner=FakeEmbedder(pipes.index.model),
+                  where="product = 'billing'")  # fmt: skip
+    assert hits and {(h.doc_id, h.metadata["product"]) for h in hits} == {("refunds.md", "billing")}
+    assert all(h.section != "question" for h in hits)
