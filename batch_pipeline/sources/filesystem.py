@@ -243,28 +243,33 @@ class FilesystemSource(DocumentSource):
     def read_many(
         self, doc_ids: Iterable[str]
     ) -> Iterator[tuple[str, RawDocument | DocumentReadError]]:
-        """Each file, read by a worker thread within `read_timeout` seconds: a read that hangs
-        (a stale network mount) is a transient failure and the run goes on. The hung thread
-        is left to its read (a daemon: it cannot keep the process from exiting), and the next
-        file gets a new one."""
+        """Each file, or why it could not be read (`read_within_timeout`)."""
         for doc_id in doc_ids:
-            if self._reader is None:
-                self._reader = _Reader(self.read)
             try:
-                yield doc_id, self._reader.read(doc_id, self.read_timeout)
+                yield doc_id, self.read_within_timeout(doc_id)
             except DocumentReadError as error:
                 yield doc_id, error
-            except queue.Empty:
-                self._reader = None
-                message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
-                yield doc_id, DocumentReadError(message, transient=True)
+
+    def read_within_timeout(self, doc_id: str) -> RawDocument:
+        """The file, read by a worker thread within `read_timeout` seconds: a read that hangs
+        (a stale network mount) raises a transient `DocumentReadError`, and the run (or the
+        sensor's tick) goes on. The hung thread is left to its read (a daemon: it cannot keep
+        the process from exiting), and the next file gets a new one."""
+        if self._reader is None:
+            self._reader = _Reader(self.read)
+        try:
+            return self._reader.read(doc_id, self.read_timeout)
+        except queue.Empty:
+            self._reader = None
+            message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
+            raise DocumentReadError(message, transient=True) from None
 
     # The sensor remembers [mtime:size, sha256] and hashes only files whose mtime or size moved.
     def change_token(self, entry: SourceEntry, previous: object) -> object:
         if isinstance(previous, list) and len(previous) == 2 and previous[0] == entry.version:
             return previous
         try:
-            digest = hashlib.sha256(self.read(entry.doc_id).data).hexdigest()
+            digest = hashlib.sha256(self.read_within_timeout(entry.doc_id).data).hexdigest()
         except DocumentReadError:
             digest = None
         return [entry.version, digest]

@@ -1,5 +1,6 @@
 """Garbage in, hostile ids, quarantine and completeness: every claim of docs/failure-modes.md."""
 
+import hashlib
 from datetime import UTC, datetime
 
 import pytest
@@ -444,3 +445,34 @@ def test_a_read_that_hangs_times_out_as_transient_and_the_rest_is_read(tmp_path,
     assert isinstance(results["a.md"], DocumentReadError) and results["a.md"].transient
     assert "took over 0.2s (a hung mount?)" in str(results["a.md"])
     assert results["b.md"].data == b"B"
+
+
+def test_the_sensor_s_change_check_does_not_wait_on_a_hung_read(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from batch_pipeline.sources.filesystem import FilesystemSource
+
+    (tmp_path / "a.md").write_text("A")
+    (tmp_path / "b.md").write_text("B")
+    source = FilesystemSource(tmp_path, "**/*", read_timeout=0.2)
+    state = source.changes_since(None).state
+    for name in ("a.md", "b.md"):  # both edited: the next tick hashes both
+        (tmp_path / name).write_text(name.upper() + " edited")
+    release = threading.Event()
+    read = FilesystemSource.read
+
+    def hanging(self, doc_id: str):  # noqa: ANN001, ANN202 - FAULT: a hung mount under a.md
+        if doc_id == "a.md":
+            release.wait(60)
+        return read(self, doc_id)
+
+    monkeypatch.setattr(FilesystemSource, "read", hanging)
+    started = time.monotonic()
+    changes = FilesystemSource(tmp_path, "**/*", read_timeout=0.2).changes_since(state)
+    waited = time.monotonic() - started
+    release.set()
+    assert waited < 30  # the read's timeout, not the hung read (60 s)
+    assert sorted(e.doc_id for e in changes.changed) == ["a.md", "b.md"]
+    assert changes.state["a.md"][1] is None  # not hashed: looked at again as a change
+    assert changes.state["b.md"][1] == hashlib.sha256(b"B.MD edited").hexdigest()
