@@ -19,7 +19,7 @@ import json
 import re
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +146,7 @@ class FakeGenerator:
         sampling: Sampling,
         schema: dict | None = None,
         stats: GenerationStats | None = None,
+        on_finished: Callable[[int], None] | None = None,
     ) -> list[Generation]:
         started = time.perf_counter()
         out = []
@@ -158,6 +159,8 @@ class FakeGenerator:
                 text, finish, tokens = _cut(text, cut), "length", tokens[: sampling.max_tokens]
             out.append(Generation(prompt.key, text, finish, prompt_tokens, len(tokens)))
             self.generated.append(prompt.key)
+            if on_finished is not None:
+                on_finished(1)
         if stats is not None:
             stats.add(
                 GenerationStats(

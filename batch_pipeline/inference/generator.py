@@ -12,6 +12,7 @@ truncated one is that input's failure, with the reason and the finish reason.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -154,9 +155,12 @@ class Generator(Protocol):
         sampling: Sampling,
         schema: dict | None = None,
         stats: GenerationStats | None = None,
+        on_finished: Callable[[int], None] | None = None,
     ) -> list[Generation]:
         """Generate one output per prompt, in prompt order; with `schema`, decoding is
-        constrained to it."""
+        constrained to it. `on_finished` is called with how many prompts just finished, as
+        they finish (in any order); an engine that starts on this call adds its start's
+        seconds to `stats.load_seconds` before the first."""
         ...
 
 

@@ -21,7 +21,9 @@ is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine 
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from batch_pipeline.inference.calibration import (
@@ -141,6 +143,38 @@ def engine_settings_for(
     return EngineSettings(device=resolved, dtype=chosen, **settings)
 
 
+def _finished_requests(on_finished: Callable[[int], None], iterable=None, **_bar: object):  # noqa: ANN001, ANN202
+    """What `LLM.chat(use_tqdm=...)` calls where it would call tqdm: around the prompts it
+    renders (passed through as they are), and for the bar of finished requests."""
+    return iterable if iterable is not None else _FinishedRequests(on_finished)
+
+
+class _FinishedRequests:
+    """The bar vLLM updates as requests finish: it hands each update's count to
+    `on_finished`. (vLLM's loop reads `format_dict["elapsed"]` and sets `postfix` for its own
+    bar's text.)"""
+
+    def __init__(self, on_finished: Callable[[int], None]) -> None:
+        self.on_finished = on_finished
+        self.n = 0
+        self.postfix = ""
+        self._started = time.perf_counter()
+
+    @property
+    def format_dict(self) -> dict[str, float]:
+        return {"elapsed": max(time.perf_counter() - self._started, 1e-9)}
+
+    def update(self, count: int = 1) -> None:
+        self.n += count
+        self.on_finished(count)
+
+    def refresh(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 def _counter_totals(metrics: list) -> dict[str, float]:
     """vLLM's counters and histogram sums, summed over their labels."""
     totals: dict[str, float] = {}
@@ -235,6 +269,7 @@ class VllmGenerator:
         sampling: Sampling,
         schema: dict | None = None,
         stats: GenerationStats | None = None,
+        on_finished: Callable[[int], None] | None = None,
     ) -> list[Generation]:
         if not prompts:
             return []
@@ -243,6 +278,8 @@ class VllmGenerator:
 
         fresh = not self.loaded
         llm = self.engine()
+        if fresh and stats is not None:  # said now, so progress inside this call leaves it out
+            stats.add(GenerationStats(load_seconds=self.load_seconds))
         params = SamplingParams(
             temperature=sampling.temperature,
             max_tokens=sampling.max_tokens,
@@ -252,7 +289,8 @@ class VllmGenerator:
         )
         before = _counter_totals(llm.get_metrics())
         started = time.perf_counter()
-        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=False)
+        finished = False if on_finished is None else partial(_finished_requests, on_finished)
+        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=finished)
         seconds = time.perf_counter() - started
         after = _counter_totals(llm.get_metrics())
         delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
@@ -277,7 +315,6 @@ class VllmGenerator:
                     output_tokens=sum(g.output_tokens for g in out),
                     cached_prompt_tokens=sum(g.cached_tokens for g in out),
                     seconds=seconds,
-                    load_seconds=self.load_seconds if fresh else 0.0,
                     prefill_seconds=delta.get("vllm:request_prefill_time_seconds", 0.0),
                     decode_seconds=delta.get("vllm:request_decode_time_seconds", 0.0),
                     prefix_cache_queries=int(delta.get("vllm:prefix_cache_queries", 0)),

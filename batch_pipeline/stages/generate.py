@@ -238,15 +238,16 @@ def _generate(
     generator = get_generator()
     summary.device, summary.dtype = generator.device, generator.dtype
     progress.working()  # the rate counts from here (and the engine's start is set aside)
+    inside = _ChunkProgress(progress, summary.stats)
     row_schema = generations_schema()
     for chunk in _planned_chunks(plan_path):
         todo = [(p, n) for p, n in chunk if p.key not in done_keys]
         if not todo:
             continue
         prompts = [p for p, _ in todo]
-        loaded = summary.stats.load_seconds
-        outputs = generator.generate(prompts, sampling, schema, summary.stats)
-        progress.set_aside(summary.stats.load_seconds - loaded)  # the engine starts on a call
+        outputs = generator.generate(
+            prompts, sampling, schema, summary.stats, on_finished=inside.chunk(todo)
+        )
         now = datetime.now(UTC)
         rows = []
         for output in outputs:
@@ -276,5 +277,46 @@ def _generate(
         if checkpoint_dir is not None:
             write_part(checkpoint_dir, table)
         crash_point("execute", summary.chunks_run)
-        progress.advance(len(prompts), sum(n for _, n in todo))
+        inside.settle()
     progress.finish()
+
+
+class _ChunkProgress:
+    """Progress inside a chunk, which the engine runs in one call: its prompts as they
+    finish, each counted at the chunk's mean prompt tokens, made exact when the chunk is
+    written (`settle`). An engine that starts during a call says so in `stats` before its
+    first prompt finishes, and that start is set aside from the rate then."""
+
+    def __init__(self, progress: Progress, stats: GenerationStats) -> None:
+        self.progress = progress
+        self.stats = stats
+        self.load_seconds = stats.load_seconds
+        self.todo: list[tuple[Prompt, int]] = []
+        self.done = self.tokens = 0
+
+    def _set_aside_engine_start(self) -> None:
+        started = self.stats.load_seconds - self.load_seconds
+        if started:
+            self.progress.set_aside(started)
+            self.load_seconds += started
+
+    def chunk(self, todo: list[tuple[Prompt, int]]) -> Callable[[int], None]:
+        """The chunk's `on_finished`."""
+        self.todo, self.done, self.tokens = todo, 0, 0
+        mean = sum(n for _, n in todo) / len(todo)
+
+        def finished(count: int) -> None:
+            self._set_aside_engine_start()
+            count = min(count, len(self.todo) - self.done)
+            tokens = round((self.done + count) * mean) - round(self.done * mean)
+            self.done, self.tokens = self.done + count, self.tokens + tokens
+            self.progress.advance(count, tokens)
+
+        return finished
+
+    def settle(self) -> None:
+        """The chunk is written: its prompts and their planned tokens, all counted."""
+        self._set_aside_engine_start()
+        self.progress.advance(
+            len(self.todo) - self.done, sum(n for _, n in self.todo) - self.tokens
+        )

@@ -38,18 +38,21 @@ SCRIPT = textwrap.dedent(
     system = "You write a one-sentence brief of a help-centre article, in JSON."
 
     def run(name, rows, sampling, schema):
+        updates = []
         prepared = work / f"{name}.prepared.parquet"
         pq.write_table(pa.Table.from_pylist(rows, schema=prepared_prompts_schema()), prepared)
         plan = plan_prompts(prepared, work / f"{name}.plan.parquet", generator, sampling,
                             resource.plan_settings())
         done = execute_prompts(work / f"{name}.plan.parquet", work / f"{name}.out.parquet",
-                               resource.generator, sampling, schema, work / f"{name}.ck")
+                               resource.generator, sampling, schema, work / f"{name}.ck",
+                               progress=updates.append, progress_interval=0)
         return {
             "planned": read_table(work / f"{name}.plan.parquet").to_pylist(),
             "refused": plan.refused,
             "outputs": read_table(work / f"{name}.out.parquet").to_pylist(),
             "failed": done.failed_inputs,
             "metadata": done.metadata(0.1),
+            "progress": [[u.done, u.tokens, u.elapsed - (u.busy or 0.0)] for u in updates],
         }
 
     briefs = [{"input_hash": f"p{i}", "system": system, "user": text}
@@ -111,6 +114,13 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
     assert metadata["preemptions"] == 0 and "prefix_cache_hit_rate" in metadata
     assert metadata["output_tokens"] == sum(r["output_tokens"] for r in briefs["outputs"])
     assert metadata["cost_per_1k_requests"] > 0
+    # progress as the engine finished each request, not once per chunk of four; the engine's
+    # start (on the first call) set aside from the rate before the first request finished
+    done = [d for d, _, _ in briefs["progress"]]
+    assert {1, 2, 3} <= set(done) and done[-1] == 6 and done == sorted(done)
+    assert briefs["progress"][-1][1] == sum(planned.values())
+    started = metadata["engine_load_seconds"]
+    assert started > 0 and all(aside >= started - 0.001 for d, _, aside in briefs["progress"] if d)
 
     (capital,) = result["capital"]["outputs"]
     assert capital["finish_reason"] == "stop" and capital["valid"]

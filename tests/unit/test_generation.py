@@ -142,11 +142,11 @@ class CrashingGenerator(FakeGenerator):
         super().__init__()
         self.calls, self.crash_on = 0, crash_on
 
-    def generate(self, prompts, sampling, schema=None, stats=None):
+    def generate(self, prompts, sampling, schema=None, stats=None, on_finished=None):
         self.calls += 1
         if self.calls == self.crash_on:
             raise RuntimeError("engine died")
-        return super().generate(prompts, sampling, schema, stats)
+        return super().generate(prompts, sampling, schema, stats, on_finished)
 
 
 def test_a_crash_resumes_without_regenerating_finished_chunks(tmp_path):
@@ -192,11 +192,11 @@ def test_a_crash_resumes_without_regenerating_finished_chunks(tmp_path):
 class SlowStartingGenerator(FakeGenerator):
     """FAKE engine that takes 0.3 s to start on its first call, and says so, as vLLM does."""
 
-    def generate(self, prompts, sampling, schema=None, stats=None):
+    def generate(self, prompts, sampling, schema=None, stats=None, on_finished=None):
         if stats is not None and not self.generated:
             time.sleep(0.3)
             stats.add(GenerationStats(load_seconds=0.3))
-        return super().generate(prompts, sampling, schema, stats)
+        return super().generate(prompts, sampling, schema, stats, on_finished)
 
 
 def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
@@ -214,6 +214,33 @@ def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
         progress_interval=0,
     )
     assert updates[-1].finished and updates[-1].elapsed - updates[-1].busy >= 0.3
+    # set aside from the first prompt that finished on, not only once the chunk was written
+    assert [u.done for u in updates][:3] == [0, 1, 2]
+    assert all(u.elapsed - u.busy >= 0.3 for u in updates if u.done)
+
+
+def test_progress_counts_prompts_as_they_finish_inside_a_chunk(tmp_path):
+    prepared = write_prompts(tmp_path / "prepared.parquet", texts(7))
+    plan = tmp_path / "plan.parquet"
+    plan_prompts(prepared, plan, FakeGenerator(), Sampling(), PromptPlanSettings(chunk_size=4))
+    updates = []
+    execute_prompts(
+        plan,
+        tmp_path / "out.parquet",
+        FakeGenerator,
+        Sampling(),
+        SCHEMA,
+        progress=updates.append,
+        progress_interval=0,
+    )
+    # a line as each prompt finished, not one per chunk of four
+    done = [u.done for u in updates]
+    assert done == sorted(done) and set(done) == set(range(8))
+    planned = [r["prompt_tokens"] for r in read_table(plan).to_pylist()]
+    tokens = [u.tokens for u in updates]
+    assert tokens == sorted(tokens)
+    assert [u.tokens for u in updates if u.done == 4][-1] == sum(planned[:4])  # chunk written
+    assert updates[-1].tokens == sum(planned) and updates[-1].finished
 
 
 def test_an_empty_plan_starts_no_engine(tmp_path):
