@@ -36,6 +36,9 @@ class ProgressUpdate:
     total_tokens: int = 0  # the tokens of all the work, where the stage knows them
     working: float | None = None  # seconds of work: since it began, setup set aside (None: elapsed)
     token_unit: str = "tokens"  # what `tokens` counts: "prompt tokens" for a chat model
+    # (seconds, done, tokens) since the first piece of work finished: the pace once the
+    # pipeline is full (None: nothing finished yet)
+    since_first: tuple[float, int, int] | None = None
 
     @property
     def busy(self) -> float:
@@ -52,15 +55,23 @@ class ProgressUpdate:
 
     @property
     def eta_seconds(self) -> float | None:
-        """Seconds left at the rate so far; None before anything is done. From the tokens
+        """Seconds left at the pace so far; None before anything is done. From the tokens
         left where the stage knows its tokens: execute takes its inputs shortest first, so
-        the inputs left are the long ones, and a count of inputs would promise too soon."""
+        the inputs left are the long ones, and a count of inputs would promise too soon.
+
+        The pace is counted from when the first piece finished, once more has: an engine
+        that works on many requests at once (vLLM) finishes its first only after a whole
+        wave of them, and counting that wait in would promise far too late (a briefs run
+        said "1/100 prompts, ETA 1h 06m" where 3m 20s followed)."""
         if self.finished or self.done >= self.total:
             return 0.0
+        seconds, done, tokens = self.since_first or (0.0, 0, 0)
+        if seconds <= 0 or done <= 0:
+            seconds, done, tokens = self.busy, self.done, self.tokens
         if self.total_tokens and self.tokens:
             left = max(0, self.total_tokens - self.tokens)
-            return left / self.tokens_per_second if self.tokens_per_second > 0 else None
-        return (self.total - self.done) / self.rate if self.rate > 0 else None
+            return left * seconds / tokens if tokens > 0 and seconds > 0 else None
+        return (self.total - self.done) * seconds / done if done > 0 and seconds > 0 else None
 
     def line(self) -> str:
         """`execute: 12,000/1,000,000 inputs (1.2%), 3,400 tokens/s, ETA 2h 13m`."""
@@ -114,6 +125,7 @@ class Progress:
         self._set_aside = 0.0  # setup seconds inside the work (an engine started lazily)
         self._last = self._started
         self._reporting = False
+        self._first: tuple[float, int, int] | None = None  # when the first piece finished
 
     def update(self, finished: bool = False) -> ProgressUpdate:
         now = self.clock()
@@ -128,6 +140,9 @@ class Progress:
             self.total_tokens,
             self._busy(now),
             self.token_unit,
+            None
+            if self._first is None
+            else (now - self._first[0], self.done - self._first[1], self.tokens - self._first[2]),
         )
 
     def _busy(self, now: float) -> float | None:
@@ -155,6 +170,8 @@ class Progress:
         self.done += done
         self.tokens += tokens
         now = self.clock()
+        if self._first is None and self.done:
+            self._first = (now, self.done, self.tokens)
         # all done: `finish` reports it, once (a line here too would say the same twice)
         if self._reporting and now - self._last >= self.interval and self.done < self.total:
             self._last = now
