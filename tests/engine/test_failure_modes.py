@@ -422,56 +422,54 @@ def test_a_run_that_could_not_read_most_of_its_source_exits_4(workspace, capsys,
     assert cli.main([*args, "run", "--collection", "handbook"]) == 0
 
 
-def test_a_read_that_hangs_times_out_as_transient_and_the_rest_is_read(tmp_path, monkeypatch):
+@pytest.fixture()
+def hung_mount(monkeypatch):
+    """FAULT: a hung mount under a.md: reading it waits up to 60 s (released on teardown);
+    other files read as usual. Sources made before this fixture keep their own reader."""
     import threading
 
+    from batch_pipeline.sources.filesystem import FilesystemSource
+
+    release = threading.Event()
+    read = FilesystemSource.read
+
+    def hanging(self, doc_id: str):  # noqa: ANN001, ANN202
+        if doc_id == "a.md":
+            release.wait(60)
+        return read(self, doc_id)
+
+    monkeypatch.setattr(FilesystemSource, "read", hanging)
+    yield
+    release.set()
+
+
+def test_a_read_that_hangs_times_out_as_transient_and_the_rest_is_read(tmp_path, hung_mount):
     from batch_pipeline.sources import DocumentReadError
     from batch_pipeline.sources.filesystem import FilesystemSource
 
     (tmp_path / "a.md").write_text("A")
     (tmp_path / "b.md").write_text("B")
     source = FilesystemSource(tmp_path, "**/*", read_timeout=0.2)
-    release = threading.Event()
-    read = FilesystemSource.read
-
-    def hanging(self, doc_id: str):  # noqa: ANN001, ANN202 - FAULT: a hung mount under a.md
-        if doc_id == "a.md":
-            release.wait(60)
-        return read(self, doc_id)
-
-    monkeypatch.setattr(FilesystemSource, "read", hanging)
     results = dict(source.read_many(["a.md", "b.md"]))
-    release.set()
     assert isinstance(results["a.md"], DocumentReadError) and results["a.md"].transient
     assert "took over 0.2s (a hung mount?)" in str(results["a.md"])
     assert results["b.md"].data == b"B"
 
 
-def test_the_sensor_s_change_check_does_not_wait_on_a_hung_read(tmp_path, monkeypatch):
-    import threading
+def test_the_sensor_s_change_check_does_not_wait_on_a_hung_read(tmp_path, request):
     import time
 
     from batch_pipeline.sources.filesystem import FilesystemSource
 
     (tmp_path / "a.md").write_text("A")
     (tmp_path / "b.md").write_text("B")
-    source = FilesystemSource(tmp_path, "**/*", read_timeout=0.2)
-    state = source.changes_since(None).state
+    state = FilesystemSource(tmp_path, "**/*").changes_since(None).state
     for name in ("a.md", "b.md"):  # both edited: the next tick hashes both
         (tmp_path / name).write_text(name.upper() + " edited")
-    release = threading.Event()
-    read = FilesystemSource.read
-
-    def hanging(self, doc_id: str):  # noqa: ANN001, ANN202 - FAULT: a hung mount under a.md
-        if doc_id == "a.md":
-            release.wait(60)
-        return read(self, doc_id)
-
-    monkeypatch.setattr(FilesystemSource, "read", hanging)
+    request.getfixturevalue("hung_mount")  # the mount hangs from the next tick on
     started = time.monotonic()
     changes = FilesystemSource(tmp_path, "**/*", read_timeout=0.2).changes_since(state)
     waited = time.monotonic() - started
-    release.set()
     assert waited < 30  # the read's timeout, not the hung read (60 s)
     assert sorted(e.doc_id for e in changes.changed) == ["a.md", "b.md"]
     assert changes.state["a.md"][1] is None  # not hashed: looked at again as a change

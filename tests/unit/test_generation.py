@@ -3,6 +3,7 @@
 checkpoints, and how `dtype: auto` is decided."""
 
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -199,20 +200,28 @@ class SlowStartingGenerator(FakeGenerator):
         return super().generate(prompts, sampling, schema, stats, on_finished)
 
 
-def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
-    prepared = write_prompts(tmp_path / "prepared.parquet", texts(4))
+def progress_of(tmp_path, prompts: int, chunk_size: int, generator) -> tuple[list, Path]:  # noqa: ANN001
+    """Every progress line of generating `prompts` prompts in chunks of `chunk_size` with
+    `generator` (a class), and the plan."""
+    prepared = write_prompts(tmp_path / "prepared.parquet", texts(prompts))
     plan = tmp_path / "plan.parquet"
-    plan_prompts(prepared, plan, FakeGenerator(), Sampling(), PromptPlanSettings(chunk_size=2))
-    updates = []
+    settings = PromptPlanSettings(chunk_size=chunk_size)
+    plan_prompts(prepared, plan, FakeGenerator(), Sampling(), settings)
+    updates: list = []
     execute_prompts(
         plan,
         tmp_path / "out.parquet",
-        SlowStartingGenerator,
+        generator,
         Sampling(),
         SCHEMA,
         progress=updates.append,
         progress_interval=0,
     )
+    return updates, plan
+
+
+def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
+    updates, _ = progress_of(tmp_path, 4, chunk_size=2, generator=SlowStartingGenerator)
     assert updates[-1].finished and updates[-1].elapsed - updates[-1].busy >= 0.3
     # set aside from the first prompt that finished on, not only once the chunk was written
     assert [u.done for u in updates][:3] == [0, 1, 2]
@@ -220,19 +229,7 @@ def test_the_engine_start_is_left_out_of_the_progress_rate(tmp_path):
 
 
 def test_progress_counts_prompts_as_they_finish_inside_a_chunk(tmp_path):
-    prepared = write_prompts(tmp_path / "prepared.parquet", texts(7))
-    plan = tmp_path / "plan.parquet"
-    plan_prompts(prepared, plan, FakeGenerator(), Sampling(), PromptPlanSettings(chunk_size=4))
-    updates = []
-    execute_prompts(
-        plan,
-        tmp_path / "out.parquet",
-        FakeGenerator,
-        Sampling(),
-        SCHEMA,
-        progress=updates.append,
-        progress_interval=0,
-    )
+    updates, plan = progress_of(tmp_path, 7, chunk_size=4, generator=FakeGenerator)
     # a line as each prompt finished, not one per chunk of four
     done = [u.done for u in updates]
     assert done == sorted(done) and set(done) == set(range(8))
