@@ -5,7 +5,7 @@ allows it, and the engine turns that off for its whole process (`batch_pipeline/
 `TokenIds` gets the cores back without turning it on: its own copy of the backend tokenizer,
 cut to the model's limit as the transformers tokenizer cuts, encodes slices of the list on a
 few Python threads (the Rust call releases the GIL), without offsets. On a 2-core AMD EPYC
-that took the benchmark's 1,516 handbook chunks from 0.27 to 0.11 s and its 1,500 README
+(Zen 5) that took the benchmark's 1,516 handbook chunks from 0.27 to 0.11 s and its 1,500 README
 chunks from 0.42 to 0.17 s, the same ids.
 
 It is trusted only after its ids equal, on the first texts it is given, what the transformers
