@@ -208,15 +208,38 @@ class RunMeasures:
         return values
 
 
+@dataclass(frozen=True)
+class ExecuteTotals:
+    """Totals over the runs that computed something (a no-op adds nothing), so a figure taken
+    from them weighs each run by its size: one tiny run does not skew it."""
+
+    runs: int = 0
+    inputs: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    cost: float = 0.0
+
+    @classmethod
+    def of(cls, runs: Iterable[RunMeasures]) -> "ExecuteTotals":
+        measured = [r for r in runs if r.inputs and r.execute_seconds]
+        return cls(
+            runs=len(measured),
+            inputs=sum(r.inputs for r in measured),
+            tokens=sum(r.tokens for r in measured),
+            seconds=sum(r.execute_seconds for r in measured),
+            cost=sum(r.execute_cost for r in measured),
+        )
+
+    @property
+    def inputs_per_second(self) -> float | None:
+        """Total inputs over total execute seconds; None when no run computed anything."""
+        return _ratio(self.inputs, self.seconds) if self.runs else None
+
+
 def measured_throughput(runs: Iterable[RunMeasures]) -> float | None:
-    """Inputs per second of execute over `runs` that embedded something (total inputs over
-    total seconds, so one tiny run does not skew it); None when none did."""
-    inputs = seconds = 0.0
-    for run in runs:
-        if run.inputs and run.execute_seconds:
-            inputs += run.inputs
-            seconds += run.execute_seconds
-    return _ratio(inputs, seconds)
+    """Inputs per second of execute over `runs` that embedded something (`ExecuteTotals`);
+    None when none did."""
+    return ExecuteTotals.of(runs).inputs_per_second
 
 
 ROLLING_RUNS = 20  # the generation's newest runs its rolling figures are taken over
@@ -224,21 +247,16 @@ ROLLING_RUNS = 20  # the generation's newest runs its rolling figures are taken 
 
 def rolling_measures(runs: Iterable[RunMeasures]) -> dict[str, object]:
     """The generation's recent throughput and cost, as totals over its runs that computed
-    something (total inputs over total execute seconds), so one small run barely moves them;
-    recorded with every run, a no-op's too, so the UI always has them. {} before any run
-    computed anything."""
-    measured = [r for r in runs if r.inputs and r.execute_seconds]
-    if not measured:
+    something (`ExecuteTotals`), so one small run barely moves them; recorded with every
+    run, a no-op's too, so the UI always has them. {} before any run computed anything."""
+    totals = ExecuteTotals.of(runs)
+    if not totals.runs:
         return {}
-    inputs = sum(r.inputs for r in measured)
-    tokens = sum(r.tokens for r in measured)
-    seconds = sum(r.execute_seconds for r in measured)
-    cost = sum(r.execute_cost for r in measured)
     return {
-        "rolling_inputs_per_second": round(inputs / seconds, 2),
-        "rolling_tokens_per_second": round(tokens / seconds, 1),
-        "rolling_cost_per_1k_inputs": round(cost / inputs * 1000, 6),
-        "rolling_runs": len(measured),
+        "rolling_inputs_per_second": round(totals.inputs / totals.seconds, 2),
+        "rolling_tokens_per_second": round(totals.tokens / totals.seconds, 1),
+        "rolling_cost_per_1k_inputs": round(totals.cost / totals.inputs * 1000, 6),
+        "rolling_runs": totals.runs,
     }
 
 

@@ -1,7 +1,7 @@
 """A generation's rolling figures: totals over its recent runs that computed something, so a
 no-op adds nothing and one small run weighs by its size, not as one run of twenty."""
 
-from batch_pipeline.measures.run import RunMeasures, rolling_measures
+from batch_pipeline.measures.run import RunMeasures, measured_throughput, rolling_measures
 
 
 def run(inputs: int, seconds: float, tokens: int = 0) -> RunMeasures:
@@ -23,3 +23,12 @@ def test_rolling_figures_are_totals_over_the_runs_that_computed_something():
 def test_no_rolling_figures_before_anything_was_computed():
     assert rolling_measures([run(0, 0.0)]) == {}
     assert rolling_measures([]) == {}
+
+
+def test_the_backfill_throughput_is_the_same_total_as_the_rolling_figure():
+    runs = [run(1000, 10.0, 20_000), run(10, 0.5, 150), run(0, 0.0)]
+    assert measured_throughput(runs) == 1010 / 10.5
+    rolling = rolling_measures(runs)["rolling_inputs_per_second"]
+    assert round(measured_throughput(runs), 2) == rolling
+    assert measured_throughput([run(0, 0.0)]) is None
+    assert measured_throughput([]) is None
