@@ -59,15 +59,19 @@ class ProgressUpdate:
         left where the stage knows its tokens: execute takes its inputs shortest first, so
         the inputs left are the long ones, and a count of inputs would promise too soon.
 
-        The pace is counted from when the first piece finished, once more has: an engine
-        that works on many requests at once (vLLM) finishes its first only after a whole
-        wave of them, and counting that wait in would promise far too late (a briefs run
-        said "1/100 prompts, ETA 1h 06m" where 3m 20s followed)."""
+        The pace is counted from when the first piece finished: an engine that works on
+        many requests at once (vLLM) finishes its first only after a whole wave of them, and
+        counting that wait in would promise far too late (a briefs run said "1/100 prompts,
+        ETA 1h 06m" where 3m 20s followed). With only the first piece finished there is no
+        such pace yet: None. (An update made without `since_first` goes by the whole run.)"""
         if self.finished or self.done >= self.total:
             return 0.0
-        seconds, done, tokens = self.since_first or (0.0, 0, 0)
-        if seconds <= 0 or done <= 0:
+        if self.since_first is None:
             seconds, done, tokens = self.busy, self.done, self.tokens
+        else:
+            seconds, done, tokens = self.since_first
+            if done <= 0 or seconds <= 0:
+                return None
         if self.total_tokens and self.tokens:
             left = max(0, self.total_tokens - self.tokens)
             return left * seconds / tokens if tokens > 0 and seconds > 0 else None

@@ -82,7 +82,9 @@ def test_the_rate_counts_from_when_the_work_began_and_done_in_from_the_start():
     progress.finish()
     first, last = seen[1], seen[-1]  # after the first second of work
     assert (first.elapsed, first.busy, first.done) == (61, 1, 10)
-    assert (first.tokens_per_second, first.rate, first.eta_seconds) == (500, 10, 19)
+    assert (first.tokens_per_second, first.rate) == (500, 10)
+    assert first.eta_seconds is None  # one piece done: no pace since the first yet
+    assert seen[2].eta_seconds == 9  # 4,500 tokens left at 500 tokens/s since the first
     assert last.line() == "execute: 200/200 inputs (100.0%), 500 tokens/s, done in 1m 20s"
 
 
@@ -122,7 +124,9 @@ def test_the_eta_counts_the_pace_from_the_first_finished_piece():
     progress.working()
     clock.now += 30
     progress.advance(1, tokens=10)
-    assert seen[-1].eta_seconds == 99 * 30  # one finished: nothing but the wait to go by
+    # one finished: its time is the wait for the wave, no pace to go by (it said 99 x 30 s)
+    assert seen[-1].eta_seconds is None
+    assert seen[-1].line() == "execute: 1/100 prompts (1.0%), 0 tokens/s, ETA unknown"
     for _ in range(20):
         clock.now += 1
         progress.advance(1, tokens=10)
