@@ -363,7 +363,8 @@ class BriefPartition(StagedPartition):
         summary: BriefPrepareSummary = prepare_briefs(
             collected,
             out,
-            product.briefs.keys(self.index),
+            product.briefs.key_batches(self.index),
+            product.briefs.count(self.index),
             {
                 doc_id: failure["content_hash"]
                 for doc_id, failure in self.tracking.failures_by_doc(self.index).items()

@@ -15,16 +15,20 @@ whose brief failed under the current key (an invalid output, a prompt too long) 
 tried again: greedy decoding would give the same output; a change to it or to the
 configuration gives it a new key, and a new try.
 
-The output holds only the prompts to generate; memory holds one read batch and the landed
-keys.
+The output holds only the prompts to generate. Memory stays flat as the corpus grows: the
+documents' keys and the landed briefs' keys are spilled to scratch disk in buckets by doc id
+and compared a bucket at a time (`state.spill`, as collect finds deletions and land joins
+vectors); the stale rows found are spilled by row number, and collect's output is then read
+once more, each range of rows meeting one bucket of them, to write the prompts in file order.
 """
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.config.prompt import PromptTemplate
@@ -32,9 +36,25 @@ from batch_pipeline.inference.generator import Generator
 from batch_pipeline.iterables import batched
 from batch_pipeline.stages.collect import CHANGED, DELETED, NEW, UNCHANGED
 from batch_pipeline.stages.prompt_plan import prepared_prompts_schema
-from batch_pipeline.state.staging import StagePath, StageWriter, is_full_pass, read_batches
+from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
+from batch_pipeline.state.staging import (
+    StagePath,
+    StageWriter,
+    is_full_pass,
+    read_batches,
+    row_count,
+)
 
 READ_BATCH = 64  # documents read from the source at once when collect did not read them
+BUCKET_DOCS = 65_536  # documents (and landed briefs) compared in memory at once
+KEY_BATCH = 16_384  # collect's rows keyed and spilled at once (fewer, larger bucket writes)
+LIVE = (NEW, CHANGED, UNCHANGED)  # statuses whose document has content to brief
+# spilled: collect's rows keyed for their brief, the landed briefs' keys, the stale rows
+KEYED_SCHEMA = pa.schema(
+    [("row", pa.int64()), ("doc_id", pa.string()), ("status", pa.string()), ("key", pa.string())]
+)
+LANDED_SCHEMA = pa.schema([("doc_id", pa.string()), ("input_hash", pa.string())])
+STALE_SCHEMA = pa.schema([("row", pa.int64())])
 
 
 @dataclass(frozen=True)
@@ -107,7 +127,8 @@ class BriefPrepareSummary:
 def prepare_briefs(
     collected_path: StagePath | Path,
     out_path: StagePath | Path,
-    landed: dict[str, str],
+    landed: Iterable[pa.RecordBatch],
+    landed_count: int,
     failed: dict[str, str],
     fingerprint: str,
     template: PromptTemplate,
@@ -115,59 +136,132 @@ def prepare_briefs(
     generator: Generator,
     read: Reader,
 ) -> BriefPrepareSummary:
-    """Write the stale documents' prompts (see the module docstring)."""
+    """Write the stale documents' prompts (see the module docstring). `landed` streams the
+    generation's briefs as (doc_id, input_hash) batches, `landed_count` rows in all; `failed`
+    maps a document whose brief failed to the key it failed under."""
     started = time.perf_counter()
     summary = BriefPrepareSummary(full_pass=is_full_pass(collected_path))
-    seen: set[str] = set()
-    columns = ["doc_id", "status", "content_hash", "title", "text"]
-    with StageWriter(out_path, brief_prompts_schema(), started) as writer:
+    buckets = bucket_count(max(row_count(collected_path), landed_count), BUCKET_DOCS)
+    with scratch_dir(out_path) as tmp:
+        stale = _stale_rows(
+            collected_path, landed, buckets, failed, fingerprint, summary, Path(tmp)
+        )
+        with StageWriter(out_path, brief_prompts_schema(), started) as writer:
 
-        def write(doc_id: str, title: str | None, text: str, digest: str) -> None:
-            body, cut = generator.truncate(text, document_tokens)
-            user = template.render(title=title or doc_id, doc_id=doc_id, text=body)
-            writer.write(
-                {
-                    "input_hash": brief_key(digest, fingerprint),
-                    "system": template.system,
-                    "user": user,
-                    "doc_id": doc_id,
-                    "title": title,
-                    "content_hash": digest,
-                    "truncated": cut,
-                }
-            )
-            summary.stale += 1
-            summary.truncated += cut
+            def write(doc_id: str, title: str | None, text: str, digest: str) -> None:
+                body, cut = generator.truncate(text, document_tokens)
+                user = template.render(title=title or doc_id, doc_id=doc_id, text=body)
+                writer.write(
+                    {
+                        "input_hash": brief_key(digest, fingerprint),
+                        "system": template.system,
+                        "user": user,
+                        "doc_id": doc_id,
+                        "title": title,
+                        "content_hash": digest,
+                        "truncated": cut,
+                    }
+                )
+                summary.stale += 1
+                summary.truncated += cut
 
-        for record_batch in read_batches(collected_path, columns):
-            unread: dict[str, str] = {}  # stale, but collect did not read them
-            for row in record_batch.to_pylist():
-                doc_id, status, digest = row["doc_id"], row["status"], row["content_hash"]
-                summary.documents += 1
-                seen.add(doc_id)
-                if status == DELETED:
-                    if doc_id in landed:
-                        summary.deleted.append(doc_id)
-                    continue
-                if status not in (NEW, CHANGED, UNCHANGED) or digest is None:
-                    continue  # failed or quarantined: the brief it has stays
-                key = brief_key(digest, fingerprint)
-                if landed.get(doc_id) == key:
-                    summary.fresh += 1
-                elif failed.get(doc_id) == key:
-                    summary.failed_before += 1  # greedy: it would fail the same way again
-                elif row["text"] is not None:
-                    write(doc_id, row["title"], row["text"], digest)
-                else:
-                    unread[doc_id] = digest
-            for ids in batched(list(unread), READ_BATCH):
-                for doc in read(ids):
-                    if doc.text is None:
-                        summary.unreadable[doc.doc_id] = doc.error or "unreadable"
-                        continue
-                    summary.read_here += 1
-                    write(doc.doc_id, doc.title, doc.text, unread[doc.doc_id])
-        if summary.full_pass:  # briefs of documents the source no longer lists
-            summary.deleted += sorted(set(landed) - seen - set(summary.deleted))
-        writer.summary = summary.record()
+            for rows in _stale_in_file_order(collected_path, stale):
+                unread: dict[str, str] = {}  # stale, but collect did not read them
+                for row in rows:
+                    if row["text"] is not None:
+                        write(row["doc_id"], row["title"], row["text"], row["content_hash"])
+                    else:
+                        unread[row["doc_id"]] = row["content_hash"]
+                for ids in batched(list(unread), READ_BATCH):
+                    for doc in read(ids):
+                        if doc.text is None:
+                            summary.unreadable[doc.doc_id] = doc.error or "unreadable"
+                            continue
+                        summary.read_here += 1
+                        write(doc.doc_id, doc.title, doc.text, unread[doc.doc_id])
+            summary.deleted.sort()
+            writer.summary = summary.record()
     return summary
+
+
+def _stale_rows(
+    collected_path: StagePath | Path,
+    landed: Iterable[pa.RecordBatch],
+    buckets: int,
+    failed: dict[str, str],
+    fingerprint: str,
+    summary: BriefPrepareSummary,
+    tmp: Path,
+) -> BucketSpill:
+    """Collect's rows whose brief is stale, spilled by row number in ranges of
+    `BUCKET_DOCS`; counted into `summary`, with the briefs to delete."""
+    documents = BucketSpill(tmp, "documents", KEYED_SCHEMA)
+    offset = 0
+    keyed = ["doc_id", "status", "content_hash"]  # no text: a big batch is a few MiB
+    for batch in read_batches(collected_path, keyed, batch_rows=KEY_BATCH):
+        ids, statuses = batch["doc_id"].to_pylist(), batch["status"].to_pylist()
+        keys = [
+            brief_key(digest, fingerprint) if status in LIVE and digest is not None else None
+            for status, digest in zip(statuses, batch["content_hash"].to_pylist(), strict=True)
+        ]
+        rows = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+        table = pa.table({"row": rows, "doc_id": ids, "status": statuses, "key": keys})
+        documents.add(table, hash_buckets(ids, buckets))
+        offset += batch.num_rows
+    documents.close()
+    briefs = BucketSpill(tmp, "landed", LANDED_SCHEMA)
+    for batch in landed:
+        table = pa.Table.from_batches([batch]).select(LANDED_SCHEMA.names)
+        briefs.add(table, hash_buckets(table["doc_id"].to_pylist(), buckets))
+    briefs.close()
+
+    stale = BucketSpill(tmp, "stale", STALE_SCHEMA)
+    for bucket in range(buckets):
+        have = briefs.read(bucket)
+        keys = dict(zip(have["doc_id"].to_pylist(), have["input_hash"].to_pylist(), strict=True))
+        seen: set[str] = set()
+        found: list[int] = []
+        rows = documents.read(bucket)
+        summary.documents += rows.num_rows
+        for row, doc_id, status, key in zip(
+            *(rows[name].to_pylist() for name in KEYED_SCHEMA.names), strict=True
+        ):
+            seen.add(doc_id)
+            if status == DELETED:
+                if doc_id in keys:
+                    summary.deleted.append(doc_id)
+            elif key is None:
+                continue  # failed or quarantined: the brief it has stays
+            elif keys.get(doc_id) == key:
+                summary.fresh += 1
+            elif failed.get(doc_id) == key:
+                summary.failed_before += 1  # greedy: it would fail the same way again
+            else:
+                found.append(row)
+        if summary.full_pass:  # briefs of documents the source no longer lists
+            summary.deleted += sorted(set(keys) - seen)
+        rows = np.array(sorted(found), dtype=np.int64)
+        stale.add(pa.table({"row": rows}, schema=STALE_SCHEMA), rows // BUCKET_DOCS)
+    stale.close()
+    return stale
+
+
+def _stale_in_file_order(
+    collected_path: StagePath | Path, stale: BucketSpill
+) -> Iterator[list[dict]]:
+    """The stale rows of collect's output (doc_id, title, text, content_hash), in file
+    order, a read batch at a time; only they are turned into Python objects."""
+    columns = ["doc_id", "title", "text", "content_hash"]
+    offset, loaded, wanted = 0, -1, np.zeros(0, dtype=np.int64)
+    for batch in read_batches(collected_path, columns):
+        end = offset + batch.num_rows
+        rows: list[np.ndarray] = []
+        for part in range(offset // BUCKET_DOCS, (end - 1) // BUCKET_DOCS + 1):
+            if part != loaded:  # the next range's stale rows (each range is read once)
+                wanted = np.sort(stale.read(part)["row"].to_numpy())
+                loaded = part
+            rows.append(wanted[(wanted >= offset) & (wanted < end)])
+        take = np.concatenate(rows) - offset if rows else np.zeros(0, dtype=np.int64)
+        if len(take):
+            yield batch.take(pa.array(take)).to_pylist()
+        offset = end

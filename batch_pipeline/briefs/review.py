@@ -160,7 +160,7 @@ class BriefScorer:
                 scores["audience_accuracy"] = right / len(labelled) if labelled else 0.0
         live = self.live_index()
         if live is not None:
-            sample = sorted(_sampled(self.briefs.keys(index), FAITHFULNESS_SAMPLE))
+            sample = sorted(_sampled(self.briefs.doc_ids(index), FAITHFULNESS_SAMPLE))
             rows = {r["doc_id"]: r for r in self.briefs.rows(index, sample)}
             summaries = {d: str(r[SUMMARY]) for d, r in rows.items() if r.get(SUMMARY)}
             if summaries:

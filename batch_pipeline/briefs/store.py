@@ -10,7 +10,7 @@ the briefs of deleted documents, so a reader sees each brief whole, before or af
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -64,12 +64,19 @@ class BriefStore:
     def __init__(self, store: VectorStore) -> None:
         self.store = store
 
-    def keys(self, index: str) -> dict[str, str]:
-        """doc_id -> the staleness key its brief was generated under."""
-        if not self.store.has_table(index):
-            return {}
-        rows = self.store.scan(index, ["doc_id", "input_hash"])
-        return dict(zip(rows["doc_id"].to_pylist(), rows["input_hash"].to_pylist(), strict=True))
+    def count(self, index: str) -> int:
+        """How many briefs the generation holds (0 before its table exists)."""
+        return self.store.count_rows(index)
+
+    def key_batches(self, index: str) -> Iterator[pa.RecordBatch]:
+        """(doc_id, input_hash: the staleness key its brief was generated under), streamed
+        in record batches; none before the table exists."""
+        return self.store.scan_batches(index, ["doc_id", "input_hash"])
+
+    def doc_ids(self, index: str) -> Iterator[str]:
+        """The briefed documents' ids, streamed."""
+        for batch in self.store.scan_batches(index, ["doc_id"]):
+            yield from batch["doc_id"].to_pylist()
 
     def rows(self, index: str, doc_ids: list[str] | None = None) -> list[dict]:
         """The briefs (of `doc_ids`; all without them), by doc id."""

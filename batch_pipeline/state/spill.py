@@ -27,6 +27,8 @@ def bucket_count(rows: int, rows_per_bucket: int) -> int:
 
 def hash_buckets(keys: Iterable[str], buckets: int) -> np.ndarray:
     """A bucket number per key (an input hash): equal keys always share a bucket."""
+    if buckets == 1:  # the common case (a corpus that fits one bucket): nothing to hash
+        return np.zeros(sum(1 for _ in keys), dtype=np.int64)
     return np.fromiter((zlib.crc32(k.encode()) % buckets for k in keys), dtype=np.int64)
 
 
