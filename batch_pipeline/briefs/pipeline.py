@@ -20,9 +20,8 @@ from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_brie
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
 from batch_pipeline.briefs.questions import (
     QUESTION_COLUMNS,
-    BriefQuestions,
+    LiveBriefs,
     QuestionRows,
-    brief_questions,
     land_questions,
     question_scores,
 )
@@ -260,14 +259,17 @@ class BriefProduct:
             and self.store.has_table(record.index_name)
         ]
 
-    def live_questions(self) -> dict[str, BriefQuestions] | None:
-        """doc_id -> its live brief's questions; None while no brief generation is live."""
+    def live_questions(self) -> LiveBriefs | None:
+        """The live briefs the question rows are made from; None while none is live."""
         try:
             live = self.live()
         except NoLiveGenerationError:
             return None
-        rows = self.store.scan(live.index, list(QUESTION_COLUMNS)).to_pylist()
-        return {row["doc_id"]: brief_questions(row, live.index) for row in rows}
+        return LiveBriefs(
+            live.index,
+            self.store.count_rows(live.index),
+            lambda: self.store.scan_batches(live.index, list(QUESTION_COLUMNS)),
+        )
 
     def land_questions(self, embedder_for: EmbedderFor, run_id: str) -> QuestionRows:
         """With `index_questions`, bring every index generation's question rows to the live

@@ -11,11 +11,18 @@ The rows are tied to their document: its rows are replaced when its live brief's
 (its content changed, or another brief generation went live), and deleted when it has no live
 brief (a deleted document's brief is deleted with it). The index table itself never holds a
 question, so its reconcile, completeness and vector reuse see chunks only.
+
+Memory stays flat as the corpus grows: the live briefs and the question rows' keys are
+spilled to scratch disk in buckets by doc id and compared a bucket at a time.
 """
 
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
 
 from batch_pipeline.config import QUESTIONS_FIELD, EvaluationConfig
 from batch_pipeline.generations.evaluation import load_eval_set, score_generation
@@ -23,11 +30,14 @@ from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import generation_fingerprint, question_index
+from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.state.vector_store import VectorStore
 
 QUESTION_SECTION = "question"
 DOCS_PER_COMMIT = 500
+BUCKET_DOCS = 16_384  # documents whose live briefs and question keys are compared at once
+KEYS_SCHEMA = pa.schema([("doc_id", pa.string()), ("input_hash", pa.string())])
 # what the rows take of a brief table's row
 QUESTION_COLUMNS = (
     "doc_id", "input_hash", "title", "content_hash", "collection", "partition", QUESTIONS_FIELD
@@ -123,39 +133,59 @@ def brief_questions(row: dict, source_version: str) -> BriefQuestions:
     )
 
 
-def landed_keys(store: VectorStore, table: str) -> dict[str, str]:
-    """doc_id -> the brief key its question rows were made from."""
-    if not store.has_table(table):
-        return {}
-    rows = store.scan(table, ["doc_id", "input_hash"])
-    return dict(zip(rows["doc_id"].to_pylist(), rows["input_hash"].to_pylist(), strict=True))
+@dataclass(frozen=True)
+class LiveBriefs:
+    """The live brief generation, as the question rows are made from it: its table (the
+    rows' `source_version`), how many briefs it holds, and its `QUESTION_COLUMNS` streamed
+    in record batches (read again for each index generation)."""
+
+    index: str
+    count: int
+    batches: Callable[[], Iterable[pa.RecordBatch]]
 
 
 def land_questions(
     store: VectorStore,
     index: str,
-    briefs: dict[str, BriefQuestions],
+    live: LiveBriefs,
     embedder: Embedder,
     model: ResolvedModel,
     run_id: str,
     fields: dict[str, str] | None = None,
 ) -> QuestionSummary:
-    """Make `index`'s companion table hold exactly the questions of `briefs` (doc_id ->
-    its live brief): embed those of documents whose brief key changed, delete those of
-    documents without a live brief. A rerun embeds nothing."""
+    """Make `index`'s companion table hold exactly the questions of the `live` briefs: embed
+    those of documents whose brief key changed, delete those of documents without a live
+    brief. A rerun embeds nothing. Compared a bucket of doc ids at a time (module doc)."""
     table = question_index(index)
     summary = QuestionSummary(table)
-    landed = landed_keys(store, table)
-    stale = sorted(d for d, brief in briefs.items() if landed.get(d) != brief.key)
-    removed = sorted(d for d in landed if d not in briefs)
+    buckets = bucket_count(max(live.count, store.count_rows(table)), BUCKET_DOCS)
     dim = int(embedder.dimension)
     lineage = (model.name, generation_fingerprint(index), run_id)
-    for doc_ids in batched(stale + removed, DOCS_PER_COMMIT):
-        rows = list(_rows([briefs[d] for d in doc_ids if d in briefs], embedder, model, lineage))
-        store.replace_documents(table, rows, doc_ids, dim, fields=fields)
-        summary.questions_embedded += len(rows)
-    summary.documents_updated = sum(1 for d in stale if briefs[d].questions)
-    summary.documents_removed = len(removed)
+    with tempfile.TemporaryDirectory(prefix="batch-pipeline-questions-") as tmp:
+        briefs: BucketSpill | None = None  # made with the brief table's own column types
+        for batch in live.batches():
+            briefs = briefs or BucketSpill(Path(tmp), "briefs", batch.schema)
+            briefs.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
+        landed = BucketSpill(Path(tmp), "landed", KEYS_SCHEMA)
+        for batch in store.scan_batches(table, KEYS_SCHEMA.names):
+            landed.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
+        for spill in (briefs, landed):
+            if spill is not None:
+                spill.close()
+        for bucket in range(buckets):
+            have = landed.read(bucket)  # a row per question: one key per document
+            keys = dict(zip(*(have[name].to_pylist() for name in KEYS_SCHEMA.names), strict=True))
+            found = [] if briefs is None else briefs.read(bucket).to_pylist()
+            current = {row["doc_id"]: brief_questions(row, live.index) for row in found}
+            stale = sorted(d for d, brief in current.items() if keys.get(d) != brief.key)
+            removed = sorted(d for d in keys if d not in current)
+            for doc_ids in batched(stale + removed, DOCS_PER_COMMIT):
+                made = [current[d] for d in doc_ids if d in current]
+                rows = list(_rows(made, embedder, model, lineage))
+                store.replace_documents(table, rows, doc_ids, dim, fields=fields)
+                summary.questions_embedded += len(rows)
+            summary.documents_updated += sum(1 for d in stale if current[d].questions)
+            summary.documents_removed += len(removed)
     return summary
 
 

@@ -101,9 +101,7 @@ def test_many_buckets_decide_exactly_as_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("bucket_docs", [3, 65_536])
-def test_a_targeted_run_deletes_only_what_collect_found_deleted(
-    tmp_path, monkeypatch, bucket_docs
-):
+def test_a_targeted_run_deletes_only_what_collect_found_deleted(tmp_path, monkeypatch, bucket_docs):
     monkeypatch.setattr(prepare, "BUCKET_DOCS", bucket_docs)
     summary, _ = run_prepare(tmp_path, "targeted", full=False)
     assert summary.deleted == ["d.md"]  # gone.md is not in a targeted run's view

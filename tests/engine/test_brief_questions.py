@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from batch_pipeline.briefs import prepare, questions
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.inference.fake import FakeEmbedder, FakeGenerator
@@ -113,7 +114,14 @@ def test_questions_land_beside_the_live_index_tied_to_their_document(ws):
     assert hits[0].score == pytest.approx(1.0)
 
 
-def test_a_rerun_embeds_nothing_an_edit_replaces_one_document_and_a_deletion_removes_it(ws):
+@pytest.mark.parametrize("bucket_docs", [16_384, 1], ids=["one-bucket", "a-bucket-per-doc"])
+def test_a_rerun_embeds_nothing_an_edit_replaces_one_document_and_a_deletion_removes_it(
+    ws, monkeypatch, bucket_docs
+):
+    # briefs' prepare and the question rows compare keys in on-disk buckets by doc id: one
+    # bucket per document decides exactly as one bucket for all
+    monkeypatch.setattr(questions, "BUCKET_DOCS", bucket_docs)
+    monkeypatch.setattr(prepare, "BUCKET_DOCS", bucket_docs)
     pipes = Pipelines(ws)
     pipes.nightly("run-1")
     before = {r["chunk_id"]: r for r in pipes.question_rows()}
