@@ -115,6 +115,11 @@ def question_scores(
     return scores
 
 
+def question_key(source_version: str, input_hash: str) -> str:
+    """What a document's question rows are made from: the brief generation and its key."""
+    return f"{source_version}:{input_hash}"
+
+
 def brief_questions(row: dict, source_version: str) -> BriefQuestions:
     """A brief table's row as the questions to embed (blank and repeated ones left out)."""
     seen: dict[str, None] = {}
@@ -124,7 +129,7 @@ def brief_questions(row: dict, source_version: str) -> BriefQuestions:
             seen.setdefault(text)
     return BriefQuestions(
         doc_id=row["doc_id"],
-        key=f"{source_version}:{row['input_hash']}",
+        key=question_key(source_version, row["input_hash"]),
         questions=tuple(seen),
         title=row.get("title"),
         content_hash=row["content_hash"],
@@ -175,16 +180,27 @@ def land_questions(
         for bucket in range(buckets):
             have = landed.read(bucket)  # a row per question: one key per document
             keys = dict(zip(*(have[name].to_pylist() for name in KEYS_SCHEMA.names), strict=True))
-            found = [] if briefs is None else briefs.read(bucket).to_pylist()
-            current = {row["doc_id"]: brief_questions(row, live.index) for row in found}
-            stale = sorted(d for d, brief in current.items() if keys.get(d) != brief.key)
-            removed = sorted(d for d in keys if d not in current)
+            found = briefs.read(bucket) if briefs is not None else KEYS_SCHEMA.empty_table()
+            ids = found["doc_id"].to_pylist()
+            hashes = found["input_hash"].to_pylist()
+            changed = [
+                i
+                for i, (d, h) in enumerate(zip(ids, hashes, strict=True))
+                if keys.get(d) != question_key(live.index, h)
+            ]
+            # only the changed briefs become Python rows: a rerun compares keys and stops
+            current = {
+                row["doc_id"]: brief_questions(row, live.index)
+                for row in found.take(pa.array(changed, pa.int64())).to_pylist()
+            }
+            stale = sorted(current)
+            removed = sorted(set(keys) - set(ids))
             for doc_ids in batched(stale + removed, DOCS_PER_COMMIT):
                 made = [current[d] for d in doc_ids if d in current]
                 rows = list(_rows(made, embedder, model, lineage))
                 store.replace_documents(table, rows, doc_ids, dim, fields=fields)
                 summary.questions_embedded += len(rows)
-            summary.documents_updated += sum(1 for d in stale if current[d].questions)
+            summary.documents_updated += sum(1 for brief in current.values() if brief.questions)
             summary.documents_removed += len(removed)
     return summary
 
