@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from batch_pipeline.briefs.store import key_map, spilled_keys
 from batch_pipeline.config.prompt import PromptTemplate
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.iterables import batched
@@ -49,11 +50,10 @@ READ_BATCH = 64  # documents read from the source at once when collect did not r
 BUCKET_DOCS = 65_536  # documents (and landed briefs) compared in memory at once
 KEY_BATCH = 16_384  # collect's rows keyed and spilled at once (fewer, larger bucket writes)
 LIVE = (NEW, CHANGED, UNCHANGED)  # statuses whose document has content to brief
-# spilled: collect's rows keyed for their brief, the landed briefs' keys, the stale rows
+# spilled: collect's rows keyed for their brief, and the stale rows
 KEYED_SCHEMA = pa.schema(
     [("row", pa.int64()), ("doc_id", pa.string()), ("status", pa.string()), ("key", pa.string())]
 )
-LANDED_SCHEMA = pa.schema([("doc_id", pa.string()), ("input_hash", pa.string())])
 STALE_SCHEMA = pa.schema([("row", pa.int64())])
 
 
@@ -209,16 +209,11 @@ def _stale_rows(
         documents.add(table, hash_buckets(ids, buckets))
         offset += batch.num_rows
     documents.close()
-    briefs = BucketSpill(tmp, "landed", LANDED_SCHEMA)
-    for batch in landed:
-        table = pa.Table.from_batches([batch]).select(LANDED_SCHEMA.names)
-        briefs.add(table, hash_buckets(table["doc_id"].to_pylist(), buckets))
-    briefs.close()
+    briefs = spilled_keys(landed, buckets, tmp)
 
     stale = BucketSpill(tmp, "stale", STALE_SCHEMA)
     for bucket in range(buckets):
-        have = briefs.read(bucket)
-        keys = dict(zip(have["doc_id"].to_pylist(), have["input_hash"].to_pylist(), strict=True))
+        keys = key_map(briefs.read(bucket))
         seen: set[str] = set()
         found: list[int] = []
         rows = documents.read(bucket)

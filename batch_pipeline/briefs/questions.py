@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from batch_pipeline.briefs.store import KEYS_SCHEMA, key_map, spilled_keys
 from batch_pipeline.config import QUESTIONS_FIELD, EvaluationConfig
 from batch_pipeline.generations.evaluation import load_eval_set, score_generation
 from batch_pipeline.inference.embedder import Embedder
@@ -37,7 +38,6 @@ from batch_pipeline.state.vector_store import VectorStore
 QUESTION_SECTION = "question"
 DOCS_PER_COMMIT = 500
 BUCKET_DOCS = 16_384  # documents whose live briefs and question keys are compared at once
-KEYS_SCHEMA = pa.schema([("doc_id", pa.string()), ("input_hash", pa.string())])
 # what the rows take of a brief table's row
 QUESTION_COLUMNS = (
     "doc_id", "input_hash", "title", "content_hash", "collection", "partition", QUESTIONS_FIELD
@@ -171,15 +171,11 @@ def land_questions(
         for batch in live.batches():
             briefs = briefs or BucketSpill(Path(tmp), "briefs", batch.schema)
             briefs.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
-        landed = BucketSpill(Path(tmp), "landed", KEYS_SCHEMA)
-        for batch in store.scan_batches(table, KEYS_SCHEMA.names):
-            landed.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
-        for spill in (briefs, landed):
-            if spill is not None:
-                spill.close()
+        if briefs is not None:
+            briefs.close()
+        landed = spilled_keys(store.scan_batches(table, KEYS_SCHEMA.names), buckets, Path(tmp))
         for bucket in range(buckets):
-            have = landed.read(bucket)  # a row per question: one key per document
-            keys = dict(zip(*(have[name].to_pylist() for name in KEYS_SCHEMA.names), strict=True))
+            keys = key_map(landed.read(bucket))  # a row per question: one key per document
             found = briefs.read(bucket) if briefs is not None else KEYS_SCHEMA.empty_table()
             ids = found["doc_id"].to_pylist()
             hashes = found["input_hash"].to_pylist()

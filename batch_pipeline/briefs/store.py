@@ -11,12 +11,17 @@ the briefs of deleted documents, so a reader sees each brief whole, before or af
 
 import json
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pyarrow as pa
 
 from batch_pipeline.config.output_schema import OutputSchema
 from batch_pipeline.iterables import batched
+from batch_pipeline.state.spill import BucketSpill, hash_buckets
 from batch_pipeline.state.vector_store import VectorStore, commit_with_retries, in_filter
+
+# a document's staleness key, as a brief table and a question table hold it
+KEYS_SCHEMA = pa.schema([("doc_id", pa.string()), ("input_hash", pa.string())])
 
 COLUMN_TYPES = {
     "string": pa.string(),
@@ -52,6 +57,21 @@ def brief_schema(output: OutputSchema) -> pa.Schema:
     return pa.schema(fields)
 
 
+def spilled_keys(batches: Iterable[pa.RecordBatch], buckets: int, directory: Path) -> BucketSpill:
+    """(doc_id, input_hash) batches spilled under `directory` into `buckets` by doc id, so a
+    bucket meets the same bucket of another spill by doc id; closed, ready to read."""
+    spill = BucketSpill(directory, "keys", KEYS_SCHEMA)
+    for batch in batches:
+        spill.add(batch, hash_buckets(batch["doc_id"].to_pylist(), buckets))
+    spill.close()
+    return spill
+
+
+def key_map(keys: pa.Table) -> dict[str, str]:
+    """doc_id -> input_hash of a bucket of `spilled_keys` (one key per document)."""
+    return dict(zip(*(keys[name].to_pylist() for name in KEYS_SCHEMA.names), strict=True))
+
+
 def brief_fields(raw_output: str, output: OutputSchema) -> dict[str, object]:
     """The typed columns of a valid output (missing optional fields are null)."""
     value = json.loads(raw_output)
@@ -71,7 +91,7 @@ class BriefStore:
     def key_batches(self, index: str) -> Iterator[pa.RecordBatch]:
         """(doc_id, input_hash: the staleness key its brief was generated under), streamed
         in record batches; none before the table exists."""
-        return self.store.scan_batches(index, ["doc_id", "input_hash"])
+        return self.store.scan_batches(index, KEYS_SCHEMA.names)
 
     def doc_ids(self, index: str) -> Iterator[str]:
         """The briefed documents' ids, streamed."""
