@@ -9,6 +9,7 @@ A run's rows land in `merge_insert` commits keyed by `doc_id`, the last of which
 the briefs of deleted documents, so a reader sees each brief whole, before or after.
 """
 
+import heapq
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -98,8 +99,13 @@ class BriefStore:
         for batch in self.store.scan_batches(index, ["doc_id"]):
             yield from batch["doc_id"].to_pylist()
 
+    def first_rows(self, index: str, limit: int) -> list[dict]:
+        """The `limit` briefs with the smallest doc ids, by doc id. Only doc ids are streamed
+        to find them, so memory grows with `limit`, not with the generation."""
+        return self.rows(index, heapq.nsmallest(limit, self.doc_ids(index))) if limit else []
+
     def rows(self, index: str, doc_ids: list[str] | None = None) -> list[dict]:
-        """The briefs (of `doc_ids`; all without them), by doc id."""
+        """The briefs (of `doc_ids`; all without them, held in memory at once), by doc id."""
         if not self.store.has_table(index):
             return []
         table = self.store.open(index)

@@ -1,6 +1,6 @@
 """The document briefs' commands of the `batch-pipeline` CLI.
 
-    batch-pipeline briefs --collection handbook [--doc-id ID ...] [--json]
+    batch-pipeline briefs --collection handbook [--doc-id ID ... | --limit N] [--json]
     batch-pipeline run --collection handbook --product briefs [--trigger T] [--json]
 
 `run --product briefs` runs collect (the collection's own), prepare, plan, execute (the chat
@@ -11,6 +11,7 @@ prints the live index's recall and MRR without and with them.
 
 import argparse
 import json
+import sys
 import textwrap
 import uuid
 
@@ -21,6 +22,7 @@ from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
 
 PRODUCT_KINDS = ("index", "briefs")  # what `run --product` runs for a collection
+DEFAULT_LIMIT = 20  # briefs `briefs` prints without --doc-id
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -32,17 +34,47 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the current configuration's generation, not the live one readers use",
     )
+    briefs.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_LIMIT,
+        help=f"without --doc-id, the first N briefs by doc id (default {DEFAULT_LIMIT}); 0 "
+        "prints every brief, held in memory at once",
+    )
     briefs.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise argparse.ArgumentTypeError(f"--limit takes a whole number, 0 for all, not {value!r}")
+    return limit
 
 
 def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
     """The live generation's briefs (what readers use), or with `--candidate` the current
-    configuration's; a NoLiveGenerationError says how to build one."""
+    configuration's; a NoLiveGenerationError says how to build one. Without `--doc-id`, the
+    first `--limit` by doc id, and how many there are in all."""
     index = product.index if args.candidate else product.live().index
-    rows = product.briefs.rows(index, args.doc_ids)
+    total = None
+    if args.doc_ids or not args.limit:
+        rows = product.briefs.rows(index, args.doc_ids)
+    else:
+        rows = product.briefs.first_rows(index, args.limit)
+        total = product.briefs.count(index)
+    shown = (
+        f"the first {len(rows)} of {total:,} briefs by doc id; --limit 0 prints all"
+        if total is not None and total > len(rows)
+        else None
+    )
     fields = list(product.output.columns)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
+        if shown:
+            print(f"batch-pipeline: {index}: {shown}", file=sys.stderr)
         return 0
     if not rows:
         print(
@@ -51,7 +83,7 @@ def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
         )
         return 0
     versions = sorted({r["prompt_version"] for r in rows})
-    print(f"{index}: {len(rows)} briefs (prompt {', '.join(versions)})")
+    print(f"{index}: {shown or f'{len(rows)} briefs'} (prompt {', '.join(versions)})")
     for row in rows:
         cut = " (document cut to fit)" if row["truncated"] else ""
         print(f"\n{printable(row['doc_id'])}{cut}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from batch_pipeline import cli
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import load_config
 from batch_pipeline.inference.fake import FakeGenerator
@@ -190,3 +191,41 @@ def test_a_large_run_lands_in_groups_and_every_brief_lands_whole(briefs_workspac
     result = run(product, "run-1")
     assert len(product.briefs.rows(product.index)) == 3
     assert result["land"].table_version >= 3  # three commits, not one
+
+
+def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
+    briefs_workspace, capsys, monkeypatch
+):
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    # the command reads the generation the FAKE generator built (its model names the table)
+    monkeypatch.setattr(cli, "brief_product", lambda *args, **kwargs: product)
+    base = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    briefs = [*base, "briefs", "--collection", "handbook", "--candidate"]
+
+    assert product.briefs.first_rows(product.index, 2) == product.briefs.rows(product.index)[:2]
+    assert cli.main([*briefs, "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the first 2 of 3 briefs by doc id; --limit 0 prints all" in out.splitlines()[0]
+    assert "account/reset-password.md" in out and "notes.txt" in out
+    assert "refunds.md" not in out  # the third by doc id
+
+    assert cli.main([*briefs, "--limit", "2", "--json"]) == 0
+    printed = capsys.readouterr()
+    assert [r["doc_id"] for r in json.loads(printed.out)] == [
+        "account/reset-password.md",
+        "notes.txt",
+    ]
+    assert "the first 2 of 3 briefs" in printed.err  # the JSON itself stays a plain list
+
+    assert cli.main([*briefs, "--limit", "0", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
+    assert cli.main([*briefs, "--json"]) == 0  # the default limit is above 3
+    printed = capsys.readouterr()
+    assert len(json.loads(printed.out)) == 3 and printed.err == ""
+    assert cli.main([*briefs, "--limit", "1", "--doc-id", "refunds.md", "--json"]) == 0
+    assert [r["doc_id"] for r in json.loads(capsys.readouterr().out)] == ["refunds.md"]
+
+    with pytest.raises(SystemExit):
+        cli.main([*briefs, "--limit", "-1"])
+    assert "--limit takes a whole number, 0 for all, not '-1'" in capsys.readouterr().err
