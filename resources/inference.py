@@ -39,24 +39,28 @@ class InferenceResource(dg.ConfigurableResource):
         description="What runs the model: auto (measured), torch, or openvino (CPU only).",
     )
     token_budget: int = Field(
-        default=4096, description="Most padded tokens per batch on CPU/MPS (CUDA derives its own)."
+        default=4096,
+        ge=1,
+        description="Most padded tokens per batch on CPU/MPS (CUDA derives its own).",
     )
-    max_batch_size: int = Field(default=128, description="Most inputs in one batch.")
+    max_batch_size: int = Field(default=128, ge=1, description="Most inputs in one batch.")
     cuda_memory_fraction: float = Field(
-        default=0.5, description="Share of free CUDA memory one batch may use."
+        default=0.5, gt=0, le=1, description="Share of free CUDA memory one batch may use."
     )
     num_threads: int | None = Field(
-        default=None, description="CPU intra-op threads; default one per available core."
+        default=None, ge=1, description="CPU intra-op threads; default one per available core."
     )
     quantize_int8: bool = Field(
         default=False,
         description="Opt-in dynamic int8 quantisation on CPU: faster, but lowers fidelity.",
     )
     prefetch_batches: int = Field(
-        default=2, description="Batches tokenised ahead of the forward pass."
+        default=2, ge=1, description="Batches tokenised ahead of the forward pass."
     )
     fidelity_min_cosine: float = Field(
         default=0.9999,
+        ge=0,
+        le=1,
         description="dtype auto keeps a reduced dtype only if its vectors' minimum cosine to "
         "fp32 on the calibration sample is at least this.",
     )
@@ -82,8 +86,6 @@ class InferenceResource(dg.ConfigurableResource):
                 self.calibration_cache or resolve_storage().home / CALIBRATION_FILE
             ),
         )
-        if self.token_budget < 1 or self.max_batch_size < 1:
-            raise ValueError("InferenceResource.token_budget and max_batch_size must be positive")
         try:
             pick_backend(self.resolved_device(), self.backend)
             pick_dtype("cpu", self.dtype)

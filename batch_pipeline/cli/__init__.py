@@ -36,11 +36,16 @@ from tqdm import tqdm
 
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
+from batch_pipeline.cli.arguments import whole_number
 from batch_pipeline.config import ConfigError, load_config, masked_url
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
-from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_TOKEN_BUDGET,
+    PlanSettings,
+)
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.inference.runner import BACKENDS, LoadedModels
@@ -126,9 +131,18 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="what runs the embedding model: torch, openvino (CPU), or auto: measured",
     )
-    run.add_argument("--checkpoint-every", type=int, default=8, help="batches per checkpoint")
-    run.add_argument("--token-budget", type=int, default=4096, help="padded tokens per batch")
-    run.add_argument("--max-batch-size", type=int, default=128, help="inputs per batch")
+    for flag, default, meaning in [
+        ("--checkpoint-every", 8, "batches per checkpoint"),
+        ("--token-budget", DEFAULT_TOKEN_BUDGET, "padded tokens per batch"),
+        ("--max-batch-size", DEFAULT_MAX_BATCH_SIZE, "inputs per batch"),
+    ]:
+        run.add_argument(
+            flag,
+            type=whole_number(1),
+            default=default,
+            metavar="N",
+            help=f"{meaning} (default {default})",
+        )
     run.add_argument(
         "--trigger",
         choices=TRIGGERS,
@@ -148,7 +162,13 @@ def _parser() -> argparse.ArgumentParser:
         "report", help="the newest runs per partition: throughput, cost, window, failures"
     )
     _product_option(report)
-    report.add_argument("--runs", type=int, default=10, help="runs per partition (default 10)")
+    report.add_argument(
+        "--runs",
+        type=whole_number(1),
+        default=10,
+        metavar="N",
+        help="runs per partition (default 10)",
+    )
     report.add_argument("--json", action="store_true", help="print JSON")
 
     doctor = commands.add_parser(
@@ -435,8 +455,6 @@ def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:
 
 
 def _report(ctx: _Context, args: argparse.Namespace) -> int:
-    if args.runs < 1:
-        raise ConfigError(f"--runs must be at least 1, not {args.runs}")
     runs = []
     for product in ctx.products(args.product):
         for group in product.run_groups():

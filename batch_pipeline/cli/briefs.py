@@ -17,6 +17,7 @@ import uuid
 
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
+from batch_pipeline.cli.arguments import whole_number
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
@@ -36,22 +37,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     briefs.add_argument(
         "--limit",
-        type=_limit,
+        type=whole_number(0, zero_means="all"),
         default=DEFAULT_LIMIT,
+        metavar="N",
         help=f"without --doc-id, the first N briefs by doc id (default {DEFAULT_LIMIT}); 0 "
         "prints every brief, held in memory at once",
     )
     briefs.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _limit(value: str) -> int:
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise argparse.ArgumentTypeError(f"--limit takes a whole number, 0 for all, not {value!r}")
-    return limit
 
 
 def briefs(product: BriefProduct, args: argparse.Namespace) -> int:

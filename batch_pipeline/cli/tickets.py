@@ -11,6 +11,7 @@ import argparse
 import json
 import uuid
 
+from batch_pipeline.cli.arguments import whole_number
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
@@ -24,7 +25,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "intents", help="one day's intent mix, unknown rate, confidence and examples"
     )
     intents.add_argument("--day", required=True, help="the day (YYYY-MM-DD)")
-    intents.add_argument("--examples", type=int, default=2, help="examples per intent (default 2)")
+    intents.add_argument(
+        "--examples",
+        type=whole_number(0),
+        default=2,
+        metavar="N",
+        help="examples per intent (default 2)",
+    )
     intents.add_argument("--json", action="store_true", help="print JSON")
     classify = commands.add_parser("classify", help="the top three intents of one ticket")
     classify.add_argument("text", help="the ticket's body")
@@ -33,7 +40,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def intents(product: TicketProduct, args: argparse.Namespace) -> int:
-    report = product.day_report(args.day, max(0, args.examples))
+    report = product.day_report(args.day, args.examples)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

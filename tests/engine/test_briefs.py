@@ -228,4 +228,6 @@ def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
 
     with pytest.raises(SystemExit):
         cli.main([*briefs, "--limit", "-1"])
-    assert "--limit takes a whole number, 0 for all, not '-1'" in capsys.readouterr().err
+    assert (
+        "argument --limit: expected a whole number, 0 for all, not '-1'" in capsys.readouterr().err
+    )

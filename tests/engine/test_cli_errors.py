@@ -115,6 +115,29 @@ def test_search_bounds_k_in_one_line(workspace, capsys, k):
 
 
 @pytest.mark.parametrize(
+    ("command", "flag", "value", "wanted"),
+    [
+        (["run", "--collection", "handbook"], "--token-budget", "0", " of at least 1"),
+        (["run", "--collection", "handbook"], "--max-batch-size", "-4", " of at least 1"),
+        (["run", "--collection", "handbook"], "--checkpoint-every", "0", " of at least 1"),
+        (["report"], "--runs", "0", " of at least 1"),
+        (["intents", "--day", "2026-11-29"], "--examples", "-1", " of at least 0"),
+        (["briefs", "--collection", "handbook"], "--limit", "2.5", ", 0 for all"),
+    ],
+)
+def test_a_count_out_of_range_is_refused_before_anything_runs(
+    tmp_path, capsys, command, flag, value, wanted
+):
+    home = tmp_path / "home"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--home", str(home), *command, flag, value])
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(f"error: argument {flag}: expected a whole number{wanted}, not '{value}'")
+    assert not home.exists()  # refused before the state folder was opened
+
+
+@pytest.mark.parametrize(
     ("fault", "said"),
     [
         (

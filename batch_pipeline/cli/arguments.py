@@ -1,0 +1,26 @@
+"""Argument types the commands share: argparse refuses a bad value before anything runs, in one
+line that names the flag once (argparse prefixes `argument --flag:`)."""
+
+import argparse
+from collections.abc import Callable
+
+
+def whole_number(minimum: int, zero_means: str = "") -> Callable[[str], int]:
+    """An argparse `type` for a whole number of at least `minimum`; `zero_means` says what 0
+    does where 0 is allowed (as in `--limit 0`: all)."""
+    wanted = (
+        f"a whole number, 0 for {zero_means}"
+        if zero_means
+        else f"a whole number of at least {minimum}"
+    )
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, not {value!r}")
+        return number
+
+    return parse
