@@ -33,6 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.bench_anchors import cpu_roofline, measured_clock_ghz
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.calibration import median_sample, min_cosine
@@ -233,13 +234,15 @@ def onnx_anchor(runner: EmbeddingRunner, model: ResolvedModel):  # noqa: ANN201
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=whole_number(1), default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--backend", default="auto", choices=BACKENDS)
-    parser.add_argument("--token-budget", type=int, default=None, help="default: by device")
-    parser.add_argument("--max-batch-size", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--token-budget", type=whole_number(1), default=None, help="default: by device"
+    )
+    parser.add_argument("--max-batch-size", type=whole_number(1), default=128)
+    parser.add_argument("--threads", type=whole_number(1), default=None)
     parser.add_argument("--chunks", default=str(CHUNK_SET))
     parser.add_argument("--model-path", default=os.environ.get("BATCH_PIPELINE_MODEL_PATH"))
     parser.add_argument("--json-out", default=None)

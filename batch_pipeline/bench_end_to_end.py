@@ -18,6 +18,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.bench import model_config_of, synchronize
 from batch_pipeline.inference.batching import PlanSettings, budget_from_memory
 from batch_pipeline.inference.embedder import RunStats
@@ -116,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench_end_to_end")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--copies", type=int, default=20, help="handbook copies (100 docs each)")
-    parser.add_argument("--workers", type=int, default=None, help="prepare processes")
+    parser.add_argument(
+        "--copies", type=whole_number(1), default=20, help="handbook copies (100 docs each)"
+    )
+    parser.add_argument("--workers", type=whole_number(1), default=None, help="prepare processes")
     parser.add_argument("--model-path", default=None)
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)

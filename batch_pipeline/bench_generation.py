@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from batch_pipeline.arguments import whole_number
+
 REPO = Path(__file__).resolve().parent.parent
 HANDBOOK = REPO / "data" / "handbook"
 SYSTEM_PROMPT = (
@@ -348,9 +350,15 @@ def print_table(rows: list[dict], about: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=int, default=100, help="handbook pages (default 100)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per prompt")
-    parser.add_argument("--page-tokens", type=int, default=512, help="tokens kept per page")
+    parser.add_argument(
+        "--pages", type=whole_number(1), default=100, help="handbook pages (default 100)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=whole_number(1), default=64, help="output tokens per prompt"
+    )
+    parser.add_argument(
+        "--page-tokens", type=whole_number(1), default=512, help="tokens kept per page"
+    )
     parser.add_argument("--model", type=Path, default=None, help="a causal LM folder")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")

@@ -34,9 +34,9 @@ from typing import TextIO
 import sqlalchemy as sa
 from tqdm import tqdm
 
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
-from batch_pipeline.cli.arguments import whole_number
 from batch_pipeline.config import ConfigError, load_config, masked_url
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError

@@ -15,9 +15,9 @@ import sys
 import textwrap
 import uuid
 
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
-from batch_pipeline.cli.arguments import whole_number
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable

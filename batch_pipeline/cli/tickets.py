@@ -11,7 +11,7 @@ import argparse
 import json
 import uuid
 
-from batch_pipeline.cli.arguments import whole_number
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration

@@ -1,6 +1,11 @@
 """The generation benchmark's arithmetic: ratios against the baseline measured in the same
 run, and how much of each output agrees with the baseline's."""
 
+import sys
+
+import pytest
+
+from batch_pipeline import bench, bench_end_to_end, bench_generation
 from batch_pipeline.bench_generation import _agreeing_share, summarise
 
 PROMPTS = [{"ids": [1] * 10}, {"ids": [1] * 30}]
@@ -35,3 +40,24 @@ def test_the_agreeing_prefix_counts_words_before_the_first_difference():
     assert _agreeing_share("a b x d", "a b c d") == 0.5
     assert _agreeing_share("a b", "a b c d") == 0.5  # a shorter output agrees on less
     assert _agreeing_share("", "") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("main", "argv"),
+    [
+        (bench.main, ["--rounds", "0"]),
+        (bench_end_to_end.main, ["--copies", "-1"]),
+        (bench_generation.main, ["--max-tokens", "0"]),
+    ],
+    ids=["bench", "bench_end_to_end", "bench_generation"],
+)
+def test_a_benchmark_refuses_a_count_below_one_before_it_loads_anything(
+    main, argv, monkeypatch, capsys
+):
+    monkeypatch.setattr(sys, "argv", ["bench", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main(argv) if main is not bench_generation.main else main()
+    assert exited.value.code == 2
+    flag, value = argv
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a whole number of at least 1, not '{value}'" in err

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, ...]] = [
     (
         "batch_pipeline.names",
+        "batch_pipeline.arguments",
         "batch_pipeline.iterables",
         "batch_pipeline.faults",
         "batch_pipeline.transient",

@@ -1,5 +1,6 @@
-"""Argument types the commands share: argparse refuses a bad value before anything runs, in one
-line that names the flag once (argparse prefixes `argument --flag:`)."""
+"""Argument types the command line and the benchmarks share: argparse refuses a bad value
+before anything runs, in one line that names the flag once (argparse prefixes `argument
+--flag:`). Imports nothing heavy, so a benchmark that must run on a bare machine can use it."""
 
 import argparse
 from collections.abc import Callable
