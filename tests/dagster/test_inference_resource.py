@@ -1,6 +1,7 @@
 """The inference resource's configuration: every field described, and a value out of range
 refused when the resource is made (when the code location loads), naming the field."""
 
+import dagster as dg
 import pytest
 
 from resources import InferenceResource
@@ -32,3 +33,17 @@ def test_the_defaults_and_the_edges_of_each_range_are_accepted():
     InferenceResource()
     InferenceResource(token_budget=1, max_batch_size=1, num_threads=1, prefetch_batches=1,
                       cuda_memory_fraction=1.0, fidelity_min_cosine=1.0)  # fmt: skip
+
+
+def test_a_run_configured_out_of_range_fails_before_any_step_naming_the_field():
+    @dg.asset
+    def needs_inference(inference: InferenceResource) -> None:
+        """Asks for the resource."""
+
+    with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+        dg.materialize(
+            [needs_inference],
+            resources={"inference": InferenceResource()},
+            run_config={"resources": {"inference": {"config": {"token_budget": 0}}}},
+        )
+    assert "token_budget" in str(raised.value.__cause__)
