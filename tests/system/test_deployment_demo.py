@@ -117,6 +117,11 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
         BATCH_PIPELINE_TRACKING_URL=tracking_url,
         **storage_env,
     )
+    # the schema first, as docs/scaling-out.md says: a daemon and a CLI creating the tables of
+    # a new database at once can fail with `type "secondary_indexes" already exists`
+    subprocess.run(
+        [str(BIN / "dagster"), "instance", "migrate"], cwd=REPO, env=env, check=True, timeout=300
+    )
     with dagster_daemon(env, tmp_path / "daemon.log") as daemon:
         partitions = ",".join(f"handbook-s{n:02d}" for n in range(4))
         submitted = subprocess.run(
