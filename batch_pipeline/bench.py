@@ -35,7 +35,11 @@ import numpy as np
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.bench_anchors import cpu_roofline, measured_clock_ghz
-from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_TOKEN_BUDGET,
+    PlanSettings,
+)
 from batch_pipeline.inference.calibration import median_sample, min_cosine
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-budget", type=whole_number(1), default=None, help="default: by device"
     )
-    parser.add_argument("--max-batch-size", type=whole_number(1), default=128)
+    parser.add_argument("--max-batch-size", type=whole_number(1), default=DEFAULT_MAX_BATCH_SIZE)
     parser.add_argument("--threads", type=whole_number(1), default=None)
     parser.add_argument("--chunks", default=str(CHUNK_SET))
     parser.add_argument("--model-path", default=os.environ.get("BATCH_PIPELINE_MODEL_PATH"))
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
             budget = budget_from_memory(runner.cuda_free_bytes(), model, 2)
         else:
-            budget = 4096
+            budget = DEFAULT_TOKEN_BUDGET
     settings = PlanSettings(token_budget=budget, max_batch_size=args.max_batch_size)
     counts = runner.token_counts(texts)
     real, padded_a = baseline_padding(texts, counts)

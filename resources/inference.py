@@ -5,7 +5,12 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.inference.batching import PlanSettings, budget_from_memory
+from batch_pipeline.inference.batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_TOKEN_BUDGET,
+    PlanSettings,
+    budget_from_memory,
+)
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.runner import (
@@ -39,11 +44,13 @@ class InferenceResource(dg.ConfigurableResource):
         description="What runs the model: auto (measured), torch, or openvino (CPU only).",
     )
     token_budget: int = Field(
-        default=4096,
+        default=DEFAULT_TOKEN_BUDGET,
         ge=1,
         description="Most padded tokens per batch on CPU/MPS (CUDA derives its own).",
     )
-    max_batch_size: int = Field(default=128, ge=1, description="Most inputs in one batch.")
+    max_batch_size: int = Field(
+        default=DEFAULT_MAX_BATCH_SIZE, ge=1, description="Most inputs in one batch."
+    )
     cuda_memory_fraction: float = Field(
         default=0.5, gt=0, le=1, description="Share of free CUDA memory one batch may use."
     )
