@@ -28,6 +28,7 @@ from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import MANUAL, ROLLING_RUNS, RunMeasures, rolling_measures
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
 from batch_pipeline.stages.execute import (
+    DEFAULT_CHECKPOINT_EVERY,
     PLAN_SECONDS,
     execute_plan,
     execute_record,
@@ -61,7 +62,7 @@ class RunRequest:
     runner: Callable[[], Embedder]  # loads the model, called only if there is work
     plan_settings: PlanSettings = field(default_factory=PlanSettings)
     doc_ids: list[str] | None = None  # a targeted run (products that support it)
-    checkpoint_every: int = 8  # batches per execute checkpoint
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY  # batches per execute checkpoint
     trigger: str = MANUAL
     progress: ProgressSink | None = None
     progress_interval: float = 15.0
@@ -315,7 +316,7 @@ class StagedPartition(ABC):
         run_id: str,
         planned: StagePath,
         get_runner: Callable[[], Embedder],
-        checkpoint_every: int = 8,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
     ) -> StageOutput:
@@ -340,7 +341,7 @@ class StagedPartition(ABC):
         runner: Embedder | Callable[[], Embedder],
         plan_settings: PlanSettings | None = None,
         doc_ids: list[str] | None = None,
-        checkpoint_every: int = 8,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         on_wait: Callable[[str], None] | None = None,
         trigger: str = MANUAL,
         progress: ProgressSink | None = None,

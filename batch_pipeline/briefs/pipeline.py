@@ -63,6 +63,7 @@ from batch_pipeline.runs import (
 )
 from batch_pipeline.sources import DocumentReadError, DocumentSource
 from batch_pipeline.stages import Stage
+from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.stages.generate import execute_prompts
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_prompts
 from batch_pipeline.state.staging import StagePath, StagingArea, stage_summary
@@ -394,7 +395,7 @@ class BriefPartition(StagedPartition):
         run_id: str,
         planned: StagePath,
         get_generator: Callable[[], Generator],
-        checkpoint_every: int = 8,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
     ) -> StageOutput:

@@ -59,6 +59,7 @@ from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
+from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import (
@@ -132,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what runs the embedding model: torch, openvino (CPU), or auto: measured",
     )
     for flag, default, meaning in [
-        ("--checkpoint-every", 8, "batches per checkpoint"),
+        ("--checkpoint-every", DEFAULT_CHECKPOINT_EVERY, "batches per checkpoint"),
         ("--token-budget", DEFAULT_TOKEN_BUDGET, "padded tokens per batch"),
         ("--max-batch-size", DEFAULT_MAX_BATCH_SIZE, "inputs per batch"),
     ]:

@@ -172,13 +172,17 @@ def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
     return stage_summary(embeddings_path)
 
 
+# batches between execute's checkpoints, unless a run asks otherwise
+DEFAULT_CHECKPOINT_EVERY = 8
+
+
 def execute_plan(
     plan_path: StagePath | Path,
     out_path: StagePath | Path,
     get_runner: Callable[[], Embedder],
     dimension: int,
     checkpoint_dir: StagePath | Path | None = None,
-    checkpoint_every: int = 8,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     progress: ProgressSink | None = None,
     progress_interval: float = 15.0,
 ) -> ExecuteSummary:
