@@ -39,6 +39,7 @@ from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
     PlanSettings,
+    budget_from_memory,
 )
 from batch_pipeline.inference.calibration import median_sample, min_cosine
 from batch_pipeline.inference.embedder import RunStats
@@ -113,6 +114,14 @@ def synchronize(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+def device_budget(runner: EmbeddingRunner, model: ResolvedModel) -> int:
+    """The padded-token budget the benchmarks plan with: on CUDA, what the device's free
+    memory holds at 2 bytes per value; elsewhere, the pipeline's default."""
+    if runner.device.startswith("cuda"):
+        return budget_from_memory(runner.cuda_free_bytes(), model, 2)
+    return DEFAULT_TOKEN_BUDGET
 
 
 def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
@@ -259,14 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         model, device=args.device, dtype=args.dtype, backend=args.backend, num_threads=args.threads
     )
     load_seconds = time.perf_counter() - loading
-    budget = args.token_budget
-    if budget is None:
-        if runner.device.startswith("cuda"):
-            from batch_pipeline.inference.batching import budget_from_memory
-
-            budget = budget_from_memory(runner.cuda_free_bytes(), model, 2)
-        else:
-            budget = DEFAULT_TOKEN_BUDGET
+    budget = args.token_budget or device_budget(runner, model)
     settings = PlanSettings(token_budget=budget, max_batch_size=args.max_batch_size)
     counts = runner.token_counts(texts)
     real, padded_a = baseline_padding(texts, counts)

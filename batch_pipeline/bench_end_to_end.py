@@ -19,13 +19,8 @@ from functools import partial
 from pathlib import Path
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.bench import model_config_of, synchronize
-from batch_pipeline.inference.batching import (
-    DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_TOKEN_BUDGET,
-    PlanSettings,
-    budget_from_memory,
-)
+from batch_pipeline.bench import device_budget, model_config_of, synchronize
+from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, PlanSettings
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import load_tokenizer, resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner, default_threads
@@ -72,14 +67,10 @@ def run(args: argparse.Namespace) -> dict:
             inputs += [(c[5], c[4], c[6], c[7]) for c in result[1] or []]
     prepared = time.perf_counter()
 
-    if runner.device.startswith("cuda"):
-        budget = budget_from_memory(runner.cuda_free_bytes(), model, 2)
-    else:
-        budget = DEFAULT_TOKEN_BUDGET
     unique, planned, summary = plan_inputs(
         [i[0] for i in inputs],
         [i[2] for i in inputs],
-        PlanSettings(budget, DEFAULT_MAX_BATCH_SIZE),
+        PlanSettings(device_budget(runner, model), DEFAULT_MAX_BATCH_SIZE),
         model,
     )
     planned_at = time.perf_counter()
