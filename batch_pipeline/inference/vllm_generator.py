@@ -21,6 +21,7 @@ is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine 
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -238,28 +239,36 @@ class VllmGenerator:
             if s.device == "cpu":
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))
             started = time.perf_counter()
-            from vllm import LLM
-
             options: dict[str, object] = {}
             if s.device == "cuda":
                 options["gpu_memory_utilization"] = s.gpu_memory_utilization
             else:
                 options["kv_cache_memory_bytes"] = s.kv_cache_bytes
-            self._llm = LLM(
-                model=str(self.model.ready()),
-                dtype=s.dtype,
-                max_model_len=s.max_model_len,
-                max_num_seqs=s.max_num_seqs,
-                enforce_eager=s.enforce_eager,
-                enable_prefix_caching=s.enable_prefix_caching,
-                disable_log_stats=False,  # the counters the run's measures read
-                use_tqdm_on_load=False,
-                # JSON without free whitespace between its tokens: a small model otherwise
-                # spends its output budget on blank lines (xgrammar is vLLM's own backend)
-                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
-                seed=0,
-                **options,
-            )
+            with warnings.catch_warnings():
+                # as it starts, vLLM's kernel dispatcher reads every attribute of every loaded
+                # module, torch.distributed's deprecated `reduce_op` among them: two
+                # FutureWarnings on every run, about vLLM and not about the run
+                warnings.filterwarnings("ignore", message=".*reduce_op", category=FutureWarning)
+                from vllm import LLM
+
+                self._llm = LLM(
+                    model=str(self.model.ready()),
+                    dtype=s.dtype,
+                    max_model_len=s.max_model_len,
+                    max_num_seqs=s.max_num_seqs,
+                    enforce_eager=s.enforce_eager,
+                    enable_prefix_caching=s.enable_prefix_caching,
+                    disable_log_stats=False,  # the counters the run's measures read
+                    use_tqdm_on_load=False,
+                    # JSON without free whitespace between its tokens: a small model otherwise
+                    # spends its output budget on blank lines (xgrammar is vLLM's own backend)
+                    structured_outputs_config={
+                        "backend": "xgrammar",
+                        "disable_any_whitespace": True,
+                    },
+                    seed=0,
+                    **options,
+                )
             self.load_seconds = time.perf_counter() - started
         return self._llm
 
