@@ -282,11 +282,11 @@ class VllmGenerator:
     ) -> list[Generation]:
         if not prompts:
             return []
+        fresh = not self.loaded
+        llm = self.engine()  # first: it sets vLLM's environment and logging before vLLM loads
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        fresh = not self.loaded
-        llm = self.engine()
         if fresh and stats is not None:  # said now, so progress inside this call leaves it out
             stats.add(GenerationStats(load_seconds=self.load_seconds))
         params = SamplingParams(
