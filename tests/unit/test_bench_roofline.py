@@ -17,6 +17,13 @@ def test_the_clock_is_measured_from_a_chain_of_one_cycle_adds():
     assert clock is not None and 0.3 < clock < 8.0  # a real core's GHz, not a count gone wrong
 
 
+@pytest.mark.skipif(not X86_64, reason="the add chain is x86-64 code")
+def test_a_chain_faster_than_any_clock_gives_no_clock(monkeypatch):
+    ticks = iter(range(0, 10**9, 1000))  # 1 us for 16 million adds: "16,000 GHz"
+    monkeypatch.setattr(bench_anchors.time, "thread_time_ns", lambda: next(ticks))
+    assert measured_clock_ghz(loops=2_000_000, repeats=2) is None
+
+
 def test_no_clock_is_measured_off_x86_64(monkeypatch):
     monkeypatch.setattr(bench_anchors.platform, "machine", lambda: "aarch64")
     assert measured_clock_ghz() is None
