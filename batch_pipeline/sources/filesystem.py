@@ -109,6 +109,13 @@ class _Reader:
         return result
 
 
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:  # as os.walk: what cannot be looked at is not walked into
+        return False
+
+
 def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
     return SourceEntry(doc_id, f"{stat.st_mtime_ns}:{stat.st_size}", stat.st_size, stat.st_mtime)
 
@@ -137,48 +144,71 @@ class FilesystemSource(DocumentSource):
             )
 
     def list_entries(self) -> Iterator[SourceEntry]:
-        """Every regular file the glob matches, sorted; hidden files and folders (editor swap
-        files, `.git`) are skipped, and symlinks are never followed."""
+        """Every regular file the glob matches, sorted by path; hidden files and folders
+        (editor swap files, `.git`) are skipped, and symlinks are never followed.
+
+        The walk goes depth first, each folder's names sorted, so the entries come out in
+        order as they are found: memory holds the folders on the way down, not the tree, and
+        the first entry comes before the last folder is listed."""
         self._require_root()
         self._gaps = []
         pattern = glob_pattern(self.glob)
-        found: list[tuple[Path, os.stat_result]] = []
+        root = os.fspath(self.root)
+        stack = [("", iter(self._names(root, "")))]
+        while stack:
+            prefix, names = stack[-1]
+            item = next(names, None)
+            if item is None:
+                stack.pop()
+                continue
+            name, is_folder = item
+            rel = prefix + name
+            if is_folder:
+                folder = os.path.join(root, rel)
+                stack.append((rel + "/", iter(self._names(folder, rel + "/"))))
+                continue
+            if not pattern.match(rel):
+                continue
+            if not utf8_name(rel):
+                shown = shown_name(escaped_name(rel))
+                reason = f"the name {shown!r} is not UTF-8: rename the file"
+                self._gaps.append(ListingGap(shown, reason, bad_name=True))
+                continue
+            try:
+                stat = os.lstat(os.path.join(root, rel))
+            except OSError as error:
+                if error.errno not in GONE:
+                    self._unseen(rel, error)
+                continue
+            if S_ISREG(stat.st_mode):  # not a link, a FIFO or a device
+                yield _entry(rel, stat)
 
-        def unlistable(error: OSError) -> None:
-            folder = Path(error.filename or self.root)
-            if folder == self.root:
+    def _names(self, folder: str, prefix: str) -> list[tuple[str, bool]]:
+        """A folder's visible names, sorted, each with whether it is a folder to walk into (a
+        symlink to one is not). `prefix` is the folder's path under the root ("" for the root).
+        A folder beneath the root that is gone by the time the walk reaches it holds nothing;
+        one that cannot be listed is a gap; the root itself, an error."""
+        try:
+            with os.scandir(folder) as scan:
+                return sorted(
+                    (entry.name, _is_folder(entry))
+                    for entry in scan
+                    if not entry.name.startswith(".")
+                )
+        except OSError as error:
+            if not prefix:
                 raise SourceUnavailableError(
                     f"cannot list source folder {self.root}: {error.strerror or error}",
                     is_transient(error),  # a network mount that timed out, say
-                )
-            rel = escaped_name(folder.relative_to(self.root).as_posix())
+                ) from error
+            if error.errno in GONE:  # removed since its parent was listed: its files are gone
+                return []
+            rel = escaped_name(prefix.removesuffix("/"))
             too_long = error.errno == errno.ENAMETOOLONG
             rel = shown_name(rel) if too_long else rel  # nothing beneath it ever landed
-            gap = ListingGap(rel + "/", f"cannot list {rel}/: {error.strerror}", too_long)
-            self._gaps.append(gap)
-
-        for folder, subfolders, names in os.walk(self.root, onerror=unlistable):
-            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-            for name in names:
-                path = Path(folder, name)
-                rel = path.relative_to(self.root).as_posix()
-                if name.startswith(".") or not pattern.match(rel):
-                    continue
-                if not utf8_name(rel):
-                    shown = shown_name(escaped_name(rel))
-                    reason = f"the name {shown!r} is not UTF-8: rename the file"
-                    self._gaps.append(ListingGap(shown, reason, bad_name=True))
-                    continue
-                try:
-                    stat = path.lstat()
-                except OSError as error:
-                    if error.errno not in GONE:
-                        self._unseen(rel, error)
-                    continue
-                if S_ISREG(stat.st_mode):  # not a link, a FIFO or a device
-                    found.append((path, stat))
-        for path, stat in sorted(found):
-            yield _entry(path.relative_to(self.root).as_posix(), stat)
+            reason = f"cannot list {rel}/: {error.strerror}"
+            self._gaps.append(ListingGap(rel + "/", reason, too_long))
+            return []
 
     def listing_gaps(self) -> list[ListingGap]:
         return list(self._gaps)

@@ -1,7 +1,9 @@
 """The three source kinds on real servers: a folder, moto S3, SQLite and PostgreSQL."""
 
 import os
+import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import PurePosixPath
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +30,37 @@ def test_filesystem_never_leaves_its_root(tmp_path):
         with pytest.raises(DocumentReadError):
             source.read(bad)
     assert list(source.entries_for(["../secret.md", "link.md", "sub/a.md"]))[0].doc_id == "sub/a.md"
+
+
+def test_filesystem_lists_in_path_order_as_it_walks(tmp_path, monkeypatch):
+    ids = ["a.md", "a-b.md", "a b/c.md", "a/b.md", "a/z/y.md", "B.md", "é/x.md", "z.md"]
+    ids += [f"zz/{n:02d}/doc.md" for n in range(40)]  # folders not reached by the first entry
+    for doc_id in ids:
+        (tmp_path / doc_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / doc_id).write_text("x")
+    source = FilesystemSource(tmp_path, "**/*.md")
+    listed = [e.doc_id for e in source.list_entries()]
+    assert listed == sorted(ids, key=lambda doc_id: PurePosixPath(doc_id).parts)
+    scanned = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: scanned.append(path) or real_scandir(path))
+    entries = source.list_entries()
+    assert next(entries).doc_id == "B.md"  # upper case sorts first, as in a sort of the paths
+    assert len(scanned) == 1  # the root only: the tree is not listed before the first entry
+    assert len(list(entries)) == len(ids) - 1
+    assert len(scanned) == 1 + 5 + 40  # the root, a, a b, a/z, zz, é and zz's 40 folders
+
+
+def test_a_folder_removed_during_the_walk_is_not_a_gap(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "doc.md").write_text("x")
+    source = FilesystemSource(tmp_path, "**/*.md")
+    entries = source.list_entries()
+    assert next(entries).doc_id == "a/doc.md"
+    shutil.rmtree(tmp_path / "b")  # after the root was listed, before the walk reaches it
+    assert list(entries) == []
+    assert source.listing_gaps() == []  # gone, so its documents are deleted, not unseen
 
 
 def test_filesystem_changes_hash_only_what_looks_changed(tmp_path):
