@@ -8,16 +8,19 @@ are unknown, and keep their rows.
 
 import errno
 import hashlib
+import math
 import os
 import queue
 import re
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path, PurePosixPath
 from stat import S_ISREG
 
 from batch_pipeline.sources.base import (
+    ChangeSet,
     DocumentReadError,
     DocumentSource,
     ListingGap,
@@ -28,6 +31,9 @@ from batch_pipeline.sources.base import (
 from batch_pipeline.transient import is_transient
 
 GONE = (errno.ENOENT, errno.ENOTDIR)  # what says a document is not there, as opposed to unseen
+HASH_SECONDS_PER_LOOK = 20.0  # of a sensor's look; Dagster times a sensor tick out at 60 s
+MIN_HASH_READ_SECONDS = 1.0  # the shortest read timeout a hash is given
+NOT_HASHED = ""  # a file's digest in the sensor's state before a look had time to hash it
 
 
 def escaped_name(name: str) -> str:
@@ -123,10 +129,20 @@ def _entry(doc_id: str, stat: os.stat_result) -> SourceEntry:
 class FilesystemSource(DocumentSource):
     kind = "filesystem"
 
-    def __init__(self, root: Path, glob: str = "**/*.md", read_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        glob: str = "**/*.md",
+        read_timeout: float = 60.0,
+        hash_seconds: float = HASH_SECONDS_PER_LOOK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = Path(root)
         self.glob = glob
         self.read_timeout = read_timeout
+        self.hash_seconds = hash_seconds
+        self._clock = clock
+        self._hash_until = math.inf  # a look (`changes_since`) sets its own
         self._gaps: list[ListingGap] = []
         self._reader: _Reader | None = None
 
@@ -280,31 +296,61 @@ class FilesystemSource(DocumentSource):
             except DocumentReadError as error:
                 yield doc_id, error
 
-    def read_within_timeout(self, doc_id: str) -> RawDocument:
-        """The file, read by a worker thread within `read_timeout` seconds: a read that hangs
-        (a stale network mount) raises a transient `DocumentReadError`, and the run (or the
-        sensor's tick) goes on. The hung thread is left to its read (a daemon: it cannot keep
-        the process from exiting), and the next file gets a new one."""
+    def read_within_timeout(self, doc_id: str, timeout: float | None = None) -> RawDocument:
+        """The file, read by a worker thread within `timeout` seconds (`read_timeout` by
+        default): a read that hangs (a stale network mount) raises a transient
+        `DocumentReadError`, and the run (or the sensor's tick) goes on. The hung thread is
+        left to its read (a daemon: it cannot keep the process from exiting), and the next
+        file gets a new one."""
+        timeout = self.read_timeout if timeout is None else timeout
         if self._reader is None:
             self._reader = _Reader(self.read)
         try:
-            return self._reader.read(doc_id, self.read_timeout)
+            return self._reader.read(doc_id, timeout)
         except queue.Empty:
             self._reader = None
-            message = f"reading {doc_id!r} took over {self.read_timeout:g}s (a hung mount?)"
+            message = f"reading {doc_id!r} took over {timeout:g}s (a hung mount?)"
             raise DocumentReadError(message, transient=True) from None
 
-    # The sensor remembers [mtime:size, sha256] and hashes only files whose mtime or size moved.
-    def change_token(self, entry: SourceEntry, previous: object) -> object:
-        if isinstance(previous, list) and len(previous) == 2 and previous[0] == entry.version:
-            return previous
+    # The sensor remembers [mtime:size, sha256] per file and hashes only files whose mtime or
+    # size moved, within `hash_seconds` per look ("" for a file not hashed yet, None for one
+    # that could not be read).
+    def changes_since(self, state: dict | None) -> ChangeSet:
+        """What changed since `state`, hashing for at most `hash_seconds`, so a look at a
+        large folder stays well inside Dagster's 60 s sensor timeout: a new file is a change
+        whether hashed or not, and its hash is filled in by a later look; a file whose mtime
+        or size moved, with no time left to hash it, is put off to the next look."""
+        self._hash_until = self._clock() + self.hash_seconds
         try:
-            digest = hashlib.sha256(self.read_within_timeout(entry.doc_id).data).hexdigest()
-        except DocumentReadError:
-            digest = None
-        return [entry.version, digest]
+            return super().changes_since(state)
+        finally:
+            self._hash_until = math.inf
+
+    def change_token(self, entry: SourceEntry, previous: object) -> object:
+        known = previous if isinstance(previous, list) and len(previous) == 2 else None
+        if known is not None and known[0] == entry.version:
+            if known[1] == NOT_HASHED and self._hash_time() > 0:
+                return [entry.version, self._digest(entry)]  # filled in: not a change
+            return known
+        if known is not None and known[1] and self._hash_time() <= 0:
+            return known  # it moved, but there is no time left to compare: the next look does
+        return [entry.version, self._digest(entry) if self._hash_time() > 0 else NOT_HASHED]
 
     def is_change(self, previous: object, token: object) -> bool:
         if not (isinstance(previous, list) and len(previous) == 2):
             return True
-        return previous[1] != token[1] or token[1] is None
+        if previous[0] == token[0]:  # unchanged, a hash filled in, or put off to the next look
+            return previous[1] is None  # unreadable at the last look: still a change
+        return not (previous[1] and previous[1] == token[1])  # unless touched, same bytes
+
+    def _hash_time(self) -> float:
+        return self._hash_until - self._clock()
+
+    def _digest(self, entry: SourceEntry) -> str | None:
+        """The file's sha256, or None if it cannot be read within the read timeout (nor
+        within the look's time left: a hung mount does not hold the tick)."""
+        timeout = min(self.read_timeout, max(self._hash_time(), MIN_HASH_READ_SECONDS))
+        try:
+            return hashlib.sha256(self.read_within_timeout(entry.doc_id, timeout).data).hexdigest()
+        except DocumentReadError:
+            return None

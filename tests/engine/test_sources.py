@@ -1,7 +1,10 @@
 """The three source kinds on real servers: a folder, moto S3, SQLite and PostgreSQL."""
 
+import hashlib
 import os
 import shutil
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 
@@ -80,6 +83,58 @@ def test_filesystem_changes_hash_only_what_looks_changed(tmp_path):
     (root / "c.md").unlink()
     third = source.changes_since(second.state)
     assert third.changed == [] and third.deleted == ["c.md"]
+
+
+def test_a_look_hashes_within_its_time_and_later_looks_fill_in(tmp_path):
+    """A first look at a large folder must not outlast Dagster's 60 s sensor timeout: files
+    it has no time to hash are changes all the same, and later looks hash them."""
+    for name in "abcde":
+        (tmp_path / f"{name}.md").write_text(name)
+    now = [0.0]
+    source = FilesystemSource(tmp_path, "*.md", hash_seconds=2.5, clock=lambda: now[0])
+    read = source.read
+
+    def one_second_read(doc_id):
+        now[0] += 1.0
+        return read(doc_id)
+
+    source.read = one_second_read
+    first = source.changes_since(None)
+    assert len(first.changed) == 5  # new: changes, hashed or not
+    digests = [token[1] for token in first.state.values()]
+    assert digests[:3] == [hashlib.sha256(n.encode()).hexdigest() for n in "abc"]
+    assert digests[3:] == ["", ""]  # no time left: not hashed yet
+    second = source.changes_since(first.state)
+    assert second.changed == [] and second.deleted == []
+    assert all(token[1] for token in second.state.values())  # filled in, not changes
+
+
+def test_a_moved_file_with_no_time_left_is_put_off_to_the_next_look(tmp_path):
+    (tmp_path / "a.md").write_text("one")
+    (tmp_path / "b.md").write_text("two")
+    state = FilesystemSource(tmp_path, "*.md").changes_since(None).state
+    (tmp_path / "a.md").write_text("one")  # touched, same bytes
+    os.utime(tmp_path / "a.md", ns=(1, 1))
+    (tmp_path / "b.md").write_text("two, edited")
+    hurried = FilesystemSource(tmp_path, "*.md", hash_seconds=0).changes_since(state)
+    assert hurried.changed == [] and hurried.state == state  # nothing read, nothing lost
+    later = FilesystemSource(tmp_path, "*.md").changes_since(hurried.state)
+    assert [e.doc_id for e in later.changed] == ["b.md"]
+
+
+def test_a_hung_read_holds_a_look_no_longer_than_its_hashing_time(tmp_path):
+    (tmp_path / "a.md").write_text("one")
+    source = FilesystemSource(tmp_path, "*.md", read_timeout=600, hash_seconds=0.5)
+    hung = threading.Event()
+    source.read = lambda doc_id: hung.wait(600)  # a stale mount: the read never returns
+    started = time.monotonic()
+    try:
+        look = source.changes_since(None)
+    finally:
+        hung.set()
+    assert time.monotonic() - started < 30  # not the 600 s read timeout
+    assert [e.doc_id for e in look.changed] == ["a.md"]
+    assert look.state["a.md"][1] is None  # unreadable: a change again at the next look
 
 
 def test_s3_lists_reads_and_detects_changes(s3_bucket):
