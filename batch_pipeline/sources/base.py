@@ -138,6 +138,11 @@ class DocumentSource(ABC):
     def is_change(self, previous: object, token: object) -> bool:
         return previous != token
 
+    def baseline_state(self) -> dict | None:
+        """The change state a first look can start from without listing, for a source whose
+        later looks do not compare listings (a change feed); None: a first look lists."""
+        return None
+
     def changes_since(self, state: dict | None) -> ChangeSet:
         """Documents added, changed or deleted since `state` (None: everything is new)."""
         previous = state or {}

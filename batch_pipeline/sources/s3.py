@@ -175,6 +175,11 @@ class S3Source(DocumentSource):
             ignorable=batch.ignorable,
         )
 
+    def baseline_state(self) -> dict | None:
+        """With a change feed, later looks read the feed, so a first look need not list the
+        bucket (a million objects is 1,000 LIST calls, longer than a sensor tick may take)."""
+        return {FEED_STATE: True} if self.feed is not None else None
+
     def acknowledge(self, receipts: list[str]) -> None:
         if self.feed is not None and receipts:
             self.feed.delete(receipts)

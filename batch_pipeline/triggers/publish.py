@@ -224,23 +224,24 @@ def evaluate_publish(
     records as landed; with it, a first tick (or a reset) turns only what differs into
     targeted runs instead of a full reconciliation run."""
     previous = _parse(cursor, snapshots)
+    reset = previous is None and cursor is not None
+    known: dict = {}  # on a first tick, or a cursor that cannot be read: what tracking landed
+    if previous is None and landed is not None:
+        known = dict(landed())
+    baseline = source.baseline_state() if previous is None and not known else None
     try:
+        if baseline is not None:  # a change feed: the full run lists the source, not the tick
+            source.check()
+            return _full_run(collection, baseline, snapshots, now, reset)
         # the cursor that named these messages was committed: their runs are requested
         source.acknowledge(previous.get("ack", []) if previous else [])
         changes = source.changes_since(previous["state"] if previous else None)
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
 
-    reset = previous is None and cursor is not None
-    if previous is None:  # first tick, or a cursor that cannot be read: start over
-        known = dict(landed()) if landed is not None else {}
+    if previous is None:
         if not known:  # tracking does not know the collection: a full reconciliation run
-            state_key = _key(collection, "full", json.dumps(changes.state, sort_keys=True))
-            return PublishDecision(
-                cursor=_cursor(changes.state, {}, None, snapshots, _timing(now, {}, 0)),
-                runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
-                cursor_reset=reset,
-            )
+            return _full_run(collection, changes.state, snapshots, now, reset)
         listed = {entry.doc_id for entry in changes.changed} | set(changes.deleted)
         changes.changed = [e for e in changes.changed if known.get(e.doc_id) != e.version]
         changes.deleted = sorted(set(changes.deleted) | (set(known) - listed))
@@ -302,6 +303,22 @@ def evaluate_publish(
     timing = _timing(now, pending, window_seconds)
     decision.cursor = _cursor(changes.state, pending, previous, snapshots, timing, ack)
     return decision
+
+
+def _full_run(
+    collection: str,
+    state: dict,
+    snapshots,  # noqa: ANN001
+    now: float,
+    reset: bool,
+) -> PublishDecision:
+    """A full reconciliation run, the cursor starting from `state`."""
+    state_key = _key(collection, "full", json.dumps(state, sort_keys=True))
+    return PublishDecision(
+        cursor=_cursor(state, {}, None, snapshots, _timing(now, {}, 0)),
+        runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],
+        cursor_reset=reset,
+    )
 
 
 def oldest_change(pending: dict) -> float | None:

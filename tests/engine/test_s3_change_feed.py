@@ -69,8 +69,9 @@ def tick(source, cursor, now):  # noqa: ANN001, ANN201
 def test_ticks_read_the_feed_not_the_bucket_and_acknowledge_after_the_run_request(feed):
     s3, sqs, bucket, queue, source, lists = feed
     s3.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n\nFirst.\n")
-    first = tick(source, None, now=1000.0)  # a first tick lists once: a full run
-    assert len(first.runs) == 1 and first.runs[0].full and lists
+    first = tick(source, None, now=1000.0)  # a first tick: a full run, which lists
+    assert len(first.runs) == 1 and first.runs[0].full
+    assert lists == []  # the tick itself lists nothing: a big bucket cannot time it out
 
     lists.clear()
     s3.put_object(Bucket=bucket, Key="kb/b.md", Body=b"# B\n\nSecond.\n")
@@ -114,3 +115,27 @@ def test_an_unreachable_queue_skips_and_keeps_the_cursor(feed, moto_server):
     assert "change feed" in broken.skip_reason
     with pytest.raises(Exception, match="source.notifications.sqs_queue_url: cannot reach"):
         source.check()  # a run checks it before reading anything
+
+
+def test_a_first_tick_with_a_queue_gone_skips_without_a_run(feed):
+    _, sqs, _, queue, source, _ = feed
+    sqs.delete_queue(QueueUrl=queue)
+    first = tick(source, None, now=1000.0)
+    assert first.runs == [] and first.cursor is None
+    assert "source unavailable" in first.skip_reason and "sqs_queue_url" in first.skip_reason
+
+
+def test_a_reset_that_tracking_knows_lists_once_for_what_differs(feed):
+    """With landed documents, a lost cursor is not a full run: one listing, compared with
+    what tracking landed, requests only what differs."""
+    s3, _, bucket, _, source, lists = feed
+    s3.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n")
+    s3.put_object(Bucket=bucket, Key="kb/b.md", Body=b"# B\n")
+    landed = {e.doc_id: e.version for e in source.list_entries() if e.doc_id == "kb/a.md"}
+    lists.clear()
+    reset = evaluate_publish(
+        "kb", source, None, now=1000.0, window_seconds=0, max_docs=200, landed=landed.items
+    )
+    (run,) = reset.runs
+    assert not run.full and run.changed_doc_ids == ["kb/b.md"]
+    assert lists  # listed once, in this tick
