@@ -312,8 +312,14 @@ def _full_run(
     now: float,
     reset: bool,
 ) -> PublishDecision:
-    """A full reconciliation run, the cursor starting from `state`."""
-    state_key = _key(collection, "full", json.dumps(state, sort_keys=True))
+    """A full reconciliation run, the cursor starting from `state`.
+
+    Its run key names the tick's time as well as the state: a sensor starts over with a full
+    run only when tracking knows nothing landed, and each such start needs its run, even where
+    the listing is what it was at an earlier start (tracking lost or wiped since) or the state
+    is a change feed's, which is the same every time. A key of the state alone would be one
+    Dagster already launched for this sensor, and it would skip the run without a word."""
+    state_key = _key(collection, "full", json.dumps(state, sort_keys=True), repr(now))
     return PublishDecision(
         cursor=_cursor(state, {}, None, snapshots, _timing(now, {}, 0)),
         runs=[PlannedRun(f"{collection}:full:{state_key}", [], [])],

@@ -162,6 +162,25 @@ def test_an_unreadable_cursor_resets_to_a_full_reconciliation(workspace):
             assert json.loads(result.cursor)["v"] == 2
 
 
+def test_each_start_over_gets_a_full_run_that_dagster_launches(tmp_path):
+    """Tracking lost (or wiped) after a full run, the sensor starts over on the same listing:
+    its full run needs a run key Dagster has not launched for this sensor, or the daemon would
+    skip it and nothing would land again. One tick evaluated twice keeps its key."""
+    root, source, snapshots = one_document_folder(tmp_path)
+
+    def start_over(now: float) -> str:
+        decision = evaluate_publish(
+            "kb", source, None, now=now, window_seconds=0, max_docs=10, snapshots=snapshots
+        )
+        (run,) = decision.runs
+        assert run.full
+        return run.run_key
+
+    first = start_over(1000.0)
+    assert start_over(1000.0) == first  # the same tick again
+    assert start_over(5000.0) != first  # a later start over, on the same listing
+
+
 def test_changes_within_the_window_go_into_one_capped_set_of_runs(tmp_path):
     root = tmp_path / "docs"
     root.mkdir()

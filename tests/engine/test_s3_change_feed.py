@@ -105,6 +105,18 @@ def test_a_repeated_change_makes_the_same_run_key(feed):
     assert [r.run_key for r in due.runs] == [r.run_key for r in again.runs]
 
 
+def test_a_feed_full_run_after_a_start_over_has_a_new_run_key(feed):
+    """A change feed's state is the same at every start: the full run's key names the tick's
+    time, so a sensor that starts over (tracking lost) gets a run Dagster launches."""
+    s3, _, bucket, _, source, _ = feed
+    s3.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n")
+    (first,) = tick(source, None, now=1000.0).runs
+    (again,) = tick(source, None, now=1000.0).runs
+    (later,) = tick(source, None, now=9000.0).runs
+    assert first.full and later.full
+    assert again.run_key == first.run_key and later.run_key != first.run_key
+
+
 def test_an_unreachable_queue_skips_and_keeps_the_cursor(feed, moto_server):
     s3, sqs, bucket, queue, source, _ = feed
     s3.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n")
