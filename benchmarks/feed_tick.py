@@ -7,8 +7,10 @@ event notifications going to an SQS queue; then times the publish sensor's tick 
 (`evaluate_publish`): the first tick, which requests the full run (without a feed it lists the
 bucket for the state later ticks compare with; with the feed it lists nothing), and then a tick
 with the same `changes` edits pending: (a) without a feed, which lists the whole bucket and
-compares it with the previous tick's state, and (b) with the feed, which reads the queue. It
-counts S3 LIST and SQS calls. Moto answers on loopback, so the times are lower bounds for real
+compares it with the previous tick's state, and (b) with the feed, which reads the queue; and
+a reset that tracking knows (every object landed, the cursor lost), which with the feed lists
+for at most `LIST_SECONDS_PER_RESET` and past it requests the full run. It counts S3 LIST and
+SQS calls. Moto answers on loopback, so the times are lower bounds for real
 S3, where each LIST call is a network round trip.
 """
 
@@ -107,11 +109,25 @@ def main() -> int:
                 "changes_found": len(decision.pending_changes),
                 "calls": dict(calls),
             }
+        # a reset that tracking knows (every object landed, a lost cursor): with the feed, it
+        # lists for at most LIST_SECONDS_PER_RESET, else it requests the full run
+        calls = {}
+        counted(fed, calls)
+        landed = {e.doc_id: e.version for e in plain.list_entries()}
+        t0 = time.perf_counter()
+        decision = evaluate_publish("kb", fed, None, time.time(), 30, 10_000, landed=landed.items)
+        full = bool(decision.runs) and decision.runs[0].full
+        reset = {
+            "tick_seconds": round(time.perf_counter() - t0, 3),
+            "requested": "the full run" if full else f"{len(decision.pending_changes)} changes",
+            "calls": dict(calls),
+        }
         report = {
             "objects": args.objects,
             "fill_seconds": round(filled, 1),
             "first_tick": first,
             **results,
+            "reset_known_feed": reset,
         }
         print(
             f"first tick (a full run requested): without a feed "
@@ -122,6 +138,10 @@ def main() -> int:
             f"{args.objects} objects, {args.changes} changed: tick without a feed "
             f"{results['listing']['tick_seconds']} s ({results['listing']['calls']}), with the "
             f"feed {results['feed']['tick_seconds']} s ({results['feed']['calls']})"
+        )
+        print(
+            f"a reset that tracking knows, with the feed: {reset['tick_seconds']} s, "
+            f"requested {reset['requested']} ({reset['calls']})"
         )
         print(json.dumps(report))
     return 0

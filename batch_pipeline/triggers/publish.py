@@ -26,17 +26,21 @@ import gzip
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from batch_pipeline.config import CollectionConfig
 from batch_pipeline.iterables import batched
-from batch_pipeline.sources import DocumentSource, SourceUnavailableError
+from batch_pipeline.sources import ChangeSet, DocumentSource, SourceUnavailableError
 from batch_pipeline.state.staging import StagePath
 
 CURSOR_VERSION = 2
 TICK_SECONDS = 1  # the sensor's minimum interval: every evaluation of the daemon (every 5 s)
 LOOK_SLACK_SECONDS = 1.0  # ticks drift by a fraction of a second; a look is not put off a tick
+# how long a reset may list a source with a change feed to request only what differs from what
+# landed; past it, the tick requests the full run, which lists (Dagster times a tick out at 60 s)
+LIST_SECONDS_PER_RESET = 20.0
 
 
 class StateSnapshots:
@@ -219,23 +223,28 @@ def evaluate_publish(
     max_docs: int,
     snapshots: StateSnapshots | None = None,
     landed: Callable[[], Iterable[tuple[str, str]]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> PublishDecision:
     """What this tick does. `landed` streams (doc id, source version) of what tracking
     records as landed; with it, a first tick (or a reset) turns only what differs into
-    targeted runs instead of a full reconciliation run."""
+    targeted runs instead of a full reconciliation run. `clock` times a reset's listing of a
+    source with a change feed (`LIST_SECONDS_PER_RESET`)."""
     previous = _parse(cursor, snapshots)
     reset = previous is None and cursor is not None
     known: dict = {}  # on a first tick, or a cursor that cannot be read: what tracking landed
     if previous is None and landed is not None:
         known = dict(landed())
-    baseline = source.baseline_state() if previous is None and not known else None
+    baseline = source.baseline_state() if previous is None else None
     try:
-        if baseline is not None:  # a change feed: the full run lists the source, not the tick
+        if baseline is not None:  # a change feed: later ticks read it, this one need not list
             source.check()
-            return _full_run(collection, baseline, snapshots, now, reset)
-        # the cursor that named these messages was committed: their runs are requested
-        source.acknowledge(previous.get("ack", []) if previous else [])
-        changes = source.changes_since(previous["state"] if previous else None)
+            changes = _listed_within(source, baseline, clock) if known else None
+            if changes is None:  # the full run lists the source, not the tick
+                return _full_run(collection, baseline, snapshots, now, reset)
+        else:
+            # the cursor that named these messages was committed: their runs are requested
+            source.acknowledge(previous.get("ack", []) if previous else [])
+            changes = source.changes_since(previous["state"] if previous else None)
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
 
@@ -303,6 +312,20 @@ def evaluate_publish(
     timing = _timing(now, pending, window_seconds)
     decision.cursor = _cursor(changes.state, pending, previous, snapshots, timing, ack)
     return decision
+
+
+def _listed_within(
+    source: DocumentSource, baseline: dict, clock: Callable[[], float]
+) -> ChangeSet | None:
+    """Every document of a source with a change feed, listed as a first look lists it, or
+    None where the listing takes longer than `LIST_SECONDS_PER_RESET`."""
+    until = clock() + LIST_SECONDS_PER_RESET
+    listed = ChangeSet(state=baseline)
+    for entry in source.list_entries():
+        if clock() > until:
+            return None
+        listed.changed.append(entry)
+    return listed
 
 
 def _full_run(

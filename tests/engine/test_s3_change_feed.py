@@ -151,3 +151,30 @@ def test_a_reset_that_tracking_knows_lists_once_for_what_differs(feed):
     (run,) = reset.runs
     assert not run.full and run.changed_doc_ids == ["kb/b.md"]
     assert lists  # listed once, in this tick
+
+
+def test_a_reset_whose_listing_outlasts_its_time_requests_the_full_run(feed):
+    """A bucket too big to list within a tick (Dagster times a tick out at 60 s): the reset
+    stops listing after LIST_SECONDS_PER_RESET and requests the full run, which lists."""
+    from itertools import count
+
+    from batch_pipeline.triggers.publish import LIST_SECONDS_PER_RESET
+
+    s3, _, bucket, _, source, _ = feed
+    for name in "abc":
+        s3.put_object(Bucket=bucket, Key=f"kb/{name}.md", Body=b"# doc\n")
+    landed = {"kb/a.md": "an older version"}
+    seconds = count(0.0, LIST_SECONDS_PER_RESET * 0.75)  # each look at the clock: 15 s later
+    reset = evaluate_publish(
+        "kb",
+        source,
+        None,
+        now=1000.0,
+        window_seconds=0,
+        max_docs=200,
+        landed=landed.items,
+        clock=lambda: next(seconds),
+    )
+    (run,) = reset.runs
+    assert run.full
+    assert next(seconds) < LIST_SECONDS_PER_RESET * 0.75 * 6  # it stopped listing early
