@@ -162,7 +162,7 @@ def test_an_unreadable_cursor_resets_to_a_full_reconciliation(workspace):
             assert json.loads(result.cursor)["v"] == 2
 
 
-def test_each_start_over_gets_a_full_run_that_dagster_launches(tmp_path):
+def test_a_start_over_on_an_unchanged_listing_gets_a_new_full_run_key(tmp_path):
     """Tracking lost (or wiped) after a full run, the sensor starts over on the same listing:
     its full run needs a run key Dagster has not launched for this sensor, or the daemon would
     skip it and nothing would land again. One tick evaluated twice keeps its key."""
