@@ -10,8 +10,8 @@ with the same `changes` edits pending: (a) without a feed, which lists the whole
 compares it with the previous tick's state, and (b) with the feed, which reads the queue; and
 a reset that tracking knows (every object landed, the cursor lost), which with the feed lists
 for at most `LIST_SECONDS_PER_RESET` and past it requests the full run. It counts S3 LIST and
-SQS calls. Moto answers on loopback, so the times are lower bounds for real
-S3, where each LIST call is a network round trip.
+SQS calls. Moto answers on loopback, so the times are lower bounds for real S3, where each LIST
+call is a network round trip.
 """
 
 import argparse
