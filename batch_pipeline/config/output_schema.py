@@ -13,6 +13,13 @@ type a column can hold:
 | `{"type": "array", "items": {"type": "string"}}` | list of strings |
 
 Its version is a hash of the schema's canonical JSON, so reformatting the file is no change.
+
+A constraint the structured-output engine cannot enforce fails at load, naming the property
+(vLLM's xgrammar backend refuses the whole request otherwise, after the engine has started):
+a `pattern` or `format` with `minLength` or `maxLength` (bound the length in the pattern:
+`{5,120}`), a `format` it does not know, `uniqueItems` or `contains` on an array,
+`multipleOf` on a number, an `allOf` of several schemas, and `propertyNames` or
+`patternProperties`. `tests/system/test_chat_engine.py` checks that vLLM's own test agrees.
 """
 
 import hashlib
@@ -23,6 +30,13 @@ from pathlib import Path
 import jsonschema
 
 COLUMN_TYPES = ("string", "int64", "float64", "bool", "list<string>")
+# the string formats xgrammar enforces (vLLM's `STRING_SUPPORTED_FORMATS`)
+ENFORCED_FORMATS = frozenset(
+    {
+        "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
+        "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+    }
+)  # fmt: skip
 MAX_SCHEMA_BYTES = 256 * 1024
 
 
@@ -66,6 +80,47 @@ def _column_type(name: str, prop: object) -> str:
     )
 
 
+def _unenforced(prop: dict) -> str | None:
+    """What in one schema (the whole object, a property or an array's items) the
+    structured-output engine cannot enforce, as the reason a load gives; None: it can
+    enforce all of it."""
+    kinds = prop.get("type")
+    kinds = {kinds} if isinstance(kinds, str) else set(kinds or ())
+    if isinstance(prop.get("allOf"), list) and len(prop["allOf"]) > 1:
+        return "`allOf` of more than one schema is not enforced by the structured-output engine"
+    if "object" in kinds:
+        for key in ("propertyNames", "patternProperties"):
+            if key in prop:
+                return (
+                    f"`{key}` beside `properties` is not enforced by the structured-output "
+                    "engine (xgrammar)"
+                )
+    if kinds & {"integer", "number"} and "multipleOf" in prop:
+        return "`multipleOf` is not enforced by the structured-output engine (xgrammar)"
+    if "array" in kinds:
+        for key in ("uniqueItems", "contains", "minContains", "maxContains"):
+            if key in prop:
+                return f"`{key}` on an array is not enforced by the structured-output engine"
+        items = prop.get("items")
+        reason = _unenforced(items) if isinstance(items, dict) else None
+        return f"its items: {reason}" if reason else None
+    if "string" in kinds:
+        if "format" in prop and prop["format"] not in ENFORCED_FORMATS:
+            return (
+                f"format {prop['format']!r} is not enforced by the structured-output engine "
+                f"(it knows {', '.join(sorted(ENFORCED_FORMATS))})"
+            )
+        bounded = [key for key in ("minLength", "maxLength") if key in prop]
+        shaped = [key for key in ("pattern", "format") if key in prop]
+        if bounded and shaped:
+            return (
+                f"`{shaped[0]}` with `{bounded[0]}` is not enforced by the structured-output "
+                "engine (xgrammar): drop the length and bound it in the pattern, as in "
+                '"^.{5,120}$"'
+            )
+    return None
+
+
 def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> OutputSchema:
     """Read and check a schema file; an `OutputSchemaError` names what is wrong. Properties
     may not take a `reserved` name (a column every row has)."""
@@ -86,11 +141,17 @@ def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> Ou
         raise OutputSchemaError(f"{path.name} must describe one object with `properties`")
     if not schema["properties"]:
         raise OutputSchemaError(f"{path.name} has no properties")
+    reason = _unenforced(schema)
+    if reason:
+        raise OutputSchemaError(f"{path.name}: {reason}")
     columns = {}
     for name, prop in schema["properties"].items():
         if name in reserved:
             raise OutputSchemaError(f"property {name!r} is a column every row has; rename it")
         columns[name] = _column_type(name, prop)
+        reason = _unenforced(prop)
+        if reason:
+            raise OutputSchemaError(f"property {name!r}: {reason}")
     canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     return OutputSchema(
         path=path,

@@ -124,7 +124,9 @@ def test_a_prompt_edit_is_a_new_generation_and_the_old_table_is_untouched(briefs
 def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_workspace):
     schema_path = briefs_workspace["root"] / "schema.json"
     schema = json.loads(schema_path.read_text())
-    schema["properties"]["summary"]["pattern"] = "^[0-9]+$"
+    # digits only (a pattern without length bounds, which vLLM's structured outputs enforce):
+    # the FAKE generator writes words
+    schema["properties"]["summary"] = {"type": "string", "pattern": "^[0-9]+$"}
     schema_path.write_text(json.dumps(schema))
     product = product_of(briefs_workspace)
     result = run(product, "run-1")

@@ -7,6 +7,7 @@ no KV cache and no vLLM state; inside the script it runs in-process, as in a Dag
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ SCRIPT = textwrap.dedent(
     from resources import GenerationResource
 
     model, work, pages = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+    QUESTION = sys.argv[5]
     resource = GenerationResource(model_path=model, max_tokens=96, max_num_seqs=8,
                                   max_model_len=1024, chunk_size=4, kv_cache_gib=1,
                                   calibration_cache=str(work / "calibration.json"))
@@ -60,15 +62,55 @@ SCRIPT = textwrap.dedent(
     briefs.append({"input_hash": "long", "system": system, "user": "word " * 2000})
     capital = [{"input_hash": "fr", "system": "",
                 "user": "Which city is the capital of France? Answer in JSON."}]
+    ask = [{"input_hash": "q", "system": "",
+            "user": "Write one question a traveller could ask about Paris, in JSON."}]
+    question = {"type": "object", "required": ["question"], "properties": {
+        "question": {"type": "string", "pattern": QUESTION}}}
     result = {
         "dtype": generator.dtype,
         "briefs": run("briefs", briefs, resource.sampling, brief),
         "capital": run("capital", capital, Sampling(max_tokens=32), city),
         "cut": run("cut", capital, Sampling(max_tokens=3), city),
+        "question": run("question", ask, Sampling(max_tokens=48), question),
     }
+    # imported once the engine has started (with vLLM's start-up logging quietened)
+    from vllm.v1.structured_output.backend_xgrammar import (
+        has_xgrammar_unsupported_json_features as unsupported)
+    result["refused_by_vllm"] = [unsupported(one) for one in json.loads(sys.argv[4])]
     print("RESULT " + json.dumps(result, default=str), flush=True)
     """
 )
+
+
+QUESTION = "^(How|What|Which|Where|When|Why|Can|Is) [^?\\n]{3,60}\\?$"
+# one property each: what the output schema's load refuses should be what vLLM refuses
+PROPERTIES = [
+    {"type": "string", "pattern": QUESTION},
+    {"type": "string", "pattern": QUESTION, "maxLength": 80},
+    {"type": "string", "minLength": 10, "maxLength": 300},
+    {"type": "string", "format": "email"},
+    {"type": "string", "format": "email", "minLength": 3},
+    {"type": "string", "format": "phone"},
+    {"type": "array", "items": {"type": "string", "pattern": "^a+$"}},
+    {"type": "array", "items": {"type": "string", "pattern": "^a+$", "minLength": 1}},
+    {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3},
+    {"type": "number", "multipleOf": 0.5},
+    {"type": "integer", "minimum": 0},
+    {"enum": ["owner", "admin"]},
+]
+
+
+def loads(prop: dict, folder: Path) -> bool:
+    from batch_pipeline.config.output_schema import OutputSchemaError, load_output_schema
+
+    path = folder / "schema.json"
+    path.write_text(json.dumps({"type": "object", "properties": {"p": prop}}))
+    try:
+        load_output_schema(path)
+    except OutputSchemaError:
+        return False
+    return True
 
 
 def short_pages(count: int) -> list[str]:
@@ -87,6 +129,8 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
             str(chat_model_dir),
             str(tmp_path),
             json.dumps(short_pages(6)),
+            json.dumps([{"type": "object", "properties": {"p": p}} for p in PROPERTIES]),
+            QUESTION,
         ],  # fmt: skip
         capture_output=True,
         text=True,
@@ -130,6 +174,15 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
     (capital,) = result["capital"]["outputs"]
     assert capital["finish_reason"] == "stop" and capital["valid"]
     assert "Paris" in json.loads(capital["text"])["city"]
+
+    # a pattern constrains decoding: the output is a question, as the schema says
+    (asked,) = result["question"]["outputs"]
+    assert asked["valid"], asked
+    assert re.fullmatch(QUESTION, json.loads(asked["text"])["question"]), asked["text"]
+    # the output schema's load refuses what vLLM's structured outputs refuse, and only that
+    loaded = [loads(p, tmp_path) for p in PROPERTIES]
+    assert [not ok for ok in loaded] == result["refused_by_vllm"]
+    assert 0 < sum(loaded) < len(PROPERTIES)
 
     (cut,) = result["cut"]["outputs"]
     assert cut["finish_reason"] == "length" and not cut["valid"]

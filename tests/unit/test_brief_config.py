@@ -101,6 +101,59 @@ def test_a_prompt_edit_is_a_new_version_and_a_reformatted_schema_is_not(tmp_path
             },
             "an array's items must be strings",
         ),
+        # what vLLM's structured outputs (xgrammar) would refuse once the engine had started
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {
+                    "questions": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^How .*\\?$", "maxLength": 90},
+                    }
+                },
+            },
+            "property 'questions': its items: `pattern` with `maxLength` is not enforced",
+        ),
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+                },
+            },
+            "property 'tags': `uniqueItems` on an array is not enforced",
+        ),
+        (
+            None,
+            {"type": "object", "properties": {"phone": {"type": "string", "format": "phone"}}},
+            "property 'phone': format 'phone' is not enforced",
+        ),
+        (
+            None,
+            {"type": "object", "properties": {"score": {"type": "number", "multipleOf": 0.5}}},
+            "property 'score': `multipleOf` is not enforced",
+        ),
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {"summary": {"type": "string"}},
+                "patternProperties": {"^x-": {"type": "string"}},
+            },
+            "schema.json: `patternProperties` beside `properties` is not enforced",
+        ),
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {
+                    "summary": {"type": "string", "allOf": [{"minLength": 3}, {"maxLength": 9}]}
+                },
+            },
+            "property 'summary': `allOf` of more than one schema is not enforced",
+        ),
     ],
 )
 def test_a_bad_prompt_or_schema_fails_at_load_naming_the_field(tmp_path, prompt, schema, says):
