@@ -9,7 +9,7 @@ bucket for the state later ticks compare with; with the feed it lists nothing), 
 with the same `changes` edits pending: (a) without a feed, which lists the whole bucket and
 compares it with the previous tick's state, and (b) with the feed, which reads the queue; and
 a reset that tracking knows (every object landed, the cursor lost), which with the feed lists
-for at most `LIST_SECONDS_PER_RESET` and past it requests the full run. It counts S3 LIST and
+for at most `LOOK_SECONDS` and past it requests the full run. It counts S3 LIST and
 SQS calls. Moto answers on loopback, so the times are lower bounds for real S3, where each LIST
 call is a network round trip.
 """
@@ -110,7 +110,7 @@ def main() -> int:
                 "calls": dict(calls),
             }
         # a reset that tracking knows (every object landed, a lost cursor): with the feed, it
-        # lists for at most LIST_SECONDS_PER_RESET, else it requests the full run
+        # lists for at most LOOK_SECONDS, else it requests the full run
         calls = {}
         counted(fed, calls)
         landed = {e.doc_id: e.version for e in plain.list_entries()}

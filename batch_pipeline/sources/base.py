@@ -4,6 +4,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+# The part of Dagster's 60 s sensor tick one look at a source may spend on work that grows with
+# the source (hashing a folder's moved files, listing a bucket for a reset); past it, a look
+# leaves the rest to a later look or to a run, so the tick ends well inside its limit.
+LOOK_SECONDS = 20.0
+
 
 class SourceUnavailableError(RuntimeError):
     """The source as a whole cannot be read (missing folder, unreachable bucket or database).

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from stat import S_ISREG
 
 from batch_pipeline.sources.base import (
+    LOOK_SECONDS,
     ChangeSet,
     DocumentReadError,
     DocumentSource,
@@ -31,7 +32,6 @@ from batch_pipeline.sources.base import (
 from batch_pipeline.transient import is_transient
 
 GONE = (errno.ENOENT, errno.ENOTDIR)  # what says a document is not there, as opposed to unseen
-HASH_SECONDS_PER_LOOK = 20.0  # of a sensor's look; Dagster times a sensor tick out at 60 s
 MIN_HASH_READ_SECONDS = 1.0  # the shortest read timeout a hash is given
 NOT_HASHED = ""  # a file's digest in the sensor's state before a look had time to hash it
 
@@ -134,7 +134,7 @@ class FilesystemSource(DocumentSource):
         root: Path,
         glob: str = "**/*.md",
         read_timeout: float = 60.0,
-        hash_seconds: float = HASH_SECONDS_PER_LOOK,
+        hash_seconds: float = LOOK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = Path(root)

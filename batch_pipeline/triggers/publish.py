@@ -33,14 +33,12 @@ from dataclasses import dataclass, field
 from batch_pipeline.config import CollectionConfig
 from batch_pipeline.iterables import batched
 from batch_pipeline.sources import ChangeSet, DocumentSource, SourceUnavailableError
+from batch_pipeline.sources.base import LOOK_SECONDS
 from batch_pipeline.state.staging import StagePath
 
 CURSOR_VERSION = 2
 TICK_SECONDS = 1  # the sensor's minimum interval: every evaluation of the daemon (every 5 s)
 LOOK_SLACK_SECONDS = 1.0  # ticks drift by a fraction of a second; a look is not put off a tick
-# how long a reset may list a source with a change feed to request only what differs from what
-# landed; past it, the tick requests the full run, which lists (Dagster times a tick out at 60 s)
-LIST_SECONDS_PER_RESET = 20.0
 
 
 class StateSnapshots:
@@ -49,11 +47,11 @@ class StateSnapshots:
     def __init__(self, folder: StagePath) -> None:
         self.folder = folder
 
-    def save(self, text: str) -> str:
-        digest = hashlib.sha256(text.encode()).hexdigest()
+    def save(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
         path = self.folder / f"{digest}.json.gz"
         if not path.is_file():
-            path.write_bytes(gzip.compress(text.encode(), compresslevel=6))
+            path.write_bytes(gzip.compress(data, compresslevel=6))
         return digest
 
     def load(self, digest: str) -> dict | None:
@@ -162,8 +160,7 @@ def _cursor(
     body = {"state": state, "pending": pending, **({"ack": ack} if ack else {})}
     if snapshots is None:
         return json.dumps({"v": CURSOR_VERSION, **body, **timing})
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    digest = snapshots.save(text)
+    digest = snapshots.save(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
     before = (previous or {}).get("ref")
     counter = int((previous or {}).get("n", 0)) + (digest != before)
     snapshots.prune({digest, before} if isinstance(before, str) else {digest})
@@ -227,24 +224,28 @@ def evaluate_publish(
 ) -> PublishDecision:
     """What this tick does. `landed` streams (doc id, source version) of what tracking
     records as landed; with it, a first tick (or a reset) turns only what differs into
-    targeted runs instead of a full reconciliation run. `clock` times a reset's listing of a
-    source with a change feed (`LIST_SECONDS_PER_RESET`)."""
+    targeted runs instead of a full reconciliation run; it is read only once the source
+    answered. `clock` times a reset's listing of a source with a change feed (`LOOK_SECONDS`)."""
     previous = _parse(cursor, snapshots)
     reset = previous is None and cursor is not None
-    known: dict = {}  # on a first tick, or a cursor that cannot be read: what tracking landed
-    if previous is None and landed is not None:
-        known = dict(landed())
+    # on a first tick, or a cursor that cannot be read: what tracking landed, read once the
+    # source answered (a tick whose source is unreachable has no use for it)
+    known: dict = {}
+    first = previous is None and landed is not None
     baseline = source.baseline_state() if previous is None else None
     try:
         if baseline is not None:  # a change feed: later ticks read it, this one need not list
             source.check()
+            known = dict(landed()) if first else {}
             changes = _listed_within(source, baseline, clock) if known else None
             if changes is None:  # the full run lists the source, not the tick
                 return _full_run(collection, baseline, snapshots, now, reset)
         else:
             # the cursor that named these messages was committed: their runs are requested
             source.acknowledge(previous.get("ack", []) if previous else [])
-            changes = source.changes_since(previous["state"] if previous else None)
+            # the previous state is let go once compared: a look holds one state, not two
+            changes = source.changes_since(previous.pop("state") if previous else None)
+            known = dict(landed()) if first else {}
     except SourceUnavailableError as error:
         return PublishDecision(cursor=cursor, skip_reason=f"source unavailable: {error}")
 
@@ -318,8 +319,8 @@ def _listed_within(
     source: DocumentSource, baseline: dict, clock: Callable[[], float]
 ) -> ChangeSet | None:
     """Every document of a source with a change feed, listed as a first look lists it, or
-    None where the listing takes longer than `LIST_SECONDS_PER_RESET`."""
-    until = clock() + LIST_SECONDS_PER_RESET
+    None where the listing takes longer than `LOOK_SECONDS` (the full run lists it then)."""
+    until = clock() + LOOK_SECONDS
     listed = ChangeSet(state=baseline)
     for entry in source.list_entries():
         if clock() > until:

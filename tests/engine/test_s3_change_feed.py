@@ -132,9 +132,13 @@ def test_an_unreachable_queue_skips_and_keeps_the_cursor(feed, moto_server):
 def test_a_first_tick_with_a_queue_gone_skips_without_a_run(feed):
     _, sqs, _, queue, source, _ = feed
     sqs.delete_queue(QueueUrl=queue)
-    first = tick(source, None, now=1000.0)
+    reads = []  # tracking's landed versions: not read for a source that did not answer
+    first = evaluate_publish(
+        "kb", source, None, 1000.0, 30, 200, landed=lambda: reads.append(1) or iter(())
+    )
     assert first.runs == [] and first.cursor is None
     assert "source unavailable" in first.skip_reason and "sqs_queue_url" in first.skip_reason
+    assert reads == []
 
 
 def test_a_reset_that_tracking_knows_lists_once_for_what_differs(feed):
@@ -155,16 +159,16 @@ def test_a_reset_that_tracking_knows_lists_once_for_what_differs(feed):
 
 def test_a_reset_whose_listing_outlasts_its_time_requests_the_full_run(feed):
     """A bucket too big to list within a tick (Dagster times a tick out at 60 s): the reset
-    stops listing after LIST_SECONDS_PER_RESET and requests the full run, which lists."""
+    stops listing after LOOK_SECONDS and requests the full run, which lists."""
     from itertools import count
 
-    from batch_pipeline.triggers.publish import LIST_SECONDS_PER_RESET
+    from batch_pipeline.sources.base import LOOK_SECONDS
 
     s3, _, bucket, _, source, _ = feed
     for name in "abc":
         s3.put_object(Bucket=bucket, Key=f"kb/{name}.md", Body=b"# doc\n")
     landed = {"kb/a.md": "an older version"}
-    seconds = count(0.0, LIST_SECONDS_PER_RESET * 0.75)  # each look at the clock: 15 s later
+    seconds = count(0.0, LOOK_SECONDS * 0.75)  # each look at the clock: 15 s later
     reset = evaluate_publish(
         "kb",
         source,
@@ -179,4 +183,4 @@ def test_a_reset_whose_listing_outlasts_its_time_requests_the_full_run(feed):
     assert run.full
     # the clock was read three times: at the start, at kb/a.md (15 s) and at kb/b.md (30 s, past
     # the budget), where the listing stopped, before kb/c.md
-    assert next(seconds) == LIST_SECONDS_PER_RESET * 0.75 * 3
+    assert next(seconds) == LOOK_SECONDS * 0.75 * 3

@@ -266,6 +266,20 @@ def test_sql_query_mode_and_unreachable_database(sql_table):
     assert "***" in dead.describe()
 
 
+def test_a_first_tick_whose_source_does_not_answer_does_not_read_tracking():
+    """The publish sensor's first tick reads tracking's landed versions (all of them, at any
+    size) only once the source answered; an unreachable database skips the tick first."""
+    from batch_pipeline.triggers.publish import evaluate_publish
+
+    dead = SqlSource("postgresql+psycopg://nobody@127.0.0.1:9/none", table="t")
+    reads = []
+    decision = evaluate_publish(
+        "kb", dead, None, 1000.0, 30, 200, landed=lambda: reads.append(1) or iter(())
+    )
+    assert decision.runs == [] and decision.skip_reason.startswith("source unavailable")
+    assert reads == []
+
+
 def test_a_missing_bucket_is_named_before_anything_is_listed(s3_bucket):
     client, bucket = s3_bucket
     S3Source(client, bucket).check()  # exists: nothing to say
