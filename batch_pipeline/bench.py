@@ -25,7 +25,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,46 +44,12 @@ from batch_pipeline.inference.calibration import median_sample, min_cosine
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.inference.runner import BACKENDS, EmbeddingRunner
+from batch_pipeline.measures.memory import PeakRss
 from batch_pipeline.stages.plan import plan_inputs
 
 CHUNK_SET = Path(__file__).resolve().parent.parent / "benchmarks" / "chunks.jsonl"
 BASELINE_BATCH_SIZE = 32
 BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, as measured on these machines (roughly)
-
-
-class PeakRss:
-    """Samples this process's resident memory while a phase runs; `.peak` in bytes."""
-
-    def __init__(self, interval: float = 0.01) -> None:
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-    def _rss(self) -> int:
-        try:
-            with open("/proc/self/statm") as handle:
-                return int(handle.read().split()[1]) * self._page
-        except OSError:  # pragma: no cover - not Linux
-            import resource
-
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._rss())
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "PeakRss":
-        self.peak = self._rss()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:  # noqa: ANN002
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
 
 
 @dataclass

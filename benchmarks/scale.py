@@ -15,7 +15,6 @@ fake vectors) are reported too: land joins vectors onto chunks on disk, so it st
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -124,13 +123,10 @@ class FakeRunner:
 
 
 def peak_rss_mib() -> float:
-    """This process's peak RSS (VmHWM: unlike ru_maxrss, it starts afresh at exec)."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak RSS in MiB (VmHWM: unlike ru_maxrss, it starts afresh at exec)."""
+    from batch_pipeline.measures.memory import high_water_bytes
+
+    return high_water_bytes() / 2**20
 
 
 def run_size(documents: int) -> dict:

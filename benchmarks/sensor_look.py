@@ -7,52 +7,26 @@ Writes `--files` one-line files in folders of `--per-folder`, then runs the publ
 decision (`evaluate_publish`, with its state files in a temporary staging folder, as the
 sensor runs it) look after look: the first look (which hashes within `LOOK_SECONDS`), the looks
 that fill in hashes, then `--looks` looks with `--touch` files rewritten before each. Prints
-each look's seconds, its peak RSS over the RSS before the first look (sampled every 5 ms), and
-the size of the state file it left.
+each look's seconds, its peak RSS over the RSS before the first look (the kernel's
+high-water mark, reset before each look: `batch_pipeline/measures/memory.py`), and the size
+of the state file it left.
 """
 
 import argparse
 import json
-import os
-import resource
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from batch_pipeline.measures.memory import PeakRss, rss_bytes  # noqa: E402
 from batch_pipeline.sources.base import LOOK_SECONDS  # noqa: E402
 from batch_pipeline.sources.filesystem import FilesystemSource  # noqa: E402
 from batch_pipeline.state.staging import as_stage_path  # noqa: E402
 from batch_pipeline.triggers.publish import StateSnapshots, evaluate_publish  # noqa: E402
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-class PeakRss:
-    """The highest RSS while the block runs, sampled every 5 ms."""
-
-    def __enter__(self) -> "PeakRss":
-        self.peak = rss_mib()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.005):
-            self.peak = max(self.peak, rss_mib())
-
-    def __exit__(self, *exc_info) -> None:  # noqa: ANN002
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_mib())
 
 
 def write_files(root: Path, files: int, per_folder: int) -> None:
@@ -79,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.files:,} files written in {time.perf_counter() - started:.1f} s")
         source = FilesystemSource(root, "**/*.md")
         snapshots = StateSnapshots(as_stage_path(state))
-        base = rss_mib()
+        base = rss_bytes() / 2**20
         cursor, looks, kind, later = None, [], "first", 0
         while later < args.looks:
             if kind == "later":
@@ -107,21 +81,21 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "look": kind,
                     "seconds": round(seconds, 2),
-                    "peak_mib": round(peak.peak - base),
+                    "peak_mib": round(peak.peak / 2**20 - base),
                     "state_mib": round(state_bytes / 2**20, 1),
                     "runs": "full" if full else changed,
                 }
             )
             print(
-                f"{kind:>9} look: {seconds:6.2f} s, peak RSS +{peak.peak - base:5.0f} MiB, "
+                f"{kind:>9} look: {seconds:6.2f} s, peak RSS +{looks[-1]['peak_mib']:5d} MiB, "
                 f"state files {state_bytes / 2**20:5.1f} MiB, runs: {looks[-1]['runs']}"
             )
             if kind == "later":
                 later += 1
             # a look that spent its hashing time left hashes to fill in: the next fills in
             kind = "fill-in" if kind != "later" and seconds >= LOOK_SECONDS else "later"
-        peak_total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"process peak RSS {peak_total:.0f} MiB (before the first look {base:.0f} MiB)")
+        highest = max(look["peak_mib"] for look in looks)
+        print(f"highest look peak RSS +{highest} MiB (before the first look {base:.0f} MiB)")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"files": args.files, "looks": looks}))
     return 0
