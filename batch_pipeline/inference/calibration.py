@@ -37,7 +37,7 @@ REPEATS = 2  # timed rounds over every candidate, after one warm-up each; the fa
 # fastest's. On a shared 2-core Zen 4 a noisy neighbour once slowed OpenVINO bf16 2.2x across
 # both of its rounds: it measured 1.23x slower than torch bf16, where it runs 1.39x faster
 CONTENTION = 2.0
-CONTEST_ROUNDS = 2
+CONTEST_ROUNDS = 1  # each a later chance of a quiet host: 0.4 s on the READMEs' sample on a Zen 4
 MIN_SPEEDUP = 1.15  # "clearly faster": at least this ratio over the default path
 REFERENCE = ("torch", "float32")  # what every candidate's vectors are compared with
 
