@@ -228,9 +228,8 @@ def evaluate_publish(
     answered. `clock` times a reset's listing of a source with a change feed (`LOOK_SECONDS`)."""
     previous = _parse(cursor, snapshots)
     reset = previous is None and cursor is not None
-    # on a first tick, or a cursor that cannot be read: what tracking landed, read once the
-    # source answered (a tick whose source is unreachable has no use for it)
-    known: dict = {}
+    # on a first tick, or a cursor that cannot be read: what tracking landed (`known`), read
+    # once the source answered (a tick whose source is unreachable has no use for it)
     first = previous is None and landed is not None
     baseline = source.baseline_state() if previous is None else None
     try:
