@@ -113,10 +113,13 @@ def _unenforced(prop: dict) -> str | None:
         bounded = [key for key in ("minLength", "maxLength") if key in prop]
         shaped = [key for key in ("pattern", "format") if key in prop]
         if bounded and shaped:
+            shapes, lengths = (
+                " and ".join(f"`{key}`" for key in keys) for keys in (shaped, bounded)
+            )
             return (
-                f"`{shaped[0]}` with `{bounded[0]}` is not enforced by the structured-output "
-                "engine (xgrammar): drop the length and bound it in the pattern, as in "
-                '"^.{5,120}$"'
+                f"{shapes} with {lengths} is not enforced by the structured-output "
+                f"engine (xgrammar): drop {'them' if len(bounded) > 1 else 'it'} and bound "
+                'the length in the pattern, as in "^.{5,120}$"'
             )
     return None
 

@@ -120,6 +120,21 @@ def test_a_prompt_edit_is_a_new_version_and_a_reformatted_schema_is_not(tmp_path
             {
                 "type": "object",
                 "properties": {
+                    "summary": {
+                        "type": "string",
+                        "pattern": "^.*$",
+                        "minLength": 5,
+                        "maxLength": 90,
+                    }
+                },
+            },
+            "property 'summary': `pattern` with `minLength` and `maxLength` is not enforced",
+        ),
+        (
+            None,
+            {
+                "type": "object",
+                "properties": {
                     "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
                 },
             },
