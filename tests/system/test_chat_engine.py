@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from batch_pipeline.config.output_schema import ENFORCED_FORMATS
+
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
@@ -75,8 +77,9 @@ SCRIPT = textwrap.dedent(
     }
     # imported once the engine has started (with vLLM's start-up logging quietened)
     from vllm.v1.structured_output.backend_xgrammar import (
-        has_xgrammar_unsupported_json_features as unsupported)
+        STRING_SUPPORTED_FORMATS, has_xgrammar_unsupported_json_features as unsupported)
     result["refused_by_vllm"] = [unsupported(one) for one in json.loads(sys.argv[4])]
+    result["formats"] = sorted(STRING_SUPPORTED_FORMATS)
     print("RESULT " + json.dumps(result, default=str), flush=True)
     """
 )
@@ -98,7 +101,7 @@ PROPERTIES = [
     {"type": "number", "multipleOf": 0.5},
     {"type": "integer", "minimum": 0},
     {"enum": ["owner", "admin"]},
-]
+] + [{"type": "string", "format": known} for known in sorted(ENFORCED_FORMATS)]
 
 
 def loads(prop: dict, folder: Path) -> bool:
@@ -182,6 +185,7 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
     # the output schema's load refuses what vLLM's structured outputs refuse, and only that
     loaded = [loads(p, tmp_path) for p in PROPERTIES]
     assert [not ok for ok in loaded] == result["refused_by_vllm"]
+    assert sorted(ENFORCED_FORMATS) == result["formats"]  # every format it enforces, no more
     assert 0 < sum(loaded) < len(PROPERTIES)
 
     (cut,) = result["cut"]["outputs"]
