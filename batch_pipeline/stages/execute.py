@@ -134,6 +134,7 @@ class ExecuteSummary:
                 device=self.device,
                 dtype=self.dtype,
                 backend=self.backend,
+                batches_at_once=s.lanes,
             )
         return values
 
