@@ -35,7 +35,6 @@ class RunStats:
     calibration_seconds: float = 0.0  # fixed: measuring the paths `auto` chooses between
     warmup_seconds: float = 0.0  # fixed: the model's first call (kernels, allocator, caches)
     oom_splits: int = 0
-    lanes: int = 1  # batches run at once (OpenVINO's streams; 1 on torch)
     tokenized: int = 0  # inputs tokenised here: given no token ids, or ids it could not pad
     failed: dict[int, str] = field(default_factory=dict)  # position -> reason
 

@@ -627,13 +627,7 @@ class EmbeddingRunner:
         limit: int | None = None
         started, calibrated_before = time.perf_counter(), self.calibration_seconds
         prepared_batches = self._prefetch(self._calibrated(batches))  # calibrates first
-        compiling = time.perf_counter()
-        lanes = self._lanes()  # OpenVINO compiles here on first use: a one-off, as warming up
-        if not self._warm:
-            compiled = time.perf_counter() - compiling
-            stats.warmup_seconds += compiled
-            started += compiled
-        stats.lanes = lanes
+        lanes = self._lanes()
         pool = ThreadPoolExecutor(lanes, thread_name_prefix="batch-lane") if lanes > 1 else None
         in_flight: deque[tuple[_Prepared, Future]] = deque()  # in the order they started
 

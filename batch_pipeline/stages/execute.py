@@ -134,7 +134,6 @@ class ExecuteSummary:
                 device=self.device,
                 dtype=self.dtype,
                 backend=self.backend,
-                batches_at_once=s.lanes,
             )
         return values
 
