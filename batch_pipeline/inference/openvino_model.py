@@ -12,8 +12,7 @@ temporary folder and renamed into place, so a crash never leaves half an export.
 run reads it back, and only the run that made it reports its seconds.
 
 Compile: per precision, `INFERENCE_PRECISION_HINT` f32 or bf16 (bf16 only where the plugin
-lists BF16 among the CPU's capabilities), the throughput hint and the runner's thread count
-(`OpenVinoModel`: several batches at once, one per stream).
+lists BF16 among the CPU's capabilities), the latency hint and the runner's thread count.
 
 OpenVINO is for CPUs; on a GPU the torch path runs. This module imports openvino only when
 called, so the rest of the engine runs without it.
@@ -25,13 +24,10 @@ its process before it imports openvino (`telemetry_off`); nothing is written to 
 """
 
 import json
-import queue
 import shutil
 import tempfile
-import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -169,88 +165,46 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
 
 
 class OpenVinoModel:
-    """An exported model, compiled per precision on first use with the throughput hint:
-    OpenVINO splits the runner's threads into streams (on 2 cores, 2 streams of 1 thread),
-    each stream runs one batch, and `lanes` batches run at once, each on an infer request of
-    its own.
+    """An exported model, compiled per precision on first use for one batch at a time (the
+    latency hint: every thread on the batch), as calibration times it.
 
-    Callers hand batches to `infer` from up to `lanes` threads of their own, each call
-    synchronous (`EmbeddingRunner.run` keeps `lanes` batches in flight); `infer_split`
-    spreads one batch's rows over every lane, so one batch alone still uses every core (how
-    calibration times it). No `AsyncInferQueue` and no callbacks: on a 2-core Zen 3 one CI
-    run hung in an `AsyncInferQueue` with a Python callback, every thread waiting, and
-    ultralytics went synchronous after the same queue hung on AMD EPYC runners
-    (ultralytics/ultralytics#25921). On a 2-core Zen 5 in bf16 the model alone ran the same
-    planned batches 1.04x to 1.10x as fast two at a time on two streams as one at a time on
-    both threads (the latency hint), on the handbook and the READMEs; on a 2-core Zen 4,
-    1.003x (docs/performance.md)."""
+    Several batches in flight do not pay for their risk. On a 2-core Zen 4 in bf16, two
+    requests round-robin (`start_async` and `wait`, no callbacks) ran 1.00x to 1.08x one at
+    a time. On a 2-core Zen 3 in fp32 an `AsyncInferQueue` with a Python callback ran 1.1x
+    to 1.2x, but one CI run hung in it, every thread waiting; `AsyncInferQueue` on dynamic
+    shapes hung ultralytics' CI on AMD EPYC runners the same way, and they went synchronous
+    too (ultralytics/ultralytics#25921)."""
 
     def __init__(self, folder: Path, threads: int) -> None:
         self.threads = threads
         self.core = _core()
         self.model = self.core.read_model(str(folder / MODEL_FILE))
         self.inputs: list[str] = json.loads((folder / INFO_FILE).read_text())["inputs"]
-        # per precision, compiled on first use: its idle infer requests, one per stream
-        self._idle: dict[str, queue.SimpleQueue] = {}
-        self._lanes: dict[str, int] = {}
-        self._compiling = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None  # for `infer_split`
+        self._requests: dict[str, object] = {}  # one per precision, compiled on first use
 
-    def lanes(self, dtype: str) -> int:
-        """How many batches of `dtype` run at once (OpenVINO's streams for this CPU)."""
-        self._idle_requests(dtype)
-        return self._lanes[dtype]
-
-    def _idle_requests(self, dtype: str) -> queue.SimpleQueue:
-        with self._compiling:
-            if dtype not in self._idle:
-                if dtype not in PRECISION_HINTS:
-                    raise ValueError(f"backend openvino runs float32 or bfloat16, not {dtype!r}")
-                compiled = self.core.compile_model(
-                    self.model,
-                    "CPU",
-                    {
-                        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype],
-                        "PERFORMANCE_HINT": "THROUGHPUT",
-                        "INFERENCE_NUM_THREADS": self.threads,
-                    },
-                )
-                lanes = max(1, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-                idle: queue.SimpleQueue = queue.SimpleQueue()
-                for _ in range(lanes):
-                    idle.put(compiled.create_infer_request())
-                self._idle[dtype], self._lanes[dtype] = idle, lanes
-            return self._idle[dtype]
+    def _request(self, dtype: str):  # noqa: ANN202
+        if dtype not in self._requests:
+            if dtype not in PRECISION_HINTS:
+                raise ValueError(f"backend openvino runs float32 or bfloat16, not {dtype!r}")
+            compiled = self.core.compile_model(
+                self.model,
+                "CPU",
+                {
+                    "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype],
+                    "PERFORMANCE_HINT": "LATENCY",
+                    "INFERENCE_NUM_THREADS": self.threads,
+                },
+            )
+            self._requests[dtype] = compiled.create_infer_request()
+        return self._requests[dtype]
 
     def _feeds(self, features: dict) -> dict[str, np.ndarray]:
         return {name: np.asarray(features[name], dtype=np.int64) for name in self.inputs}
 
     def infer(self, features: dict, dtype: str) -> np.ndarray:
-        """Sentence embeddings of one tokenised batch, as float32, on an idle lane (waiting
-        for one when every lane is busy)."""
-        idle = self._idle_requests(dtype)
-        request = idle.get()
-        try:
-            result = request.infer(self._feeds(features))
-            return np.asarray(result[0], dtype=np.float32).copy()
-        finally:
-            idle.put(request)
-
-    def infer_split(self, features: dict, dtype: str) -> np.ndarray:
-        """One batch's embeddings, its rows spread over every lane at once."""
-        feeds = self._feeds(features)
-        rows = len(feeds[self.inputs[0]])
-        lanes = min(self.lanes(dtype), rows)
-        if lanes < 2:
-            return self.infer(feeds, dtype)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.lanes(dtype), thread_name_prefix="openvino")
-        parts = np.array_split(np.arange(rows), lanes)
-        futures = [
-            self._pool.submit(self.infer, {k: v[rows] for k, v in feeds.items()}, dtype)
-            for rows in parts
-        ]
-        return np.concatenate([future.result() for future in futures])
+        """Sentence embeddings of one tokenised batch, as float32."""
+        result = self._request(dtype).infer(self._feeds(features))
+        return np.asarray(result[0], dtype=np.float32).copy()
 
 
 def load_or_export(

@@ -6,8 +6,7 @@ where that measured faster (`batch_pipeline.inference.openvino_model`). A batch 
 its inputs' token ids (the plan's, from prepare) is padded, not tokenised again; the first
 such batch is checked once against the model's own tokenizer, and a model that reads the
 texts otherwise is tokenised instead, with a warning. The next batches are made ready on a
-worker thread behind a bounded queue, overlapping the forward passes. On the OpenVINO backend
-several batches run at once, one per stream (`OpenVinoModel`), and come back in order.
+worker thread behind a bounded queue, overlapping the forward passes.
 On CUDA it uses fp16/bf16, pinned memory and non-blocking copies; a CUDA out-of-memory error
 splits the batch in two and lowers the budget for the rest of the run. An input that fails on
 its own is reported, not dropped.
@@ -22,9 +21,7 @@ import os
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -372,7 +369,7 @@ class EmbeddingRunner:
 
             def embed_as(candidate: Candidate, batch: list[str]) -> np.ndarray:
                 self._use(candidate)
-                return self._forward(batch, features, spread=True)
+                return self._forward(batch, features)
 
             if uses_openvino:
                 self._openvino_model()  # exported before the clock starts: a cost of its own
@@ -529,19 +526,11 @@ class EmbeddingRunner:
         self._warm = True
         return time.perf_counter() - started
 
-    def _lanes(self) -> int:
-        """How many batches run at once: OpenVINO's streams on its backend, else one."""
-        return self._openvino_model().lanes(self.dtype) if self.backend == "openvino" else 1
-
-    def _forward(self, texts: list[str], features: dict, spread: bool = False) -> np.ndarray:
-        """One batch's vectors; `spread`: the batch alone uses every lane (its rows split
-        among them), as calibration times a path that runs several batches at once."""
+    def _forward(self, texts: list[str], features: dict) -> np.ndarray:
         import torch
 
         if self.backend == "openvino":
-            model = self._openvino_model()
-            infer = model.infer_split if spread else model.infer
-            output = infer(features, self.dtype)
+            output = self._openvino_model().infer(features, self.dtype)
             if self._normalize_here:
                 output /= np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
             return output
@@ -559,7 +548,13 @@ class EmbeddingRunner:
     def _run_batch(self, prepared: _Prepared, stats: RunStats) -> list[tuple[int, np.ndarray]]:
         """Run one batch, splitting it on out-of-memory until single inputs fail on their own."""
         try:
-            return self._counted(prepared, self._forward(prepared.texts, prepared.features), stats)
+            vectors = self._forward(prepared.texts, prepared.features)
+            mask = prepared.features.get("attention_mask")
+            if mask is not None:
+                stats.tokens += int(mask.sum())
+                stats.padded_tokens += int(mask.numel())
+            stats.batches += 1
+            return list(zip(prepared.positions, vectors, strict=True))
         except Exception as error:  # noqa: BLE001
             if not is_out_of_memory(error):
                 raise
@@ -573,31 +568,6 @@ class EmbeddingRunner:
             for rows in (slice(0, half), slice(half, None)):
                 results += self._run_batch(prepared.part(self, rows), stats)
             return results
-
-    @staticmethod
-    def _counted(
-        prepared: _Prepared, vectors: np.ndarray, stats: RunStats
-    ) -> list[tuple[int, np.ndarray]]:
-        """A batch's vectors by position, its tokens and padding counted in `stats`."""
-        mask = prepared.features.get("attention_mask")
-        if mask is not None:
-            stats.tokens += int(mask.sum())
-            stats.padded_tokens += int(mask.numel())
-        stats.batches += 1
-        return list(zip(prepared.positions, vectors, strict=True))
-
-    def _landed(
-        self, prepared: _Prepared, running: Future, stats: RunStats
-    ) -> list[tuple[int, np.ndarray]]:
-        """A batch run on a lane, once it finished; after an out-of-memory it runs again
-        here, split as `_run_batch` splits."""
-        try:
-            vectors = running.result()
-        except Exception as error:  # noqa: BLE001
-            if not is_out_of_memory(error):
-                raise
-            return self._run_batch(prepared, stats)
-        return self._counted(prepared, vectors, stats)
 
     def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
         """The batch itself, or slices of at most `limit` inputs after an out-of-memory."""
@@ -626,39 +596,20 @@ class EmbeddingRunner:
         stats = stats if stats is not None else RunStats()
         limit: int | None = None
         started, calibrated_before = time.perf_counter(), self.calibration_seconds
-        prepared_batches = self._prefetch(self._calibrated(batches))  # calibrates first
-        lanes = self._lanes()
-        pool = ThreadPoolExecutor(lanes, thread_name_prefix="batch-lane") if lanes > 1 else None
-        in_flight: deque[tuple[_Prepared, Future]] = deque()  # in the order they started
-
-        def done(results: list[tuple[int, np.ndarray]]):  # noqa: ANN202
-            stats.inputs += len(results)
-            if results:
-                yield [p for p, _ in results], np.stack([v for _, v in results])
-
-        try:
-            for prepared in prepared_batches:
-                warming = self._warm_up(prepared)
-                stats.warmup_seconds += warming
-                started += warming
-                stats.tokenized += len(prepared.texts) if prepared.tokenized else 0
-                for part in self._capped(prepared, limit):
-                    if pool is not None:  # `lanes` batches at once, yielded in order
-                        running = pool.submit(self._forward, part.texts, part.features)
-                        in_flight.append((part, running))
-                        if len(in_flight) >= lanes:
-                            yield from done(self._landed(*in_flight.popleft(), stats))
-                        continue
-                    splits_before = stats.oom_splits
-                    results = self._run_batch(part, stats)
-                    if stats.oom_splits > splits_before:  # lower the budget for the rest
-                        limit = max(1, len(part.texts) // 2)
-                    yield from done(results)
-            while in_flight:
-                yield from done(self._landed(*in_flight.popleft(), stats))
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+        for prepared in self._prefetch(self._calibrated(batches)):
+            warming = self._warm_up(prepared)
+            stats.warmup_seconds += warming
+            started += warming
+            stats.tokenized += len(prepared.texts) if prepared.tokenized else 0
+            for part in self._capped(prepared, limit):
+                splits_before = stats.oom_splits
+                results = self._run_batch(part, stats)
+                if stats.oom_splits > splits_before:  # lower the budget for the rest
+                    limit = max(1, len(part.texts) // 2)
+                stats.inputs += len(results)
+                if results:
+                    positions = [p for p, _ in results]
+                    yield positions, np.stack([v for _, v in results])
         # what `auto` spent choosing a path is a fixed cost, not the model's throughput
         calibrating = self.calibration_seconds - calibrated_before
         stats.calibration_seconds += calibrating

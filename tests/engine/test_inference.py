@@ -1,6 +1,5 @@
 """The execution engine: order, fidelity against sentence-transformers, OOM back-off."""
 
-import threading
 import time
 
 import numpy as np
@@ -71,9 +70,9 @@ def inject_faults(monkeypatch, runner, fault):
     """FAKE faults: `fault(texts)` runs before each forward pass of the real runner."""
     forward = runner._forward
 
-    def faulty(texts, features, spread=False):
+    def faulty(texts, features):
         fault(texts)
-        return forward(texts, features, spread)
+        return forward(texts, features)
 
     monkeypatch.setattr(runner, "_forward", faulty)
 
@@ -185,56 +184,6 @@ def test_other_errors_are_not_swallowed(runner, monkeypatch):
         list(runner.run([([0], ["x"])]))
 
 
-def test_batches_on_several_lanes_run_at_once_and_come_back_in_plan_order(runner, monkeypatch):
-    # the real model on each lane; FAKE timing: the first batch of each pair finishes last
-    lanes, running, most = 3, [0], [0]
-    forward = runner._forward
-    lock = threading.Lock()
-
-    def slowed(texts, features, spread=False):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.05 if len(texts) == 3 else 0.0)
-        try:
-            return forward(texts, features, spread)
-        finally:
-            with lock:
-                running[0] -= 1
-
-    monkeypatch.setattr(runner, "_lanes", lambda: lanes)
-    monkeypatch.setattr(runner, "_forward", slowed)
-    batches = [(list(range(i, i + 3 - i % 2)), TEXTS[i : i + 3 - i % 2]) for i in range(0, 12, 3)]
-    stats = RunStats()
-    got = list(runner.run(batches, stats))
-    assert [positions for positions, _ in got] == [positions for positions, _ in batches]
-    assert most[0] == lanes  # every lane was busy at once
-    reference = runner.model.encode(TEXTS[:12], convert_to_numpy=True)
-    vectors = np.concatenate([v for _, v in got])
-    order = [p for positions, _ in got for p in positions]
-    np.testing.assert_allclose(vectors, reference[order], atol=1e-5)
-    assert stats.inputs == len(order) and stats.batches == len(batches)
-
-
-def test_an_error_on_a_lane_is_raised_and_the_other_lanes_finish(runner, monkeypatch):
-    started: list[int] = []
-
-    def inject(texts):  # FAKE: the second batch fails, not of memory
-        started.append(len(texts))
-        if len(texts) == 2:
-            raise RuntimeError("lane lost")
-
-    monkeypatch.setattr(runner, "_lanes", lambda: 2)
-    inject_faults(monkeypatch, runner, inject)
-    batches = [([0], TEXTS[:1]), ([1, 2], TEXTS[1:3]), ([3, 4, 5], TEXTS[3:6])]
-    seen = []
-    with pytest.raises(RuntimeError, match="lane lost"):
-        for positions, _ in runner.run(batches):
-            seen += positions
-    assert seen == [0]  # what finished before the failure was yielded, in order
-    assert not [t for t in threading.enumerate() if t.name.startswith("batch-lane")]
-
-
 def test_identical_inputs_are_embedded_once_and_fanned_out(make_pipeline, runner, workspace):
     same = "# FAQ\n\n## Contact\n\nWrite to support@relay.example.\n"
     (workspace["docs"] / "faq-a.md").write_text(same)
@@ -343,14 +292,6 @@ def test_the_openvino_export_is_made_once_and_keeps_the_vectors_within_fidelity(
     reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
     assert float(np.min(np.sum(ours * reference, axis=1))) > 0.9999
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)  # normalised
-    # several batches at once on OpenVINO's streams: the vectors of one batch at a time
-    assert first._lanes() >= 1
-    one_at_a_time = EmbeddingRunner(
-        model, device="cpu", backend="openvino", dtype="float32", export_cache=exports
-    )
-    one_at_a_time._lanes = lambda: 1
-    sequential = one_at_a_time.embed(TEXTS, token_budget=256, max_batch_size=4)
-    np.testing.assert_allclose(ours, sequential, atol=1e-6)
 
     second = EmbeddingRunner(
         model, device="cpu", backend="openvino", dtype="float32", export_cache=exports
