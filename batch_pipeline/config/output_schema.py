@@ -113,9 +113,8 @@ def _unenforced(prop: dict) -> str | None:
         bounded = [key for key in ("minLength", "maxLength") if key in prop]
         shaped = [key for key in ("pattern", "format") if key in prop]
         if bounded and shaped:
-            shapes, lengths = (
-                " and ".join(f"`{key}`" for key in keys) for keys in (shaped, bounded)
-            )
+            shapes = " and ".join(f"`{key}`" for key in shaped)
+            lengths = " and ".join(f"`{key}`" for key in bounded)
             return (
                 f"{shapes} with {lengths} is not enforced by the structured-output "
                 f"engine (xgrammar): drop {'them' if len(bounded) > 1 else 'it'} and bound "
