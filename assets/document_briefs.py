@@ -21,7 +21,15 @@ from assets.partitions import (
     progress_log,
     retried_if_transient,
 )
-from assets.run_info import run_started_at, run_trigger, step_retries
+from assets.run_info import (
+    NO_MASS_DELETION_HELD,
+    LandConfig,
+    held_deletions_check,
+    nightly_review,
+    run_started_at,
+    run_trigger,
+    step_retries,
+)
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, parquet_metadata, upstream_path
 from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE
 from batch_pipeline.briefs.pipeline import BriefProduct
@@ -217,13 +225,23 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
                 "generation is not promoted; `batch-pipeline failures` lists each document "
                 "with its reason.",
                 blocking=True,
-            )
+            ),
+            partition_check(
+                NO_MASS_DELETION_HELD,
+                BRIEF_LAND.asset,
+                partitions,
+                "The run deleted the briefs of every document its source no longer lists, or "
+                "held back nothing: fails when deletions beyond limits.max_delete_fraction or "
+                "limits.max_delete_documents were held back (an empty listing looks like "
+                "that). Confirm real deletions by materialising with allow_mass_delete: true.",
+            ),
         ],
         **_common(partitions),
     )
     @retried_if_transient
     def document_briefs(
         context: dg.AssetExecutionContext,
+        config: LandConfig,
         pipeline: PipelineResource,
         generation: GenerationResource,
         inference: InferenceResource,
@@ -250,8 +268,9 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             run_trigger(context),
             retries=step_retries(context),
             started_at=run_started_at(context),
+            allow_mass_delete=config.allow_mass_delete,
         )
-        review = product.review(inference.runner)
+        review, dropped = nightly_review(context, product, inference.runner)
         for doc_id, reason in sorted(summary.failed.items())[:20]:
             context.log.warning(f"brief of {doc_id}: {reason}")
         scores = (review.scores or {}).get("candidate") or {}
@@ -275,6 +294,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
                     "prompt_version": product.template.version,
                     "schema_version": product.output.version,
                     "model_fingerprint": product.model.fingerprint,
+                    "generations_dropped": len(dropped),
                     **{
                         f"review_{k}": v
                         for k, v in review.metadata().items()
@@ -295,7 +315,10 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
                         },
                         {"valid_share", "briefs_failed"},
                     ),
-                )
+                ),
+                held_deletions_check(
+                    context, summary.deletions_held, summary.deletions_held_reason
+                ),
             ],
         )
 

@@ -6,7 +6,7 @@ from assets.partitions import OWNERS, partition_check
 from assets.stage_io import as_metadata
 from batch_pipeline.generations.drift import drift_report
 from batch_pipeline.stages import LAND
-from batch_pipeline.triggers.tags import is_reconcile
+from batch_pipeline.triggers.tags import is_nightly
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource
 
@@ -48,7 +48,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         and the promotion decision with its reason. Promotion is one atomic switch of the live
         pointer; readers keep using the old generation until then."""
         engine = pipeline.partition(context.partition_key)
-        review = engine.review_generation(inference.runner, force=is_reconcile(context.run.tags))
+        review = engine.review_generation(inference.runner, force=is_nightly(context.run.tags))
         for warning in review.warnings:
             context.log.warning(warning)
         settings = pipeline.config.generations

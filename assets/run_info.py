@@ -1,11 +1,14 @@
 """What a Dagster run tells the engine about itself: its trigger, its start, its retries, and
 what the operator confirmed (`LandConfig`)."""
 
+from typing import Protocol
+
 import dagster as dg
 from pydantic import Field
 
 from assets.stage_io import as_metadata
-from batch_pipeline.triggers.tags import trigger_of
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
+from batch_pipeline.triggers.tags import is_nightly, trigger_of
 
 RUN_RETRY_TAG = "dagster/retry_number"  # set on a run that re-executes a failed one
 NO_MASS_DELETION_HELD = "no_mass_deletion_held"
@@ -53,3 +56,22 @@ def held_deletions_check(
         passed=not deletions_held,
         metadata=as_metadata({"deletions_held": deletions_held, "reason": reason}),
     )
+
+
+class Reviewed(Protocol):
+    """A product as its land asset reviews it."""
+
+    reviewer: GenerationReviewer
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview: ...
+
+
+def nightly_review(
+    context: dg.AssetExecutionContext, product: Reviewed, embedder_for: EmbedderFor
+) -> tuple[GenerationReview, list[str]]:
+    """The product's generation review after a land, and the retired generations dropped:
+    a nightly run (the reconciliation, or the product's daily schedule) forces the review
+    and drops what is past `generations.retention_days`, for every product alike."""
+    nightly = is_nightly(context.run.tags)
+    review = product.review(embedder_for, force=nightly)
+    return review, product.reviewer.drop_retired() if nightly else []

@@ -21,6 +21,7 @@ from assets.run_info import (
     NO_MASS_DELETION_HELD,
     LandConfig,
     held_deletions_check,
+    nightly_review,
     run_started_at,
     run_trigger,
     step_retries,
@@ -260,7 +261,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                 started_at=run_started_at(context),
                 allow_mass_delete=config.allow_mass_delete,
             )
-            review = product.review(inference.runner)
+            review, dropped = nightly_review(context, product, inference.runner)
         except LabelsRefusedError as error:  # retrying cannot fix the labels
             raise dg.Failure(description=str(error), allow_retries=False) from None
         trained = product.trained()
@@ -284,6 +285,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
                     "taxonomy_version": product.taxonomy.version,
                     "model_fingerprint": product.model_fingerprint,
                     "fingerprints": FINGERPRINTS,
+                    "generations_dropped": len(dropped),
                     "classifier": classifier_line(trained),
                     **(
                         {"classifier_candidates": dg.MetadataValue.json(trained["candidates"])}

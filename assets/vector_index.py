@@ -145,9 +145,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         if is_reconcile(context.run.tags):
             settings = pipeline.config
             maintenance = engine.nightly_maintenance(
-                timedelta(hours=settings.maintenance.version_retention_hours),
-                timedelta(days=settings.generations.retention_days),
-                owner=run_id,
+                timedelta(hours=settings.maintenance.version_retention_hours), owner=run_id
             )
         table = table_metadata(engine.store, engine.index)
         freshness = partition_freshness(engine.tracking, engine.index)

@@ -44,7 +44,6 @@ from batch_pipeline.stages.collect import (
     collect_documents,
 )
 from batch_pipeline.stages.land import (
-    DeletionGuard,
     LandingContext,
     LandSummary,
     land_documents,
@@ -123,6 +122,7 @@ class PartitionPipeline(StagedPartition):
         """The generation this configuration builds (see `GenerationLifecycle`)."""
         return GenerationLifecycle(
             self.collection,
+            self.config.generations,
             self.config.model,
             self.model,
             self.fingerprint,
@@ -287,27 +287,21 @@ class PartitionPipeline(StagedPartition):
         were retried, `started_at` when it started (default: when its collect started).
         Deletions beyond the mass-deletion limits are held back
         (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
-        limits = self.config.limits
-        guard = DeletionGuard(
-            limits.max_delete_fraction,
-            limits.max_delete_documents,
-            self.documents_held,
-            confirmed=allow_mass_delete,
-        )
-        ctx = LandingContext(
-            collection=self.name,
-            index=self.index,
-            partition=self.partition,
-            run_id=run_id,
-            model_name=self.model.name,
-            fingerprint=self.fingerprint,
-            dimension=dimension,
-            deletion_guard=guard,
-            metadata_fields=dict(self.collection.metadata.fields),
-        )
         upkeep = self.config.maintenance
         files = StageFiles(collected, chunks, embeddings)
-        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
+        scope = self.run_scope
+        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
+            ctx = LandingContext(
+                collection=self.name,
+                index=self.index,
+                partition=self.partition,
+                run_id=run_id,
+                model_name=self.model.name,
+                fingerprint=self.fingerprint,
+                dimension=dimension,
+                hold_deletions=run.hold_deletions,
+                metadata_fields=dict(self.collection.metadata.fields),
+            )
             summary: LandSummary = land_documents(
                 self.store, self.tracking, ctx, collected, chunks, embeddings
             )
@@ -372,10 +366,9 @@ class PartitionPipeline(StagedPartition):
             completeness=float(completeness["completeness"]),
             partition_inputs=self.landed_totals()[1],
             table_version=landed.table_version,
-            deletions_held=landed.deletions_held,
         )
 
-    def documents_held(self) -> int:
+    def landed_inputs(self) -> int:
         """Documents this partition holds: as tracking records them, or as the table does
         when tracking knows fewer (a lost tracking database); what deletions are weighed
         against."""
@@ -437,17 +430,15 @@ class PartitionPipeline(StagedPartition):
         on every call with `force` or `generations.review: every_run`, otherwise only when
         something it depends on changed since the last review (so a no-op run loads no
         model)."""
-        every_run = self.config.generations.review == "every_run"
-        return self.lifecycle.review(embedder_for, force=force or every_run)
+        return self.lifecycle.review(embedder_for, force=force)
 
-    def nightly_maintenance(
-        self, version_retention: timedelta, generation_retention: timedelta, owner: str
-    ) -> dict[str, int]:
+    def nightly_maintenance(self, version_retention: timedelta, owner: str) -> dict[str, int]:
         """Compact the table, clean up versions older than `version_retention`, and drop
-        this collection's generations retired longer than `generation_retention` ago."""
+        this collection's generations retired longer than `generations.retention_days`
+        ago (the reviewer's retention, as for every product)."""
         with self.tracking.landing_lease(self.index, owner=owner):
             done = self.store.maintain(self.index, version_retention)
-        dropped = self.lifecycle.drop_expired(generation_retention)
+        dropped = self.lifecycle.reviewer.drop_retired()
         return {**done, "generations_dropped": len(dropped)}
 
     # -------------------------------------------------------------------- a run

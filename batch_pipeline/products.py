@@ -13,7 +13,7 @@ from typing import ClassVar, Protocol
 
 from batch_pipeline.briefs.pipeline import BriefProduct, CollectionDocuments, briefs_product_name
 from batch_pipeline.config import ConfigError, PipelineConfig
-from batch_pipeline.generations.review import EmbedderFor, GenerationReview
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
@@ -56,6 +56,12 @@ class Product(Protocol):
         `report` lists them: the newest runs of each group."""
         ...
 
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        """The product's generation review, which owns the policies every product follows
+        (`generations.review`, retention of retired generations)."""
+        ...
+
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Review the current configuration's generation, promoting it if the gate allows."""
         ...
@@ -83,6 +89,10 @@ class _Face:
     def index(self) -> str:
         return self.engine.index
 
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        return self.engine.reviewer
+
 
 class VectorIndex(_Face):
     """A collection's vector index, as a product (its engine: the whole collection, every
@@ -92,6 +102,10 @@ class VectorIndex(_Face):
     status_lines: ClassVar[Lines] = staticmethod(collection_report.status_lines)
     health_line = staticmethod(collection_report.health_line)
     engine: PartitionPipeline
+
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        return self.engine.lifecycle.reviewer
 
     def run_groups(self) -> list[list[str]]:
         """The collection's own key and, when sharded, each shard's, one group each."""

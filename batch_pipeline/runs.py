@@ -7,7 +7,8 @@ and a landing that records the run.
   frame's own, over the shared stages; a product writes collect, prepare and land.
 - `landing` is the land stage's frame. On entry it takes the generation's landing lease, reads
   the table's version and records the run's start (so a run that dies after a commit is
-  known). The product's land does its own work inside and reports a `RunOutcome`. On exit it
+  known). The product's land does its own work inside, asks the run's mass-deletion guard
+  before it deletes (`LandedRun.hold_deletions`), and reports a `RunOutcome`. On exit it
   gathers every stage's seconds, builds the run's measures, writes its typed `RunRecord`,
   drops the checkpoints the run has landed and prunes old stage files.
 
@@ -77,6 +78,45 @@ def as_runner(runner: Embedder | Callable[[], Embedder]) -> Callable[[], Embedde
 
 
 @dataclass(frozen=True)
+class DeletionGuard:
+    """The mass-deletion limits (`limits.max_delete_fraction`, `limits.max_delete_documents`)
+    against a partition's landed documents, unless the run's operator confirmed them.
+
+    An empty listing (an unmounted volume, a mistyped prefix, credentials that list nothing, a
+    query that suddenly returns no rows) looks exactly like every document being deleted; this
+    is what stops such a run from emptying a production index."""
+
+    max_fraction: float
+    max_documents: int | None
+    # the partition's documents before this run; asked only when something is to be deleted
+    landed_documents: Callable[[], int]
+    confirmed: bool = False  # --allow-mass-delete, or allow_mass_delete in the run config
+    unit: str = "documents"  # what is deleted: documents, or a day's tickets
+
+    def refusal(self, deleting: int, adding: int = 0) -> str | None:
+        """Why deleting `deleting` documents (while `adding` new ones) needs confirmation, or
+        None if it does not. The share is weighed against the larger of what the partition
+        holds now and what it will hold: a run that adds a thousand documents and removes the
+        one old one is no mass deletion; an empty listing still is."""
+        if self.confirmed or deleting == 0:
+            return None
+        landed = max(self.landed_documents(), deleting)
+        base = max(landed, landed - deleting + adding)
+        share = deleting / base
+        if self.max_documents is not None and deleting > self.max_documents:
+            limit = f"limits.max_delete_documents ({self.max_documents})"
+        elif share > self.max_fraction:
+            limit = f"limits.max_delete_fraction ({self.max_fraction:g})"
+        else:
+            return None
+        weighed = f" of the {base} it will hold" if base > landed else ""
+        return (
+            f"the run would delete {deleting} of {landed} landed {self.unit} "
+            f"({share:.0%}{weighed}), more than {limit}"
+        )
+
+
+@dataclass(frozen=True)
 class RunScope:
     """Where one partition's runs land, and what they are recorded under."""
 
@@ -91,6 +131,8 @@ class RunScope:
     fingerprint: str  # the generation's
     checkpoints: StagePath  # execute's checkpoint folder of this partition and model
     unit: str  # what the product's inputs are (documents, tickets, ...)
+    # what the partition holds now, in `unit`: what the mass-deletion guard weighs against
+    landed_inputs: Callable[[], int]
 
 
 @dataclass(frozen=True)
@@ -105,17 +147,28 @@ class RunOutcome:
     table_version: int | None
     quarantined: int = 0
     completeness: float | None = None
-    deletions_held: int = 0
 
 
 @dataclass
 class LandedRun:
-    """A run inside `landing`: the table's version before it, what its land reported, and
-    (after the frame's exit) its measures."""
+    """A run inside `landing`: the table's version before it, its mass-deletion guard and
+    what that held back, what its land reported, and (after the frame's exit) its measures."""
 
     version_before: int
+    guard: DeletionGuard
     outcome: RunOutcome | None = None
     measures: RunMeasures | None = None
+    deletions_held: int = 0
+    deletions_held_reason: str | None = None
+
+    def hold_deletions(self, deleting: int, adding: int = 0) -> str | None:
+        """Why the land must not delete `deleting` inputs (while adding `adding` new ones),
+        recorded on the run, or None when it may. Every product's land asks before it
+        deletes; what is held stays, and the run's record and checks say so."""
+        held = self.guard.refusal(deleting, adding)
+        if held is not None:
+            self.deletions_held, self.deletions_held_reason = deleting, held
+        return held
 
 
 @dataclass(frozen=True)
@@ -135,13 +188,23 @@ def landing(
     trigger: str = MANUAL,
     retries: int = 0,
     started_at: float | None = None,
+    allow_mass_delete: bool = False,
 ) -> Iterator[LandedRun]:
     """The land stage's frame (see the module docstring). `started_at` is when the run began
-    (default: when its collect started); `retries` how many of its steps were retried."""
+    (default: when its collect started); `retries` how many of its steps were retried;
+    `allow_mass_delete` confirms deletions beyond the mass-deletion limits."""
     land_started = time.perf_counter()
+    limits = scope.config.limits
+    guard = DeletionGuard(
+        limits.max_delete_fraction,
+        limits.max_delete_documents,
+        scope.landed_inputs,
+        confirmed=allow_mass_delete,
+        unit=scope.unit,
+    )
     with scope.tracking.landing_lease(scope.index, owner=run_id):
         table = scope.store.open(scope.index)  # under the lease: no commit can come between
-        run = LandedRun(table.version if table is not None else 0)
+        run = LandedRun(table.version if table is not None else 0, guard)
         scope.tracking.record_run_started(
             run_id,
             scope.index,
@@ -187,7 +250,7 @@ def landing(
             counts=outcome.counts,
             table_version=outcome.table_version,
             table_version_before=run.version_before,
-            deletions_held=outcome.deletions_held,
+            deletions_held=run.deletions_held,
         )
     )
     remove_landed_checkpoints(scope.checkpoints, files.executed)
@@ -256,6 +319,11 @@ class StagedPartition(ABC):
         """Execute's checkpoints, shared by the partition's runs of one model until landed."""
 
     @abstractmethod
+    def landed_inputs(self) -> int:
+        """What the partition holds now, in its `unit`: the mass-deletion guard weighs a
+        run's deletions against it."""
+
+    @abstractmethod
     def collect_stage(self, request: RunRequest) -> StageOutput: ...
 
     @abstractmethod
@@ -302,6 +370,7 @@ class StagedPartition(ABC):
             self.fingerprint,
             self.checkpoint_dir(),
             self.unit,
+            self.landed_inputs,
         )
 
     def plan(

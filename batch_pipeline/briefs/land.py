@@ -1,11 +1,13 @@
 """Land for briefs: the valid outputs parsed into typed rows, deletions applied, in commits
-of `LAND_GROUP` briefs (the last with the deletions), so memory holds one group.
+of `LAND_GROUP` briefs (the last with the deletions), so memory holds one group. Deletions
+the run frame's mass-deletion guard holds back are not applied: those briefs stay.
 
 An output that is invalid (not finished, not JSON, not the schema) or was refused by the plan
 is that document's failure; its landed brief, if any, stays, and since its key did not move
 the next run tries it again.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,8 @@ class BriefLandSummary:
     failed: dict[str, str] = field(default_factory=dict)  # doc_id -> why
     failed_keys: dict[str, str] = field(default_factory=dict)  # doc_id -> its staleness key
     table_version: int | None = None
+    deletions_held: int = 0  # briefs of deleted documents kept: beyond the mass-deletion limits
+    deletions_held_reason: str | None = None
     measures: RunMeasures | None = None  # the run's, set by the frame once it has landed
 
     def metadata(self) -> dict[str, object]:
@@ -47,6 +51,8 @@ class BriefLandSummary:
             "briefs_landed": len(self.landed_ids),
             "briefs_deleted": len(self.deleted_ids),
             "briefs_failed": len(self.failed),
+            "deletions_held": self.deletions_held,
+            "deletions_held_reason": self.deletions_held_reason,
         }
 
 
@@ -57,16 +63,25 @@ def land_briefs(
     index: str,
     output: OutputSchema,
     lineage: BriefLineage,
+    hold_deletions: Callable[[int, int], str | None] | None = None,
 ) -> BriefLandSummary:
-    """Land a run's briefs into the generation's table (see the module docstring)."""
+    """Land a run's briefs into the generation's table (see the module docstring).
+    `hold_deletions(deleting, adding)` is the run frame's mass-deletion guard: the reason
+    the deletions are held back, or None."""
     documents = {
         row["input_hash"]: row
         for row in read_table(
             prepared_path, ["input_hash", "doc_id", "title", "content_hash", "truncated"]
         ).to_pylist()
     }
-    deleted = list(stage_summary(prepared_path).get("deleted") or [])
+    prepared = stage_summary(prepared_path)
+    deleted = list(prepared.get("deleted") or [])
     summary = BriefLandSummary()
+    # weighed before anything lands; the stale documents bound the new ones from above
+    held = hold_deletions(len(deleted), int(prepared.get("stale") or 0)) if hold_deletions else None
+    if held is not None:
+        summary.deletions_held, summary.deletions_held_reason = len(deleted), held
+        deleted = []
     schema = brief_schema(output)
     rows: list[dict] = []
 

@@ -238,7 +238,15 @@ class BriefProduct:
             f"run the briefs first (batch-pipeline run --collection {self.collection_name} "
             "--product briefs)"
         )
-        return GenerationReviewer(self.registry, self.name, CoversCollectionRule(), scorer, hint)
+        return GenerationReviewer(
+            self.registry,
+            self.name,
+            CoversCollectionRule(),
+            scorer,
+            hint,
+            self.config.generations,
+            self.store.drop_table,
+        )
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         return self.reviewer.review(self.record(), embedder_for, force)
@@ -343,6 +351,10 @@ class BriefPartition(StagedPartition):
     def checkpoint_dir(self) -> StagePath:
         return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
 
+    def landed_inputs(self) -> int:
+        """The documents the generation holds briefs of: what deletions are weighed against."""
+        return self.product.briefs.count(self.index)
+
     # ------------------------------------------------------------------- stages
 
     def read_documents(self, doc_ids: list[str]) -> Iterator[ReadDocument]:
@@ -424,8 +436,11 @@ class BriefPartition(StagedPartition):
         trigger: str,
         retries: int = 0,
         started_at: float | None = None,
+        allow_mass_delete: bool = False,
     ) -> BriefLandSummary:
-        """Land the run's briefs in the run frame, and record each document's failure."""
+        """Land the run's briefs in the run frame, and record each document's failure.
+        Deletions beyond the mass-deletion limits are held back
+        (`BriefLandSummary.deletions_held`) unless `allow_mass_delete`."""
         product = self.product
         lineage = BriefLineage(
             collection=product.collection_name,
@@ -438,9 +453,16 @@ class BriefPartition(StagedPartition):
         )
         files = StageFiles(collected, prepared, executed)
         product.record()
-        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
+        scope = self.run_scope
+        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
             summary = land_briefs(
-                prepared, executed, product.briefs, self.index, product.output, lineage
+                prepared,
+                executed,
+                product.briefs,
+                self.index,
+                product.output,
+                lineage,
+                run.hold_deletions,
             )
             failures = [  # under the key it failed with: not tried again while that holds
                 FailureRecord(
@@ -495,4 +517,5 @@ class BriefPartition(StagedPartition):
             executed,
             request.trigger,
             started_at=request.started_at,
+            allow_mass_delete=request.allow_mass_delete,
         )

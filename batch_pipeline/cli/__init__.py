@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from tqdm import tqdm
 
 from batch_pipeline.arguments import whole_number
+from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.config import ConfigError, load_config, masked_url
@@ -341,7 +342,10 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
             raise ConfigError("--product briefs runs a whole collection: give --collection")
         progress, interval = _progress_sink(sys.stderr)
         product = ctx.briefs(args.collection, args)
-        return brief_commands.run_briefs(product, args, progress, interval, ctx.runners(args))
+        landed = brief_commands.run_briefs(
+            product, args, progress, interval, ctx.runners(args), _on_wait
+        )
+        return _held_deletions(landed, "document_briefs")
     if args.day:
         landed = ticket_commands.run_day(
             ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0]
@@ -361,11 +365,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         allow_mass_delete=args.allow_mass_delete,
         progress=progress,
         progress_interval=interval,
-        on_wait=lambda holder: print(
-            f"batch-pipeline: waiting for run {holder}, which is running partition "
-            f"{pipeline.partition}; then running only what is still stale",
-            file=sys.stderr,
-        ),
+        on_wait=lambda holder: _on_wait(holder, pipeline.partition),
     )
     review = pipeline.review_generation(runners)
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
@@ -405,6 +405,15 @@ HELD_DELETIONS_EXIT = 3
 UNREAD_EXIT = 4
 
 
+def _on_wait(holder: str, partition: str) -> None:
+    """What a run says while another run holds its partition's lease."""
+    print(
+        f"batch-pipeline: waiting for run {holder}, which is running partition "
+        f"{partition}; then running only what is still stale",
+        file=sys.stderr,
+    )
+
+
 def _unread(pipeline: PartitionPipeline, run_id: str, measures: RunMeasures) -> int:
     """Exit status 4, and a line, when the run could not read too much of its source."""
     excess = pipeline.unread_excess(run_id, measures.attempted)
@@ -418,7 +427,9 @@ def _unread(pipeline: PartitionPipeline, run_id: str, measures: RunMeasures) -> 
     return UNREAD_EXIT
 
 
-def _held_deletions(landed: LandSummary | TicketLandSummary, asset: str = LAND.asset) -> int:
+def _held_deletions(
+    landed: LandSummary | TicketLandSummary | BriefLandSummary, asset: str = LAND.asset
+) -> int:
     """Exit status 3, and what to do, when the run held back a mass deletion."""
     if not landed.deletions_held:
         return 0

@@ -14,8 +14,10 @@ import json
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 
 from batch_pipeline.arguments import whole_number
+from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
 from batch_pipeline.generations.review import EmbedderFor
@@ -102,9 +104,11 @@ def run_briefs(
     progress: ProgressSink | None,
     interval: float,
     embedder_for: EmbedderFor,
-) -> int:
+    on_wait: Callable[[str, str], None],
+) -> BriefLandSummary:
     """Run the briefs of the whole collection, then review their generation (faithfulness
-    embeds with `embedder_for`'s models)."""
+    embeds with `embedder_for`'s models); `on_wait(holder, partition)` hears a run that
+    holds the partition. Returns the land's summary."""
     run_id = args.run_id or str(uuid.uuid4())
     generator = product.generator
     partition = product.partition(product.collection_name)
@@ -115,6 +119,8 @@ def run_briefs(
         trigger=args.trigger,
         progress=progress,
         progress_interval=interval,
+        allow_mass_delete=args.allow_mass_delete,
+        on_wait=lambda holder: on_wait(holder, partition.partition),
     )
     land = summaries["land"]
     measures = land.measures
@@ -136,7 +142,7 @@ def run_briefs(
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
-        return 0
+        return land
     execute = report["execute"]
     print(
         f"run {run_id}: {execute['requests_generated']} briefs generated, "
@@ -171,7 +177,7 @@ def run_briefs(
         print(f"  scores: {figures}")
     if product.settings.index_questions:
         print(f"  {question_line(questions)}")
-    return 0
+    return land
 
 
 def question_line(questions: QuestionRows) -> str:

@@ -1,6 +1,7 @@
 """A collection's vector index generation for one configuration: tracked after each land,
 reviewed through the shared `GenerationReviewer` (retrieval scores, "had a full pass"),
-promoted, read through the live pointer, and dropped after retirement.
+promoted, read through the live pointer, and (by the reviewer's retention) dropped after
+retirement with its question rows.
 
 `GenerationLifecycle` holds this logic for the pipeline, the Dagster assets and the CLI alike.
 """
@@ -8,15 +9,17 @@ promoted, read through the live pointer, and dropped after retirement.
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
-from batch_pipeline.config import CollectionConfig, EvaluationConfig, ModelConfig
+from batch_pipeline.config import (
+    CollectionConfig,
+    EvaluationConfig,
+    GenerationsConfig,
+    ModelConfig,
+)
 from batch_pipeline.generations.evaluation import eval_set_version, load_eval_set, score_generation
 from batch_pipeline.generations.registry import (
     BUILDING,
     CANDIDATE,
-    DROPPED,
-    RETIRED,
     GenerationRegistry,
     generation_complete,
 )
@@ -98,6 +101,7 @@ class GenerationLifecycle:
     def __init__(
         self,
         collection: CollectionConfig,
+        settings: GenerationsConfig,
         model_config: ModelConfig,
         model: ResolvedModel,
         fingerprint: str,
@@ -119,6 +123,8 @@ class GenerationLifecycle:
             FullPassRule(store),
             RetrievalScorer(store, evaluation) if evaluation is not None else None,
             "materialise it first (make demo)",
+            settings,
+            self.drop_tables,
         )
 
     @property
@@ -163,6 +169,11 @@ class GenerationLifecycle:
                 already_live_ok=True,
             )
 
+    def drop_tables(self, index: str) -> None:
+        """A generation's table and its briefs' question rows beside it."""
+        self.store.drop_table(index)
+        self.store.drop_table(question_index(index))
+
     def live(self) -> LiveGeneration:
         """The live generation (what every reader uses), or NoLiveGenerationError."""
         return self.reviewer.live()
@@ -171,24 +182,3 @@ class GenerationLifecycle:
         """Score this generation (and live) on the evaluation set; promote it if the gate
         allows (see `GenerationReviewer.review`)."""
         return self.reviewer.review(self.record(), embedder_for, force)
-
-    def drop_expired(self, retention: timedelta, now: datetime | None = None) -> list[str]:
-        """Drop the tables of this collection's generations retired longer than `retention`
-        ago (nightly). Returns the dropped tables."""
-        cutoff = ((now or datetime.now(UTC)) - retention).timestamp()
-        dropped = []
-        for generation in self.registry.list_all(self.name):
-            if generation.state != RETIRED or (generation.retired_at or 0) >= cutoff:
-                continue
-            self.store.drop_table(generation.index_name)
-            self.store.drop_table(question_index(generation.index_name))  # its briefs' questions
-            self.registry.update(self.name, generation.fingerprint, state=DROPPED)
-            self.registry.record(
-                "drop",
-                self.name,
-                from_index=generation.index_name,
-                details={"retired_at": generation.retired_at},
-                actor="nightly",
-            )
-            dropped.append(generation.index_name)
-        return dropped

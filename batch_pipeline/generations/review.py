@@ -12,21 +12,29 @@ unchanged since the last one keeps it (no model loads) unless `force`; each gene
 scores are kept on its record with what they depend on, so live is not scored again while its
 table and the labelled set stay as they were; the gate takes every floor; a promotion is the
 registry's one atomic switch.
+
+The reviewer also owns the policies every product's generations follow, from
+`generations:`: `review: every_run` re-evaluates on every call, and `drop_retired` drops
+the tables of generations retired longer than `retention_days` (nightly). A product gets
+them by handing its reviewer the settings and a way to drop a generation's tables.
 """
 
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from batch_pipeline.config import GenerationsConfig
 from batch_pipeline.generations.evaluation import gate
-from batch_pipeline.generations.registry import LIVE, GenerationRegistry
+from batch_pipeline.generations.registry import DROPPED, LIVE, RETIRED, GenerationRegistry
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.state.tracking import GenerationRecord
 
 EmbedderFor = Callable[[ResolvedModel], Embedder]
 PIPELINE = "pipeline"  # the audit log's actor for the reviews' promotions
+NIGHTLY = "nightly"  # the audit log's actor for retention's drops
 
 
 class NoLiveGenerationError(RuntimeError):
@@ -147,12 +155,16 @@ class GenerationReviewer:
         rule: CompletenessRule,
         scorer: Scorer | None,
         no_live_hint: str,
+        settings: GenerationsConfig,
+        drop_tables: Callable[[str], None],
     ) -> None:
         self.registry = registry
         self.product = product
         self.rule = rule
         self.scorer = scorer
         self.no_live_hint = no_live_hint  # what to do before anything is live
+        self.settings = settings  # generations: review policy and retention
+        self.drop_tables = drop_tables  # drops a generation's tables, by its table name
 
     def live(self) -> LiveGeneration:
         """The live generation (what every reader uses), or NoLiveGenerationError."""
@@ -167,8 +179,10 @@ class GenerationReviewer:
         self, record: GenerationRecord, embedder_for: EmbedderFor, force: bool = False
     ) -> GenerationReview:
         """Review the generation `record`: score it (and live) and promote it if the gate
-        allows; the decision and scores are recorded on it. Unless `force`, a generation
-        whose review inputs are unchanged since its last review keeps that review."""
+        allows; the decision and scores are recorded on it. Unless `force` (or
+        `generations.review: every_run`), a generation whose review inputs are unchanged
+        since its last review keeps that review."""
+        force = force or self.settings.review == "every_run"
         live = self.registry.live(self.product)
         completeness = self.rule.assess(record, live)
         if (
@@ -214,6 +228,28 @@ class GenerationReviewer:
         key = self._key(record, live, self.rule.assess(record, live))
         self.registry.update(self.product, record.fingerprint, reviewed_key=key)
         return GenerationReview.of(record, live, decision, reason, scores, warnings)
+
+    def drop_retired(self, now: datetime | None = None) -> list[str]:
+        """Drop the tables of the product's generations retired longer than
+        `generations.retention_days` ago (nightly), each recorded in the audit log. Returns
+        the dropped generations' tables."""
+        retention = timedelta(days=self.settings.retention_days)
+        cutoff = ((now or datetime.now(UTC)) - retention).timestamp()
+        dropped = []
+        for generation in self.registry.list_all(self.product):
+            if generation.state != RETIRED or (generation.retired_at or 0) >= cutoff:
+                continue
+            self.drop_tables(generation.index_name)
+            self.registry.update(self.product, generation.fingerprint, state=DROPPED)
+            self.registry.record(
+                "drop",
+                self.product,
+                from_index=generation.index_name,
+                details={"retired_at": generation.retired_at},
+                actor=NIGHTLY,
+            )
+            dropped.append(generation.index_name)
+        return dropped
 
     def _key(
         self, record: GenerationRecord, live: GenerationRecord | None, completeness: Completeness

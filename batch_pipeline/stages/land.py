@@ -88,45 +88,6 @@ class LandSummary:
 
 
 @dataclass(frozen=True)
-class DeletionGuard:
-    """The mass-deletion limits (`limits.max_delete_fraction`, `limits.max_delete_documents`)
-    against a partition's landed documents, unless the run's operator confirmed them.
-
-    An empty listing (an unmounted volume, a mistyped prefix, credentials that list nothing, a
-    query that suddenly returns no rows) looks exactly like every document being deleted; this
-    is what stops such a run from emptying a production index."""
-
-    max_fraction: float
-    max_documents: int | None
-    # the partition's documents before this run; asked only when something is to be deleted
-    landed_documents: Callable[[], int]
-    confirmed: bool = False  # --allow-mass-delete, or allow_mass_delete in the run config
-    unit: str = "documents"  # what is deleted: documents, or a day's tickets
-
-    def refusal(self, deleting: int, adding: int = 0) -> str | None:
-        """Why deleting `deleting` documents (while `adding` new ones) needs confirmation, or
-        None if it does not. The share is weighed against the larger of what the partition
-        holds now and what it will hold: a run that adds a thousand documents and removes the
-        one old one is no mass deletion; an empty listing still is."""
-        if self.confirmed or deleting == 0:
-            return None
-        landed = max(self.landed_documents(), deleting)
-        base = max(landed, landed - deleting + adding)
-        share = deleting / base
-        if self.max_documents is not None and deleting > self.max_documents:
-            limit = f"limits.max_delete_documents ({self.max_documents})"
-        elif share > self.max_fraction:
-            limit = f"limits.max_delete_fraction ({self.max_fraction:g})"
-        else:
-            return None
-        weighed = f" of the {base} it will hold" if base > landed else ""
-        return (
-            f"the run would delete {deleting} of {landed} landed {self.unit} "
-            f"({share:.0%}{weighed}), more than {limit}"
-        )
-
-
-@dataclass(frozen=True)
 class LandingContext:
     collection: str
     index: str  # the generation's table and tracking key
@@ -135,7 +96,8 @@ class LandingContext:
     model_name: str
     fingerprint: str
     dimension: int
-    deletion_guard: DeletionGuard | None = None
+    # the frame's mass-deletion guard: why deleting (n, while adding m) is held back, or None
+    hold_deletions: Callable[[int, int], str | None] | None = None
     metadata_fields: dict[str, str] = field(default_factory=dict)  # declared: name -> type
 
 
@@ -174,7 +136,7 @@ def land_documents(
 
     deleted_set = set(deleted)
     # weighed before anything lands, against what the partition held when the run began
-    held = ctx.deletion_guard.refusal(len(deleted), added) if ctx.deletion_guard else None
+    held = ctx.hold_deletions(len(deleted), added) if ctx.hold_deletions else None
 
     def not_superseded(doc_ids: list[str]) -> list[str]:
         """Drop documents another run landed newer content of since this run collected."""

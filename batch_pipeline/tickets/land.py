@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.measures.run import RunMeasures
-from batch_pipeline.stages.land import DeletionGuard
 from batch_pipeline.state.staging import StagePath, read_batches, read_table
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
@@ -79,12 +78,13 @@ def land_day(
     embeddings_path: StagePath | Path,
     known_vectors: Callable[[], dict[str, np.ndarray]],
     classifier: Callable[[], IntentClassifier],
-    guard: DeletionGuard | None = None,
+    hold_deletions: Callable[[int, int], str | None] | None = None,
 ) -> TicketLandSummary:
     """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
     this model computed before, by input hash; `classifier()` is only called if some ticket
-    needs classifying. Tickets gone from the export beyond what `guard` allows keep their
-    rows (`deletions_held`): an export that shrank that far is more likely broken."""
+    needs classifying. Tickets gone from the export that `hold_deletions` (the run frame's
+    mass-deletion guard) holds back keep their rows (`deletions_held`): an export that
+    shrank that far is more likely broken."""
     summary = TicketLandSummary()
     columns = ["ticket_id", "channel", "input_hash", "input_text"]
     inputs = read_table(inputs_path, columns).to_pylist()
@@ -104,7 +104,7 @@ def land_day(
     listed = {row["ticket_id"] for row in inputs}
     gone = [at for ticket_id, at in by_ticket.items() if ticket_id not in listed]
     new = sum(1 for row in inputs if row["ticket_id"] not in by_ticket)
-    held = guard.refusal(len(gone), new) if guard is not None else None
+    held = hold_deletions(len(gone), new) if hold_deletions is not None else None
     if held is not None:
         keep += gone
         summary.deletions_held, summary.deletions_held_reason = len(gone), held

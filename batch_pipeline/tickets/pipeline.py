@@ -49,7 +49,6 @@ from batch_pipeline.runs import (
     landing,
 )
 from batch_pipeline.stages import Stage
-from batch_pipeline.stages.land import DeletionGuard
 from batch_pipeline.state.staging import StagePath, read_table
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
@@ -240,6 +239,8 @@ class TicketProduct:
             HoldsLiveDaysRule(self.intents),
             AccuracyScorer(evaluation, self._predict) if evaluation is not None else None,
             "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)",
+            self.config.generations,
+            self.store.drop_table,
         )
 
     def live(self) -> LiveGeneration:
@@ -453,8 +454,7 @@ class TicketProduct:
         holds), at least `min_accuracy`, and no worse than live within the tolerance; promote
         it if so (see `GenerationReviewer.review`: `force` or `generations.review: every_run`
         re-evaluates a review whose inputs are unchanged)."""
-        every_run = self.config.generations.review == "every_run"
-        return self.reviewer.review(self.record(), embedder_for, force or every_run)
+        return self.reviewer.review(self.record(), embedder_for, force)
 
 
 class DayPipeline(StagedPartition):
@@ -537,6 +537,10 @@ class DayPipeline(StagedPartition):
         """Every due day: the days are alike, so the rolling figures are the product's."""
         return self.product.partition_days()
 
+    def landed_inputs(self) -> int:
+        """The day's landed tickets: what its deletions are weighed against."""
+        return self.product.store.count_rows(self.product.index, day_filter(self.day))
+
     def checkpoint_dir(self) -> StagePath:
         """Execute checkpoints of the day, shared by the runs of one model until landed."""
         return self.product.staging.checkpoint_dir(self.staging_key, self.product.model_fingerprint)
@@ -569,7 +573,6 @@ class DayPipeline(StagedPartition):
         gone from the export beyond the mass-deletion limits keep their rows unless
         `allow_mass_delete` (`TicketLandSummary.deletions_held`)."""
         product = self.product
-        limits = product.config.limits
         index = product.index
         record = product.record()
         target = DayTarget(
@@ -584,7 +587,8 @@ class DayPipeline(StagedPartition):
             collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
         )
         files = StageFiles(collected, inputs, embeddings)
-        with landing(self.run_scope, run_id, files, trigger, retries, started_at) as run:
+        scope = self.run_scope
+        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
             summary = land_day(
                 product.intents,
                 target,
@@ -592,13 +596,7 @@ class DayPipeline(StagedPartition):
                 embeddings,
                 self.known_vectors,
                 lambda: product.classifier_for(record, get_runner),
-                DeletionGuard(
-                    limits.max_delete_fraction,
-                    limits.max_delete_documents,
-                    lambda: product.store.count_rows(index, day_filter(self.day)),
-                    confirmed=allow_mass_delete,
-                    unit=f"tickets of {self.partition}",
-                ),
+                run.hold_deletions,
             )
             summary.failures = collected_failures(collected_rows) + summary.failures
             product.tracking.replace_failures(index, f"{self.partition}/", summary.failures, run_id)
@@ -627,7 +625,6 @@ class DayPipeline(StagedPartition):
             completeness=landed.mix.total / valid if valid else 1.0,
             partition_inputs=valid,
             table_version=landed.table_version,
-            deletions_held=landed.deletions_held,
         )
 
     # -------------------------------------------------------------------- a run

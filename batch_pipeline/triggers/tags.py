@@ -26,6 +26,13 @@ def is_reconcile(tags: dict[str, str]) -> bool:
     return tags.get(MODE_TAG) == RECONCILE_MODE
 
 
+def is_nightly(tags: dict[str, str]) -> bool:
+    """Whether a run is a product's nightly one (the reconciliation, or a product's own daily
+    schedule): every product forces its generation review then and drops retired
+    generations past retention."""
+    return is_reconcile(tags) or DAGSTER_SCHEDULE_TAG in tags
+
+
 # Dagster's own tags on runs that a backfill, a sensor or a schedule launched.
 DAGSTER_BACKFILL_TAG = "dagster/backfill"
 DAGSTER_SENSOR_TAG = "dagster/sensor_name"

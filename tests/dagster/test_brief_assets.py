@@ -36,7 +36,7 @@ def briefs_workspace(tmp_path):
     return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
 
 
-def materialize_with_briefs(workspace, instance, partition="handbook"):
+def materialize_with_briefs(workspace, instance, partition="handbook", tags=None):
     from batch_pipeline.definitions import build_definitions
 
     defs = build_definitions(workspace["config"])
@@ -50,6 +50,8 @@ def materialize_with_briefs(workspace, instance, partition="handbook"):
         partition_key=partition,
         instance=instance,
         resources=resources,
+        tags=tags,
+        raise_on_error=False,
     )
 
 
@@ -165,3 +167,33 @@ def test_a_one_page_publish_regenerates_that_page_s_brief_only(briefs_workspace)
         assert metadata_of(published, "brief_prompts")["briefs_stale"] == 1
         assert metadata_of(published, "brief_generations")["requests_generated"] == 1
         assert metadata_of(published, "document_briefs")["briefs_landed"] == 1
+
+
+def test_the_nightly_run_forces_the_briefs_review_and_an_empty_source_holds_their_deletions(
+    briefs_workspace,
+):
+    """The policies of every product, in Dagster: the nightly reconciliation re-reviews a
+    generation a plain no-op run leaves alone, and a source that comes back empty keeps the
+    briefs, failing the land's no_mass_deletion_held check."""
+    with dg.instance_for_test() as instance:
+        for _ in range(2):  # the second run's review also scores faithfulness to live
+            materialize_with_briefs(briefs_workspace, instance)
+        noop = materialize_with_briefs(briefs_workspace, instance)
+        assert metadata_of(noop, "document_briefs")["review_evaluated"] is False
+        nightly = materialize_with_briefs(
+            briefs_workspace, instance, tags={"batch_pipeline/mode": "reconcile"}
+        )
+        land = metadata_of(nightly, "document_briefs")
+        assert land["review_evaluated"] is True and land["generations_dropped"] == 0
+
+        shutil.rmtree(briefs_workspace["docs"])
+        briefs_workspace["docs"].mkdir()
+        emptied = materialize_with_briefs(briefs_workspace, instance)
+        land = metadata_of(emptied, "document_briefs")
+        assert land["deletions_held"] == 3 and land["briefs_deleted"] == 0
+        (held,) = [
+            c
+            for c in emptied.get_asset_check_evaluations()
+            if c.check_name == "no_mass_deletion_held" and c.asset_key.path == ["document_briefs"]
+        ]
+        assert not held.passed

@@ -1,7 +1,7 @@
 """Model generations: build beside live, gated promotion, rollback, run invalidation, drift."""
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -209,9 +209,10 @@ def test_retired_generations_are_dropped_after_their_retention(workspace, fake_e
     registry = second.generations
     questions = question_index(first.index)  # its briefs' questions go with it
     second.store.create_table(questions, chunk_schema(first.model.embedding_dimension))
-    assert second.lifecycle.drop_expired(timedelta(days=7)) == []
+    reviewer = second.lifecycle.reviewer  # generations.retention_days: 7 by default
+    assert reviewer.drop_retired() == []
     assert second.store.has_table(first.index) and second.store.has_table(questions)
-    assert second.lifecycle.drop_expired(timedelta(0)) == [first.index]
+    assert reviewer.drop_retired(now=datetime.now(UTC) + timedelta(days=7.1)) == [first.index]
     assert not second.store.has_table(first.index) and not second.store.has_table(questions)
     assert registry.get("handbook", first.fingerprint).state == "dropped"
     assert registry.audit_log("handbook")[-1].action == "drop"

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from batch_pipeline import cli
 from batch_pipeline.config import load_config
 from batch_pipeline.pipeline import PartitionPipeline
-from batch_pipeline.stages.land import DeletionGuard
+from batch_pipeline.runs import DeletionGuard
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import POSTGRES_URL
 
