@@ -27,8 +27,7 @@ def build_batch_plan(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         and packed into batches sized against the device's token/memory budget."""
         engine = pipeline.partition(context.partition_key)
         chunks = upstream_path(context, PREPARE, engine.staging)
-        settings, width = inference.plan_settings(engine.model)
-        output = engine.plan(context.run.run_id, chunks, settings, width)
+        output = engine.plan(context.run.run_id, chunks, inference.execute_options(engine.model))
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {**parquet_metadata(output.path), **output.summary.metadata()},

@@ -164,8 +164,7 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         token budget: the vector index's own plan stage."""
         day = pipeline.tickets().day(context.partition_key)
         inputs = upstream_path(context, TICKET_PREPARE, day.product.staging)
-        settings, width = inference.plan_settings(day.product.model)
-        output = day.plan(context.run.run_id, inputs, settings, width)
+        output = day.plan(context.run.run_id, inputs, inference.execute_options(day.model))
         return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PLAN))
 
     @dg.asset(

@@ -13,6 +13,7 @@ from datetime import timedelta
 from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
+from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.generations.lifecycle import GenerationLifecycle, index_model
 from batch_pipeline.generations.registry import GenerationRegistry
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, LiveGeneration
@@ -112,6 +113,10 @@ class PartitionPipeline(StagedPartition):
     @cached_property
     def model(self) -> ResolvedModel:
         return resolve_model(self.config.model)
+
+    @property
+    def executor(self) -> EmbeddingExecutor:
+        return EmbeddingExecutor(self.model)
 
     @cached_property
     def fingerprint(self) -> str:

@@ -199,6 +199,22 @@ def brief_product(
     )
 
 
+INDEX_KIND, BRIEFS_KIND, TICKETS_KIND = "index", "briefs", "tickets"  # what `run --kind` says
+
+
+def product_targets(config: PipelineConfig) -> list[tuple[str, str, str | None]]:
+    """Every configured product as (name, kind, collection), in `configured_products`' order:
+    each collection's vector index, the briefs of those that have them, then the ticket
+    intents (no collection: they run by day)."""
+    targets = [(c.name, INDEX_KIND, c.name) for c in config.collections]
+    targets += [
+        (briefs_product_name(c.name), BRIEFS_KIND, c.name) for c in config.collections if c.briefs
+    ]
+    if config.tickets is not None:
+        targets.append((config.tickets.name, TICKETS_KIND, None))
+    return targets
+
+
 def configured_products(
     config: PipelineConfig,
     storage: StorageLocations,
@@ -210,19 +226,18 @@ def configured_products(
     """Every configured product (each collection's vector index, then the document briefs of
     the collections that have them, then the ticket intents),
     or only the one named `only`: a ConfigError that names the known ones otherwise."""
-    names = [c.name for c in config.collections]
-    briefs = {briefs_product_name(c.name): c.name for c in config.collections if c.briefs}
-    names += list(briefs)
-    if config.tickets is not None:
-        names.append(config.tickets.name)
+    targets = product_targets(config)
+    names = [name for name, _, _ in targets]
     if only is not None and only not in names:
         raise ConfigError(f"unknown product {only!r}; configured: {', '.join(names)}")
     products: list[Product] = []
-    for name in names if only is None else [only]:
-        if config.tickets is not None and name == config.tickets.name:
+    for name, kind, collection in targets:
+        if only is not None and name != only:
+            continue
+        if kind == TICKETS_KIND:
             products.append(TicketIntents(TicketProduct(config, storage, tracking, store)))
-        elif name in briefs:
-            product = brief_product(config, storage, briefs[name], tracking, store, generator)
+        elif kind == BRIEFS_KIND:
+            product = brief_product(config, storage, collection, tracking, store, generator)
             products.append(DocumentBriefs(product))
         else:
             pipeline = PartitionPipeline(config, storage, name, tracking, store)

@@ -4,7 +4,8 @@ and a landing that records the run.
 - `StagedPartition` is one partition of a product as the frame runs it. Its `run` takes the
   partition's run lease (a second run of the partition waits, then finds only what is still
   stale) and runs collect -> prepare -> plan -> execute -> land. Plan and execute are the
-  frame's own, over the shared stages; a product writes collect, prepare and land.
+  frame's own, through the partition's `executor` (embedding or generation, see
+  `batch_pipeline.executors`); a product writes collect, prepare and land.
 - `landing` is the land stage's frame. On entry it takes the generation's landing lease, reads
   the table's version and records the run's start (so a run that dies after a commit is
   known). The product's land does its own work inside, asks the run's mass-deletion guard
@@ -22,19 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from batch_pipeline.config import PipelineConfig
-from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.executors import ExecuteOptions, Executor
+from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import MANUAL, ROLLING_RUNS, RunMeasures, rolling_measures
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
-from batch_pipeline.stages.execute import (
-    DEFAULT_CHECKPOINT_EVERY,
-    PLAN_SECONDS,
-    execute_plan,
-    execute_record,
-)
-from batch_pipeline.stages.plan import plan_stale_chunks
+from batch_pipeline.stages.execute import PLAN_SECONDS, execute_record
 from batch_pipeline.state.checkpoints import checkpoints_used
 from batch_pipeline.state.staging import (
     STAGE_SECONDS,
@@ -55,26 +52,27 @@ class StageOutput:
     summary: object
 
 
+Engine = Embedder | Generator  # what an executor runs: an embedding model, or a chat model
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a run of one partition was asked to do; every stage reads what concerns it."""
 
     run_id: str
-    runner: Callable[[], Embedder]  # loads the model, called only if there is work
-    plan_settings: PlanSettings = field(default_factory=PlanSettings)
+    load: Callable[[], Engine]  # loads the executor's engine, called only if there is work
+    options: ExecuteOptions = field(default_factory=ExecuteOptions)
     doc_ids: list[str] | None = None  # a targeted run (products that support it)
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY  # batches per execute checkpoint
     trigger: str = MANUAL
     progress: ProgressSink | None = None
     progress_interval: float = 15.0
     allow_mass_delete: bool = False
-    on_wait: Callable[[str], None] | None = None  # hears who holds the partition's lease
-    started_at: float | None = None  # set by `run_stages`: when the run began
+    started_at: float | None = None  # set by `StagedPartition.run`: when the run began
 
 
-def as_runner(runner: Embedder | Callable[[], Embedder]) -> Callable[[], Embedder]:
-    """A loaded model, or a function that loads one, as a function."""
-    return runner if callable(runner) else (lambda: runner)
+def as_loader(engine: Engine | Callable[[], Engine]) -> Callable[[], Engine]:
+    """A loaded engine, or a function that loads one, as a function."""
+    return engine if callable(engine) else (lambda: engine)
 
 
 @dataclass(frozen=True)
@@ -311,8 +309,13 @@ class StagedPartition(ABC):
 
     @property
     @abstractmethod
-    def model(self) -> ResolvedModel:
+    def model(self) -> ResolvedModel | ChatModel:
         """The model execute runs."""
+
+    @property
+    @abstractmethod
+    def executor(self) -> Executor:
+        """What plans and runs the partition's model inputs (`batch_pipeline.executors`)."""
 
     @abstractmethod
     def checkpoint_dir(self) -> StagePath:
@@ -374,31 +377,31 @@ class StagedPartition(ABC):
         )
 
     def plan(
-        self, run_id: str, prepared: StagePath, settings: PlanSettings, dtype_bytes: int = 4
+        self, run_id: str, prepared: StagePath, options: ExecuteOptions | None = None
     ) -> StageOutput:
-        """Every stale input once, packed into batches under the token budget."""
+        """Every stale input once, planned by the partition's executor."""
         out = self.path(run_id, self.stages[2].file)
-        return StageOutput(out, plan_stale_chunks(prepared, out, settings, self.model, dtype_bytes))
+        return StageOutput(out, self.executor.plan(prepared, out, options or ExecuteOptions()))
 
     def execute(
         self,
         run_id: str,
         planned: StagePath,
-        get_runner: Callable[[], Embedder],
-        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        load: Engine | Callable[[], Engine],
+        options: ExecuteOptions | None = None,
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
     ) -> StageOutput:
-        """Run the plan; the model is only loaded (by `get_runner`) if there is work.
-        `progress` hears how far it got every `progress_interval` seconds."""
+        """Run the plan on the partition's executor; its engine is only loaded (by `load`)
+        if there is work. `progress` hears how far it got every `progress_interval`
+        seconds."""
         out = self.path(run_id, self.stages[3].file)
-        summary = execute_plan(
+        summary = self.executor.execute(
             planned,
             out,
-            get_runner,
-            self.model.embedding_dimension,
+            as_loader(load),
             self.checkpoint_dir(),
-            checkpoint_every,
+            options or ExecuteOptions(),
             progress,
             progress_interval,
         )
@@ -407,10 +410,9 @@ class StagedPartition(ABC):
     def run(
         self,
         run_id: str,
-        runner: Embedder | Callable[[], Embedder],
-        plan_settings: PlanSettings | None = None,
+        load: Engine | Callable[[], Engine],
+        options: ExecuteOptions | None = None,
         doc_ids: list[str] | None = None,
-        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         on_wait: Callable[[str], None] | None = None,
         trigger: str = MANUAL,
         progress: ProgressSink | None = None,
@@ -421,36 +423,34 @@ class StagedPartition(ABC):
         partition's run lease; their summaries by stage name. (Dagster runs of a partition
         are queued one at a time by the run coordinator.)
 
-        `runner` may be a loaded model or a function that loads one only if there is work.
+        `load` may be a loaded engine or a function that loads one only if there is work;
+        `options` sets the plan and execute (token budget, checkpoints).
         A second run of the partition waits for the first (`on_wait` hears who holds it) and
         then finds only what is still stale. `trigger` is recorded with the run's measures;
         `progress` hears how prepare and execute get on; `doc_ids` asks for a targeted run
-        and `allow_mass_delete` confirms deletions beyond the limits, where the product has
-        them.
+        and `allow_mass_delete` confirms deletions beyond the mass-deletion limits.
         """
         request = RunRequest(
             run_id,
-            as_runner(runner),
-            plan_settings or PlanSettings(),
+            as_loader(load),
+            options or ExecuteOptions(),
             doc_ids,
-            checkpoint_every,
             trigger,
             progress,
             progress_interval,
             allow_mass_delete,
-            on_wait,
             started_at=time.time(),
         )
         lease_key = self.staging_key
         with self.tracking.partition_lease(lease_key, owner=run_id, on_wait=on_wait) as held:
             collected = self.collect_stage(request)
             prepared = self.prepare_stage(request, collected.path)
-            planned = self.plan(run_id, prepared.path, request.plan_settings)
+            planned = self.plan(run_id, prepared.path, request.options)
             executed = self.execute(
                 run_id,
                 planned.path,
-                request.runner,
-                checkpoint_every,
+                request.load,
+                request.options,
                 progress,
                 progress_interval,
             )

@@ -130,7 +130,6 @@ def peak_rss_mib() -> float:
 
 
 def run_size(documents: int) -> dict:
-    from batch_pipeline.inference.batching import PlanSettings
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -162,7 +161,7 @@ def run_size(documents: int) -> dict:
         figures["prepare_speedup"] = round(
             figures["prepare_1_worker_seconds"] / max(figures["prepare_seconds"], 1e-9), 2
         )
-        plan = timed("plan", lambda: pipeline.plan("bench", chunks.path, PlanSettings()))
+        plan = timed("plan", lambda: pipeline.plan("bench", chunks.path))
         for stage in ("collect", "prepare_1_worker", "prepare", "plan"):
             figures[f"{stage}_docs_per_second"] = round(
                 documents / max(figures[f"{stage}_seconds"], 1e-9)
@@ -220,7 +219,6 @@ def _pipeline(root: Path, workers: int | None = None):  # noqa: ANN202
 
 def run_noop(root: Path) -> dict:
     """A full refresh where nothing changed: collect (with its reconcile), prepare, plan."""
-    from batch_pipeline.inference.batching import PlanSettings
 
     pipeline = _pipeline(root)
     _ = pipeline.index, pipeline.store  # per-process start-up (model files hashed), not per doc
@@ -228,7 +226,7 @@ def run_noop(root: Path) -> dict:
     t0 = time.perf_counter()
     refresh = pipeline.collect("refresh")
     chunks = pipeline.prepare("refresh", refresh.path)
-    plan = pipeline.plan("refresh", chunks.path, PlanSettings())
+    plan = pipeline.plan("refresh", chunks.path)
     return {
         "noop_unchanged": refresh.summary.counts.get("unchanged", 0),
         "noop_inputs_planned": plan.summary.inputs,

@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -106,8 +107,8 @@ class InferenceResource(dg.ConfigurableResource):
         """The loaded model (once per process and model)."""
         return self._runners(model)
 
-    def plan_settings(self, model: ResolvedModel) -> tuple[PlanSettings, int]:
-        """Batch budget for this device, and the bytes per activation value."""
+    def execute_options(self, model: ResolvedModel) -> ExecuteOptions:
+        """The plan's batch budget for this device, and the bytes per activation value."""
         device = self.resolved_device()
         width = dtype_bytes(pick_dtype(device, self.dtype))
         budget = self.token_budget
@@ -116,4 +117,5 @@ class InferenceResource(dg.ConfigurableResource):
 
             free, _total = torch.cuda.mem_get_info(torch.device(device))
             budget = budget_from_memory(free, model, width, self.cuda_memory_fraction)
-        return PlanSettings(token_budget=budget, max_batch_size=self.max_batch_size), width
+        plan = PlanSettings(token_budget=budget, max_batch_size=self.max_batch_size)
+        return ExecuteOptions(plan, dtype_bytes=width)

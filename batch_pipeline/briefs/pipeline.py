@@ -37,6 +37,7 @@ from batch_pipeline.config import (
 )
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
+from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.generations.lifecycle import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
 from batch_pipeline.generations.review import (
@@ -50,7 +51,6 @@ from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
-from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.runs import (
@@ -63,9 +63,7 @@ from batch_pipeline.runs import (
 )
 from batch_pipeline.sources import DocumentReadError, DocumentSource
 from batch_pipeline.stages import Stage
-from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
-from batch_pipeline.stages.generate import execute_prompts
-from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_prompts
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.staging import StagePath, StagingArea, stage_summary
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import FailureRecord, GenerationRecord, TrackingStore
@@ -156,6 +154,14 @@ class BriefProduct:
     def model(self) -> ChatModel:
         return self.generator.model
 
+    @property
+    def executor(self) -> GenerationExecutor:
+        """The chat model's prompt plan and generation, under the briefs' sampling and
+        output schema."""
+        return GenerationExecutor(
+            self.generator, self.sampling, self.output.schema, self.plan_settings
+        )
+
     def generation_config(self) -> dict:
         """What decides a brief besides its document: the generation's fingerprint hashes it."""
         return {
@@ -236,7 +242,7 @@ class BriefProduct:
         )
         hint = (
             f"run the briefs first (batch-pipeline run --collection {self.collection_name} "
-            "--product briefs)"
+            "--kind briefs)"
         )
         return GenerationReviewer(
             self.registry,
@@ -348,6 +354,10 @@ class BriefPartition(StagedPartition):
     def model(self) -> ChatModel:
         return self.product.model
 
+    @property
+    def executor(self) -> GenerationExecutor:
+        return self.product.executor
+
     def checkpoint_dir(self) -> StagePath:
         return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
 
@@ -390,40 +400,6 @@ class BriefPartition(StagedPartition):
             product.settings.document_tokens,
             product.generator,
             self.read_documents,
-        )
-        return StageOutput(out, summary)
-
-    def plan(self, run_id: str, prepared: StagePath, *_: object, **__: object) -> StageOutput:
-        """The prompt plan (the frame's batch settings are the embedders'; not used here)."""
-        out = self.path(run_id, self.stages[2].file)
-        product = self.product
-        summary = plan_prompts(
-            prepared, out, product.generator, product.sampling, product.plan_settings
-        )
-        return StageOutput(out, summary)
-
-    def execute(
-        self,
-        run_id: str,
-        planned: StagePath,
-        get_generator: Callable[[], Generator],
-        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-        progress: ProgressSink | None = None,
-        progress_interval: float = 15.0,
-    ) -> StageOutput:
-        """Generate the plan; the engine starts (in `get_generator`'s generator) only if
-        there is work. Chunks are the plan's, so `checkpoint_every` is not used."""
-        out = self.path(run_id, self.stages[3].file)
-        product = self.product
-        summary = execute_prompts(
-            planned,
-            out,
-            get_generator,
-            product.sampling,
-            product.output.schema,
-            self.checkpoint_dir(),
-            progress,
-            progress_interval,
         )
         return StageOutput(out, summary)
 

@@ -2,7 +2,7 @@
 
     batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
     batch-pipeline status [--product P] [--json]
-    batch-pipeline run --collection C | --partition P [--doc-id ID ...] [--trigger T] [--json]
+    batch-pipeline run --collection C | --partition P | --product P [--kind K] [--doc-id ID ...]
     batch-pipeline report [--product P] [--runs N] [--json]
     batch-pipeline failures [--product P] [--json]
     batch-pipeline doctor [--product P] [--json]
@@ -11,11 +11,13 @@
     batch-pipeline restore --collection C --before-run RUN_ID
     batch-pipeline repair --collection C [--rebuild] [--yes]
     batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
-    batch-pipeline run --collection C --product briefs | briefs --collection C   (briefs)
+    batch-pipeline run --collection C --kind briefs | briefs --collection C   (briefs)
 
-A product is a collection's vector index (named after the collection) or the ticket intents
-(`tickets.name`); `--collection` is another name for `--product`. Status, doctor, report,
-failures and generations cover every product unless one is named.
+A product is a collection's vector index (named after the collection), its document briefs
+(`<collection>_briefs`) or the ticket intents (`tickets.name`); `--product NAME` names one in
+every command, and `--kind` (index, briefs) says which of a collection's products `run`
+runs. Status, doctor, report, failures and generations cover every product unless one is
+named.
 
 Configuration and state come from the same places as the Dagster code location:
 `BATCH_PIPELINE_CONFIG` and `BATCH_PIPELINE_HOME` (or `--config` / `--home`).
@@ -39,6 +41,7 @@ from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.config import ConfigError, load_config, masked_url
+from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY, ExecuteOptions
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
@@ -54,13 +57,17 @@ from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, durat
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
 from batch_pipeline.pipeline import PartitionPipeline
-from batch_pipeline.products import Product, brief_product, configured_products
+from batch_pipeline.products import (
+    Product,
+    brief_product,
+    configured_products,
+    product_targets,
+)
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
-from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import (
@@ -113,14 +120,17 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="run the five stages for a collection or one partition, no Dagster"
     )
-    target = run.add_mutually_exclusive_group(required=True)
+    target = run.add_mutually_exclusive_group()
     target.add_argument("--collection", help="a configured collection (all of its shards)")
     target.add_argument("--partition", help="one partition: a collection or a shard (name-sNN)")
     target.add_argument("--day", help="one day of the ticket intent product (YYYY-MM-DD)")
     run.add_argument(
         "--product",
-        choices=brief_commands.PRODUCT_KINDS,
-        default="index",
+        help="a product by name: a collection (its vector index) or <collection>_briefs",
+    )
+    run.add_argument(
+        "--kind",
+        choices=brief_commands.KINDS,
         help="with --collection: its vector index (default) or its document briefs",
     )
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
@@ -250,6 +260,20 @@ class _Context:
         """The products a command covers: `only` (which must be configured), or all."""
         return configured_products(self.config, self.storage, self.tracking, self.store, only)
 
+    def product_names(self) -> list[str]:
+        """Every configured product's name, without opening any."""
+        return [name for name, _, _ in product_targets(self.config)]
+
+    def product_target(self, name: str) -> tuple[str, str]:
+        """The kind (index, briefs) and collection `run` runs for the product `name`."""
+        targets = {n: (kind, collection) for n, kind, collection in product_targets(self.config)}
+        if name not in targets:
+            raise ConfigError(f"unknown product {name!r}; configured: {', '.join(targets)}")
+        kind, collection = targets[name]
+        if collection is None:
+            raise ConfigError(f"{name!r} runs a day at a time: give --day YYYY-MM-DD")
+        return kind, collection
+
     def partition(self, partition: str) -> PartitionPipeline:
         """One partition's engine: a collection, or one shard of it."""
         return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
@@ -336,10 +360,36 @@ def _source_errors(reports: list[dict]) -> int:
     return 2 if failed else 0
 
 
+def _run_target(ctx: _Context, args: argparse.Namespace) -> None:
+    """Settle what `run` runs into `args.kind` and one of --collection, --partition and --day:
+    `--product NAME` names a collection's product; `--product index|briefs` is the old
+    spelling of `--kind` (until the next release)."""
+    if args.product in brief_commands.KINDS and args.product not in ctx.product_names():
+        print(
+            f"batch-pipeline: --product {args.product} is now --kind {args.product}; the old "
+            "spelling goes in the next release",
+            file=sys.stderr,
+        )
+        if args.kind not in (None, args.product):
+            raise ConfigError(f"--product {args.product} and --kind {args.kind} disagree")
+        args.kind, args.product = args.product, None
+    if args.product is not None:
+        if args.collection or args.partition or args.day:
+            raise ConfigError("give --product or one of --collection, --partition, --day")
+        kind, collection = ctx.product_target(args.product)
+        if args.kind not in (None, kind):
+            raise ConfigError(f"{args.product!r} is of kind {kind}, not {args.kind}")
+        args.kind, args.collection = kind, collection
+    if not (args.collection or args.partition or args.day):
+        raise ConfigError("run needs --collection, --partition, --day or --product")
+    args.kind = args.kind or "index"
+    if args.kind == "briefs" and not args.collection:
+        raise ConfigError("--kind briefs runs a whole collection: give --collection")
+
+
 def _run(ctx: _Context, args: argparse.Namespace) -> int:
-    if args.product == "briefs":
-        if not args.collection:
-            raise ConfigError("--product briefs runs a whole collection: give --collection")
+    _run_target(ctx, args)
+    if args.kind == "briefs":
         progress, interval = _progress_sink(sys.stderr)
         product = ctx.briefs(args.collection, args)
         landed = brief_commands.run_briefs(
@@ -348,8 +398,9 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         return _held_deletions(landed, "document_briefs")
     if args.day:
         landed = ticket_commands.run_day(
-            ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0]
-        )
+            ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0],
+            _execute_options(args),
+        )  # fmt: skip
         return _held_deletions(landed, "ticket_intents")
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
@@ -358,9 +409,8 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
     summaries = pipeline.run(
         run_id,
         lambda: runners(pipeline.model),
-        plan_settings=PlanSettings(args.token_budget, args.max_batch_size),
+        options=_execute_options(args),
         doc_ids=args.doc_ids,
-        checkpoint_every=args.checkpoint_every,
         trigger=args.trigger,
         allow_mass_delete=args.allow_mass_delete,
         progress=progress,
@@ -403,6 +453,12 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
 
 HELD_DELETIONS_EXIT = 3
 UNREAD_EXIT = 4
+
+
+def _execute_options(args: argparse.Namespace) -> ExecuteOptions:
+    """`run`'s plan and execute settings: the token budget, batch size and checkpoints."""
+    plan = PlanSettings(args.token_budget, args.max_batch_size)
+    return ExecuteOptions(plan, checkpoint_every=args.checkpoint_every)
 
 
 def _on_wait(holder: str, partition: str) -> None:

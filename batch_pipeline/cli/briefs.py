@@ -1,9 +1,10 @@
 """The document briefs' commands of the `batch-pipeline` CLI.
 
     batch-pipeline briefs --collection handbook [--doc-id ID ... | --limit N] [--json]
-    batch-pipeline run --collection handbook --product briefs [--trigger T] [--json]
+    batch-pipeline run --collection handbook --kind briefs [--trigger T] [--json]
+    batch-pipeline run --product handbook_briefs [--trigger T] [--json]
 
-`run --product briefs` runs collect (the collection's own), prepare, plan, execute (the chat
+`run --kind briefs` runs collect (the collection's own), prepare, plan, execute (the chat
 model on vLLM, in this process) and land, without Dagster; only stale briefs are generated.
 With `briefs.index_questions` it then lands the live briefs' questions as retrieval rows and
 prints the live index's recall and MRR without and with them.
@@ -24,7 +25,7 @@ from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
 
-PRODUCT_KINDS = ("index", "briefs")  # what `run --product` runs for a collection
+KINDS = ("index", "briefs")  # what `run --kind` runs of a collection
 DEFAULT_LIMIT = 20  # briefs `briefs` prints without --doc-id
 
 
@@ -73,7 +74,7 @@ def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
     if not rows:
         print(
             f"{index}: no briefs yet; run `batch-pipeline run --collection "
-            f"{product.collection_name} --product briefs`"
+            f"{product.collection_name} --kind briefs`"
         )
         return 0
     versions = sorted({r["prompt_version"] for r in rows})

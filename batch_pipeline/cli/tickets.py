@@ -12,7 +12,7 @@ import json
 import uuid
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
@@ -93,14 +93,21 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     return 0
 
 
-def run_day(product: TicketProduct, args: argparse.Namespace, runner_for, progress):  # noqa: ANN001, ANN201
+def run_day(  # noqa: ANN201
+    product: TicketProduct,
+    args: argparse.Namespace,
+    runner_for,  # noqa: ANN001
+    progress,  # noqa: ANN001
+    options: ExecuteOptions,
+):
     """One day's five stages without Dagster, then the generation's review; `runner_for`
-    loads each model once. Returns the day's land summary."""
+    loads each model once, `options` sets the plan and execute. Returns the day's land
+    summary."""
     run_id = args.run_id or str(uuid.uuid4())
     summaries = product.day(args.day).run(
         run_id,
         lambda: runner_for(product.model),
-        PlanSettings(args.token_budget, args.max_batch_size),
+        options,
         trigger=args.trigger,
         progress=progress,
         allow_mass_delete=args.allow_mass_delete,

@@ -16,8 +16,3 @@ def model_fingerprint(model: ResolvedModel, chunking: ChunkingConfig) -> str:
     payload = {"model": model.identity(), "chunking": chunking.model_dump(mode="json")}
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def staleness_key(input_hash: str, fingerprint: str) -> str:
-    """A chunk is re-embedded if and only if this key changed."""
-    return hashlib.sha256(f"{input_hash}:{fingerprint}".encode()).hexdigest()

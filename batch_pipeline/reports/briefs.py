@@ -64,7 +64,7 @@ def product_health(product: BriefProduct) -> dict[str, object]:
     if live is None:
         problems.append(
             "no live generation yet: run the briefs (batch-pipeline run --collection "
-            f"{product.collection_name} --product briefs)"
+            f"{product.collection_name} --kind briefs)"
         )
     elif briefs < live.documents:
         problems.append(

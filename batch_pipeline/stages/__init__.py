@@ -17,12 +17,6 @@ class Stage:
     kinds: frozenset[str]
     summary: str  # what it does, in one line
 
-    @property
-    def upstream(self) -> "Stage | None":
-        """The stage whose file this one reads first (None for collect)."""
-        position = STAGES.index(self)
-        return STAGES[position - 1] if position else None
-
 
 COLLECT = Stage(
     "collect",
@@ -61,11 +55,3 @@ LAND = Stage(
 )
 
 STAGES: tuple[Stage, ...] = (COLLECT, PREPARE, PLAN, EXECUTE, LAND)
-
-
-def stage_named(name: str) -> Stage:
-    """The stage called `name` (collect, prepare, plan, execute or land)."""
-    for stage in STAGES:
-        if stage.name == name:
-            return stage
-    raise KeyError(f"unknown stage {name!r}; stages: {', '.join(s.name for s in STAGES)}")

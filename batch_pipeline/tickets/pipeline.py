@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -361,9 +362,6 @@ class TicketProduct:
         fresh = self.registry.get(self.name, record.fingerprint) or record
         return json.loads(fresh.model_config).get("trained")
 
-    def classifier(self, embedder: Callable[[], Embedder]) -> IntentClassifier:
-        return self.classifier_for(self.record(), embedder)
-
     def classify_texts(
         self,
         texts: list[tuple[str, str]],
@@ -489,6 +487,10 @@ class DayPipeline(StagedPartition):
     @property
     def model(self) -> ResolvedModel:
         return self.product.model
+
+    @property
+    def executor(self) -> EmbeddingExecutor:
+        return EmbeddingExecutor(self.model)
 
     def _same_model_rows(self, columns: list[str]) -> Iterator:
         """These columns of the day's rows in every generation of this model."""
@@ -645,7 +647,7 @@ class DayPipeline(StagedPartition):
             collected,
             prepared,
             executed,
-            request.runner,
+            request.load,
             trigger=request.trigger,
             started_at=request.started_at,
             allow_mass_delete=request.allow_mass_delete,

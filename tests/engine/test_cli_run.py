@@ -3,9 +3,13 @@ document that fails for a reason in its own content does not keep a new collecti
 going live."""
 
 import json
+from pathlib import Path
 
 from batch_pipeline import cli
+from batch_pipeline.briefs.land import BriefLandSummary
 from tests.support import write_config, write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_failures_of_every_stage_count_and_the_first_generation_goes_live(tmp_path, capsys):
@@ -49,3 +53,43 @@ def test_the_cli_reads_the_s3_endpoint_from_the_environment(
     assert cli.main([*base, "run", "--collection", "kb", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["land"]["documents_landed"] == 1
+
+
+def test_run_names_a_product_by_its_name_and_a_kind_by_kind(tmp_path, capsys, monkeypatch):
+    """`--product NAME` everywhere, `--kind` where a kind is meant; the old `--product
+    briefs` still runs the briefs for a release, and says it is now `--kind briefs`."""
+    write_corpus(tmp_path / "docs")
+    (tmp_path / "prompt.yaml").write_text((REPO / "data" / "brief_prompt.yaml").read_text())
+    (tmp_path / "schema.json").write_text((REPO / "data" / "brief_schema.json").read_text())
+    config = write_config(
+        tmp_path / "pipeline.yaml",
+        extra="    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n",
+    )
+    base = ["--config", str(config), "--home", str(tmp_path / "home")]
+    ran: list[str] = []
+
+    def run_briefs(product, *_):  # noqa: ANN001, ANN002, ANN202 - the briefs' run, recorded
+        ran.append(product.name)
+        return BriefLandSummary()
+
+    monkeypatch.setattr(cli.brief_commands, "run_briefs", run_briefs)
+    assert cli.main([*base, "run", "--product", "handbook_briefs"]) == 0
+    assert cli.main([*base, "run", "--collection", "handbook", "--kind", "briefs"]) == 0
+    assert ran == ["handbook_briefs", "handbook_briefs"]
+    assert capsys.readouterr().err == ""
+
+    assert cli.main([*base, "run", "--collection", "handbook", "--product", "briefs"]) == 0
+    assert ran[-1] == "handbook_briefs"
+    assert "--product briefs is now --kind briefs" in capsys.readouterr().err
+
+    assert cli.main([*base, "run", "--product", "handbook", "--json", "--run-id", "r1"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_id"] == "r1"  # the vector index ran
+
+    assert cli.main([*base, "run", "--product", "handbook", "--kind", "briefs"]) == 2
+    assert "'handbook' is of kind index, not briefs" in capsys.readouterr().err
+    assert cli.main([*base, "run", "--product", "nowhere"]) == 2
+    assert "unknown product 'nowhere'; configured: handbook, handbook_briefs" in (
+        capsys.readouterr().err
+    )
+    assert cli.main([*base, "run"]) == 2
+    assert "run needs --collection, --partition, --day or --product" in capsys.readouterr().err

@@ -8,7 +8,6 @@ import sqlalchemy as sa
 
 from batch_pipeline.config import load_config
 from batch_pipeline.health.completeness import partition_completeness
-from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.storage import resolve_storage
 
@@ -46,7 +45,7 @@ def test_a_document_deleted_between_collect_and_prepare(make_pipeline, runner, w
     collected = pipeline.collect("run-1")
     (workspace["docs"] / "refunds.md").unlink()
     chunks = pipeline.prepare("run-1", collected.path)
-    plan = pipeline.plan("run-1", chunks.path, PlanSettings())
+    plan = pipeline.plan("run-1", chunks.path)
     embeddings = pipeline.execute("run-1", plan.path, lambda: runner)
     dim = pipeline.model.embedding_dimension
     pipeline.land("run-1", collected.path, chunks.path, embeddings.path, dim)

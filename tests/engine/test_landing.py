@@ -4,7 +4,6 @@ documents commit in groups; the table must come out exactly as if everything fit
 import numpy as np
 import pyarrow as pa
 
-from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.stages import join, land
 from batch_pipeline.state.staging import read_table
 
@@ -56,7 +55,7 @@ def test_every_stale_chunk_meets_the_vector_of_its_own_input(
     run_id = "run-1"
     collected = pipeline.collect(run_id)
     chunks = pipeline.prepare(run_id, collected.path)
-    plan = pipeline.plan(run_id, chunks.path, PlanSettings())
+    plan = pipeline.plan(run_id, chunks.path)
     embeddings = pipeline.execute(run_id, plan.path, lambda: fake_embedder)
     # drop one input's vector, as if its batch had failed
     table = read_table(embeddings.path)
@@ -108,8 +107,6 @@ def test_a_run_overtaken_by_newer_content_counts_those_chunks_as_superseded(
 ):
     import os
 
-    from batch_pipeline.inference.batching import PlanSettings as Settings
-
     pipeline = make_pipeline()
     pipeline.run("run-0", fake_embedder)
     path = workspace["docs"] / "refunds.md"
@@ -122,7 +119,7 @@ def test_a_run_overtaken_by_newer_content_counts_those_chunks_as_superseded(
     assert fast["land"].documents_landed == 1
 
     chunks = pipeline.prepare("run-a", slow.path)
-    plan = pipeline.plan("run-a", chunks.path, Settings())
+    plan = pipeline.plan("run-a", chunks.path)
     embeddings = pipeline.execute("run-a", plan.path, lambda: fake_embedder)
     landed = pipeline.land(
         "run-a", slow.path, chunks.path, embeddings.path, pipeline.model.embedding_dimension

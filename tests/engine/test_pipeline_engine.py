@@ -7,7 +7,6 @@ import pytest
 
 from batch_pipeline import pipeline as pipeline_module
 from batch_pipeline.config import ConfigError
-from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.runner import ModelLoadError
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import collect
@@ -66,7 +65,7 @@ def test_execute_pads_the_token_ids_prepare_counted_instead_of_tokenising(make_p
     for row in prepared:  # the ids the model's tokenizer gives the exact model input
         assert row["input_ids"] == tokenizer(row["input_text"])["input_ids"]
         assert row["token_count"] == len(row["input_ids"])
-    plan = pipeline.plan("run-1", chunks.path, PlanSettings())
+    plan = pipeline.plan("run-1", chunks.path)
     planned = read_table(plan.path, ["input_text", "input_ids"]).to_pylist()
     assert len(planned) == len(prepared)
     assert all(r["input_ids"] == tokenizer(r["input_text"])["input_ids"] for r in planned)
@@ -146,7 +145,7 @@ def test_replaying_a_run_changes_nothing(make_pipeline, runner, workspace):
     run_id = "run-2"
     collected = pipeline.collect(run_id)
     chunks = pipeline.prepare(run_id, collected.path)
-    plan = pipeline.plan(run_id, chunks.path, PlanSettings())
+    plan = pipeline.plan(run_id, chunks.path)
     embeddings = pipeline.execute(run_id, plan.path, lambda: runner)
     dim = pipeline.model.embedding_dimension
     pipeline.land(run_id, collected.path, chunks.path, embeddings.path, dim)

@@ -43,7 +43,7 @@ def test_briefs_run_on_real_vllm_and_a_rerun_generates_nothing(chat_model_dir, t
     models.mkdir(parents=True)
     (models / chat_model_dir.name).symlink_to(chat_model_dir)  # converted once per session
 
-    first = cli(tmp_path, "run", "--collection", "handbook", "--product", "briefs", "--json")
+    first = cli(tmp_path, "run", "--product", "handbook_briefs", "--json")
     execute, land = first["execute"], first["land"]
     assert execute["requests_generated"] == 3 and execute["device"] == "cpu"
     assert land["briefs_landed"] + land["briefs_failed"] == 3
@@ -52,7 +52,7 @@ def test_briefs_run_on_real_vllm_and_a_rerun_generates_nothing(chat_model_dir, t
     assert first["measures"]["documents_attempted"] == 3 and first["measures"]["run_cost"] > 0
     assert first["review"]["state"] in ("live", "building", "candidate")
 
-    again = cli(tmp_path, "run", "--collection", "handbook", "--product", "briefs", "--json")
+    again = cli(tmp_path, "run", "--collection", "handbook", "--kind", "briefs", "--json")
     assert again["execute"]["requests_generated"] == 0  # nothing changed: nothing generated
 
     rows = cli(tmp_path, "briefs", "--collection", "handbook", "--candidate", "--json")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.stages import execute
 from batch_pipeline.state.reconcile import reconcile_index
@@ -137,7 +138,7 @@ def test_kill_during_execute_and_during_land_then_retry(tmp_path):
 def _stages_to_plan(pipeline, run_id: str):
     collected = pipeline.collect(run_id)
     chunks = pipeline.prepare(run_id, collected.path)
-    plan = pipeline.plan(run_id, chunks.path, PlanSettings(max_batch_size=4))
+    plan = pipeline.plan(run_id, chunks.path, ExecuteOptions(PlanSettings(max_batch_size=4)))
     return collected, chunks, plan
 
 
@@ -146,7 +147,9 @@ def test_landing_removes_only_the_checkpoints_it_used(make_pipeline, runner):
     folder from under the other, which is still executing (seen in CI as a failed rename)."""
     pipeline = make_pipeline()
     collected, chunks, plan = _stages_to_plan(pipeline, "run-a")
-    embeddings = pipeline.execute("run-a", plan.path, lambda: runner, checkpoint_every=1)
+    embeddings = pipeline.execute(
+        "run-a", plan.path, lambda: runner, ExecuteOptions(checkpoint_every=1)
+    )
     # run-b started executing meanwhile and has checkpointed a part of its own
     in_progress = pipeline.checkpoint_dir() / "run-b-writer" / "part-0.parquet"
     in_progress.write_table(read_table(embeddings.path).slice(0, 2))
@@ -164,7 +167,7 @@ def test_checkpoints_removed_while_resuming_are_embedded_instead(
 ):
     pipeline = make_pipeline()
     _, _, plan = _stages_to_plan(pipeline, "run-1")
-    first = pipeline.execute("run-1", plan.path, lambda: runner, checkpoint_every=1)
+    first = pipeline.execute("run-1", plan.path, lambda: runner, ExecuteOptions(checkpoint_every=1))
     expected = read_table(first.path, ["input_hash"])["input_hash"].to_pylist()
     assert pipeline.checkpoint_dir().files(recursive=True)  # run-1 was "killed" before land
 
@@ -178,7 +181,9 @@ def test_checkpoints_removed_while_resuming_are_embedded_instead(
 
     monkeypatch.setattr(execute, "read_batches", read_after_removal)
     collected, chunks, plan = _stages_to_plan(pipeline, "run-2")
-    second = pipeline.execute("run-2", plan.path, lambda: runner, checkpoint_every=1)
+    second = pipeline.execute(
+        "run-2", plan.path, lambda: runner, ExecuteOptions(checkpoint_every=1)
+    )
 
     assert second.summary.resumed_inputs == 0
     assert second.summary.stats.inputs == len(expected)  # embedded instead

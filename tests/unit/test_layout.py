@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("batch_pipeline.measures",),
     ("batch_pipeline.state",),
     ("batch_pipeline.stages",),
+    ("batch_pipeline.executors",),  # what runs a plan: embedding, generation
     # the generation review, and completeness and freshness: they read the state only
     ("batch_pipeline.generations", "batch_pipeline.health"),
     ("batch_pipeline.runs",),  # the run frame every product runs in

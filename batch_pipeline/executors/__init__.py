@@ -1,0 +1,53 @@
+"""Executors: what runs a plan. The run frame's plan and execute stages are one path for every
+product; an executor is what differs between embedding and generation, as vLLM's `LLM` runs
+`embed` and `generate` through one request and run loop, differing only in params and
+outputs.
+
+- `ExecuteOptions`: what a caller may set for one run's plan and execute (the plan's token
+  budget and batch size, the dtype width it packs for, how often execute checkpoints).
+- `Executor`: plans a product's prepared inputs and runs the plan, loading its engine (an
+  embedder, a chat model) only when there is work.
+
+`embedding.EmbeddingExecutor` embeds (the vector index, the ticket intents);
+`generation.GenerationExecutor` generates on a chat model (the document briefs).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
+from batch_pipeline.state.staging import StagePath
+
+
+@dataclass(frozen=True)
+class ExecuteOptions:
+    """What a caller may set for one run's plan and execute; every field has a default."""
+
+    plan: PlanSettings = field(default_factory=PlanSettings)  # token budget, batch size
+    dtype_bytes: int = 4  # the width the plan packs batches for (2 for half precision)
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY  # batches between checkpoints
+
+
+class Executor(Protocol):
+    """Plans and runs a product's model inputs (see the module docstring)."""
+
+    def plan(self, prepared: StagePath, out: StagePath, options: ExecuteOptions) -> object:
+        """Every stale input of `prepared` once, planned into `out`; the plan's summary."""
+        ...
+
+    def execute(
+        self,
+        planned: StagePath,
+        out: StagePath,
+        load: Callable[[], Any],
+        checkpoints: StagePath,
+        options: ExecuteOptions,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> object:
+        """Run the plan into `out`, resuming from and writing to `checkpoints`; `load` gives
+        the engine and is called only if there is work. The execute's summary."""
+        ...

@@ -1,0 +1,49 @@
+"""The generation executor: a chat model's prompt plan (what fits the engine, in chunks its
+KV cache holds), run through a `Generator` with one sampling and output schema (the document
+briefs). The embedders' plan settings do not apply: the prompt plan's come from the engine."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.inference.generator import Generator, Sampling
+from batch_pipeline.measures.progress import ProgressSink
+from batch_pipeline.stages.generate import GenerateSummary, execute_prompts
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, PromptPlanSummary, plan_prompts
+from batch_pipeline.state.staging import StagePath
+
+
+@dataclass(frozen=True)
+class GenerationExecutor:
+    """Generates with `generator` under `sampling`, held to `schema` (None: free text)."""
+
+    generator: Generator
+    sampling: Sampling
+    schema: dict | None
+    settings: PromptPlanSettings
+
+    def plan(
+        self, prepared: StagePath, out: StagePath, options: ExecuteOptions
+    ) -> PromptPlanSummary:
+        return plan_prompts(prepared, out, self.generator, self.sampling, self.settings)
+
+    def execute(
+        self,
+        planned: StagePath,
+        out: StagePath,
+        load: Callable[[], Generator],
+        checkpoints: StagePath,
+        options: ExecuteOptions,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> GenerateSummary:
+        return execute_prompts(
+            planned,
+            out,
+            load,
+            self.sampling,
+            self.schema,
+            checkpoints,
+            progress,
+            progress_interval,
+        )
