@@ -1,0 +1,56 @@
+"""What every configuration section shares: its error, the strict model every section is
+built on (an unknown key fails at load, naming the field), and the path validators."""
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the field and the reason."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _relative_to_config(value: Path | None, info: ValidationInfo) -> Path | None:
+    """Relative paths in the file resolve against the config file's folder."""
+    if value is None:
+        return None
+    base = (info.context or {}).get("base_dir")
+    if base is not None and not value.is_absolute():
+        value = Path(base) / value
+    return value.resolve()
+
+
+RELATIVE_PATHS = "relative paths resolve against the config file's folder"
+
+
+def _existing_folder(value: Path | None, info: ValidationInfo) -> Path | None:
+    """A folder that must exist when the configuration loads."""
+    value = _relative_to_config(value, info)
+    if value is not None and not value.is_dir():
+        problem = "not a folder" if value.exists() else "folder not found"
+        raise ValueError(f"{problem}: {value} ({RELATIVE_PATHS})")
+    return value
+
+
+def _existing_file(value: Path | None, info: ValidationInfo) -> Path | None:
+    """A file that must exist when the configuration loads."""
+    value = _relative_to_config(value, info)
+    if value is not None and not value.is_file():
+        problem = "not a file" if value.exists() else "file not found"
+        raise ValueError(f"{problem}: {value} ({RELATIVE_PATHS})")
+    return value
+
+
+def valid_timezone(value: str) -> str:
+    """An IANA time zone name, or a ValueError naming it."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}") from None
+    return value

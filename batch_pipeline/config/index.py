@@ -1,0 +1,157 @@
+"""The vector index's sections: a collection (its source, chunking, metadata fields,
+evaluation set, shards and briefs)."""
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from batch_pipeline.config.base import (
+    _existing_file,
+    _Strict,
+)
+from batch_pipeline.config.briefs import BriefsConfig
+from batch_pipeline.config.sources import SourceConfig
+from batch_pipeline.names import shard_of, shard_partition
+
+# Collection names become Dagster partition keys, LanceDB table names and staging folder
+# names, so they are kept to a conservative identifier alphabet.
+COLLECTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class ChunkingConfig(_Strict):
+    """How a collection's documents are cut into model inputs."""
+
+    max_tokens: int | None = Field(
+        default=None,
+        gt=16,
+        description="Most tokens of one model input; defaults to the model's max sequence length.",
+    )
+    overlap_tokens: int = Field(
+        default=32, ge=0, description="Tokens repeated at the start of the next chunk."
+    )
+    include_title: bool = Field(
+        default=True, description="Prefix each input with the document title."
+    )
+    include_headings: bool = Field(
+        default=True, description="Prefix each input with its section's heading path."
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_max(self) -> "ChunkingConfig":
+        if self.max_tokens is not None and self.overlap_tokens >= self.max_tokens // 2:
+            raise ValueError("overlap_tokens must be less than half of max_tokens")
+        return self
+
+
+class EvaluationConfig(_Strict):
+    """The offline evaluation gate of a collection's generations."""
+
+    path: Path = Field(description="JSONL of {query, relevant: [doc ids]}; relative to the config.")
+    k: int = Field(default=5, ge=1, description="Cut-off of recall@k and MRR@k.")
+    tolerance: float = Field(
+        default=0.02, ge=0, description="How much worse than live a candidate may score."
+    )
+
+    _resolve_path = field_validator("path")(_existing_file)
+
+
+# Columns every generation's table has (`state.vector_store.chunk_schema`; a unit test keeps
+# the two in step): declared metadata fields may not take these names.
+RESERVED_COLUMNS = frozenset(
+    {
+        "collection",
+        "partition",
+        "doc_id",
+        "chunk_id",
+        "chunk_index",
+        "title",
+        "section",
+        "text",
+        "input_text",
+        "vector",
+        "input_hash",
+        "model_name",
+        "model_fingerprint",
+        "run_id",
+        "embedded_at",
+        "source_version",
+        "content_hash",
+        "metadata",
+    }
+)
+FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+MetadataType = Literal["string", "int", "float", "bool"]
+
+
+class MetadataConfig(_Strict):
+    """Document metadata carried to every row of the document (front matter, S3 object
+    metadata, SQL metadata columns): declared fields become typed columns that searches can
+    filter on; everything else goes into the one JSON column `metadata`."""
+
+    fields: dict[str, MetadataType] = Field(
+        default_factory=dict,
+        description="Declared fields and their types (string, int, float, bool).",
+    )
+
+    @field_validator("fields")
+    @classmethod
+    def _safe_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not FIELD_NAME_RE.match(name):
+                raise ValueError(f"{name!r}: a field name is a lowercase letter then a-z, 0-9 or _")
+            if name in RESERVED_COLUMNS:
+                raise ValueError(f"{name!r} is a column every table already has; rename the field")
+        return value
+
+
+class CollectionConfig(_Strict):
+    """One collection: one Dagster partition and one LanceDB table per model generation."""
+
+    name: str = Field(description="Partition key and table name: a-z, 0-9 and _, 63 at most.")
+    source: SourceConfig
+    chunking: ChunkingConfig = ChunkingConfig()
+    metadata: MetadataConfig = MetadataConfig()
+    evaluation: EvaluationConfig | None = None
+    briefs: BriefsConfig | None = Field(
+        default=None, description="Document briefs of this collection (a chat model's)."
+    )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Partitions <name>-s00 ... each hold the documents whose doc-id hash falls "
+        "in that shard; all land into the collection's one table.",
+    )
+
+    @model_validator(mode="after")
+    def _briefs_unsharded(self) -> "CollectionConfig":
+        if self.briefs is not None and self.shards > 1:
+            raise ValueError(
+                "briefs: a sharded collection cannot have briefs yet (its completeness is "
+                "counted per partition); set shards: 1 or remove briefs"
+            )
+        return self
+
+    def partition_keys(self) -> list[str]:
+        """This collection's Dagster partitions: its name, or one key per shard."""
+        if self.shards == 1:
+            return [self.name]
+        return [shard_partition(self.name, shard) for shard in range(self.shards)]
+
+    def partition_of(self, doc_id: str) -> str:
+        """The partition a document belongs to (a stable hash of its id picks the shard)."""
+        if self.shards == 1:
+            return self.name
+        return shard_partition(self.name, shard_of(doc_id, self.shards))
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not COLLECTION_NAME_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not a safe collection name: use a lowercase letter followed by "
+                "lowercase letters, digits or underscores (63 characters at most)"
+            )
+        return value

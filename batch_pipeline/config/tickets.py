@@ -1,0 +1,232 @@
+"""The ticket intents' section (`tickets:`): the exports, the taxonomy, the labelled set,
+training and the schedule."""
+
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from batch_pipeline.config.base import (
+    _existing_file,
+    _existing_folder,
+    _Strict,
+    valid_timezone,
+)
+from batch_pipeline.config.index import CollectionConfig
+from batch_pipeline.config.sources import _SqlConnection
+from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
+
+
+class TicketFolderExport(_Strict):
+    """Daily ticket exports in a folder: one JSONL file per day."""
+
+    kind: Literal["filesystem"] = "filesystem"
+    path: Path = Field(description="Folder holding the exports; relative to the config file.")
+    file_pattern: str = Field(
+        default="{day}.jsonl", description="A day's file name; {day} is the ISO date."
+    )
+
+    _resolve_path = field_validator("path")(_existing_folder)
+
+
+class TicketS3Export(_Strict):
+    """Daily ticket exports in an S3 bucket: one JSONL object per day under a prefix."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3, description="Bucket name.")
+    prefix: str = Field(default="tickets/", description="Keys under this prefix.")
+    file_pattern: str = Field(
+        default="{day}.jsonl", description="A day's key below the prefix; {day} is the ISO date."
+    )
+    endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint URL.")
+    region: str | None = Field(default=None, description="AWS region name.")
+
+
+class TicketSqlExport(_SqlConnection):
+    """Tickets in a SQL table; a day is the rows whose created_at falls in it (time zone of
+    the ticket configuration)."""
+
+    setting: ClassVar[str] = "tickets.source"
+    kind: Literal["sql"]
+    table: str = Field(description="Table name (schema.table allowed).")
+    id_column: str = "id"
+    created_at_column: str = "created_at"
+    subject_column: str | None = "subject"
+    body_column: str = "body"
+    channel_column: str | None = "channel"
+    label_column: str | None = Field(default=None, description="Optional column of true intents.")
+
+
+TicketExportConfig = Annotated[
+    TicketFolderExport | TicketS3Export | TicketSqlExport, Field(discriminator="kind")
+]
+
+
+class TicketEvaluationConfig(_Strict):
+    """The gate a new taxonomy (or model) generation must pass before it goes live."""
+
+    path: Path = Field(
+        description="JSONL of labelled tickets {subject, body, label}; relative to the config."
+    )
+    tolerance: float = Field(
+        default=0.02, ge=0, description="How much worse than live accuracy and macro-F1 may be."
+    )
+    min_accuracy: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="No generation goes live below this accuracy, even with no live one.",
+    )
+
+    _resolve_path = field_validator("path")(_existing_file)
+
+
+class TicketArrivalsConfig(_Strict):
+    """The ticket export sensor: a day whose export arrives after the daily schedule, or
+    changes after the day ran (a new file; for a table, another row count), is launched."""
+
+    enabled: bool = Field(default=True, description="Start the export sensor running.")
+    interval_seconds: int = Field(
+        default=60, ge=5, description="Seconds between looks at the export's newest days."
+    )
+    lookback_days: int = Field(
+        default=3, ge=1, le=31, description="How many of the newest due days it looks at."
+    )
+
+
+class TicketTrainingConfig(_Strict):
+    """What a ticket generation learns from besides the taxonomy: the labelled tickets (an
+    agent's `label`) of a window of past days, minus the evaluation set. Changing the window
+    (or an export in it) is a new training set, so a new generation that must pass the gate."""
+
+    start: str | None = Field(
+        default=None, description="First day (YYYY-MM-DD) whose labelled tickets train."
+    )
+    end: str | None = Field(
+        default=None, description="Last day (YYYY-MM-DD, inclusive) whose labelled tickets train."
+    )
+    validation_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of each intent's labelled texts held out to choose the classifier "
+        "and calibrate `unknown`.",
+    )
+    target_precision: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="`unknown` below the score at which the answers on the held-out share "
+        "are this often right (unless min_confidence or min_margin is set).",
+    )
+
+    @field_validator("start", "end")
+    @classmethod
+    def _iso_day(cls, value: str | None) -> str | None:
+        return None if value is None else TicketsConfig._iso_day(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> "TicketTrainingConfig":
+        if (self.start is None) != (self.end is None):
+            raise ValueError("training: give both start and end, or neither")
+        if self.start is not None and self.end < self.start:  # type: ignore[operator]
+            raise ValueError(f"training: end {self.end} is before start {self.start}")
+        return self
+
+    def days(self) -> list[str]:
+        """The training days, oldest first; none without a window."""
+        from datetime import date, timedelta
+
+        if self.start is None or self.end is None:
+            return []
+        first, last = date.fromisoformat(self.start), date.fromisoformat(self.end)
+        return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+class TicketsConfig(_Strict):
+    """Nightly ticket intent classification: one daily partition per day of tickets."""
+
+    name: str = Field(
+        default="tickets",
+        description="Names the product's generations and tracking records (a-z, 0-9, _); "
+        "no collection may have the same name.",
+    )
+    source: TicketExportConfig
+    taxonomy: Path = Field(description="YAML file of intents; relative to the config file.")
+    evaluation: TicketEvaluationConfig | None = None
+    start_date: str = Field(description="First day with tickets (YYYY-MM-DD): the first partition.")
+    timezone: str = Field(default="UTC", description="IANA time zone that days are counted in.")
+    schedule_hour: int = Field(
+        default=1,
+        ge=0,
+        le=23,
+        description="Hour (in `timezone`) the daily run classifies yesterday.",
+    )
+    schedule_enabled: bool = Field(default=True, description="Start the daily schedule running.")
+    arrivals: TicketArrivalsConfig = Field(
+        default_factory=TicketArrivalsConfig,
+        description="The export sensor, for exports that arrive late or are replaced.",
+    )
+    max_tokens: int = Field(
+        default=128, gt=8, description="Model input per ticket is cut to this many tokens."
+    )
+    classifier: Literal["auto", "prototype", "logistic"] = Field(
+        default="auto",
+        description="prototype (descriptions and example means; needs no labels), logistic "
+        "(a logistic regression on the vectors), or auto: the one that scores best on the "
+        "held-out labelled texts.",
+    )
+    training: TicketTrainingConfig = Field(
+        default_factory=TicketTrainingConfig,
+        description="Labelled history to learn from, and how `unknown` is calibrated.",
+    )
+    min_confidence: float | None = Field(
+        default=None,
+        ge=-1,
+        le=1,
+        description="Fixed: below this top score a ticket is `unknown`. Unset: calibrated "
+        "for training.target_precision.",
+    )
+    min_margin: float | None = Field(
+        default=None,
+        ge=0,
+        le=2,
+        description="Fixed: below this gap to the second intent a ticket is `unknown`.",
+    )
+    max_mix_shift: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="The intent_mix_shift check warns when a day's intent mix is further than "
+        "this (total variation distance) from the trailing 7 days'.",
+    )
+
+    _resolve_taxonomy = field_validator("taxonomy")(_existing_file)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return CollectionConfig._safe_name(value)
+
+    @field_validator("start_date")
+    @classmethod
+    def _iso_day(cls, value: str) -> str:
+        from datetime import date
+
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError:
+            raise ValueError(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        return valid_timezone(value)
+
+    @model_validator(mode="after")
+    def _readable_taxonomy(self) -> "TicketsConfig":
+        try:
+            load_taxonomy(self.taxonomy)
+        except TaxonomyError as error:
+            raise ValueError(f"taxonomy: {error}") from None
+        return self
