@@ -48,7 +48,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         and the promotion decision with its reason. Promotion is one atomic switch of the live
         pointer; readers keep using the old generation until then."""
         engine = pipeline.partition(context.partition_key)
-        review = engine.review_generation(inference.runner, force=is_nightly(context.run.tags))
+        review = engine.review(inference.runner, force=is_nightly(context.run.tags))
         for warning in review.warnings:
             context.log.warning(warning)
         settings = pipeline.config.generations

@@ -21,9 +21,9 @@ from assets.run_info import (
 )
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, upstream_path
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
-from batch_pipeline.pipeline import configured_generations
+from batch_pipeline.index.land import table_metadata
+from batch_pipeline.index.partition import configured_generations
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
-from batch_pipeline.stages.land import table_metadata
 from batch_pipeline.state.vector_store import chunk_schema
 from batch_pipeline.triggers.tags import is_reconcile
 from resources.pipeline import PipelineResource
@@ -176,7 +176,7 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                     "model": engine.model.name,
                     "model_fingerprint": engine.fingerprint,
                     "generation": engine.index,
-                    "generation_state": engine.generation().state,
+                    "generation_state": engine.record().state,
                 },
                 CHARTS,
             ),

@@ -3,8 +3,9 @@
 - A *collection* is configured (`collections[].name` in the YAML).
 - A *partition* is a Dagster partition key: a collection, or one shard of it (`<name>-s03`),
   or a day of the ticket intents (`2026-11-29`).
-- A *product* owns generations: a collection's vector index (named after the collection) and
-  the ticket intents (`tickets.name`) are products.
+- A *product* owns generations: a collection's vector index (named after the collection),
+  its document briefs (`<collection>_briefs`) and the ticket intents (`tickets.name`) are
+  products. A product's *kind* is index, briefs or tickets.
 - A *generation* is one table of a product, for one fingerprint: its LanceDB table and
   tracking key, `<product>__<fingerprint>`. A vector index generation may have a companion
   table of its briefs' questions, `<product>_questions__<fingerprint>`.
@@ -18,6 +19,12 @@ import hashlib
 GENERATION_SEPARATOR = "__"
 SHARD_MARK = "-s"
 QUESTIONS_SUFFIX = "_questions"
+BRIEFS_SUFFIX = "_briefs"
+
+
+def briefs_product_name(collection: str) -> str:
+    """The document briefs product of a collection (`handbook` -> `handbook_briefs`)."""
+    return f"{collection}{BRIEFS_SUFFIX}"
 
 
 def generation_index(product: str, fingerprint: str) -> str:

@@ -11,14 +11,15 @@ over its own engine, and its report module under `batch_pipeline.reports`.
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
-from batch_pipeline.briefs.pipeline import BriefProduct, CollectionDocuments, briefs_product_name
+from batch_pipeline.briefs.pipeline import BriefProduct, CollectionDocuments
 from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
-from batch_pipeline.pipeline import PartitionPipeline
+from batch_pipeline.names import briefs_product_name
 from batch_pipeline.reports import briefs as brief_report
 from batch_pipeline.reports import collection as collection_report
 from batch_pipeline.reports import tickets as ticket_report
@@ -74,7 +75,7 @@ class Product(Protocol):
 class _Face:
     """What every face reads off its engine alike."""
 
-    def __init__(self, engine: PartitionPipeline | TicketProduct | BriefProduct) -> None:
+    def __init__(self, engine: IndexPartition | TicketProduct | BriefProduct) -> None:
         self.engine = engine
 
     @property
@@ -101,7 +102,7 @@ class VectorIndex(_Face):
     kind: ClassVar[str] = collection_report.KIND
     status_lines: ClassVar[Lines] = staticmethod(collection_report.status_lines)
     health_line = staticmethod(collection_report.health_line)
-    engine: PartitionPipeline
+    engine: IndexPartition
 
     @property
     def reviewer(self) -> GenerationReviewer:
@@ -114,7 +115,7 @@ class VectorIndex(_Face):
         return [[key] for key in keys]
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        return self.engine.review_generation(embedder_for, force)
+        return self.engine.review(embedder_for, force)
 
     def status(self) -> dict[str, object]:
         return collection_report.collection_status(self.engine)
@@ -192,7 +193,7 @@ def brief_product(
         storage,
         collection,
         generator,
-        documents_for or (lambda key: PartitionPipeline(config, storage, key, tracking, store)),
+        documents_for or (lambda key: IndexPartition(config, storage, key, tracking, store)),
         plan_settings,
         tracking,
         store,
@@ -240,6 +241,6 @@ def configured_products(
             product = brief_product(config, storage, collection, tracking, store, generator)
             products.append(DocumentBriefs(product))
         else:
-            pipeline = PartitionPipeline(config, storage, name, tracking, store)
+            pipeline = IndexPartition(config, storage, name, tracking, store)
             products.append(VectorIndex(pipeline))
     return products

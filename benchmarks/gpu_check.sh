@@ -32,7 +32,7 @@ python3 -c 'import torch, transformers, sentence_transformers as st; print("torc
 out_dir="${OUT:-/tmp}"
 timeout 170 python3 -m batch_pipeline.bench --device cuda --rounds "${ROUNDS:-3}" \
   --model-path "$model" --json-out "$out_dir/gpu_bench.json"
-timeout 100 python3 -m batch_pipeline.bench_end_to_end --device cuda --copies "${COPIES:-20}" \
+timeout 100 python3 -m batch_pipeline.bench.end_to_end --device cuda --copies "${COPIES:-20}" \
   --model-path "$model" --json-out "$out_dir/gpu_end_to_end.json"
 
 # The generation benchmark (vLLM against transformers' static batches) needs vLLM's CUDA build
@@ -40,7 +40,7 @@ timeout 100 python3 -m batch_pipeline.bench_end_to_end --device cuda --copies "$
 # (vLLM's wheel and the model are each over 64 MiB), so it runs only where both are present.
 chat="${BATCH_PIPELINE_CHAT_MODEL:-}"
 if [ -n "$chat" ] && [ -f "$chat/config.json" ] && python3 -c 'import vllm' 2>/dev/null; then
-  timeout 240 python3 -m batch_pipeline.bench_generation --model "$chat" \
+  timeout 240 python3 -m batch_pipeline.bench.generation --model "$chat" \
     --max-tokens "${GEN_MAX_TOKENS:-128}" --json-out "$out_dir/gpu_generation.json"
 else
   echo "gpu_check: generation benchmark skipped: it needs 'import vllm' to work and" \

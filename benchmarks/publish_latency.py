@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from batch_pipeline.config import load_config  # noqa: E402
-from batch_pipeline.pipeline import configured_generations  # noqa: E402
+from batch_pipeline.index.partition import configured_generations  # noqa: E402
 from batch_pipeline.state.tracking import TrackingStore  # noqa: E402
 from batch_pipeline.text.documents import content_hash  # noqa: E402
 from tests.support import dagster_daemon  # noqa: E402

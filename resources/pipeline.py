@@ -6,8 +6,8 @@ from pydantic import Field, PrivateAttr
 
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.products import brief_product
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
@@ -67,10 +67,10 @@ class PipelineResource(dg.ConfigurableResource):
     def storage(self) -> StorageLocations:
         return self._storage
 
-    def partition(self, partition: str, s3: S3Resource | None = None) -> PartitionPipeline:
+    def partition(self, partition: str, s3: S3Resource | None = None) -> IndexPartition:
         """The engine for one partition (a collection or one of its shards); S3 sources read
         through `s3`."""
-        return PartitionPipeline(
+        return IndexPartition(
             self._config,
             self._storage,
             partition,

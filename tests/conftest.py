@@ -17,11 +17,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from batch_pipeline.config import ModelConfig, load_config  # noqa: E402
+from batch_pipeline.index.partition import IndexPartition  # noqa: E402
 from batch_pipeline.inference.fake import FakeEmbedder  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
 from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV  # noqa: E402
 from batch_pipeline.inference.runner import EmbeddingRunner  # noqa: E402
-from batch_pipeline.pipeline import PartitionPipeline  # noqa: E402
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
 from tests.support import (  # noqa: E402
     POSTGRES_URL,
@@ -110,10 +110,10 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture()
 def make_pipeline(workspace):
-    def make(config_path: Path | None = None, home: Path | None = None) -> PartitionPipeline:
+    def make(config_path: Path | None = None, home: Path | None = None) -> IndexPartition:
         config = load_config(config_path or workspace["config"])
         storage = resolve_storage(str(home or workspace["home"]))
-        return PartitionPipeline(config, storage, config.collections[0].name)
+        return IndexPartition(config, storage, config.collections[0].name)
 
     return make
 

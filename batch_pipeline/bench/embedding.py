@@ -5,7 +5,7 @@ and ONNX Runtime, on one CPU or GPU.
 
 On the fixed chunk set `benchmarks/chunks.jsonl`, in one process, with one loaded model, it
 alternates (a) `model.encode(texts, batch_size=32)`, (c) on CPU, ONNX Runtime fp32 with
-length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.bench_anchors`)
+length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.bench.anchors`)
 and (b) the batch plan (tokenising once to count, de-duplication, sorting, packing under a
 padded-token budget) run through `EmbeddingRunner`, which pads the planned token ids as
 execute does, on the path `auto` chose (measured here, on the set's
@@ -33,7 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.bench_anchors import cpu_roofline, measured_clock_ghz
+from batch_pipeline.bench.anchors import cpu_roofline, measured_clock_ghz
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -47,7 +47,7 @@ from batch_pipeline.inference.runner import BACKENDS, EmbeddingRunner
 from batch_pipeline.measures.memory import PeakRss
 from batch_pipeline.stages.plan import plan_inputs
 
-CHUNK_SET = Path(__file__).resolve().parent.parent / "benchmarks" / "chunks.jsonl"
+CHUNK_SET = Path(__file__).resolve().parents[2] / "benchmarks" / "chunks.jsonl"
 BASELINE_BATCH_SIZE = 32
 BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, as measured on these machines (roughly)
 
@@ -203,7 +203,7 @@ def onnx_anchor(runner: EmbeddingRunner, model: ResolvedModel):  # noqa: ANN201
     if runner.device != "cpu":
         return None, "ONNX Runtime anchor: CPU only"
     try:
-        from batch_pipeline.bench_anchors import OnnxRuntimeAnchor
+        from batch_pipeline.bench.anchors import OnnxRuntimeAnchor
 
         return OnnxRuntimeAnchor(runner.model, model, runner.num_threads), None
     except ImportError as error:

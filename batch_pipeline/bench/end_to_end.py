@@ -1,6 +1,6 @@
 """The pipeline end to end on one prepared corpus: prepare -> plan -> execute, timed per stage.
 
-    python -m batch_pipeline.bench_end_to_end [--device cuda] [--copies 20] [--workers N]
+    python -m batch_pipeline.bench.end_to_end [--device cuda] [--copies 20] [--workers N]
 
 The corpus is the sample handbook, `--copies` times over, each copy under its own titles (so
 no chunk input repeats and the plan folds nothing): 100 x copies Markdown documents. Prepare
@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.bench import device_budget, model_config_of, synchronize
+from batch_pipeline.bench.embedding import device_budget, model_config_of, synchronize
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, PlanSettings
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import load_tokenizer, resolve_model
@@ -28,13 +28,15 @@ from batch_pipeline.stages.plan import plan_inputs
 from batch_pipeline.text.chunk_pool import ChunkPool
 from batch_pipeline.text.chunking import ChunkSettings
 
-HANDBOOK = Path(__file__).resolve().parent.parent / "data" / "handbook"
+HANDBOOK = Path(__file__).resolve().parents[2] / "data" / "handbook"
 DOCS_PER_BATCH = 64
 
 
 def corpus(copies: int) -> list[dict]:
     docs = []
     pages = sorted(HANDBOOK.rglob("*.md"))
+    if not pages:  # a benchmark over nothing would report a rate of nothing
+        raise SystemExit(f"bench.end_to_end: no handbook pages under {HANDBOOK}")
     for copy in range(copies):
         for path in pages:
             doc_id = f"copy-{copy:03d}/{path.relative_to(HANDBOOK).as_posix()}"
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench_end_to_end")
+    parser = argparse.ArgumentParser(prog="python -m batch_pipeline.bench.end_to_end")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """Generation benchmark: vLLM's continuous batching against transformers' static batches.
 
-    python -m batch_pipeline.bench_generation [--pages 100] [--max-tokens 64]
+    python -m batch_pipeline.bench.generation [--pages 100] [--max-tokens 64]
         [--page-tokens 512] [--model DIR] [--methods static-8,static-32,generate_batch,vllm]
         [--json-out F]
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from batch_pipeline.arguments import whole_number
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HANDBOOK = REPO / "data" / "handbook"
 SYSTEM_PROMPT = (
     "You are a support writer. Summarise the help-centre article below in two sentences for a "
@@ -249,7 +249,7 @@ def run_method(method: str, work: Path) -> dict:
         [
             sys.executable,
             "-m",
-            "batch_pipeline.bench_generation",
+            "batch_pipeline.bench.generation",
             "--worker",
             method,
             "--work",

@@ -30,7 +30,6 @@ from batch_pipeline.briefs.store import BriefStore
 from batch_pipeline.config import (
     BRIEF_COLUMNS,
     BRIEF_PLACEHOLDERS,
-    BRIEFS_SUFFIX,
     BriefsConfig,
     ConfigError,
     PipelineConfig,
@@ -38,7 +37,7 @@ from batch_pipeline.config import (
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.generations.lifecycle import index_model
+from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -52,7 +51,7 @@ from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
 from batch_pipeline.measures.run import DOCUMENTS
-from batch_pipeline.names import generation_index, question_index
+from batch_pipeline.names import briefs_product_name, generation_index, question_index
 from batch_pipeline.runs import (
     RunOutcome,
     RunRequest,
@@ -72,13 +71,9 @@ from batch_pipeline.text.documents import DocumentError, decode_document
 from batch_pipeline.text.normalize import detect_format, parse_document
 
 
-def briefs_product_name(collection: str) -> str:
-    return f"{collection}{BRIEFS_SUFFIX}"
-
-
 class CollectionDocuments(Protocol):
     """What the briefs take of a collection's partition: its source, its collect (the
-    vector index's `PartitionPipeline`, handed in, since no product imports another) and its
+    vector index's `IndexPartition`, handed in, since no product imports another) and its
     staging area."""
 
     staging: StagingArea

@@ -45,6 +45,9 @@ from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY, ExecuteOptions
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
+from batch_pipeline.index.land import LandSummary
+from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.search import CollectionNotIndexedError, search
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -56,7 +59,6 @@ from batch_pipeline.inference.runner import BACKENDS, LoadedModels
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.products import (
     Product,
     brief_product,
@@ -65,10 +67,8 @@ from batch_pipeline.products import (
 )
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.reports.tickets import candidate_scores
-from batch_pipeline.search import CollectionNotIndexedError, search
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
-from batch_pipeline.stages.land import LandSummary
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import (
     LeaseLostError,
@@ -274,9 +274,9 @@ class _Context:
             raise ConfigError(f"{name!r} runs a day at a time: give --day YYYY-MM-DD")
         return kind, collection
 
-    def partition(self, partition: str) -> PartitionPipeline:
+    def partition(self, partition: str) -> IndexPartition:
         """One partition's engine: a collection, or one shard of it."""
-        return PartitionPipeline(self.config, self.storage, partition, self.tracking, self.store)
+        return IndexPartition(self.config, self.storage, partition, self.tracking, self.store)
 
     def runners(self, args: argparse.Namespace) -> LoadedModels:
         """Models loaded once per command, with `--device`, `--dtype` and `--backend` where
@@ -305,7 +305,7 @@ class _Context:
             dtype=getattr(args, "dtype", "auto"),
         )
 
-    def pipeline(self, collection: str) -> PartitionPipeline:
+    def pipeline(self, collection: str) -> IndexPartition:
         """The whole collection's engine (all its shards), for a configured collection."""
         (name,) = self.collections(collection)
         return self.partition(name)
@@ -417,7 +417,7 @@ def _run(ctx: _Context, args: argparse.Namespace) -> int:
         progress_interval=interval,
         on_wait=lambda holder: _on_wait(holder, pipeline.partition),
     )
-    review = pipeline.review_generation(runners)
+    review = pipeline.review(runners)
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
     failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
     measures = summaries[LAND.name].measures
@@ -470,7 +470,7 @@ def _on_wait(holder: str, partition: str) -> None:
     )
 
 
-def _unread(pipeline: PartitionPipeline, run_id: str, measures: RunMeasures) -> int:
+def _unread(pipeline: IndexPartition, run_id: str, measures: RunMeasures) -> int:
     """Exit status 4, and a line, when the run could not read too much of its source."""
     excess = pipeline.unread_excess(run_id, measures.attempted)
     if excess is None:

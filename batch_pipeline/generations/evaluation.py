@@ -13,8 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.config import ModelConfig
 from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.state.vector_store import VectorStore
+
+
+def index_model(record: GenerationRecord) -> ResolvedModel:
+    """The embedding model a vector index generation was built with (its record keeps the
+    model's config): what scores it, and what embeds rows beside it."""
+    return resolve_model(ModelConfig.model_validate_json(record.model_config))
 
 
 @dataclass(frozen=True)

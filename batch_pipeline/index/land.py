@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batch_pipeline.faults import crash_point
+from batch_pipeline.index.join import vectors_in_chunk_order
+from batch_pipeline.index.prepare import CHUNKS_SCHEMA
 from batch_pipeline.iterables import batched
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.stages.collect import (
@@ -28,8 +30,6 @@ from batch_pipeline.stages.collect import (
     UNCHANGED,
     metadata_json,
 )
-from batch_pipeline.stages.join import vectors_in_chunk_order
-from batch_pipeline.stages.prepare import CHUNKS_SCHEMA
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
@@ -112,7 +112,7 @@ def land_documents(
     """Land a run's documents, `DOCS_PER_COMMIT` at a time, in bounded memory.
 
     The chunks file is streamed in document order with each stale chunk's vector joined onto
-    it from the embeddings file through an on-disk join (see `batch_pipeline.stages.join`). Each
+    it from the embeddings file through an on-disk join (see `batch_pipeline.index.join`). Each
     group of documents is one table commit followed by its tracking record.
     """
     summary = LandSummary()

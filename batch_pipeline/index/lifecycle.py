@@ -16,7 +16,12 @@ from batch_pipeline.config import (
     GenerationsConfig,
     ModelConfig,
 )
-from batch_pipeline.generations.evaluation import eval_set_version, load_eval_set, score_generation
+from batch_pipeline.generations.evaluation import (
+    eval_set_version,
+    index_model,
+    load_eval_set,
+    score_generation,
+)
 from batch_pipeline.generations.registry import (
     BUILDING,
     CANDIDATE,
@@ -31,15 +36,10 @@ from batch_pipeline.generations.review import (
     GenerationReviewer,
     LiveGeneration,
 )
-from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.state.tracking import UNLISTABLE, GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-
-
-def index_model(record: GenerationRecord) -> ResolvedModel:
-    """The model a vector index generation was built with (its record keeps the config)."""
-    return resolve_model(ModelConfig.model_validate_json(record.model_config))
 
 
 def table_version(store: VectorStore, index: str) -> int | None:

@@ -1,6 +1,6 @@
 """One partition's pipeline, stage by stage, in plain Python.
 
-`PartitionPipeline` binds a partition (a collection, or one shard of it) to its configuration
+`IndexPartition` binds a partition (a collection, or one shard of it) to its configuration
 and storage, and runs the five stages (`batch_pipeline.stages`); the Dagster assets, the CLI
 and the tests all go through it. Each stage reads the previous stage's Parquet file and writes
 its own under `staging/<partition>/<run_id>/`. The generation the configuration builds is
@@ -14,10 +14,17 @@ from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
 from batch_pipeline.executors.embedding import EmbeddingExecutor
-from batch_pipeline.generations.lifecycle import GenerationLifecycle, index_model
+from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import GenerationRegistry
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, LiveGeneration
 from batch_pipeline.health.completeness import partition_completeness
+from batch_pipeline.index.land import (
+    LandingContext,
+    LandSummary,
+    land_documents,
+)
+from batch_pipeline.index.lifecycle import GenerationLifecycle
+from batch_pipeline.index.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.measures.progress import ProgressSink
@@ -44,12 +51,6 @@ from batch_pipeline.stages.collect import (
     LandedDocuments,
     collect_documents,
 )
-from batch_pipeline.stages.land import (
-    LandingContext,
-    LandSummary,
-    land_documents,
-)
-from batch_pipeline.stages.prepare import PrepareSummary, prepare_chunks
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import StagePath, is_full_pass
 from batch_pipeline.state.storage import StorageLocations
@@ -72,7 +73,7 @@ def configured_generations(config: PipelineConfig) -> dict[str, str]:
     }
 
 
-class PartitionPipeline(StagedPartition):
+class IndexPartition(StagedPartition):
     """The vector index's engine for one partition: a collection, or one shard of it."""
 
     unit = DOCUMENTS
@@ -417,11 +418,11 @@ class PartitionPipeline(StagedPartition):
     def generations(self) -> GenerationRegistry:
         return self.lifecycle.registry
 
-    def generation(self) -> GenerationRecord:
+    def record(self) -> GenerationRecord:
         """This configuration's generation record (registered on first use)."""
         return self.lifecycle.record()
 
-    def live_generation(self) -> LiveGeneration:
+    def live(self) -> LiveGeneration:
         """The live generation's table and record (what every reader uses)."""
         return self.lifecycle.live()
 
@@ -430,7 +431,7 @@ class PartitionPipeline(StagedPartition):
         """The model a generation was built with."""
         return index_model(record)
 
-    def review_generation(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         """Score this generation on the evaluation set and promote it if the gate allows:
         on every call with `force` or `generations.review: every_run`, otherwise only when
         something it depends on changed since the last review (so a no-op run loads no

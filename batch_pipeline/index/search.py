@@ -4,10 +4,10 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.names import question_index
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.vector_store import sql_literal
 
 
@@ -105,7 +105,7 @@ def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
 MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
-def _question_tables(pipeline: PartitionPipeline, index: str) -> list:
+def _question_tables(pipeline: IndexPartition, index: str) -> list:
     """The live index's question rows (`briefs.index_questions`), searched with its chunks."""
     briefs = pipeline.collection.briefs
     if briefs is None or not briefs.index_questions:
@@ -115,7 +115,7 @@ def _question_tables(pipeline: PartitionPipeline, index: str) -> list:
 
 
 def search(
-    pipeline: PartitionPipeline,
+    pipeline: IndexPartition,
     query: str,
     k: int = 5,
     runner: Embedder | None = None,
@@ -129,7 +129,7 @@ def search(
         raise ValueError(f"-k must be between 1 and {MAX_RESULTS}, not {k}")
     fields = dict(pipeline.collection.metadata.fields)
     condition, named = where_filter(where, fields) if where else (None, set())
-    live = pipeline.live_generation()  # readers follow the live generation
+    live = pipeline.live()  # readers follow the live generation
     table = pipeline.store.open(live.index)
     if table is None:
         raise CollectionNotIndexedError(f"the live table {live.index!r} is missing")

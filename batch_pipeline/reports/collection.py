@@ -3,9 +3,9 @@ when it landed, what is stale, completeness, reconciliation and the table's heal
 
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import BackfillEstimate
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.reports.text import doctor_line, table_lines, table_summary
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.collect import (
@@ -23,7 +23,7 @@ from batch_pipeline.state.vector_store import TableDamagedError, missing_data_fi
 KIND = "vector_index"
 
 
-def collection_status(pipeline: PartitionPipeline) -> dict[str, object]:
+def collection_status(pipeline: IndexPartition) -> dict[str, object]:
     """Rows, documents, last run and landing time, model, stale source documents and lag.
 
     Stale means changed at the source (new, edited or deleted) but not yet landed; found by
@@ -92,7 +92,7 @@ def _backfill(estimate: BackfillEstimate | None) -> dict[str, object]:
     return {**estimate.metadata(), "window_seconds": estimate.window_seconds}
 
 
-def source_problem(pipeline: PartitionPipeline) -> str | None:
+def source_problem(pipeline: IndexPartition) -> str | None:
     """Why the collection's source cannot be listed, or None if it can (reads one entry)."""
     try:
         pipeline.source.check()
@@ -102,7 +102,7 @@ def source_problem(pipeline: PartitionPipeline) -> str | None:
     return None
 
 
-def damaged_table_health(pipeline: PartitionPipeline, missing: str) -> dict[str, object]:
+def damaged_table_health(pipeline: IndexPartition, missing: str) -> dict[str, object]:
     """What `doctor` reports of a table whose data files are gone: which, the newest whole
     version, and the remedy (nothing else can be read of it)."""
     whole = pipeline.store.newest_whole_version(pipeline.index)
@@ -125,7 +125,7 @@ def damaged_table_health(pipeline: PartitionPipeline, missing: str) -> dict[str,
     }
 
 
-def collection_health(pipeline: PartitionPipeline) -> dict[str, object]:
+def collection_health(pipeline: IndexPartition) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     try:  # the reconcile reads every row: a lost data file shows here, with no scan of its own
         report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)

@@ -9,7 +9,7 @@ It runs the same five stages as the vector index, on the same engine. Its own pa
 - `intent_store`: the LanceDB table of one generation's rows, a day replaced per commit
 - `land`: a day's rows classified and written, with the day's intent mix
 - `evaluation` and `mix`: accuracy and macro-F1 on a labelled set; the intent mix's shift
-- `pipeline`: `DayPipeline`, one day's run, stage by stage
+- `pipeline`: `DayPartition`, one day's run, stage by stage
 
 Plan and execute are `batch_pipeline.stages.plan` and `.execute`, unchanged; runs, failures
 and generations (gate, promotion, rollback) are the tracking store's and

@@ -1,6 +1,6 @@
 """One day of ticket intent classification, stage by stage, in plain Python.
 
-`DayPipeline` binds a day (a Dagster daily partition) to the ticket configuration and the
+`DayPartition` binds a day (a Dagster daily partition) to the ticket configuration and the
 shared storage, and runs collect -> prepare -> plan -> execute -> land. Plan and execute are
 the vector index's own stages; the run frame (`batch_pipeline.runs`) records each run, and
 the shared generation review (`batch_pipeline.generations.review`) gates each generation with
@@ -199,8 +199,8 @@ class TicketProduct:
     def export(self) -> TicketExport:
         return make_export(self.settings.source, self.settings.timezone, self.s3_client)
 
-    def day(self, value: str | date) -> "DayPipeline":
-        return DayPipeline(self, parse_day(value, self.settings))
+    def day(self, value: str | date) -> "DayPartition":
+        return DayPartition(self, parse_day(value, self.settings))
 
     def partition_days(self, today: date | None = None) -> list[str]:
         """Every daily partition key, from `start_date` to yesterday."""
@@ -455,7 +455,7 @@ class TicketProduct:
         return self.reviewer.review(self.record(), embedder_for, force)
 
 
-class DayPipeline(StagedPartition):
+class DayPartition(StagedPartition):
     """The engine for one day of tickets (one daily partition)."""
 
     unit = TICKETS

@@ -12,10 +12,10 @@ import pytest
 from batch_pipeline.briefs import prepare, questions
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.search import search
 from batch_pipeline.inference.fake import FakeEmbedder, FakeGenerator
 from batch_pipeline.names import question_index
-from batch_pipeline.pipeline import PartitionPipeline
-from batch_pipeline.search import search
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -62,8 +62,8 @@ class Pipelines:
             tracking=self.tracking, store=self.store,
         )  # fmt: skip
 
-    def documents(self, key: str) -> PartitionPipeline:
-        return PartitionPipeline(self.config, self.storage, key, self.tracking, self.store)
+    def documents(self, key: str) -> IndexPartition:
+        return IndexPartition(self.config, self.storage, key, self.tracking, self.store)
 
     def embedder_for(self, model) -> FakeEmbedder:  # noqa: ANN001
         self.embedders.append(FakeEmbedder(model))
@@ -74,7 +74,7 @@ class Pipelines:
 
     def nightly(self, run_id: str):  # noqa: ANN201 - what the embedding job runs, in order
         self.index.run(run_id, lambda: FakeEmbedder(self.index.model))
-        self.index.review_generation(self.embedder_for)
+        self.index.review(self.embedder_for)
         self.briefs.partition("handbook").run(run_id, lambda: self.generator)
         self.briefs.review(self.embedder_for)
         return self.briefs.land_questions(self.embedder_for, run_id)

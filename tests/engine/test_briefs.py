@@ -12,8 +12,8 @@ import pytest
 from batch_pipeline import cli
 from batch_pipeline.briefs.pipeline import BriefProduct
 from batch_pipeline.config import load_config
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.fake import FakeGenerator
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -47,7 +47,7 @@ def product_of(ws, generator=None):
         storage,
         "handbook",
         generator or FakeGenerator(),
-        lambda key: PartitionPipeline(config, storage, key, tracking, store),
+        lambda key: IndexPartition(config, storage, key, tracking, store),
         tracking=tracking,
         store=store,
     )

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from batch_pipeline import cli
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.search import WhereError, search
+from batch_pipeline.index.search import WhereError, search
 from tests.support import write_config
 
 FIELDS = "metadata: {fields: {product: string, priority: int, public: bool}}"
@@ -117,7 +117,7 @@ def test_declaring_a_field_later_fills_it_on_the_next_full_run_without_embedding
 def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing(
     sql_url, tmp_path, runner
 ):
-    from batch_pipeline.pipeline import PartitionPipeline
+    from batch_pipeline.index.partition import IndexPartition
     from batch_pipeline.state.storage import resolve_storage
 
     name = f"articles_{uuid.uuid4().hex[:10]}"
@@ -151,7 +151,7 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
 """
         )
         storage = resolve_storage(str(tmp_path / "home"))
-        pipeline = PartitionPipeline(load_config(config), storage, "articles")
+        pipeline = IndexPartition(load_config(config), storage, "articles")
         pipeline.run("run-1", runner)
         (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
         assert row["product"] == "billing" and json.loads(row["metadata"]) == {"language": "en"}
@@ -159,13 +159,13 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
             conn.execute(
                 table.update().values(product="accounts", updated_at=now + timedelta(seconds=5))
             )
-        pipeline = PartitionPipeline(load_config(config), storage, "articles")
+        pipeline = IndexPartition(load_config(config), storage, "articles")
         out = pipeline.run("run-2", runner)
         assert out["execute"].stats.inputs == 0
         (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
         assert row["product"] == "accounts" and row["run_id"] == "run-1"
         config.write_text(config.read_text().replace("[product, language]", "[product, lang]"))
-        broken = PartitionPipeline(load_config(config), storage, "articles")
+        broken = IndexPartition(load_config(config), storage, "articles")
         with pytest.raises(Exception, match="source.metadata_columns: .* has no column 'lang'"):
             broken.collect("run-3")
     finally:
@@ -174,7 +174,7 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
 
 
 def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, runner):
-    from batch_pipeline.pipeline import PartitionPipeline
+    from batch_pipeline.index.partition import IndexPartition
     from batch_pipeline.state.storage import resolve_storage
 
     client, bucket = s3_bucket
@@ -192,7 +192,7 @@ def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, r
     source: {{kind: s3, bucket: {bucket}, prefix: kb/, endpoint_url: '{moto_server}'}}
 """
     )
-    pipeline = PartitionPipeline(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
+    pipeline = IndexPartition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
     pipeline.run("run-1", runner)
     (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
     assert row["product"] == "billing" and json.loads(row["metadata"]) == {"owner": "finance"}
@@ -205,7 +205,7 @@ def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, r
         Metadata={"product": "accounts", "owner": "finance"},
         MetadataDirective="REPLACE",
     )
-    pipeline = PartitionPipeline(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
+    pipeline = IndexPartition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
     out = pipeline.run("run-2", runner)
     assert out["execute"].stats.inputs == 0
     (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()

@@ -14,11 +14,11 @@ from batch_pipeline.generations.run_history import (
     invalidate_run,
     restore_before_run,
 )
+from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.search import search
 from batch_pipeline.inference.fake import FakeEmbedder
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.names import question_index
-from batch_pipeline.pipeline import PartitionPipeline
-from batch_pipeline.search import search
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.vector_store import chunk_schema
 
@@ -41,9 +41,9 @@ def configure(workspace, extra_collection: str = "", extra: str = "", tolerance:
     )
 
 
-def pipeline_for(workspace) -> PartitionPipeline:
+def pipeline_for(workspace) -> IndexPartition:
     config = load_config(workspace["config"])
-    return PartitionPipeline(config, resolve_storage(str(workspace["home"])), "handbook")
+    return IndexPartition(config, resolve_storage(str(workspace["home"])), "handbook")
 
 
 def ids(hits):
@@ -70,20 +70,20 @@ def test_a_new_generation_builds_beside_live_and_is_promoted_only_when_complete(
     second.run(
         "run-2", lambda: runner_for(runner)(second.model), doc_ids=["refunds.md"]
     )  # partial: building
-    review = second.review_generation(runner_for(runner))
+    review = second.review(runner_for(runner))
     assert review.decision == "refused" and "not complete" in review.reason
-    assert second.generation().state == "building"
+    assert second.record().state == "building"
     # readers still get the old generation, untouched
-    assert second.live_generation().index == first.index
+    assert second.live().index == first.index
     assert ids(search(second, "reset my password", 3, runner)) == hits_before
     assert second.store.open(first.index).count_rows() == first.store.open(first.index).count_rows()
 
     second.run("run-3", lambda: runner_for(runner)(second.model))  # the backfill: a full pass
-    review = second.review_generation(runner_for(runner))
+    review = second.review(runner_for(runner))
     assert review.decision == "promoted", review
     assert set(review.scores) == {"candidate", "live"}
     assert second.generations.live("handbook").index_name == second.index
-    assert second.live_generation().index == second.index
+    assert second.live().index == second.index
     assert search(second, "reset my password", 3, runner)[0].doc_id == "account/reset-password.md"
     states = {g.index_name: g.state for g in second.generations.list_all("handbook")}
     assert states == {first.index: "retired", second.index: "live"}
@@ -91,7 +91,7 @@ def test_a_new_generation_builds_beside_live_and_is_promoted_only_when_complete(
     # rollback brings the previous live generation back, audited
     moved = second.generations.rollback("handbook", actor="alice")
     assert moved == LiveSwitch(previous=second.index, live=first.index, action="rollback")
-    assert second.live_generation().index == first.index
+    assert second.live().index == first.index
     assert ids(search(second, "reset my password", 3, runner)) == hits_before
     log = second.generations.audit_log("handbook")
     assert [(e.action, e.from_index, e.to_index) for e in log] == [
@@ -109,12 +109,12 @@ def test_a_worse_candidate_is_refused(workspace, runner):
     configure(workspace, extra="model: {max_seq_length: 6}\n")  # truncates every input
     worse = pipeline_for(workspace)
     worse.run("run-2", lambda: runner_for(runner)(worse.model))
-    review = worse.review_generation(runner_for(runner))
+    review = worse.review(runner_for(runner))
     assert review.decision == "refused"
     assert "worse than live" in review.reason
     assert review.scores["candidate"]["mrr_at_3"] < review.scores["live"]["mrr_at_3"]
     assert worse.generations.live("handbook").index_name == first.index
-    assert worse.generation().state == "candidate"
+    assert worse.record().state == "candidate"
     with pytest.raises(GenerationError, match="already live"):
         worse.generations.promote("handbook", first.fingerprint, "again")
 
@@ -130,7 +130,7 @@ def test_without_an_evaluation_set_completeness_alone_promotes_with_a_warning(wo
     )
     second = pipeline_for(workspace)
     second.run("run-2", lambda: runner_for(runner)(second.model))
-    review = second.review_generation(runner_for(runner))
+    review = second.review(runner_for(runner))
     assert review.decision == "promoted" and "completeness alone" in review.reason
     assert review.warnings == ("no evaluation set is configured, so no scores were compared",)
     assert review.metadata()["warnings"] == list(review.warnings)
@@ -205,7 +205,7 @@ def test_retired_generations_are_dropped_after_their_retention(workspace, fake_e
     configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
     second = pipeline_for(workspace)
     second.run("run-2", lambda: FakeEmbedder(second.model))
-    assert second.review_generation(FakeEmbedder).decision == "promoted"
+    assert second.review(FakeEmbedder).decision == "promoted"
     registry = second.generations
     questions = question_index(first.index)  # its briefs' questions go with it
     second.store.create_table(questions, chunk_schema(first.model.embedding_dimension))
@@ -230,24 +230,24 @@ def test_an_unchanged_generation_keeps_its_review_and_loads_no_model(workspace, 
 
     pipeline = pipeline_for(workspace)
     pipeline.run("run-1", fake_embedder)
-    first = pipeline.review_generation(embedder_for)
+    first = pipeline.review(embedder_for)
     assert first.evaluated and first.decision == "live" and loads
     loads.clear()
     pipeline.run("run-2", fake_embedder)  # nothing changed
-    again = pipeline_for(workspace).review_generation(embedder_for)
+    again = pipeline_for(workspace).review(embedder_for)
     assert not again.evaluated and loads == []
     assert again.scores == json.loads(json.dumps(first.scores))
     assert again.decision == "live" and again.reason.endswith("(unchanged since the last review)")
     # forced, it decides again, but its scores still hold for the same table and set
-    assert pipeline_for(workspace).review_generation(embedder_for, force=True).evaluated
+    assert pipeline_for(workspace).review(embedder_for, force=True).evaluated
     assert loads == []
     (workspace["docs"] / "new.md").write_text("# New\n\nA new page about desks.\n")
     pipeline.run("run-3", fake_embedder)
-    assert pipeline_for(workspace).review_generation(embedder_for).evaluated  # table changed
+    assert pipeline_for(workspace).review(embedder_for).evaluated  # table changed
     assert loads  # and the new table is scored
 
     configure(workspace, tolerance=1.0, extra="generations: {review: every_run}\n")
-    assert pipeline_for(workspace).review_generation(embedder_for).evaluated
+    assert pipeline_for(workspace).review(embedder_for).evaluated
 
 
 def test_reviews_that_promote_the_same_generation_at_once_switch_it_once(sql_url):

@@ -202,7 +202,7 @@ def test_identical_inputs_are_embedded_once_and_fanned_out(make_pipeline, runner
 def test_the_benchmark_gives_repeated_inputs_their_vectors(fake_embedder, model):
     """A chunk set with a repeated text reported a minimum cosine of 0.0: the repeats' rows
     were left at zeros (the pipeline itself was right)."""
-    from batch_pipeline.bench import min_cosine, run_engine
+    from batch_pipeline.bench.embedding import min_cosine, run_engine
     from batch_pipeline.inference.batching import PlanSettings
 
     texts = ["reset your password", "refund policy", "reset your password", "office hours"] * 3

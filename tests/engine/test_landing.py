@@ -4,7 +4,7 @@ documents commit in groups; the table must come out exactly as if everything fit
 import numpy as np
 import pyarrow as pa
 
-from batch_pipeline.stages import join, land
+from batch_pipeline.index import join, land
 from batch_pipeline.state.staging import read_table
 
 

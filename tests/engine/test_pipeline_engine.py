@@ -5,8 +5,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from batch_pipeline import pipeline as pipeline_module
 from batch_pipeline.config import ConfigError
+from batch_pipeline.index import partition as pipeline_module
 from batch_pipeline.inference.runner import ModelLoadError
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import collect
@@ -342,7 +342,7 @@ def test_prepare_in_worker_processes_writes_the_same_chunks_in_the_same_order(
 
 
 def test_prepare_chunks_in_process_when_too_few_documents_would_pay_for_workers():
-    from batch_pipeline.stages.prepare import prepare_workers
+    from batch_pipeline.index.prepare import prepare_workers
 
     assert prepare_workers(4, documents=10_000, min_documents=256) == 4
     assert prepare_workers(4, documents=600, min_documents=256) == 2

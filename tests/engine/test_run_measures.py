@@ -9,15 +9,15 @@ import pytest
 
 from batch_pipeline import cli
 from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.measures.run import MANUAL, SCHEDULE, SENSOR, RunMeasures
-from batch_pipeline.pipeline import PartitionPipeline
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import write_config, write_corpus
 
 PRICED = "cost: {device_hour: {cpu: 2.0, cuda: 7.0}, host_hour: 0.5, currency: EUR}\n"
 
 
-def measures_of(pipeline: PartitionPipeline, run_id: str) -> tuple[dict, RunMeasures]:
+def measures_of(pipeline: IndexPartition, run_id: str) -> tuple[dict, RunMeasures]:
     (row,) = [r for r in pipeline.tracking.runs_with_id(run_id)]
     measures = RunMeasures.from_record(row)
     assert measures is not None
@@ -189,7 +189,7 @@ def test_report_lists_each_partitions_runs_in_order(tmp_path, fake_embedder, cap
     partitions = config.collection(collection).partition_keys()
     for n, trigger in enumerate((MANUAL, SCHEDULE)):
         for partition in config.partition_keys():
-            PartitionPipeline(config, storage, partition).run(
+            IndexPartition(config, storage, partition).run(
                 f"{partition}-{n}", fake_embedder, trigger=trigger
             )
         (tmp_path / collection / f"added-{n}.md").write_text(f"# Added {n}\n\nMore text.\n")

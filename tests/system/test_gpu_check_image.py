@@ -1,6 +1,6 @@
 """The GPU check's Python on an image with only torch, transformers and sentence-transformers.
 
-`benchmarks/gpu_check.sh` runs `batch_pipeline.bench` and `batch_pipeline.bench_end_to_end` on
+`benchmarks/gpu_check.sh` runs `batch_pipeline.bench` and `batch_pipeline.bench.end_to_end` on
 a lent GPU machine, which has none of the project's other dependencies. Here both run as
 subprocesses, on the CPU but otherwise with the check's flags (`--dtype auto`), with those
 dependencies made unimportable (a `sitecustomize` that sets them to None in `sys.modules`, so
@@ -90,7 +90,7 @@ def test_the_end_to_end_benchmark_runs_without_the_projects_other_dependencies(t
     out = tmp_path / "end_to_end.json"
     result = run_bare(
         tmp_path,
-        "-m", "batch_pipeline.bench_end_to_end",
+        "-m", "batch_pipeline.bench.end_to_end",
         "--device", "cpu",
         "--copies", "1",
         "--workers", "2",

@@ -3,8 +3,10 @@ run, and how much of each output agrees with the baseline's."""
 
 import pytest
 
-from batch_pipeline import bench, bench_end_to_end, bench_generation
-from batch_pipeline.bench_generation import _agreeing_share, summarise
+from batch_pipeline.bench import embedding as bench
+from batch_pipeline.bench import end_to_end as bench_end_to_end
+from batch_pipeline.bench import generation as bench_generation
+from batch_pipeline.bench.generation import _agreeing_share, summarise
 
 PROMPTS = [{"ids": [1] * 10}, {"ids": [1] * 30}]
 

@@ -5,8 +5,8 @@ import platform
 
 import pytest
 
-from batch_pipeline import bench_anchors
-from batch_pipeline.bench_anchors import Roofline, measured_clock_ghz
+from batch_pipeline.bench import anchors as bench_anchors
+from batch_pipeline.bench.anchors import Roofline, measured_clock_ghz
 
 X86_64 = platform.machine() in {"x86_64", "AMD64"}
 

@@ -27,15 +27,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("batch_pipeline.generations", "batch_pipeline.health"),
     ("batch_pipeline.runs",),  # the run frame every product runs in
     # the products, side by side: each on the frame, neither on the other
-    ("batch_pipeline.pipeline", "batch_pipeline.tickets", "batch_pipeline.briefs"),
-    ("batch_pipeline.reports", "batch_pipeline.triggers", "batch_pipeline.search"),
+    ("batch_pipeline.index", "batch_pipeline.tickets", "batch_pipeline.briefs"),
+    ("batch_pipeline.reports", "batch_pipeline.triggers"),
     ("batch_pipeline.products",),  # the face every product shows the commands
     (
         "batch_pipeline.cli",
         "batch_pipeline.bench",
-        "batch_pipeline.bench_anchors",
-        "batch_pipeline.bench_end_to_end",
-        "batch_pipeline.bench_generation",
         "batch_pipeline.partitions",
     ),
     ("resources",),
@@ -43,7 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sensors",),
     ("batch_pipeline.definitions",),
 ]
-PRODUCTS = ("batch_pipeline.pipeline", "batch_pipeline.tickets", "batch_pipeline.briefs")
+PRODUCTS = ("batch_pipeline.index", "batch_pipeline.tickets", "batch_pipeline.briefs")
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
 
 
@@ -141,20 +138,26 @@ def test_no_product_imports_another():
 
 def test_the_height_check_catches_a_split_folder():
     """The checker itself: a folder with a module below the products and one above them."""
-    assert layer_of("batch_pipeline.health.freshness") < layer_of("batch_pipeline.pipeline")
-    assert layer_of("batch_pipeline.reports.collection") > layer_of("batch_pipeline.pipeline")
+    assert layer_of("batch_pipeline.health.freshness") < layer_of("batch_pipeline.index")
+    assert layer_of("batch_pipeline.reports.collection") > layer_of("batch_pipeline.index")
     assert layer_of("batch_pipeline.health.status") == layer_of("batch_pipeline.health")
 
 
-def test_each_stage_and_kind_of_state_has_a_folder():
-    from batch_pipeline.stages import STAGES
+def test_each_stage_kind_of_state_and_product_has_a_folder():
+    """The shared stages (collect, plan, execute) in `stages/`; each product's own prepare and
+    land in its own folder."""
+    from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE
 
     engine = REPO / "batch_pipeline"
-    folders = ("stages", "text", "inference", "sources", "state", "generations", "health")
-    for folder in (*folders, "reports", "tickets", "cli", "config"):
+    folders = ("stages", "executors", "text", "inference", "sources", "state", "generations")
+    for folder in (*folders, "health", "reports", "cli", "config"):
         assert (engine / folder / "__init__.py").is_file(), folder
-    for stage in STAGES:
+    for stage in (COLLECT, PLAN, EXECUTE):
         assert (engine / "stages" / f"{stage.name}.py").is_file(), stage.name
+    for product in PRODUCTS:
+        folder = engine / product.removeprefix("batch_pipeline.")
+        for stage in (PREPARE, LAND):
+            assert (folder / f"{stage.name}.py").is_file(), f"{product}: {stage.name}"
 
 
 def test_the_layer_check_catches_an_upward_import(tmp_path):

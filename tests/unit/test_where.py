@@ -3,7 +3,7 @@ it, and the message names the field and its type."""
 
 import pytest
 
-from batch_pipeline.search import WhereError, where_filter
+from batch_pipeline.index.search import WhereError, where_filter
 
 FIELDS = {"priority": "int", "score": "float", "public": "bool", "product": "string"}
 

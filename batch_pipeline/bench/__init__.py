@@ -1,0 +1,12 @@
+"""The benchmarks, each a `python -m` entry point that prints ratios against a baseline
+measured in the same run:
+
+- `python -m batch_pipeline.bench` (`embedding`): the embedding path against
+  `SentenceTransformer.encode` and ONNX Runtime, with the CPU's roofline (`anchors`);
+- `python -m batch_pipeline.bench.end_to_end`: prepare -> plan -> execute on the handbook,
+  naming the stage that bounds the pipeline;
+- `python -m batch_pipeline.bench.generation`: vLLM against transformers' static batches.
+
+Nothing here is imported at package load: the GPU check runs these where the project's other
+dependencies are not installed.
+"""
