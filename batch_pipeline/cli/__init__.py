@@ -28,57 +28,32 @@ import errno
 import json
 import sys
 import textwrap
-import uuid
 from datetime import datetime
 from itertools import groupby
-from typing import TextIO
 
 import sqlalchemy as sa
-from tqdm import tqdm
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
-from batch_pipeline.config import ConfigError, load_config, masked_url
-from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY, ExecuteOptions
+from batch_pipeline.cli.context import CommandContext, to_json
+from batch_pipeline.cli.run import run_command
+from batch_pipeline.config import ConfigError, masked_url
+from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
-from batch_pipeline.index.land import LandSummary
-from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.index.search import CollectionNotIndexedError, search
-from batch_pipeline.inference.batching import (
-    DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_TOKEN_BUDGET,
-    PlanSettings,
-)
-from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
 from batch_pipeline.inference.models import ModelNotAvailableError
-from batch_pipeline.inference.runner import BACKENDS, LoadedModels
-from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
+from batch_pipeline.inference.runner import BACKENDS
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
-from batch_pipeline.measures.run import MANUAL, TRIGGERS, RunMeasures
-from batch_pipeline.products import (
-    Product,
-    brief_product,
-    configured_products,
-    product_targets,
-)
+from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.sources import SourceUnavailableError
-from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
-from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.state.tracking import (
-    LeaseLostError,
-    LockTimeoutError,
-    TrackingStore,
-    TrackingUnavailableError,
-)
-from batch_pipeline.state.vector_store import TableDamagedError, VectorStore, missing_data_file
-from batch_pipeline.tickets.land import TicketLandSummary
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
+from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 
 
 def _product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -230,88 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plain(value: object) -> object:
-    """JSON for what the engine returns: times in ISO 8601, anything else as text."""
-    return value.isoformat() if isinstance(value, datetime) else str(value)
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, indent=2, default=_plain)
-
-
-class _Context:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.config = load_config(args.config)
-        self.storage = resolve_storage(args.home)
-        self.tracking = TrackingStore(self.storage.tracking_url)
-        self.store = VectorStore(self.storage.lancedb_uri, self.storage.storage_options)
-
-    def collections(self, only: str | None) -> list[str]:
-        """The configured collections a command covers: `only` (which must be configured),
-        or all of them."""
-        if only is None:
-            return [c.name for c in self.config.collections]
-        try:
-            return [self.config.collection(only).name]
-        except KeyError as error:
-            raise ConfigError(str(error.args[0])) from None
-
-    def products(self, only: str | None = None) -> list[Product]:
-        """The products a command covers: `only` (which must be configured), or all."""
-        return configured_products(self.config, self.storage, self.tracking, self.store, only)
-
-    def product_names(self) -> list[str]:
-        """Every configured product's name, without opening any."""
-        return [name for name, _, _ in product_targets(self.config)]
-
-    def product_target(self, name: str) -> tuple[str, str]:
-        """The kind (index, briefs) and collection `run` runs for the product `name`."""
-        targets = {n: (kind, collection) for n, kind, collection in product_targets(self.config)}
-        if name not in targets:
-            raise ConfigError(f"unknown product {name!r}; configured: {', '.join(targets)}")
-        kind, collection = targets[name]
-        if collection is None:
-            raise ConfigError(f"{name!r} runs a day at a time: give --day YYYY-MM-DD")
-        return kind, collection
-
-    def partition(self, partition: str) -> IndexPartition:
-        """One partition's engine: a collection, or one shard of it."""
-        return IndexPartition(self.config, self.storage, partition, self.tracking, self.store)
-
-    def runners(self, args: argparse.Namespace) -> LoadedModels:
-        """Models loaded once per command, with `--device`, `--dtype` and `--backend` where
-        given; `auto`'s measurements (and OpenVINO exports) are cached under the home."""
-        return LoadedModels(
-            device=getattr(args, "device", "auto"),
-            dtype=getattr(args, "dtype", "auto"),
-            backend=getattr(args, "backend", "auto"),
-            calibration_cache=self.storage.home / CALIBRATION_FILE,
-        )
-
-    def tickets(self) -> TicketProduct:
-        """The ticket intent product's engine (a ConfigError if it is not configured)."""
-        return TicketProduct(self.config, self.storage, self.tracking, self.store)
-
-    def briefs(self, collection: str, args: argparse.Namespace):  # noqa: ANN201
-        """A collection's document briefs (a ConfigError if it has none)."""
-        (name,) = self.collections(collection)
-        return brief_product(
-            self.config,
-            self.storage,
-            name,
-            self.tracking,
-            self.store,
-            device=getattr(args, "device", "auto"),
-            dtype=getattr(args, "dtype", "auto"),
-        )
-
-    def pipeline(self, collection: str) -> IndexPartition:
-        """The whole collection's engine (all its shards), for a configured collection."""
-        (name,) = self.collections(collection)
-        return self.partition(name)
-
-
-def _search(ctx: _Context, args: argparse.Namespace) -> int:
+def _search(ctx: CommandContext, args: argparse.Namespace) -> int:
     hits = search(ctx.pipeline(args.collection), args.query, args.k, where=args.where)
     if args.json:
         print(json.dumps([h.as_dict() for h in hits], indent=2))
@@ -332,11 +226,11 @@ def _search(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(ctx: _Context, args: argparse.Namespace) -> int:
+def _status(ctx: CommandContext, args: argparse.Namespace) -> int:
     products = ctx.products(args.product)
     rows = [product.status() for product in products]
     if args.json:
-        print(_json(rows))
+        print(to_json(rows))
         return _source_errors(rows)
     lines: list[str] = []
     pairs = list(zip(products, rows, strict=True))
@@ -360,169 +254,7 @@ def _source_errors(reports: list[dict]) -> int:
     return 2 if failed else 0
 
 
-def _run_target(ctx: _Context, args: argparse.Namespace) -> None:
-    """Settle what `run` runs into `args.kind` and one of --collection, --partition and --day:
-    `--product NAME` names a collection's product; `--product index|briefs` is the old
-    spelling of `--kind` (until the next release)."""
-    if args.product in brief_commands.KINDS and args.product not in ctx.product_names():
-        print(
-            f"batch-pipeline: --product {args.product} is now --kind {args.product}; the old "
-            "spelling goes in the next release",
-            file=sys.stderr,
-        )
-        if args.kind not in (None, args.product):
-            raise ConfigError(f"--product {args.product} and --kind {args.kind} disagree")
-        args.kind, args.product = args.product, None
-    if args.product is not None:
-        if args.collection or args.partition or args.day:
-            raise ConfigError("give --product or one of --collection, --partition, --day")
-        kind, collection = ctx.product_target(args.product)
-        if args.kind not in (None, kind):
-            raise ConfigError(f"{args.product!r} is of kind {kind}, not {args.kind}")
-        args.kind, args.collection = kind, collection
-    if not (args.collection or args.partition or args.day):
-        raise ConfigError("run needs --collection, --partition, --day or --product")
-    args.kind = args.kind or "index"
-    if args.kind == "briefs" and not args.collection:
-        raise ConfigError("--kind briefs runs a whole collection: give --collection")
-
-
-def _run(ctx: _Context, args: argparse.Namespace) -> int:
-    _run_target(ctx, args)
-    if args.kind == "briefs":
-        progress, interval = _progress_sink(sys.stderr)
-        product = ctx.briefs(args.collection, args)
-        landed = brief_commands.run_briefs(
-            product, args, progress, interval, ctx.runners(args), _on_wait
-        )
-        return _held_deletions(landed, "document_briefs")
-    if args.day:
-        landed = ticket_commands.run_day(
-            ctx.tickets(), args, ctx.runners(args), _progress_sink(sys.stderr)[0],
-            _execute_options(args),
-        )  # fmt: skip
-        return _held_deletions(landed, "ticket_intents")
-    pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
-    run_id = args.run_id or str(uuid.uuid4())
-    progress, interval = _progress_sink(sys.stderr)
-    runners = ctx.runners(args)  # one load: execute and the review share the model
-    summaries = pipeline.run(
-        run_id,
-        lambda: runners(pipeline.model),
-        options=_execute_options(args),
-        doc_ids=args.doc_ids,
-        trigger=args.trigger,
-        allow_mass_delete=args.allow_mass_delete,
-        progress=progress,
-        progress_interval=interval,
-        on_wait=lambda holder: _on_wait(holder, pipeline.partition),
-    )
-    review = pipeline.review(runners)
-    stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
-    failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
-    measures = summaries[LAND.name].measures
-    report = {
-        "run_id": run_id,
-        **stages,
-        "documents_failed": failed,
-        "measures": measures.metadata(),
-        "generation": review.metadata(),
-    }
-    if args.json:
-        print(_json(report))
-    else:
-        land = stages[LAND.name]
-        print(
-            f"run {run_id}: {stages[EXECUTE.name]['inputs_embedded']} chunks embedded, "
-            f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
-            f"{failed} failed"
-        )
-        line = f"  {duration(measures.wall_seconds)} wall-clock, " + (
-            f"{measures.window_used_fraction:.1%} of its {duration(measures.window_seconds)} window"
-        )
-        if measures.inputs:
-            line += (
-                f"; {measures.inputs_per_second:,.1f} inputs/s on {measures.device} "
-                f"({measures.backend or 'torch'} {measures.dtype}), "
-                f"{measures.cost_per_1k_inputs:.6f} {measures.currency} "
-                "per 1k inputs (estimated)"
-            )
-        print(line)
-    return _held_deletions(summaries[LAND.name]) or _unread(pipeline, run_id, measures)
-
-
-HELD_DELETIONS_EXIT = 3
-UNREAD_EXIT = 4
-
-
-def _execute_options(args: argparse.Namespace) -> ExecuteOptions:
-    """`run`'s plan and execute settings: the token budget, batch size and checkpoints."""
-    plan = PlanSettings(args.token_budget, args.max_batch_size)
-    return ExecuteOptions(plan, checkpoint_every=args.checkpoint_every)
-
-
-def _on_wait(holder: str, partition: str) -> None:
-    """What a run says while another run holds its partition's lease."""
-    print(
-        f"batch-pipeline: waiting for run {holder}, which is running partition "
-        f"{partition}; then running only what is still stale",
-        file=sys.stderr,
-    )
-
-
-def _unread(pipeline: IndexPartition, run_id: str, measures: RunMeasures) -> int:
-    """Exit status 4, and a line, when the run could not read too much of its source."""
-    excess = pipeline.unread_excess(run_id, measures.attempted)
-    if excess is None:
-        return 0
-    print(
-        f"batch-pipeline: {excess}; what did read has landed; `batch-pipeline failures` "
-        "lists the rest with their reasons, and the next run retries them",
-        file=sys.stderr,
-    )
-    return UNREAD_EXIT
-
-
-def _held_deletions(
-    landed: LandSummary | TicketLandSummary | BriefLandSummary, asset: str = LAND.asset
-) -> int:
-    """Exit status 3, and what to do, when the run held back a mass deletion."""
-    if not landed.deletions_held:
-        return 0
-    print(
-        f"batch-pipeline: held back {landed.deletions_held} deletions: "
-        f"{landed.deletions_held_reason}. Everything else landed. If the source really lost "
-        f"them, run again with --allow-mass-delete (from Dagster: materialise {asset} with "
-        "the run config allow_mass_delete: true).",
-        file=sys.stderr,
-    )
-    return HELD_DELETIONS_EXIT
-
-
-def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:
-    """A progress bar on a terminal, plain lines every 30 s otherwise; and the pace."""
-    if not stream.isatty():
-        return (lambda update: print(f"batch-pipeline: {update.line()}", file=stream)), 30.0
-    bars: dict[str, tqdm] = {}
-
-    def show(update: ProgressUpdate) -> None:
-        bar = bars.get(update.stage)
-        if bar is None:
-            bar = bars[update.stage] = tqdm(
-                total=update.total, desc=update.stage, unit=f" {update.unit}", file=stream
-            )
-        bar.update(update.done - bar.n)
-        if update.tokens:
-            rate = f"{update.tokens_per_second:,.0f} {update.token_unit}/s"
-            bar.set_postfix_str(rate, refresh=False)
-        bar.refresh()
-        if update.finished:
-            bar.close()
-
-    return show, 0.5
-
-
-def _report(ctx: _Context, args: argparse.Namespace) -> int:
+def _report(ctx: CommandContext, args: argparse.Namespace) -> int:
     runs = []
     for product in ctx.products(args.product):
         for group in product.run_groups():
@@ -530,7 +262,7 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
             runs += reported_runs(rows)
     summary = trend(runs)
     if args.json:
-        print(_json({"runs": [r.as_dict() for r in runs], "summary": summary}))
+        print(to_json({"runs": [r.as_dict() for r in runs], "summary": summary}))
         return 0
     if not runs:
         print("no runs with measures yet")
@@ -579,11 +311,11 @@ def _report(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _failures(ctx: _Context, args: argparse.Namespace) -> int:
+def _failures(ctx: CommandContext, args: argparse.Namespace) -> int:
     only = ctx.products(args.product)[0].name if args.product else None
     rows = ctx.tracking.list_failures(collection=only)
     if args.json:
-        print(_json(rows))
+        print(to_json(rows))
         return 0
     if not rows:
         print("no failures")
@@ -596,12 +328,12 @@ def _failures(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
+def _doctor(ctx: CommandContext, args: argparse.Namespace) -> int:
     """Exit status 1 when any product has a problem, 2 when a source cannot be read."""
     products = ctx.products(args.product)
     reports = [product.health() for product in products]
     if args.json:
-        print(_json(reports))
+        print(to_json(reports))
     else:
         for product, r in zip(products, reports, strict=True):
             print(product.health_line(r))
@@ -610,13 +342,13 @@ def _doctor(ctx: _Context, args: argparse.Namespace) -> int:
     return _source_errors(reports) or (0 if all(r["healthy"] for r in reports) else 1)
 
 
-def _generations(ctx: _Context, args: argparse.Namespace) -> int:
+def _generations(ctx: CommandContext, args: argparse.Namespace) -> int:
     registry = GenerationRegistry(ctx.tracking)
     if args.action == "list":
         only = ctx.products(args.product)[0].name if args.product else None
         records = registry.list_all(only)
         if args.json:
-            print(_json([g.as_dict() for g in records]))
+            print(to_json([g.as_dict() for g in records]))
             return 0
         for g in records:
             trained = json.loads(g.model_config).get("trained")
@@ -653,7 +385,7 @@ def _generations(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _invalidate(ctx: _Context, args: argparse.Namespace) -> int:
+def _invalidate(ctx: CommandContext, args: argparse.Namespace) -> int:
     result = invalidate_run(ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.run_id)
     print(
         f"run {args.run_id}: {result.rows} rows in {result.documents} documents marked "
@@ -662,7 +394,7 @@ def _invalidate(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _repair(ctx: _Context, args: argparse.Namespace) -> int:
+def _repair(ctx: CommandContext, args: argparse.Namespace) -> int:
     """Exit 0 when repaired or nothing to repair; 1 when it only said what it would do."""
     pipeline = ctx.pipeline(args.collection)
     index = pipeline.index
@@ -698,7 +430,7 @@ def _repair(ctx: _Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore(ctx: _Context, args: argparse.Namespace) -> int:
+def _restore(ctx: CommandContext, args: argparse.Namespace) -> int:
     result = restore_before_run(
         ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.collection, args.run_id
     )
@@ -738,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {
         "search": _search,
         "status": _status,
-        "run": _run,
+        "run": run_command,
         "report": _report,
         "failures": _failures,
         "doctor": _doctor,
@@ -751,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         "briefs": lambda ctx, args: brief_commands.briefs(ctx.briefs(args.collection, args), args),
     }
     try:
-        ctx = _Context(args)
+        ctx = CommandContext(args)
         return commands[args.command](ctx, args)
     except (
         ConfigError,

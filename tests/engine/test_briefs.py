@@ -11,6 +11,7 @@ import pytest
 
 from batch_pipeline import cli
 from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.cli import context as cli_context
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.fake import FakeGenerator
@@ -201,7 +202,7 @@ def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
     product = product_of(briefs_workspace)
     run(product, "run-1")
     # the command reads the generation the FAKE generator built (its model names the table)
-    monkeypatch.setattr(cli, "brief_product", lambda *args, **kwargs: product)
+    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: product)
     base = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
     briefs = [*base, "briefs", "--collection", "handbook", "--candidate"]
 
