@@ -32,7 +32,7 @@ from assets.run_info import (
 )
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, parquet_metadata, upstream_path
 from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.stages import COLLECT

@@ -13,7 +13,7 @@ from batch_pipeline.config import PipelineConfig, load_config
 def ticket_days(config: PipelineConfig, newest: int, today: date | None = None) -> list[str]:
     """The newest `newest` days, up to yesterday, whose ticket export is there; oldest first."""
     from batch_pipeline.tickets.exports import make_export
-    from batch_pipeline.tickets.pipeline import due_days
+    from batch_pipeline.tickets.product import due_days
 
     settings = config.tickets
     if settings is None:

@@ -11,7 +11,7 @@ over its own engine, and its report module under `batch_pipeline.reports`.
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
-from batch_pipeline.briefs.pipeline import BriefProduct, CollectionDocuments
+from batch_pipeline.briefs.product import BriefProduct, CollectionDocuments
 from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
 from batch_pipeline.index.partition import IndexPartition
@@ -27,7 +27,7 @@ from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 Lines = Callable[[list[dict[str, object]], str], list[str]]
 

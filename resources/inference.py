@@ -13,15 +13,9 @@ from batch_pipeline.inference.batching import (
     budget_from_memory,
 )
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.devices import dtype_bytes, pick_backend, pick_device, pick_dtype
 from batch_pipeline.inference.models import ResolvedModel
-from batch_pipeline.inference.runner import (
-    EmbeddingRunner,
-    LoadedModels,
-    dtype_bytes,
-    pick_backend,
-    pick_device,
-    pick_dtype,
-)
+from batch_pipeline.inference.runner import EmbeddingRunner, LoadedModels
 from batch_pipeline.state.storage import resolve_storage
 
 

@@ -4,7 +4,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
@@ -13,7 +13,7 @@ from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 
 class PipelineResource(dg.ConfigurableResource):

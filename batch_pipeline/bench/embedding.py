@@ -41,9 +41,10 @@ from batch_pipeline.inference.batching import (
     budget_from_memory,
 )
 from batch_pipeline.inference.calibration import median_sample, min_cosine
+from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
-from batch_pipeline.inference.runner import BACKENDS, EmbeddingRunner
+from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.memory import PeakRss
 from batch_pipeline.stages.plan import plan_inputs
 

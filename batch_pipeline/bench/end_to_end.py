@@ -21,9 +21,10 @@ from pathlib import Path
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.bench.embedding import device_budget, model_config_of, synchronize
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, PlanSettings
+from batch_pipeline.inference.devices import default_threads
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import load_tokenizer, resolve_model
-from batch_pipeline.inference.runner import EmbeddingRunner, default_threads
+from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.stages.plan import plan_inputs
 from batch_pipeline.text.chunk_pool import ChunkPool
 from batch_pipeline.text.chunking import ChunkSettings

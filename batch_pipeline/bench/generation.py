@@ -154,7 +154,7 @@ def run_generate_batch(model_dir, dtype, prompts, max_tokens) -> dict:
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     from batch_pipeline.inference.chat_models import resolve_chat_model
-    from batch_pipeline.inference.runner import dtype_bytes
+    from batch_pipeline.inference.devices import dtype_bytes
     from batch_pipeline.inference.vllm_generator import EngineSettings
 
     device = _device()

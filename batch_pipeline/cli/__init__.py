@@ -45,8 +45,8 @@ from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
 from batch_pipeline.index.search import CollectionNotIndexedError, search
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
+from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.models import ModelNotAvailableError
-from batch_pipeline.inference.runner import BACKENDS
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.reports.text import printable, table_lines

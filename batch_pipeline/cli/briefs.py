@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.briefs.land import BriefLandSummary
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration

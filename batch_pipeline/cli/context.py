@@ -13,7 +13,7 @@ from batch_pipeline.products import Product, brief_product, configured_products,
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 
 def plain(value: object) -> object:

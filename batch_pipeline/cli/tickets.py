@@ -17,7 +17,7 @@ from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
 from batch_pipeline.reports.tickets import classifier_line, evaluation_line
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

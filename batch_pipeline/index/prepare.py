@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from batch_pipeline.inference.runner import default_threads
+from batch_pipeline.inference.devices import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import PREPARE
 from batch_pipeline.stages.collect import CHANGED, NEW, metadata_json

@@ -3,7 +3,7 @@ against the documents of its last full pass, failing documents, the last run, th
 model, the generations and the table's health. `doctor` also checks the collection's source.
 """
 
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.reports.text import doctor_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError

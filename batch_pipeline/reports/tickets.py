@@ -13,7 +13,7 @@ from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.reports.text import doctor_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 MISSING_DAYS_SHOWN = 5  # the text output names at most this many missing days
 KIND = "ticket_intents"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from batch_pipeline.inference.devices import dtype_bytes
 from batch_pipeline.inference.generator import Generator, Prompt, Sampling
-from batch_pipeline.inference.runner import dtype_bytes
 from batch_pipeline.inference.vllm_generator import EngineSettings
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, stage_summary
 

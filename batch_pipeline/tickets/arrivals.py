@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from batch_pipeline.config import TicketsConfig
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 GRACE = timedelta(minutes=10)  # after the schedule's time, before a day is the sensor's
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from batch_pipeline.briefs import prepare, questions
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.index.search import search

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from batch_pipeline import cli
-from batch_pipeline.briefs.pipeline import BriefProduct
+from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.cli import context as cli_context
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition

@@ -217,11 +217,11 @@ def test_auto_calibrates_on_the_first_inputs_and_caches_the_decision(
 ):
     """A fake timer makes OpenVINO fp32 the fastest path, torch bf16 the second; the
     vectors, their cosines and the OpenVINO export are real."""
-    from batch_pipeline.inference import runner as runner_module
+    from batch_pipeline.inference import devices
     from batch_pipeline.inference.runner import EmbeddingRunner
 
-    monkeypatch.setattr(runner_module, "cpu_has_bf16_instructions", lambda: True)
-    monkeypatch.setattr(runner_module, "openvino_dtypes", lambda: ["float32"])
+    monkeypatch.setattr(devices, "cpu_has_bf16_instructions", lambda: True)
+    monkeypatch.setattr(devices, "openvino_dtypes", lambda: ["float32"])
     monkeypatch.delenv(EXPORT_CACHE_ENV)  # the export goes under this home, as it does for users
     cost = {("torch", "float32"): 1.0, ("torch", "bfloat16"): 0.7, ("openvino", "float32"): 0.5}
     clock = {"now": 0.0, "runner": None}
@@ -309,7 +309,7 @@ def test_the_openvino_export_is_made_once_and_keeps_the_vectors_within_fidelity(
 
 
 def test_openvino_is_refused_off_the_cpu_and_with_int8(model):
-    from batch_pipeline.inference.runner import pick_backend
+    from batch_pipeline.inference.devices import pick_backend
 
     with pytest.raises(ValueError, match="runs on the CPU"):
         pick_backend("cuda", "openvino")

@@ -18,7 +18,7 @@ from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.generations.registry import GenerationRegistry
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.tickets.pipeline import TicketProduct
+from batch_pipeline.tickets.product import TicketProduct
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = "2026-11-29"

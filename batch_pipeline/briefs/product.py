@@ -9,15 +9,13 @@ execute are the chat-model stages, land writes the typed rows.
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cached_property
 from typing import Protocol
 
 import numpy as np
 
-from batch_pipeline.briefs import BRIEF_STAGES
-from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
-from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
+from batch_pipeline.briefs.partition import BriefPartition
 from batch_pipeline.briefs.questions import (
     QUESTION_COLUMNS,
     LiveBriefs,
@@ -50,25 +48,16 @@ from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
-from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.names import briefs_product_name, generation_index, question_index
 from batch_pipeline.runs import (
-    RunOutcome,
-    RunRequest,
-    StagedPartition,
-    StageFiles,
     StageOutput,
-    landing,
 )
-from batch_pipeline.sources import DocumentReadError, DocumentSource
-from batch_pipeline.stages import Stage
+from batch_pipeline.sources import DocumentSource
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
-from batch_pipeline.state.staging import StagePath, StagingArea, stage_summary
+from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.storage import StorageLocations
-from batch_pipeline.state.tracking import FailureRecord, GenerationRecord, TrackingStore
+from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, in_filter
-from batch_pipeline.text.documents import DocumentError, decode_document
-from batch_pipeline.text.normalize import detect_format, parse_document
 
 
 class CollectionDocuments(Protocol):
@@ -312,181 +301,3 @@ class BriefProduct:
             )  # fmt: skip
         table = question_index(live.index_name)
         return QuestionRows("landed", summaries, scores, self.store.count_rows(table), table)
-
-
-class BriefPartition(StagedPartition):
-    """One partition of a collection's briefs, as the frame runs it."""
-
-    unit = DOCUMENTS
-
-    def __init__(self, product: BriefProduct, partition: str) -> None:
-        self.product = product
-        self.config = product.config
-        self.tracking = product.tracking
-        self.store = product.store
-        self.partition = partition
-        self.documents = product.documents_for(partition)
-        self.staging = self.documents.staging
-
-    @property
-    def stages(self) -> tuple[Stage, ...]:
-        return BRIEF_STAGES
-
-    @property
-    def staging_key(self) -> str:
-        """The partition's folder in staging: under the product's name, as the tickets'."""
-        return f"{self.product.name}/{self.partition}"
-
-    @property
-    def index(self) -> str:
-        return self.product.index
-
-    @property
-    def fingerprint(self) -> str:
-        return self.product.fingerprint
-
-    @property
-    def model(self) -> ChatModel:
-        return self.product.model
-
-    @property
-    def executor(self) -> GenerationExecutor:
-        return self.product.executor
-
-    def checkpoint_dir(self) -> StagePath:
-        return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
-
-    def landed_inputs(self) -> int:
-        """The documents the generation holds briefs of: what deletions are weighed against."""
-        return self.product.briefs.count(self.index)
-
-    # ------------------------------------------------------------------- stages
-
-    def read_documents(self, doc_ids: list[str]) -> Iterator[ReadDocument]:
-        """Documents collect did not read, read from the collection's source."""
-        for doc_id, result in self.documents.source.read_many(doc_ids):
-            if isinstance(result, DocumentReadError):
-                yield ReadDocument(doc_id, error=f"unreadable: {result}")
-                continue
-            try:
-                text = decode_document(result.data)
-            except DocumentError as error:
-                yield ReadDocument(doc_id, error=f"{error.reason}: {error}")
-                continue
-            fmt = result.fmt or detect_format(doc_id)
-            title = result.title or parse_document(text, doc_id, fmt).title
-            yield ReadDocument(doc_id, title, text)
-
-    def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
-        out = self.path(run_id, self.stages[1].file)
-        product = self.product
-        summary: BriefPrepareSummary = prepare_briefs(
-            collected,
-            out,
-            product.briefs.key_batches(self.index),
-            product.briefs.count(self.index),
-            {
-                doc_id: failure["content_hash"]
-                for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
-                if failure.get("content_hash")
-            },
-            self.fingerprint,
-            product.template,
-            product.settings.document_tokens,
-            product.generator,
-            self.read_documents,
-        )
-        return StageOutput(out, summary)
-
-    def land(
-        self,
-        run_id: str,
-        collected: StagePath,
-        prepared: StagePath,
-        executed: StagePath,
-        trigger: str,
-        retries: int = 0,
-        started_at: float | None = None,
-        allow_mass_delete: bool = False,
-    ) -> BriefLandSummary:
-        """Land the run's briefs in the run frame, and record each document's failure.
-        Deletions beyond the mass-deletion limits are held back
-        (`BriefLandSummary.deletions_held`) unless `allow_mass_delete`."""
-        product = self.product
-        lineage = BriefLineage(
-            collection=product.collection_name,
-            partition=self.partition,
-            prompt_version=product.template.version,
-            schema_version=product.output.version,
-            model_name=product.model.name,
-            model_fingerprint=product.model.fingerprint,
-            run_id=run_id,
-        )
-        files = StageFiles(collected, prepared, executed)
-        product.record()
-        scope = self.run_scope
-        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
-            summary = land_briefs(
-                prepared,
-                executed,
-                product.briefs,
-                self.index,
-                product.output,
-                lineage,
-                run.hold_deletions,
-            )
-            failures = [  # under the key it failed with: not tried again while that holds
-                FailureRecord(
-                    doc_id,
-                    "execute",
-                    "invalid_output",
-                    "InvalidOutput",
-                    reason,
-                    content_hash=summary.failed_keys.get(doc_id),
-                )
-                for doc_id, reason in sorted(summary.failed.items())
-            ]
-            self.tracking.forget_failures(self.index, summary.landed_ids + summary.deleted_ids)
-            self.tracking.record_failures(self.index, failures, run_id)
-            total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
-            prepared_summary = stage_summary(prepared)
-            if prepared_summary.get("full_pass"):
-                expected = int(prepared_summary["stale"]) + int(prepared_summary["fresh"])
-                product.registry.update(
-                    product.name, self.fingerprint, rows=total, documents=expected, full_pass=True
-                )
-            else:
-                product.registry.update(product.name, self.fingerprint, rows=total)
-            run.outcome = RunOutcome(
-                counts={
-                    "briefs_generated": len(summary.landed_ids),
-                    "briefs_deleted": len(summary.deleted_ids),
-                    "briefs_failed": len(summary.failed),
-                    "briefs_in_table": total,
-                },
-                attempted=len(summary.landed_ids) + len(summary.failed) + len(summary.deleted_ids),
-                failed=len(summary.failed),
-                partition_inputs=total + len(summary.failed),
-                table_version=summary.table_version,
-            )
-        summary.measures = run.measures
-        return summary
-
-    def collect_stage(self, request: RunRequest) -> StageOutput:
-        return self.documents.collect(request.run_id, request.doc_ids)
-
-    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
-        return self.prepare(request.run_id, collected)
-
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> BriefLandSummary:
-        return self.land(
-            request.run_id,
-            collected,
-            prepared,
-            executed,
-            request.trigger,
-            started_at=request.started_at,
-            allow_mass_delete=request.allow_mass_delete,
-        )

@@ -1,7 +1,8 @@
-"""One day of ticket intent classification, stage by stage, in plain Python.
+"""The ticket intent product: its configuration, generations, classifier and review.
 
-`DayPartition` binds a day (a Dagster daily partition) to the ticket configuration and the
-shared storage, and runs collect -> prepare -> plan -> execute -> land. Plan and execute are
+`TicketProduct` binds the ticket configuration to the shared storage; its `day()` is a
+`DayPartition` (`tickets.partition`), which runs one day (a Dagster daily partition)
+collect -> prepare -> plan -> execute -> land. Plan and execute are
 the vector index's own stages; the run frame (`batch_pipeline.runs`) records each run, and
 the shared generation review (`batch_pipeline.generations.review`) gates each generation with
 this product's rule and scorer (`tickets.review`).
@@ -18,17 +19,14 @@ finds it no worse than live. Rollback is the registry's.
 import hashlib
 import io
 import json
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date, timedelta
 from functools import cached_property
 
 import numpy as np
-import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
-from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -39,40 +37,23 @@ from batch_pipeline.generations.review import (
 )
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
-from batch_pipeline.measures.run import MANUAL, TICKETS
 from batch_pipeline.names import generation_index
-from batch_pipeline.runs import (
-    RunOutcome,
-    RunRequest,
-    StagedPartition,
-    StageFiles,
-    StageOutput,
-    landing,
-)
-from batch_pipeline.stages import Stage
-from batch_pipeline.state.staging import StagePath, read_table
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets import (
-    TICKET_COLLECT,
-    TICKET_PREPARE,
-    TICKET_STAGES,
-)
 from batch_pipeline.tickets.classify import (
     IntentClassifier,
     embed_prototypes,
     head_from_arrays,
     normalised,
 )
-from batch_pipeline.tickets.collect import OK, collect_tickets, collected_failures
 from batch_pipeline.tickets.evaluation import load_labelled_tickets
 from batch_pipeline.tickets.exports import TicketExport, make_export
 from batch_pipeline.tickets.history import LabelledHistory, labelled_history
-from batch_pipeline.tickets.intent_store import IntentStore, day_filter
-from batch_pipeline.tickets.land import DayTarget, TicketLandSummary, land_day
-from batch_pipeline.tickets.mix import TRAILING_DAYS, IntentMix
-from batch_pipeline.tickets.prepare import prepare_inputs, ticket_input
+from batch_pipeline.tickets.intent_store import IntentStore
+from batch_pipeline.tickets.mix import IntentMix
+from batch_pipeline.tickets.partition import DayPartition
+from batch_pipeline.tickets.prepare import ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 from batch_pipeline.tickets.training import (
     OUT_OF_SCOPE,
@@ -453,202 +434,3 @@ class TicketProduct:
         it if so (see `GenerationReviewer.review`: `force` or `generations.review: every_run`
         re-evaluates a review whose inputs are unchanged)."""
         return self.reviewer.review(self.record(), embedder_for, force)
-
-
-class DayPartition(StagedPartition):
-    """The engine for one day of tickets (one daily partition)."""
-
-    unit = TICKETS
-
-    def __init__(self, product: TicketProduct, day: date) -> None:
-        self.product = product
-        self.day = day
-        self.partition = day.isoformat()
-        self.config, self.tracking = product.config, product.tracking
-        self.store, self.staging = product.store, product.staging
-
-    @property
-    def stages(self) -> tuple[Stage, ...]:
-        return TICKET_STAGES
-
-    @property
-    def staging_key(self) -> str:
-        """The day's folder in staging: under the product's name, apart from collections."""
-        return f"{self.product.name}/{self.partition}"
-
-    @property
-    def index(self) -> str:
-        return self.product.index
-
-    @property
-    def fingerprint(self) -> str:
-        return self.product.fingerprint
-
-    @property
-    def model(self) -> ResolvedModel:
-        return self.product.model
-
-    @property
-    def executor(self) -> EmbeddingExecutor:
-        return EmbeddingExecutor(self.model)
-
-    def _same_model_rows(self, columns: list[str]) -> Iterator:
-        """These columns of the day's rows in every generation of this model."""
-        for index in self.product.same_model_generations():
-            rows = self.product.intents.day_rows(index, self.day, columns)
-            if rows.num_rows:
-                yield rows
-
-    def known_inputs(self) -> set[str]:
-        """The day's input hashes this model already holds a vector for (no vectors read)."""
-        return {
-            h
-            for rows in self._same_model_rows(["input_hash"])
-            for h in rows["input_hash"].to_pylist()
-        }
-
-    def known_vectors(self) -> dict[str, np.ndarray]:
-        """Vectors this model already computed for the day's inputs, by input hash."""
-        found: dict[str, np.ndarray] = {}
-        for rows in self._same_model_rows(["input_hash", "vector"]):
-            vectors = pc.list_flatten(rows["vector"]).to_numpy().reshape(rows.num_rows, -1)
-            found.update(zip(rows["input_hash"].to_pylist(), vectors, strict=True))
-        return found
-
-    # ------------------------------------------------------------------- stages
-
-    def collect(self, run_id: str) -> StageOutput:
-        self.product.export.check()
-        out = self.path(run_id, TICKET_COLLECT.file)
-        return StageOutput(out, collect_tickets(self.product.export, self.day, out))
-
-    def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
-        out = self.path(run_id, TICKET_PREPARE.file)
-        model = self.product.model
-        summary = prepare_inputs(
-            collected,
-            out,
-            lambda: load_tokenizer(model.path),
-            self.product.settings.max_tokens,
-            self.known_inputs,
-            model.document_prefix,
-        )
-        return StageOutput(out, summary)
-
-    def measured_partitions(self) -> list[str]:
-        """Every due day: the days are alike, so the rolling figures are the product's."""
-        return self.product.partition_days()
-
-    def landed_inputs(self) -> int:
-        """The day's landed tickets: what its deletions are weighed against."""
-        return self.product.store.count_rows(self.product.index, day_filter(self.day))
-
-    def checkpoint_dir(self) -> StagePath:
-        """Execute checkpoints of the day, shared by the runs of one model until landed."""
-        return self.product.staging.checkpoint_dir(self.staging_key, self.product.model_fingerprint)
-
-    def trailing_counts(self, index: str | None = None) -> list[dict[str, int]]:
-        """The intent counts of the trailing days a generation (default: this
-        configuration's) holds."""
-        counts = []
-        for back in range(1, TRAILING_DAYS + 1):
-            day = self.day - timedelta(days=back)
-            rows = self.product.intents.day_rows(index or self.product.index, day, ["intent"])
-            if rows.num_rows:
-                counts.append(dict(Counter(rows["intent"].to_pylist())))
-        return counts
-
-    def land(
-        self,
-        run_id: str,
-        collected: StagePath,
-        inputs: StagePath,
-        embeddings: StagePath,
-        get_runner: Callable[[], Embedder],
-        trigger: str = MANUAL,
-        retries: int = 0,
-        started_at: float | None = None,
-        allow_mass_delete: bool = False,
-    ) -> TicketLandSummary:
-        """Classify and write the day, and record its failures, in the run frame
-        (`batch_pipeline.runs.landing`), which records the run with its measures. Tickets
-        gone from the export beyond the mass-deletion limits keep their rows unless
-        `allow_mass_delete` (`TicketLandSummary.deletions_held`)."""
-        product = self.product
-        index = product.index
-        record = product.record()
-        target = DayTarget(
-            index,
-            self.partition,
-            run_id,
-            product.model_fingerprint,
-            product.taxonomy.version,
-            product.model.embedding_dimension,
-        )
-        collected_rows = read_table(
-            collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
-        )
-        files = StageFiles(collected, inputs, embeddings)
-        scope = self.run_scope
-        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
-            summary = land_day(
-                product.intents,
-                target,
-                inputs,
-                embeddings,
-                self.known_vectors,
-                lambda: product.classifier_for(record, get_runner),
-                run.hold_deletions,
-            )
-            summary.failures = collected_failures(collected_rows) + summary.failures
-            product.tracking.replace_failures(index, f"{self.partition}/", summary.failures, run_id)
-            rows = product.store.count_rows(index)
-            product.registry.update(product.name, product.fingerprint, rows=rows, documents=rows)
-            run.outcome = self._outcome(collected_rows.num_rows, summary, collected_rows)
-        summary.mix = summary.mix.with_shift(self.trailing_counts())
-        summary.measures = run.measures
-        return summary
-
-    @staticmethod
-    def _outcome(read: int, landed: TicketLandSummary, collected_rows) -> RunOutcome:  # noqa: ANN001
-        """What the land counted, in tickets, for the run's record."""
-        valid = sum(1 for s in collected_rows["status"].to_pylist() if s == OK)
-        return RunOutcome(
-            counts={
-                "tickets_read": read,
-                "tickets_valid": valid,
-                "tickets_classified": landed.tickets_classified,
-                "tickets_unchanged": landed.tickets_unchanged,
-                "tickets_removed": landed.tickets_removed,
-                "tickets_failed": len(landed.failures),
-            },
-            attempted=read,
-            failed=len(landed.failures),
-            completeness=landed.mix.total / valid if valid else 1.0,
-            partition_inputs=valid,
-            table_version=landed.table_version,
-        )
-
-    # -------------------------------------------------------------------- a run
-
-    def collect_stage(self, request: RunRequest) -> StageOutput:
-        if request.doc_ids is not None:
-            raise ConfigError("a ticket day runs whole: --doc-id is for collections")
-        return self.collect(request.run_id)
-
-    def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
-        return self.prepare(request.run_id, collected)
-
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> TicketLandSummary:
-        return self.land(
-            request.run_id,
-            collected,
-            prepared,
-            executed,
-            request.load,
-            trigger=request.trigger,
-            started_at=request.started_at,
-            allow_mass_delete=request.allow_mass_delete,
-        )
