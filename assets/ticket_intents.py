@@ -35,7 +35,6 @@ from assets.stage_io import (
     upstream_path,
 )
 from batch_pipeline.config import PipelineConfig
-from batch_pipeline.reports.tickets import classifier_line
 from batch_pipeline.stages import Stage
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
@@ -46,6 +45,7 @@ from batch_pipeline.tickets import (
 )
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
+from batch_pipeline.tickets.report import classifier_line
 from batch_pipeline.tickets.training import LabelsRefusedError
 from resources.inference import InferenceResource
 from resources.pipeline import PipelineResource

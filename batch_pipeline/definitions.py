@@ -1,10 +1,12 @@
-"""The Dagster code location (`dagster dev`, `dagster asset materialize -m ...definitions`).
+"""The Dagster code location (`dagster dev`, `dagster asset materialize -m ...definitions`):
+one `*_definitions(config)` per product kind, named by its declaration, merged at the top.
 
 Partitions come from the collections in `$BATCH_PIPELINE_CONFIG` (default `pipeline.yaml`).
 Steps run in-process: the stages of one partition are sequential, and a run then loads the
 model and imports torch once instead of once per step. Partitions run as separate runs.
 """
 
+import importlib
 import os
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from assets import build_stage_assets
 from assets.document_briefs import build_brief_assets, has_briefs
 from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
-from batch_pipeline.config import load_config
+from batch_pipeline.config import PipelineConfig, load_config
+from batch_pipeline.declaration import ProductKind
+from batch_pipeline.products import KINDS
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
 from sensors import build_triggers
@@ -29,25 +33,45 @@ def s3_resource() -> S3Resource:
     return S3Resource(**{k: dg.EnvVar(v) for k, v in S3_ENV.items() if os.environ.get(v)})
 
 
-def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
-    config = load_config(config_path)
-    partitions = collection_partitions(config)
+def index_definitions(config: PipelineConfig) -> dg.Definitions:
+    """The vector index: its stage assets and generation review on the collections'
+    partitions, the embedding job, one publish sensor per collection, the nightly schedule."""
     job, sensors, schedules = build_triggers(config)
-    assets, jobs = build_stage_assets(partitions), [job]
-    if has_briefs(config):  # the third product, on the collections' partitions
-        assets += build_brief_assets(partitions)
-    if config.tickets is not None:  # the second product, on daily partitions
-        days = ticket_partitions(config)
-        ticket_job = build_ticket_job()
-        assets += build_ticket_assets(days)
-        jobs.append(ticket_job)
-        schedules = [*schedules, build_ticket_schedule(config, ticket_job)]
-        sensors = [*sensors, build_ticket_exports_sensor(config, ticket_job)]
+    assets = build_stage_assets(collection_partitions(config))
+    return dg.Definitions(assets=assets, jobs=[job], sensors=sensors, schedules=schedules)
+
+
+def brief_definitions(config: PipelineConfig) -> dg.Definitions:
+    """The document briefs, on the collections' partitions (the embedding job runs them)."""
+    if not has_briefs(config):
+        return dg.Definitions()
+    return dg.Definitions(assets=build_brief_assets(collection_partitions(config)))
+
+
+def ticket_definitions(config: PipelineConfig) -> dg.Definitions:
+    """The ticket intents, on daily partitions: their job, schedule and export sensor."""
+    if config.tickets is None:
+        return dg.Definitions()
+    job = build_ticket_job()
     return dg.Definitions(
-        assets=assets,
-        jobs=jobs,
-        sensors=sensors,
-        schedules=schedules,
+        assets=build_ticket_assets(ticket_partitions(config)),
+        jobs=[job],
+        schedules=[build_ticket_schedule(config, job)],
+        sensors=[build_ticket_exports_sensor(config, job)],
+    )
+
+
+def product_definitions(kind: ProductKind, config: PipelineConfig) -> dg.Definitions:
+    """A kind's Dagster definitions for this configuration, as its declaration names them."""
+    module, _, function = kind.definitions.partition(":")
+    return getattr(importlib.import_module(module), function)(config)
+
+
+def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
+    """Every product kind's definitions (`products.KINDS`), merged, with the shared
+    resources and the in-process executor."""
+    config = load_config(config_path)
+    shared = dg.Definitions(
         resources={
             "pipeline": PipelineResource(
                 config_path=str(config_path) if config_path is not None else None
@@ -58,6 +82,7 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
         },
         executor=dg.in_process_executor,
     )
+    return dg.Definitions.merge(*(product_definitions(k, config) for k in KINDS), shared)
 
 
 defs = build_definitions()

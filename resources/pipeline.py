@@ -4,11 +4,11 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
+from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
-from batch_pipeline.products import brief_product
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
@@ -94,9 +94,9 @@ class PipelineResource(dg.ConfigurableResource):
             collection,
             self._tracking,
             self._store,
+            lambda key: self.partition(key, s3),
             generator,
             plan_settings,
-            documents_for=lambda key: self.partition(key, s3),
         )
 
     def tickets(self, s3: S3Resource | None = None) -> TicketProduct:

@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Callable
 from functools import cached_property
-from typing import Protocol
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from batch_pipeline.config import (
 )
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
+from batch_pipeline.declaration import CollectionDocuments
 from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
@@ -49,28 +49,10 @@ from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import briefs_product_name, generation_index, question_index
-from batch_pipeline.runs import (
-    StageOutput,
-)
-from batch_pipeline.sources import DocumentSource
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
-from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, in_filter
-
-
-class CollectionDocuments(Protocol):
-    """What the briefs take of a collection's partition: its source, its collect (the
-    vector index's `IndexPartition`, handed in, since no product imports another) and its
-    staging area."""
-
-    staging: StagingArea
-
-    @property
-    def source(self) -> DocumentSource: ...
-
-    def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput: ...
 
 
 class BriefProduct:

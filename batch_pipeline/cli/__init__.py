@@ -37,7 +37,7 @@ from batch_pipeline.arguments import whole_number
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.cli.context import CommandContext, to_json
-from batch_pipeline.cli.run import run_command
+from batch_pipeline.cli.run import RUN_KINDS, run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
@@ -50,10 +50,10 @@ from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.reports.text import printable, table_lines
-from batch_pipeline.reports.tickets import candidate_scores
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
+from batch_pipeline.tickets.report import candidate_scores
 
 
 def _product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--kind",
-        choices=brief_commands.KINDS,
-        help="with --collection: its vector index (default) or its document briefs",
+        choices=RUN_KINDS,
+        help="which of a collection's products to run: its vector index (default) or its "
+        "document briefs; tickets with --day",
     )
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")

@@ -25,7 +25,6 @@ from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
 
-KINDS = ("index", "briefs")  # what `run --kind` runs of a collection
 DEFAULT_LIMIT = 20  # briefs `briefs` prints without --doc-id
 
 

@@ -5,11 +5,13 @@ import argparse
 import json
 from datetime import datetime
 
+from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.declaration import Product, ProductTarget
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.runner import LoadedModels
-from batch_pipeline.products import Product, brief_product, configured_products, product_targets
+from batch_pipeline.products import configured_products, product_targets
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -51,17 +53,15 @@ class CommandContext:
 
     def product_names(self) -> list[str]:
         """Every configured product's name, without opening any."""
-        return [name for name, _, _ in product_targets(self.config)]
+        return [target.name for target in product_targets(self.config)]
 
-    def product_target(self, name: str) -> tuple[str, str]:
-        """The kind (index, briefs) and collection `run` runs for the product `name`."""
-        targets = {n: (kind, collection) for n, kind, collection in product_targets(self.config)}
+    def product_target(self, name: str) -> ProductTarget:
+        """The configured product `name`: its kind and collection (a ConfigError naming the
+        configured ones otherwise)."""
+        targets = {target.name: target for target in product_targets(self.config)}
         if name not in targets:
             raise ConfigError(f"unknown product {name!r}; configured: {', '.join(targets)}")
-        kind, collection = targets[name]
-        if collection is None:
-            raise ConfigError(f"{name!r} runs a day at a time: give --day YYYY-MM-DD")
-        return kind, collection
+        return targets[name]
 
     def partition(self, partition: str) -> IndexPartition:
         """One partition's engine: a collection, or one shard of it."""
@@ -90,6 +90,7 @@ class CommandContext:
             name,
             self.tracking,
             self.store,
+            self.partition,
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
         )

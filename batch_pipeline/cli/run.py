@@ -8,26 +8,33 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from batch_pipeline.briefs.kind import BRIEFS
 from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.index.kind import INDEX
 from batch_pipeline.index.land import LandSummary
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.products import KINDS
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
+from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.land import TicketLandSummary
+
+RUN_KINDS = tuple(kind.name for kind in KINDS)  # what `run --kind` takes
+OLD_KIND_SPELLING = (INDEX.name, BRIEFS.name)  # `run --product index|briefs`, for a release
 
 
 def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
     """Settle what `run` runs into `args.kind` and one of --collection, --partition and --day:
-    `--product NAME` names a collection's product; `--product index|briefs` is the old
+    `--product NAME` names a configured product; `--product index|briefs` is the old
     spelling of `--kind` (until the next release)."""
-    if args.product in brief_commands.KINDS and args.product not in ctx.product_names():
+    if args.product in OLD_KIND_SPELLING and args.product not in ctx.product_names():
         print(
             f"batch-pipeline: --product {args.product} is now --kind {args.product}; the old "
             "spelling goes in the next release",
@@ -39,20 +46,29 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
     if args.product is not None:
         if args.collection or args.partition or args.day:
             raise ConfigError("give --product or one of --collection, --partition, --day")
-        kind, collection = ctx.product_target(args.product)
-        if args.kind not in (None, kind):
-            raise ConfigError(f"{args.product!r} is of kind {kind}, not {args.kind}")
-        args.kind, args.collection = kind, collection
+        target = ctx.product_target(args.product)
+        if args.kind not in (None, target.kind):
+            raise ConfigError(f"{args.product!r} is of kind {target.kind}, not {args.kind}")
+        if target.collection is None:
+            raise ConfigError(f"{args.product!r} runs a day at a time: give --day YYYY-MM-DD")
+        args.kind, args.collection = target.kind, target.collection
     if not (args.collection or args.partition or args.day):
         raise ConfigError("run needs --collection, --partition, --day or --product")
-    args.kind = args.kind or "index"
-    if args.kind == "briefs" and not args.collection:
+    if args.day:
+        args.kind = args.kind or TICKETS.name
+        if args.kind != TICKETS.name:
+            raise ConfigError(f"--day runs the {TICKETS.name}, not {args.kind}")
+        return
+    args.kind = args.kind or INDEX.name
+    if args.kind == TICKETS.name:
+        raise ConfigError(f"--kind {TICKETS.name} runs a day at a time: give --day YYYY-MM-DD")
+    if args.kind == BRIEFS.name and not args.collection:
         raise ConfigError("--kind briefs runs a whole collection: give --collection")
 
 
 def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     _run_target(ctx, args)
-    if args.kind == "briefs":
+    if args.kind == BRIEFS.name:
         progress, interval = _progress_sink(sys.stderr)
         product = ctx.briefs(args.collection, args)
         landed = brief_commands.run_briefs(

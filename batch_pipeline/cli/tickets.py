@@ -16,8 +16,8 @@ from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
-from batch_pipeline.reports.tickets import classifier_line, evaluation_line
 from batch_pipeline.tickets.product import TicketProduct
+from batch_pipeline.tickets.report import classifier_line, evaluation_line
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

@@ -16,7 +16,12 @@ from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
 from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import GenerationRegistry
-from batch_pipeline.generations.review import EmbedderFor, GenerationReview, LiveGeneration
+from batch_pipeline.generations.review import (
+    EmbedderFor,
+    GenerationReview,
+    GenerationReviewer,
+    LiveGeneration,
+)
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.index.land import (
     LandingContext,
@@ -413,6 +418,11 @@ class IndexPartition(StagedPartition):
         return backfill_estimate(self.recent_measures(), inputs, self.config)
 
     # -------------------------------------------------------------- generations
+
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        """The shared review of this configuration's generation."""
+        return self.lifecycle.reviewer
 
     @property
     def generations(self) -> GenerationRegistry:

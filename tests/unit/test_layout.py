@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from batch_pipeline.products import KINDS
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Lowest first. A module may import its own layer and those below it, never one above.
@@ -19,17 +21,18 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("batch_pipeline.config",),  # the YAML and the files it names (the ticket taxonomy)
     ("batch_pipeline.text", "batch_pipeline.inference", "batch_pipeline.sources"),
-    ("batch_pipeline.measures",),
+    ("batch_pipeline.measures", "batch_pipeline.reports"),  # reports: their text layout
     ("batch_pipeline.state",),
     ("batch_pipeline.stages",),
     ("batch_pipeline.executors",),  # what runs a plan: embedding, generation
     # the generation review, and completeness and freshness: they read the state only
     ("batch_pipeline.generations", "batch_pipeline.health"),
-    ("batch_pipeline.runs",),  # the run frame every product runs in
-    # the products, side by side: each on the frame, neither on the other
-    ("batch_pipeline.index", "batch_pipeline.tickets", "batch_pipeline.briefs"),
-    ("batch_pipeline.reports", "batch_pipeline.triggers"),
-    ("batch_pipeline.products",),  # the face every product shows the commands
+    # the run frame every product runs in, and what a product declares to be one
+    ("batch_pipeline.runs", "batch_pipeline.declaration"),
+    # the products, side by side: each on the frame, neither on the other (the registry's)
+    tuple(kind.package for kind in KINDS),
+    ("batch_pipeline.triggers",),
+    ("batch_pipeline.products",),  # the registry of product kinds
     (
         "batch_pipeline.cli",
         "batch_pipeline.bench",
@@ -40,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sensors",),
     ("batch_pipeline.definitions",),
 ]
-PRODUCTS = ("batch_pipeline.index", "batch_pipeline.tickets", "batch_pipeline.briefs")
+PRODUCTS = tuple(kind.package for kind in KINDS)
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
 
 
@@ -139,7 +142,7 @@ def test_no_product_imports_another():
 def test_the_height_check_catches_a_split_folder():
     """The checker itself: a folder with a module below the products and one above them."""
     assert layer_of("batch_pipeline.health.freshness") < layer_of("batch_pipeline.index")
-    assert layer_of("batch_pipeline.reports.collection") > layer_of("batch_pipeline.index")
+    assert layer_of("batch_pipeline.products") > layer_of("batch_pipeline.index")
     assert layer_of("batch_pipeline.health.status") == layer_of("batch_pipeline.health")
 
 
@@ -167,3 +170,20 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     own, target = layer_of("batch_pipeline.state.bad"), layer_of("batch_pipeline.stages.collect")
     assert "batch_pipeline.stages.collect" in imports_of(bad)
     assert target > own
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+def test_each_kind_is_declared_in_its_own_folder(kind):
+    """A product is one declared object: its partition, rule, scorer and report live in its
+    own folder, its executor is one of the frame's, and its Dagster definitions resolve."""
+    import importlib
+
+    assert kind.package == f"batch_pipeline.{kind.name}"
+    assert (REPO / "batch_pipeline" / kind.name / "kind.py").is_file()
+    for part in (kind.partition, kind.rule, kind.scorer):
+        assert part.__module__.startswith(kind.package + "."), part
+    assert kind.report.startswith(kind.package + ".")
+    assert kind.executor.__module__.startswith("batch_pipeline.executors.")
+    module, _, function = kind.definitions.partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    assert kind.section.__module__.startswith("batch_pipeline.config")

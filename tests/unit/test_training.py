@@ -143,8 +143,8 @@ def test_labels_that_contradict_the_taxonomy_are_refused():
 
 
 def test_the_review_scores_say_what_unknown_costs_and_which_intents_are_confused():
-    from batch_pipeline.reports.tickets import evaluation_line
     from batch_pipeline.tickets.evaluation import classification_scores, intent_figures
+    from batch_pipeline.tickets.report import evaluation_line
 
     labels = ["refund", "refund", "refund", "charge", "charge", "reset"]
     predicted = ["refund", "charge", UNKNOWN, "charge", "charge", "reset"]

@@ -1,0 +1,118 @@
+"""The document briefs, declared: one product (`<collection>_briefs`) per collection with
+`briefs:`, run by `BriefPartition` on the generation executor over the collection's own
+collect, complete when it briefs every document of its last full pass, scored by valid
+share, audience accuracy and faithfulness."""
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from batch_pipeline.briefs import report
+from batch_pipeline.briefs.partition import BriefPartition
+from batch_pipeline.briefs.product import BriefProduct
+from batch_pipeline.briefs.review import BriefScorer, CoversCollectionRule
+from batch_pipeline.config import BriefsConfig, PipelineConfig
+from batch_pipeline.declaration import (
+    CollectionDocuments,
+    Lines,
+    ProductEnv,
+    ProductFace,
+    ProductKind,
+    ProductTarget,
+)
+from batch_pipeline.executors.generation import GenerationExecutor
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.chat_models import resolve_chat_model
+from batch_pipeline.inference.generator import Generator
+from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+from batch_pipeline.names import briefs_product_name
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
+from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+
+NAME = "briefs"
+
+
+class DocumentBriefs(ProductFace):
+    """A collection's document briefs, as a product."""
+
+    kind: ClassVar[str] = report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
+    health_line = staticmethod(report.health_line)
+    engine: BriefProduct
+
+    def run_groups(self) -> list[list[str]]:
+        """The collection's partition: the briefs run on it."""
+        return [[self.engine.collection_name]]
+
+    def status(self) -> dict[str, object]:
+        return report.product_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return report.product_health(self.engine)
+
+
+def brief_product(
+    config: PipelineConfig,
+    storage: StorageLocations,
+    collection: str,
+    tracking: TrackingStore,
+    store: VectorStore,
+    documents_for: Callable[[str], CollectionDocuments],
+    generator: Generator | None = None,
+    plan_settings: PromptPlanSettings | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+) -> BriefProduct:
+    """A collection's briefs, its documents read through `documents_for` (the collection's
+    own partitions). Without `generator`, vLLM on the generation resource's defaults: the
+    shipped chat model, `dtype: auto` decided (and cached) here; its engine starts only if
+    there is work."""
+    if generator is None:
+        model = resolve_chat_model(None, storage.home)
+        engine = engine_settings_for(model, device, dtype, storage.home / CALIBRATION_FILE)
+        generator = VllmGenerator(model, engine)
+        plan_settings = plan_settings or plan_settings_for(engine)
+    return BriefProduct(
+        config, storage, collection, generator, documents_for, plan_settings, tracking, store
+    )
+
+
+def targets(config: PipelineConfig) -> list[ProductTarget]:
+    """The briefs of every collection that has `briefs:`."""
+    return [
+        ProductTarget(briefs_product_name(c.name), NAME, c.name)
+        for c in config.collections
+        if c.briefs is not None
+    ]
+
+
+def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
+    product = brief_product(
+        env.config,
+        env.storage,
+        target.collection,
+        env.tracking,
+        env.store,
+        env.documents_for,
+        env.generator,
+        device=env.device,
+        dtype=env.dtype,
+    )
+    return DocumentBriefs(product)
+
+
+BRIEFS = ProductKind(
+    name=NAME,
+    package="batch_pipeline.briefs",
+    section=BriefsConfig,
+    targets=targets,
+    open=open_briefs,
+    partition=BriefPartition,
+    executor=GenerationExecutor,
+    rule=CoversCollectionRule,
+    scorer=BriefScorer,
+    report="batch_pipeline.briefs.report",
+    definitions="batch_pipeline.definitions:brief_definitions",
+    commands="batch_pipeline.cli.briefs",
+)

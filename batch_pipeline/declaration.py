@@ -1,0 +1,157 @@
+"""What a product declares to be one, and the face every product shows the commands.
+
+Each product folder (`index/`, `tickets/`, `briefs/`) exports one `ProductKind` in its
+`kind.py`: its name, its config section, which products the configuration has of it and how
+to open one, its partition class and executor, its completeness rule and scorer, its report,
+its Dagster definitions and its own commands. `batch_pipeline.products` holds the registry of
+kinds; the commands that cover every product, the code location, the resources and the
+layout test loop over it and never ask which kind they hold.
+
+The policies every product needs are not declared here: the run frame (`runs.landing`: the
+mass-deletion guard, run records, checkpoints, staging) and the generation reviewer
+(`generations.review`: the gate, `every_run`, the nightly forced review, retention) apply
+them to every product that runs on them.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from batch_pipeline.config import PipelineConfig
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
+from batch_pipeline.inference.generator import Generator
+from batch_pipeline.runs import StageOutput
+from batch_pipeline.sources import DocumentSource
+from batch_pipeline.state.staging import StagingArea
+from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.vector_store import VectorStore
+
+Lines = Callable[[list[dict[str, object]], str], list[str]]
+
+
+class Product(Protocol):
+    """What the commands that cover every product (`status`, `doctor`, `report`,
+    `failures`, `generations`) need of one."""
+
+    kind: ClassVar[str]  # vector_index, ticket_intents, document_briefs: its reports' kind
+    status_lines: ClassVar[Lines]  # a group of this kind's status reports, as text lines
+    health_line: ClassVar[Callable[[dict[str, object]], str]]  # one doctor report, one line
+
+    @property
+    def name(self) -> str:
+        """The product's name: a collection's, `<collection>_briefs`, or `tickets.name`."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """The generation key of the current configuration."""
+        ...
+
+    @property
+    def index(self) -> str:
+        """The current configuration's generation: its table and tracking key."""
+        ...
+
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        """The product's generation review, which owns the policies every product follows
+        (`generations.review`, retention of retired generations)."""
+        ...
+
+    def run_groups(self) -> list[list[str]]:
+        """The Dagster partition keys the product's runs are recorded under, grouped as
+        `report` lists them: the newest runs of each group."""
+        ...
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        """Review the current configuration's generation, promoting it if the gate allows."""
+        ...
+
+    def status(self) -> dict[str, object]: ...
+
+    def health(self) -> dict[str, object]: ...
+
+
+class ProductFace:
+    """What every face reads off its engine alike: a product's face holds its engine (a
+    partition or a product object) and adds its kind, its report and its run groups."""
+
+    def __init__(self, engine) -> None:  # noqa: ANN001 - the product's own engine
+        self.engine = engine
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    @property
+    def fingerprint(self) -> str:
+        return self.engine.fingerprint
+
+    @property
+    def index(self) -> str:
+        return self.engine.index
+
+    @property
+    def reviewer(self) -> GenerationReviewer:
+        return self.engine.reviewer
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        return self.engine.review(embedder_for, force)
+
+
+class CollectionDocuments(Protocol):
+    """What a product over a collection's documents takes of one of its partitions: its
+    source, its collect (the vector index's, handed in: no product imports another) and its
+    staging area."""
+
+    staging: StagingArea
+
+    @property
+    def source(self) -> DocumentSource: ...
+
+    def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput: ...
+
+
+@dataclass(frozen=True)
+class ProductEnv:
+    """What opening a product takes: the configuration and the shared stores, a chat model
+    for products that generate (None: the default engine), and a collection partition's
+    documents for products over them."""
+
+    config: PipelineConfig
+    storage: StorageLocations
+    tracking: TrackingStore
+    store: VectorStore
+    documents_for: Callable[[str], CollectionDocuments]
+    generator: Generator | None = None
+    device: str = "auto"  # where a default engine runs
+    dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class ProductTarget:
+    """One configured product of a kind: its name, and the collection it runs over (None for
+    a product that runs by day)."""
+
+    name: str
+    kind: str
+    collection: str | None
+
+
+@dataclass(frozen=True)
+class ProductKind:
+    """One kind of product, declared once (see the module docstring)."""
+
+    name: str  # index, briefs, tickets: what `run --kind` says
+    package: str  # its folder, batch_pipeline.<name>: it imports no other product
+    section: type  # its configuration section's model
+    targets: Callable[[PipelineConfig], list[ProductTarget]]  # the configured products
+    open: Callable[[ProductEnv, ProductTarget], Product]  # one of them, behind its face
+    partition: type  # its `runs.StagedPartition`
+    executor: type  # what runs its plan (`batch_pipeline.executors`)
+    rule: type  # its `CompletenessRule`
+    scorer: type | None  # its `Scorer`, where it has a labelled set
+    report: str  # the module of its status and doctor reports
+    definitions: str  # `module:function` giving its Dagster definitions for a configuration
+    commands: str | None = None  # the module of its own commands, where it has any

@@ -1,0 +1,62 @@
+"""The vector index, declared: one product per configured collection, named after it, built
+by `IndexPartition` on the embedding executor, complete after a full pass of every shard,
+scored by retrieval on the collection's evaluation set."""
+
+from typing import ClassVar
+
+from batch_pipeline.config import CollectionConfig, PipelineConfig
+from batch_pipeline.declaration import Lines, ProductEnv, ProductFace, ProductKind, ProductTarget
+from batch_pipeline.executors.embedding import EmbeddingExecutor
+from batch_pipeline.index import report
+from batch_pipeline.index.lifecycle import FullPassRule, RetrievalScorer
+from batch_pipeline.index.partition import IndexPartition
+
+NAME = "index"
+
+
+class VectorIndex(ProductFace):
+    """A collection's vector index, as a product (its engine: the whole collection, every
+    shard)."""
+
+    kind: ClassVar[str] = report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
+    health_line = staticmethod(report.health_line)
+    engine: IndexPartition
+
+    def run_groups(self) -> list[list[str]]:
+        """The collection's own key and, when sharded, each shard's, one group each."""
+        collection = self.engine.collection
+        keys = [self.name] + (collection.partition_keys() if collection.shards > 1 else [])
+        return [[key] for key in keys]
+
+    def status(self) -> dict[str, object]:
+        return report.collection_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return report.collection_health(self.engine)
+
+
+def targets(config: PipelineConfig) -> list[ProductTarget]:
+    """Every configured collection's index."""
+    return [ProductTarget(c.name, NAME, c.name) for c in config.collections]
+
+
+def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
+    return VectorIndex(
+        IndexPartition(env.config, env.storage, target.name, env.tracking, env.store)
+    )
+
+
+INDEX = ProductKind(
+    name=NAME,
+    package="batch_pipeline.index",
+    section=CollectionConfig,
+    targets=targets,
+    open=open_index,
+    partition=IndexPartition,
+    executor=EmbeddingExecutor,
+    rule=FullPassRule,
+    scorer=RetrievalScorer,
+    report="batch_pipeline.index.report",
+    definitions="batch_pipeline.definitions:index_definitions",
+)

@@ -1,0 +1,59 @@
+"""The ticket intents, declared: one product (`tickets.name`) when `tickets:` is configured,
+run a day at a time by `DayPartition` on the embedding executor, complete when it holds every
+day live holds, scored by accuracy on the labelled tickets."""
+
+from typing import ClassVar
+
+from batch_pipeline.config import PipelineConfig, TicketsConfig
+from batch_pipeline.declaration import Lines, ProductEnv, ProductFace, ProductKind, ProductTarget
+from batch_pipeline.executors.embedding import EmbeddingExecutor
+from batch_pipeline.tickets import report
+from batch_pipeline.tickets.partition import DayPartition
+from batch_pipeline.tickets.product import TicketProduct
+from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
+
+NAME = "tickets"
+
+
+class TicketIntents(ProductFace):
+    """The ticket intents, as a product."""
+
+    kind: ClassVar[str] = report.KIND
+    status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
+    health_line = staticmethod(report.health_line)
+    engine: TicketProduct
+
+    def run_groups(self) -> list[list[str]]:
+        """Every due day, in one group: a day runs once a night, as a rule."""
+        return [self.engine.partition_days()]
+
+    def status(self) -> dict[str, object]:
+        return report.product_status(self.engine)
+
+    def health(self) -> dict[str, object]:
+        return report.product_health(self.engine)
+
+
+def targets(config: PipelineConfig) -> list[ProductTarget]:
+    """The ticket intents, where configured; they run by day, over no collection."""
+    return [] if config.tickets is None else [ProductTarget(config.tickets.name, NAME, None)]
+
+
+def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
+    return TicketIntents(TicketProduct(env.config, env.storage, env.tracking, env.store))
+
+
+TICKETS = ProductKind(
+    name=NAME,
+    package="batch_pipeline.tickets",
+    section=TicketsConfig,
+    targets=targets,
+    open=open_tickets,
+    partition=DayPartition,
+    executor=EmbeddingExecutor,
+    rule=HoldsLiveDaysRule,
+    scorer=AccuracyScorer,
+    report="batch_pipeline.tickets.report",
+    definitions="batch_pipeline.definitions:ticket_definitions",
+    commands="batch_pipeline.cli.tickets",
+)
