@@ -146,12 +146,12 @@ RUN_CHARTS = frozenset(
         "run_wall_seconds",
         "window_used_fraction",
         "failure_rate",
+        "step_retries",  # 0 on a healthy run: the retry rate's plot has no gaps
     }
 )
 # Counts that are zero by design, recorded only when they are not: no chart of zeros.
 ONLY_WHEN_NONZERO = frozenset(
     {
-        "step_retries",
         "inputs_resumed_from_checkpoint",
         "oom_splits",
         "inputs_tokenized",
