@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.executors import ExecuteOptions, Executor
@@ -459,3 +460,44 @@ class StagedPartition(ABC):
         stages = (collected, prepared, planned, executed)
         summaries = {s.name: out.summary for s, out in zip(self.stages, stages, strict=False)}
         return {**summaries, self.stages[-1].name: landed}
+
+
+class PartitionedProduct(Protocol):
+    """A product with one generation over all its partitions (the ticket days, a
+    collection's briefs)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def index(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def model(self) -> ResolvedModel | ChatModel: ...
+
+
+class ProductPartition(StagedPartition):
+    """A partition of a `PartitionedProduct`: its staging folder is under the product's
+    name (apart from the collections' own), and its generation, fingerprint and model are
+    the product's."""
+
+    product: PartitionedProduct
+
+    @property
+    def staging_key(self) -> str:
+        return f"{self.product.name}/{self.partition}"
+
+    @property
+    def index(self) -> str:
+        return self.product.index
+
+    @property
+    def fingerprint(self) -> str:
+        return self.product.fingerprint
+
+    @property
+    def model(self) -> ResolvedModel | ChatModel:
+        return self.product.model

@@ -8,12 +8,11 @@ from batch_pipeline.briefs import BRIEF_STAGES
 from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.runs import (
+    ProductPartition,
     RunOutcome,
     RunRequest,
-    StagedPartition,
     StageFiles,
     StageOutput,
     landing,
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from batch_pipeline.briefs.product import BriefProduct
 
 
-class BriefPartition(StagedPartition):
+class BriefPartition(ProductPartition):
     """One partition of a collection's briefs, as the frame runs it."""
 
     unit = DOCUMENTS
@@ -46,23 +45,6 @@ class BriefPartition(StagedPartition):
     @property
     def stages(self) -> tuple[Stage, ...]:
         return BRIEF_STAGES
-
-    @property
-    def staging_key(self) -> str:
-        """The partition's folder in staging: under the product's name, as the tickets'."""
-        return f"{self.product.name}/{self.partition}"
-
-    @property
-    def index(self) -> str:
-        return self.product.index
-
-    @property
-    def fingerprint(self) -> str:
-        return self.product.fingerprint
-
-    @property
-    def model(self) -> ChatModel:
-        return self.product.model
 
     @property
     def executor(self) -> GenerationExecutor:

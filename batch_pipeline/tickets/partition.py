@@ -12,12 +12,12 @@ import pyarrow.compute as pc
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.inference.embedder import Embedder
-from batch_pipeline.inference.models import ResolvedModel, load_tokenizer
+from batch_pipeline.inference.models import load_tokenizer
 from batch_pipeline.measures.run import MANUAL, TICKETS
 from batch_pipeline.runs import (
+    ProductPartition,
     RunOutcome,
     RunRequest,
-    StagedPartition,
     StageFiles,
     StageOutput,
     landing,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from batch_pipeline.tickets.product import TicketProduct
 
 
-class DayPartition(StagedPartition):
+class DayPartition(ProductPartition):
     """The engine for one day of tickets (one daily partition)."""
 
     unit = TICKETS
@@ -54,23 +54,6 @@ class DayPartition(StagedPartition):
     @property
     def stages(self) -> tuple[Stage, ...]:
         return TICKET_STAGES
-
-    @property
-    def staging_key(self) -> str:
-        """The day's folder in staging: under the product's name, apart from collections."""
-        return f"{self.product.name}/{self.partition}"
-
-    @property
-    def index(self) -> str:
-        return self.product.index
-
-    @property
-    def fingerprint(self) -> str:
-        return self.product.fingerprint
-
-    @property
-    def model(self) -> ResolvedModel:
-        return self.product.model
 
     @property
     def executor(self) -> EmbeddingExecutor:
