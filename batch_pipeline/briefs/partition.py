@@ -17,12 +17,10 @@ from batch_pipeline.runs import (
     StageOutput,
     landing,
 )
-from batch_pipeline.sources import DocumentReadError
+from batch_pipeline.sources.reading import read_document
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, stage_summary
 from batch_pipeline.state.tracking import FailureRecord
-from batch_pipeline.text.documents import DocumentError, decode_document
-from batch_pipeline.text.normalize import detect_format, parse_document
 
 if TYPE_CHECKING:
     from batch_pipeline.briefs.product import BriefProduct
@@ -60,19 +58,15 @@ class BriefPartition(ProductPartition):
     # ------------------------------------------------------------------- stages
 
     def read_documents(self, doc_ids: list[str]) -> Iterator[ReadDocument]:
-        """Documents collect did not read, read from the collection's source."""
+        """Documents collect did not read, read from the collection's source as collect
+        reads them (`sources.reading`: the size limit, decoding, the source's title)."""
+        limit = self.config.limits.max_document_bytes
         for doc_id, result in self.documents.source.read_many(doc_ids):
-            if isinstance(result, DocumentReadError):
-                yield ReadDocument(doc_id, error=f"unreadable: {result}")
+            read = read_document(doc_id, result, limit)
+            if read.error is not None:
+                yield ReadDocument(doc_id, error=f"{read.reason}: {read.error}")
                 continue
-            try:
-                text = decode_document(result.data)
-            except DocumentError as error:
-                yield ReadDocument(doc_id, error=f"{error.reason}: {error}")
-                continue
-            fmt = result.fmt or detect_format(doc_id)
-            title = result.title or parse_document(text, doc_id, fmt).title
-            yield ReadDocument(doc_id, title, text)
+            yield ReadDocument(doc_id, read.title(), read.text)
 
     def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
         out = self.path(run_id, self.stages[1].file)

@@ -21,6 +21,7 @@ from batch_pipeline.index.join import vectors_in_chunk_order
 from batch_pipeline.index.prepare import CHUNKS_SCHEMA
 from batch_pipeline.iterables import batched
 from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.sources.reading import metadata_json
 from batch_pipeline.stages.collect import (
     CHANGED,
     DELETED,
@@ -28,7 +29,6 @@ from batch_pipeline.stages.collect import (
     NEW,
     QUARANTINED,
     UNCHANGED,
-    metadata_json,
 )
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir

@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 
 from batch_pipeline.inference.devices import default_threads
 from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.sources.reading import metadata_json
 from batch_pipeline.stages import PREPARE
-from batch_pipeline.stages.collect import CHANGED, NEW, metadata_json
+from batch_pipeline.stages.collect import CHANGED, NEW
 from batch_pipeline.stages.columns import INPUT_IDS
 from batch_pipeline.state.staging import StageWriter, read_batches
 from batch_pipeline.state.tracking import FailureRecord

@@ -6,7 +6,6 @@ or `unchanged` after all (touched but identical). Landed documents missing from 
 `deleted`. A document that cannot be read or decoded is `failed`, with its reason.
 """
 
-import json
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +22,7 @@ from batch_pipeline.sources import (
     RawDocument,
     SourceEntry,
 )
+from batch_pipeline.sources.reading import read_document, too_large
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.state.staging import StageWriter, stamped_collect_schema
 from batch_pipeline.state.tracking import (
@@ -33,8 +33,7 @@ from batch_pipeline.state.tracking import (
     TrackingStore,
     is_quarantined,
 )
-from batch_pipeline.text.documents import DocumentError, content_hash, decode_document
-from batch_pipeline.text.normalize import detect_format, parse_document
+from batch_pipeline.text.documents import DocumentError
 
 NEW, CHANGED, UNCHANGED, DELETED = "new", "changed", "unchanged", "deleted"
 FAILED, QUARANTINED = "failed", "quarantined"
@@ -189,8 +188,7 @@ class _Collector:
         return None
 
     def _too_large(self, entry: SourceEntry, size: int, digest: str | None) -> dict:
-        limit = self.limits.max_document_bytes
-        error = DocumentError("too_large", f"{size} bytes is over max_document_bytes ({limit})")
+        error = too_large(size, self.limits.max_document_bytes)
         return self._failed(entry, error.reason, error, digest)
 
     def read(self, entries: list[SourceEntry]) -> Iterator[dict]:
@@ -207,33 +205,25 @@ class _Collector:
             reason = UNREACHABLE if result.transient else "unreadable"
             return self._failed(entry, reason, result, None)
         self.summary.bytes_read += len(result.data)
-        metadata = metadata_json(result.metadata)
-        # the source's metadata is part of the content: a change to it alone re-lands the
-        # document (its vectors are reused, nothing is embedded)
-        digest = content_hash(result.data + (b"\0" + metadata.encode() if metadata else b""))
-        if self._quarantined(doc_id, None, digest):
-            return {"status": QUARANTINED, "content_hash": digest}
-        if len(result.data) > self.limits.max_document_bytes:
-            return self._too_large(entry, len(result.data), digest)
-        try:
-            text = decode_document(result.data)
-        except DocumentError as error:
-            return self._failed(entry, error.reason, error, digest)
+        read = read_document(doc_id, result, self.limits.max_document_bytes)
+        if self._quarantined(doc_id, None, read.digest):
+            return {"status": QUARANTINED, "content_hash": read.digest}
+        if read.error is not None:
+            return self._failed(entry, read.reason, read.error, read.digest)
         previous = self.landed.get(doc_id)
         if (
             previous
-            and previous.content_hash == digest
+            and previous.content_hash == read.digest
             and previous.fingerprint == self.fingerprint
         ):
-            return {"status": UNCHANGED, "content_hash": digest}
-        fmt = result.fmt or detect_format(doc_id)
+            return {"status": UNCHANGED, "content_hash": read.digest}
         return {
             "status": NEW if previous is None else CHANGED,
-            "content_hash": digest,
-            "title": result.title or parse_document(text, doc_id, fmt).title,
-            "format": fmt,
-            "text": text,
-            "source_metadata": metadata,
+            "content_hash": read.digest,
+            "title": read.title(),
+            "format": read.fmt,
+            "text": read.text,
+            "source_metadata": read.metadata,
         }
 
     def _failed(
@@ -351,11 +341,6 @@ def _landed_candidates(
     orphans = [d for d in also_landed if targeted is None or d in targeted]
     for batch in batched(orphans, LOOKUP_BATCH):
         yield [(d, None) for d in batch]
-
-
-def metadata_json(metadata: dict | None) -> str | None:
-    """Metadata as canonical JSON (sorted keys; None when there is none)."""
-    return json.dumps(metadata, sort_keys=True, default=str) if metadata else None
 
 
 def _row(entry: SourceEntry, **values: object) -> dict:

@@ -234,3 +234,25 @@ def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
     assert (
         "argument --limit: expected a whole number, 0 for all, not '-1'" in capsys.readouterr().err
     )
+
+
+def test_the_briefs_read_a_document_as_collect_does_size_limit_included(
+    briefs_workspace, fake_embedder
+):
+    """A document the index has landed and collect therefore does not read again is read by
+    the briefs through the same reader: over limits.max_document_bytes it is not briefed, and
+    prepare names why as collect does (the briefs' own copy skipped the limit)."""
+    docs = briefs_workspace["docs"]
+    index = product_of(briefs_workspace).documents_for("handbook")
+    index.run("index-1", fake_embedder)  # every document landed: unchanged from now on
+    largest = max(docs.rglob("*.*"), key=lambda path: path.stat().st_size)
+    limit = largest.stat().st_size - 1
+    config = briefs_workspace["config"]
+    config.write_text(config.read_text() + f"limits: {{max_document_bytes: {limit}}}\n")
+    product = product_of(briefs_workspace)
+    result = run(product, "run-1")
+    doc_id = largest.relative_to(docs).as_posix()
+    assert result["prepare"].unreadable == {
+        doc_id: f"too_large: {limit + 1} bytes is over max_document_bytes ({limit})"
+    }
+    assert doc_id not in {row["doc_id"] for row in product.briefs.rows(product.index)}
