@@ -9,12 +9,10 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.embedding_stages import build_embedding_stages
 from assets.partitions import (
-    GPU_POOL,
-    PROGRESS_INTERVAL_SECONDS,
     TRANSIENT_RETRY,
     partition_check,
-    progress_log,
     retried_if_transient,
 )
 from assets.run_info import (
@@ -40,8 +38,8 @@ from batch_pipeline.tickets import (
     TICKET_COLLECT,
     TICKET_EXECUTE,
     TICKET_LAND,
-    TICKET_PLAN,
     TICKET_PREPARE,
+    TICKET_STAGES,
 )
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
@@ -148,51 +146,6 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
         collected = upstream_path(context, TICKET_COLLECT, day.product.staging)
         output = day.prepare(context.run.run_id, collected)
         return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PREPARE))
-
-    @dg.asset(
-        name=TICKET_PLAN.asset,
-        deps=[TICKET_PREPARE.asset],
-        kinds=set(TICKET_PLAN.kinds),
-        **_common(partitions),
-    )
-    def ticket_batch_plan(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ) -> dg.MaterializeResult:
-        """Every input that needs a vector, once, packed into batches under the device's
-        token budget: the vector index's own plan stage."""
-        day = pipeline.tickets().day(context.partition_key)
-        inputs = upstream_path(context, TICKET_PREPARE, day.product.staging)
-        output = day.plan(context.run.run_id, inputs, inference.execute_options(day.model))
-        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PLAN))
-
-    @dg.asset(
-        name=TICKET_EXECUTE.asset,
-        deps=[TICKET_PLAN.asset],
-        retry_policy=TRANSIENT_RETRY,
-        pool=GPU_POOL,
-        kinds=set(TICKET_EXECUTE.kinds),
-        **_common(partitions),
-    )
-    @retried_if_transient
-    def ticket_embeddings(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ) -> dg.MaterializeResult:
-        """One vector per planned input, from the inference resource: the vector index's own
-        execute stage (checkpoints, OOM splitting, progress)."""
-        day = pipeline.tickets().day(context.partition_key)
-        plan = upstream_path(context, TICKET_PLAN, day.product.staging)
-        output = day.execute(
-            context.run.run_id,
-            plan,
-            lambda: inference.runner(day.product.model),
-            progress=progress_log(context),
-            progress_interval=PROGRESS_INTERVAL_SECONDS,
-        )
-        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_EXECUTE))
 
     @dg.asset(
         name=TICKET_LAND.asset,
@@ -323,4 +276,16 @@ def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDe
             ],
         )
 
-    return [ticket_exports, ticket_inputs, ticket_batch_plan, ticket_embeddings, ticket_intents]
+    plan_and_execute = build_embedding_stages(
+        TICKET_STAGES,
+        partitions,
+        lambda pipeline, key: pipeline.tickets().day(key),
+        DESCRIBED,
+        "Every input that needs a vector, once, packed into batches under the device's token "
+        "budget: the vector index's own plan stage.",
+        "One vector per planned input, from the inference resource: the vector index's own "
+        "execute stage (checkpoints, OOM splitting, progress).",
+        group_name=TICKETS_GROUP,
+        owners=TICKETS_OWNERS,
+    )
+    return [ticket_exports, ticket_inputs, *plan_and_execute, ticket_intents]

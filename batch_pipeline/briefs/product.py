@@ -7,8 +7,6 @@ collect is the collection's own, prepare renders the stale documents' prompts, p
 execute are the chat-model stages, land writes the typed rows.
 """
 
-import hashlib
-import json
 from collections.abc import Callable
 from functools import cached_property
 
@@ -45,6 +43,7 @@ from batch_pipeline.generations.review import (
     NoLiveGenerationError,
 )
 from batch_pipeline.inference.chat_models import ChatModel
+from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
@@ -141,8 +140,7 @@ class BriefProduct:
 
     @cached_property
     def fingerprint(self) -> str:
-        blob = json.dumps(self.generation_config(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return fingerprint_of(self.generation_config())
 
     @property
     def index(self) -> str:

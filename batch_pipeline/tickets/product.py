@@ -16,7 +16,6 @@ promoted when it holds every day the live one holds (backfill them) and the eval
 finds it no worse than live. Rollback is the registry's.
 """
 
-import hashlib
 import io
 import json
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from batch_pipeline.generations.review import (
     NoLiveGenerationError,
 )
 from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.names import generation_index
 from batch_pipeline.state.storage import StorageLocations
@@ -90,10 +90,6 @@ def parse_day(value: str | date, settings: TicketsConfig) -> date:
     return day
 
 
-def _digest(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class TicketProduct:
     """What every day shares: the configuration, the taxonomy, the model, the generations."""
 
@@ -130,14 +126,16 @@ class TicketProduct:
     @cached_property
     def model_fingerprint(self) -> str:
         """Everything that changes a ticket's vector: the model and the input cut."""
-        return _digest({"model": self.model.identity(), "max_tokens": self.settings.max_tokens})
+        return fingerprint_of(
+            {"model": self.model.identity(), "max_tokens": self.settings.max_tokens}
+        )
 
     @cached_property
     def fingerprint(self) -> str:
         """The generation: the vectors' fingerprint, the taxonomy, the classifier setting,
         the labelled history's hash and how `unknown` is decided."""
         s = self.settings
-        return _digest(
+        return fingerprint_of(
             {
                 "model": self.model_fingerprint,
                 "taxonomy": self.taxonomy.version,
