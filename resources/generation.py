@@ -38,10 +38,11 @@ class GenerationResource(dg.ConfigurableResource):
         description="auto, bfloat16, float16 or float32. auto is bf16 on a GPU, and on a CPU "
         "bf16 only where it measures faster than fp32.",
     )
-    kv_cache_gib: float = Field(
-        default=1.0,
-        gt=0,
-        description="KV cache size on CPU, in GiB of host memory (VLLM_CPU_KVCACHE_SPACE).",
+    kv_cache_gib: int = Field(
+        default=1,
+        ge=1,
+        description="KV cache size on CPU, in whole GiB of host memory (VLLM_CPU_KVCACHE_SPACE "
+        "takes whole GiB, so a fraction is refused rather than rounded).",
     )
     gpu_memory_utilization: float = Field(
         default=0.85,

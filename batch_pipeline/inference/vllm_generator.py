@@ -45,7 +45,7 @@ class EngineSettings:
 
     device: str = "cpu"  # cpu or cuda
     dtype: str = "bfloat16"  # resolved: never auto here
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: int = 1  # whole GiB: what vLLM's CPU engine takes
     gpu_memory_utilization: float = 0.85
     max_num_seqs: int = 32
     max_model_len: int = 2048
@@ -237,7 +237,7 @@ class VllmGenerator:
             os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
             logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
             if s.device == "cpu":
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(s.kv_cache_gib)
             started = time.perf_counter()
             options: dict[str, object] = {}
             if s.device == "cuda":

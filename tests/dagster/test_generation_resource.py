@@ -80,3 +80,16 @@ def test_an_asset_plans_and_generates_through_the_resource(tmp_path):
     assert metadata["estimated_peak_kv_share"] > 0
     outputs = read_table(tmp_path / "out.parquet").to_pylist()
     assert [json.loads(o["text"])["summary"] for o in outputs][0].startswith("page 0")
+
+
+def test_a_fraction_of_a_gib_for_the_kv_cache_is_refused_not_rounded():
+    """vLLM's CPU engine takes VLLM_CPU_KVCACHE_SPACE in whole GiB: 1.5 was rounded to 2 (and
+    0.4 up to 1) while the prompt plan estimated the KV use against the value as written."""
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError, match="kv_cache_gib"):
+        GenerationResource(kv_cache_gib=1.5)
+    with pytest.raises(pydantic.ValidationError, match="kv_cache_gib"):
+        GenerationResource(kv_cache_gib=0)
+    settings = FakeGenerationResource(kv_cache_gib=2).engine_settings()
+    assert settings.kv_cache_bytes == 2 * (1 << 30)  # the plan's estimate: what the engine gets
