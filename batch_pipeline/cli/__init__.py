@@ -54,6 +54,7 @@ from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 from batch_pipeline.tickets.report import candidate_scores
+from batch_pipeline.tickets.training import dropped_labels_text
 
 
 def _product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -358,10 +359,12 @@ def _generations(ctx: CommandContext, args: argparse.Namespace) -> int:
                 if trained
                 else ""
             )
+            dropped = (trained or {}).get("labels_not_in_taxonomy")
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
                 f"{chosen}{g.decision or ''}"
+                + (f"  ({dropped_labels_text(dropped)})" if dropped else "")
             )
         return 0
     (product,) = ctx.products(args.product)

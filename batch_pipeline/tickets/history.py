@@ -3,9 +3,10 @@ export (the source of truth), minus the evaluation set.
 
 A ticket's `label` is the intent an agent assigned when resolving it; `unknown` marks one
 that no intent fits (out of scope). Rows without a body or a label are not training data; a
-label that is not an intent of the taxonomy is counted and left out. The history's hash (of
-every kept ticket's text and label, in a stable order) is part of the generation's
-fingerprint, so a changed history is a new generation.
+label that is not an intent of the taxonomy is left out, and counted by name, so the
+generation's record and `generations list` say which labels were dropped and how often. The
+history's hash (of every kept ticket's text and label, in a stable order) is part of the
+generation's fingerprint, so a changed history is a new generation.
 
 Reading the window is not free (the export sensor asks for the fingerprint every tick), so a
 file or object export's history is cached in staging under a key of each day's file time
@@ -27,8 +28,22 @@ from batch_pipeline.tickets.exports import TicketExport
 class LabelledHistory:
     days: list[str]
     tickets: list[tuple[str, str, str]] = field(default_factory=list)  # subject, body, label
-    unknown_labels: int = 0  # labels that are no intent of the taxonomy: left out
+    # labels that are no intent of the taxonomy, with how many tickets carry each: left out
+    dropped_labels: dict[str, int] = field(default_factory=dict)
     held_out: int = 0  # tickets of the evaluation set: left out
+
+    @property
+    def unknown_labels(self) -> int:
+        """Tickets left out for a label that is no intent of the taxonomy."""
+        return sum(self.dropped_labels.values())
+
+    def dropped_summary(self, most: int = 10) -> dict[str, object] | None:
+        """The labels left out, for the generation's record: their count and the `most`
+        frequent by name; None when every label is an intent."""
+        if not self.dropped_labels:
+            return None
+        common = sorted(self.dropped_labels.items(), key=lambda pair: (-pair[1], pair[0]))
+        return {"tickets": self.unknown_labels, "labels": dict(common[:most])}
 
     @property
     def hash(self) -> str:
@@ -44,7 +59,7 @@ def _cache_key(
     stamps = [export.day_changed_at(date.fromisoformat(day)) for day in days]
     if any(stamp is None for stamp in stamps):
         return None
-    payload = [export.describe(), days, stamps, sorted(intents), sorted(excluded)]
+    payload = [2, export.describe(), days, stamps, sorted(intents), sorted(excluded)]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:24]
 
 
@@ -64,7 +79,7 @@ def labelled_history(
         return LabelledHistory(
             stored["days"],
             [tuple(t) for t in stored["tickets"]],
-            stored["unknown_labels"],
+            stored["dropped_labels"],
             stored["held_out"],
         )
     history = _read(export, days, intents, excluded)
@@ -78,7 +93,8 @@ def _read(
 ) -> LabelledHistory:
     known = {*intents, UNKNOWN}
     kept: list[tuple[str, str, str]] = []
-    unknown = held = 0
+    dropped: dict[str, int] = {}
+    held = 0
     for day in days:
         for row in export.read_day(date.fromisoformat(day)):
             label, body = row.get("label"), row.get("body")
@@ -90,7 +106,7 @@ def _read(
             if (subject, body) in excluded:
                 held += 1
             elif label.strip() not in known:
-                unknown += 1
+                dropped[label.strip()] = dropped.get(label.strip(), 0) + 1
             else:
                 kept.append((subject, body, label.strip()))
-    return LabelledHistory(list(days), kept, unknown, held)
+    return LabelledHistory(list(days), kept, dropped, held)

@@ -57,9 +57,11 @@ from batch_pipeline.tickets.prepare import ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 from batch_pipeline.tickets.training import (
     OUT_OF_SCOPE,
+    LabelsRefusedError,
     Thresholds,
     TrainingPool,
     TrainingReport,
+    dropped_labels_text,
     train_classifier,
 )
 
@@ -254,7 +256,7 @@ class TicketProduct:
             return IntentClassifier(
                 taxonomy.names, head, meta["min_confidence"], meta["min_margin"]
             )
-        classifier, report = self._train(record, built, taxonomy, embedder())
+        classifier, report, dropped = self._train(record, built, taxonomy, embedder())
         meta = np.frombuffer(json.dumps(report.as_dict()).encode("utf-8"), dtype=np.uint8)
         buffer = io.BytesIO()
         np.savez(buffer, meta=meta, **classifier.head.arrays())
@@ -262,14 +264,17 @@ class TicketProduct:
         self.registry.update(
             self.name,
             record.fingerprint,
-            model_config=json.dumps({**built, "trained": report.as_dict()}),
+            model_config=json.dumps(
+                {**built, "trained": {**report.as_dict(), "labels_not_in_taxonomy": dropped}}
+            ),
         )
         return classifier
 
     def _train(
         self, record: GenerationRecord, built: dict, taxonomy: Taxonomy, embedder: Embedder
-    ) -> tuple[IntentClassifier, TrainingReport]:
-        """Embed the taxonomy and the record's labelled history, and train on them."""
+    ) -> tuple[IntentClassifier, TrainingReport, dict | None]:
+        """Embed the taxonomy and the record's labelled history, and train on them; with
+        the labels left out for being no intent of the taxonomy (`dropped_summary`)."""
         training = built["training"]
         history = (
             self.history
@@ -304,13 +309,20 @@ class TicketProduct:
             texts,
             labelled_tickets=len(tickets),
         )
-        return train_classifier(
-            pool,
-            built["classifier"],
-            training["validation_fraction"],
-            training["target_precision"],
-            Thresholds(built["min_confidence"], built["min_margin"]),
-        )
+        dropped = history.dropped_summary()
+        try:
+            classifier, report = train_classifier(
+                pool,
+                built["classifier"],
+                training["validation_fraction"],
+                training["target_precision"],
+                Thresholds(built["min_confidence"], built["min_margin"]),
+            )
+        except LabelsRefusedError as error:
+            if dropped is None:
+                raise
+            raise LabelsRefusedError(f"{error}; {dropped_labels_text(dropped)}") from None
+        return classifier, report, dropped
 
     def _prototype_classifier(
         self,

@@ -14,6 +14,7 @@ from batch_pipeline.reports.text import doctor_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.product import TicketProduct
+from batch_pipeline.tickets.training import dropped_labels_text
 
 MISSING_DAYS_SHOWN = 5  # the text output names at most this many missing days
 KIND = "ticket_intents"
@@ -182,10 +183,11 @@ def classifier_line(trained: dict | None) -> str:
             else ""
         )
     )
+    dropped = trained.get("labels_not_in_taxonomy")
     return (
         f"classifier {trained['classifier']} (held out: {scores or 'none'}; "
         f"{trained['training']} texts, {trained['labelled_tickets']} labelled tickets); "
-        f"{rule}{answered}"
+        f"{rule}{answered}" + (f"; {dropped_labels_text(dropped)}" if dropped else "")
     )
 
 

@@ -74,6 +74,18 @@ class TrainingPool:
     labelled_tickets: int = 0  # of the pool, the last ones: from the labelled history
 
 
+def dropped_labels_text(dropped: dict) -> str:
+    """The labels left out of training for being no intent of the taxonomy, in one phrase:
+    `12 labelled tickets left out, their label no intent of the taxonomy: billing (9),
+    refund (3)`."""
+    named = ", ".join(f"{label} ({count})" for label, count in dropped["labels"].items())
+    rest = dropped["tickets"] - sum(dropped["labels"].values())  # under labels not named
+    return (
+        f"{dropped['tickets']} labelled tickets left out, their label no intent of the "
+        f"taxonomy: {named}" + (f", and {rest} under other labels" if rest else "")
+    )
+
+
 class LabelsRefusedError(ValueError):
     """The labelled history contradicts the taxonomy: nothing is trained on it."""
 

@@ -705,3 +705,30 @@ def test_a_file_export_s_history_is_read_once_until_a_day_s_file_changes(tmp_pat
     relabel(workspace, TRAINING_DAYS[0], lambda t: {**t, "label": None})  # its file changes
     changed = workspace.product().history
     assert len(reads) == 4 and len(changed.tickets) < len(first.tickets)
+
+
+def test_labels_that_are_no_intent_are_named_with_their_count(tmp_path, runner, capsys):
+    """A label that is no intent of the taxonomy is left out of training, and the history,
+    the generation's record and `generations list` name it with how many tickets carry it
+    (before, they were dropped silently)."""
+    from batch_pipeline import cli
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    renamed = iter(["billing_old"] * 3 + ["refnd"])
+
+    def stale(t: dict) -> dict:  # four labels from an older taxonomy
+        label = next(renamed, None) if t.get("label") and t.get("body") else None
+        return {**t, "label": label} if label else t
+
+    relabel(workspace, TRAINING_DAYS[0], stale)
+    product = workspace.product()
+    assert product.history.dropped_labels == {"billing_old": 3, "refnd": 1}
+    run_day(product, runner, day=TRAINING_DAYS[2])
+    dropped = product.trained()["labels_not_in_taxonomy"]
+    assert dropped == {"tickets": 4, "labels": {"billing_old": 3, "refnd": 1}}
+    args = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    assert cli.main([*args, "generations", "list", "--product", "tickets"]) == 0
+    assert (
+        "4 labelled tickets left out, their label no intent of the taxonomy: billing_old (3), "
+        "refnd (1)" in capsys.readouterr().out
+    )
