@@ -98,6 +98,8 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     )
     review = pipeline.review(runners)
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
+    # the key's old name, for scripts that read it, until the next release (CHANGELOG.md)
+    stages[EXECUTE.name]["chunks_embedded"] = stages[EXECUTE.name]["inputs_embedded"]
     failed = sum(stages[s.name]["documents_failed"] for s in (COLLECT, PREPARE, LAND))
     measures = summaries[LAND.name].measures
     report = {

@@ -24,6 +24,8 @@ def test_failures_of_every_stage_count_and_the_first_generation_goes_live(tmp_pa
     assert report["collect"]["documents_failed"] == 1
     assert report["prepare"]["documents_failed"] == 1
     assert report["documents_failed"] == 2  # the plain summary said 1 ("0" with prepare alone)
+    # the execute key's old name stays for scripts until the next release (CHANGELOG.md)
+    assert report["execute"]["chunks_embedded"] == report["execute"]["inputs_embedded"] > 0
     assert report["generation"]["state"] == "live"  # stayed "building" until quarantine
 
     assert cli.main([*base, "run", "--collection", "handbook", "--run-id", "r2"]) == 0
