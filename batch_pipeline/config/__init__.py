@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     Field,
@@ -36,6 +35,7 @@ from batch_pipeline.config.briefs import (
     QUESTIONS_FIELD,
     BriefsConfig,
 )
+from batch_pipeline.config.files import FileFormatError, read_yaml
 from batch_pipeline.config.index import (
     RESERVED_COLUMNS,
     ChunkingConfig,
@@ -468,9 +468,11 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
             f"set {CONFIG_ENV} or create it (see docs/configuration.md)"
         )
     try:
-        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
+        data = read_yaml(config_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{config_path}: not UTF-8 text") from None
+    except FileFormatError as error:
+        raise ConfigError(f"{config_path}: {error}") from None
     return parse_config(data, base_dir=config_path.parent, source=str(config_path))
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import jsonschema
 
+from batch_pipeline.config.files import FileFormatError, read_json
+
 COLUMN_TYPES = ("string", "int64", "float64", "bool", "list<string>")
 # the string formats xgrammar enforces (vLLM's `STRING_SUPPORTED_FORMATS`)
 ENFORCED_FORMATS = frozenset(
@@ -130,9 +132,13 @@ def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> Ou
     if len(data) > MAX_SCHEMA_BYTES:
         raise OutputSchemaError(f"{path.name} is {len(data):,} bytes; at most {MAX_SCHEMA_BYTES:,}")
     try:
-        schema = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+        schema = read_json(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise OutputSchemaError(f"{path.name} is not UTF-8 JSON: not UTF-8 text") from None
+    except FileFormatError as error:
         raise OutputSchemaError(f"{path.name} is not UTF-8 JSON: {error}") from None
+    if not isinstance(schema, dict):
+        raise OutputSchemaError(f"{path.name} must describe one object with `properties`")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.exceptions.SchemaError as error:

@@ -17,11 +17,12 @@ is a new version.
 """
 
 import hashlib
+import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from batch_pipeline.config.files import FileFormatError, read_yaml
 
 MAX_PROMPT_BYTES = 256 * 1024
 
@@ -42,6 +43,9 @@ class PromptTemplate:
         return self.document.substitute(values)
 
 
+KEY_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,40}")
+
+
 def load_prompt(path: Path, allowed: tuple[str, ...]) -> PromptTemplate:
     """Read and check a prompt file; a `PromptError` names what is wrong."""
     data = path.read_bytes()
@@ -50,14 +54,22 @@ def load_prompt(path: Path, allowed: tuple[str, ...]) -> PromptTemplate:
             f"{path.name} is {len(data):,} bytes; a prompt holds {MAX_PROMPT_BYTES:,}"
         )
     try:
-        parsed = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        parsed = read_yaml(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PromptError(f"{path.name} is not UTF-8 YAML: not UTF-8 text") from None
+    except FileFormatError as error:
         raise PromptError(f"{path.name} is not UTF-8 YAML: {error}") from None
     if not isinstance(parsed, dict):
         raise PromptError(f"{path.name} must be a mapping with `system` and `document`")
-    unknown = sorted(set(parsed) - {"system", "document"})
-    if unknown:
-        raise PromptError(f"{path.name}: unknown key {unknown[0]!r}; use system and document")
+    unknown = sorted(set(parsed) - {"system", "document"}, key=str)
+    if unknown:  # named only when it looks like a key: another file's line is not printed
+        key = unknown[0]
+        named = (
+            f"unknown key {key!r}"
+            if isinstance(key, str) and KEY_LIKE.fullmatch(key)
+            else "keys that are no prompt's (is it a prompt file?)"
+        )
+        raise PromptError(f"{path.name}: {named}; use system and document")
     for part in ("system", "document"):
         if not isinstance(parsed.get(part), str) or not parsed[part].strip():
             raise PromptError(f"{path.name}: `{part}` must be a non-empty text")

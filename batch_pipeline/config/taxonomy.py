@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from batch_pipeline.config.files import FileFormatError, read_yaml
+
 UNKNOWN = "unknown"  # what a ticket is when no intent is clear enough; never an intent's name
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 MAX_TAXONOMY_BYTES = 4 * 1024 * 1024  # thousands of intents with examples fit far below this
@@ -72,11 +74,9 @@ def parse_taxonomy(text: str, source: str = "taxonomy") -> Taxonomy:
     if len(text.encode("utf-8")) > MAX_TAXONOMY_BYTES:
         raise TaxonomyError(f"{source}: over {MAX_TAXONOMY_BYTES // 2**20} MiB; not a taxonomy")
     try:
-        data = yaml.load(text, Loader=_TaxonomyLoader)  # noqa: S506 - a SafeLoader
-    except TaxonomyError as error:
+        data = read_yaml(text, _TaxonomyLoader)
+    except (TaxonomyError, FileFormatError) as error:
         raise TaxonomyError(f"{source}: {error}") from None
-    except yaml.YAMLError as error:
-        raise TaxonomyError(f"{source}: not valid YAML: {error}") from None
     intents = data.get("intents") if isinstance(data, dict) else None
     if not isinstance(intents, dict) or len(intents) < 2:
         raise TaxonomyError(f"{source}: expected `intents:`, a mapping of at least two intents")

@@ -203,3 +203,47 @@ def test_a_collection_named_like_another_s_briefs_is_refused_at_load(tmp_path):
     )
     with pytest.raises(ConfigError, match="'kb_briefs' is a collection's name and the name of"):
         load_config(config)
+
+
+SECRET = "root:$6$s3cr3tH4sh:19000:0:99999:7:::"
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "says"),
+    [
+        ("schema.json", "true", "schema.json must describe one object with `properties`"),
+        (
+            "schema.json",
+            '{"type": "object", "properties": {"a": ' * 500 + "{}" + "}}" * 500,
+            "schema.json is not UTF-8 JSON: nested",
+        ),
+        ("prompt.yaml", "system: " + "[" * 20000 + "]" * 20000, "nested too deeply to read"),
+        ("prompt.yaml", "system: " + "[" * 100 + "]" * 100, "nested more than 64 levels deep"),
+        ("prompt.yaml", SECRET + "\n", "is it a prompt file?"),
+        ("prompt.yaml", f"system: [{SECRET}\n", "not valid YAML"),
+        ("schema.json", SECRET, "not valid JSON: Expecting value at line 1, column 1"),
+    ],
+    ids=["true", "500-deep", "20000-deep", "100-deep", "shadow", "shadow-broken", "shadow-json"],
+)
+def test_a_hostile_file_is_refused_in_one_line_that_quotes_none_of_it(tmp_path, file, text, says):
+    """A schema `true`, files nested deeper than the parser (or any real file) goes, and a
+    path pointing at a file of secrets each fail at load in one line naming the field, and
+    the message quotes nothing of the file (they gave tracebacks, or printed its line)."""
+    config = workspace(tmp_path)
+    (tmp_path / file).write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(config)
+    message = str(raised.value)
+    assert "collections[0].briefs" in message and says in message, message
+    assert "s3cr3t" not in message and len(message.splitlines()) <= 2
+
+
+def test_a_pipeline_file_nested_too_deeply_is_one_line(tmp_path):
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("collections: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply to read as YAML"):
+        load_config(config)
+    config.write_text("collections:\n  - name: kb\n    source: {kind: " + SECRET + "\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as raised:
+        load_config(config)
+    assert "s3cr3t" not in str(raised.value)

@@ -52,3 +52,10 @@ def test_a_file_over_the_bound_is_refused_unread(tmp_path):
     path.write_text(GOOD + "#" * MAX_TAXONOMY_BYTES)
     with pytest.raises(TaxonomyError, match="over 4 MiB; not a taxonomy"):
         load_taxonomy(path)
+
+
+def test_a_taxonomy_nested_too_deeply_is_one_line():
+    from batch_pipeline.config.taxonomy import TaxonomyError, parse_taxonomy
+
+    with pytest.raises(TaxonomyError, match="taxonomy: nested too deeply to read as YAML"):
+        parse_taxonomy("intents: " + "[" * 20000 + "]" * 20000)
