@@ -42,6 +42,7 @@ from batch_pipeline.config.index import (
     CollectionConfig,
     EvaluationConfig,
 )
+from batch_pipeline.config.secrets import SECRET_SETTINGS, SECRET_URL_PARAMETERS, masked_url
 from batch_pipeline.config.sources import (
     FilesystemSourceConfig,
     S3SourceConfig,
@@ -355,58 +356,6 @@ class PipelineConfig(_Strict):
                 return collection
         known = ", ".join(c.name for c in self.collections)
         raise KeyError(f"unknown collection {name!r}; configured: {known}")
-
-
-# Settings whose values are secrets, by exact (case-insensitive) name: not by substring, so
-# `max_tokens` and `overlap_tokens` stay visible while `password` or `aws_session_token` do not.
-SECRET_SETTINGS = frozenset(
-    {
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "access_key",
-        "secret_key",
-        "private_key",
-        "credentials",
-        "access_key_id",
-        "secret_access_key",
-        "session_token",
-        "aws_access_key_id",
-        "aws_secret_access_key",
-        "aws_session_token",
-    }
-)
-
-
-# Query parameters of a URL that carry credentials (libpq's `password`, `sslpassword`,
-# signed URLs' signatures and session tokens, ...), masked wherever a URL is shown.
-SECRET_URL_PARAMETERS = SECRET_SETTINGS | {
-    "sslpassword",
-    "pass",
-    "pwd",
-    "access_token",
-    "auth_token",
-    "sig",
-    "signature",
-    "x-amz-signature",
-    "x-amz-security-token",
-    "x-amz-credential",
-}
-
-
-def masked_url(url: str) -> str:
-    """A URL as it may be shown: the password of its user part and every credential in its
-    query (`?password=`, `sslpassword`, tokens, signatures) replaced by ***."""
-    url = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", url)
-
-    def mask(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return f"{name}=***" if name.lower() in SECRET_URL_PARAMETERS else match.group(0)
-
-    return re.sub(r"(?<=[?&;])([^=&;#]+)=([^&;#]*)", mask, url)
 
 
 def redacted(value: Any) -> Any:

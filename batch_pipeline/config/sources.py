@@ -12,6 +12,7 @@ from batch_pipeline.config.base import (
     _existing_folder,
     _Strict,
 )
+from batch_pipeline.config.secrets import endpoint_without_credentials
 
 
 class FilesystemSourceConfig(_Strict):
@@ -57,8 +58,16 @@ class S3SourceConfig(_Strict):
     bucket: str = Field(min_length=3, description="Bucket name.")
     prefix: str = Field(default="", description="Only keys under this prefix.")
     glob: str = Field(default="*", description="fnmatch pattern on the key below the prefix.")
-    endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint URL.")
+    endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint URL, without credentials."
+    )
     region: str | None = Field(default=None, description="AWS region name.")
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        return endpoint_without_credentials(value)
+
     notifications: S3NotificationsConfig | None = Field(
         default=None,
         description="A change feed: sensor ticks read the queue instead of listing the "

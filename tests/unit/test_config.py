@@ -1,5 +1,7 @@
 """Configuration: validation errors name the field, paths resolve, names are safe."""
 
+from pathlib import Path
+
 import pytest
 
 from batch_pipeline.config import ConfigError, load_config
@@ -213,3 +215,34 @@ def test_reserved_metadata_names_are_exactly_the_tables_own_columns():
     from batch_pipeline.state.vector_store import chunk_schema
 
     assert set(chunk_schema(4).names) == RESERVED_COLUMNS
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://AKIAKEY:s3cr3t@127.0.0.1:9000",
+        "http://minio@127.0.0.1:9000",
+        "https://s3.example.com/?X-Amz-Signature=s3cr3t&X-Amz-Credential=AKIAKEY",
+    ],
+)
+@pytest.mark.parametrize("section", ["collection", "tickets"])
+def test_credentials_in_an_s3_endpoint_are_refused_at_load_without_quoting_them(
+    tmp_path, endpoint, section
+):
+    """run, status and doctor printed an endpoint_url with a user part or a signed query
+    whole; such an endpoint now fails at load, naming the field and not the URL."""
+    s3 = f"{{kind: s3, bucket: kb-bucket, endpoint_url: '{endpoint}'}}"
+    text = "collections:\n  - name: kb\n    source: " + (
+        s3 if section == "collection" else "{kind: filesystem, path: .}"
+    )
+    if section == "tickets":
+        (tmp_path / "taxonomy.yaml").write_text(
+            (Path(__file__).resolve().parents[2] / "data" / "intent_taxonomy.yaml").read_text()
+        )
+        text += f"\ntickets:\n  source: {s3}\n  taxonomy: taxonomy.yaml"
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text + "\n"))
+    message = str(raised.value)
+    field = "collections[0].source.endpoint_url" if section == "collection" else "tickets.source"
+    assert field in message and "holds credentials" in message, message
+    assert "s3cr3t" not in message and "AKIAKEY" not in message
