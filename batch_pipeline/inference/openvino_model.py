@@ -11,6 +11,13 @@ sequence limit and normalisation, the OpenVINO version and the CPU; it is writte
 temporary folder and renamed into place, so a crash never leaves half an export. Every later
 run reads it back, and only the run that made it reports its seconds.
 
+Check: an export records the SHA-256 of its files. Before a run uses one it checks them, that
+OpenVINO reads it, and that it embeds two probe inputs within cosine 0.999 of its source
+model (fp32 both); one that fails (a bad block, an interrupted copy of a shared cache, a
+truncated file, an export written before the hashes) is moved aside and made again, with a
+warning that says why. A fresh export that fails the probe, or one that cannot be written (a
+full disk), is an `ExportError` in one line.
+
 Compile: per precision, `INFERENCE_PRECISION_HINT` f32 or bf16 (bf16 only where the plugin
 lists BF16 among the CPU's capabilities), the latency hint and the runner's thread count.
 
@@ -23,7 +30,10 @@ out or `CI=true`. A batch job sends nothing anywhere, so this module declines th
 its process before it imports openvino (`telemetry_off`); nothing is written to the home.
 """
 
+import hashlib
 import json
+import logging
+import os
 import shutil
 import tempfile
 import time
@@ -35,6 +45,8 @@ import numpy as np
 from batch_pipeline.inference.calibration import CalibrationCache
 from batch_pipeline.inference.models import ResolvedModel
 
+logger = logging.getLogger(__name__)
+
 # Where exports are cached when set (a folder shared by several homes, say); else under the
 # home, beside the calibration cache
 EXPORT_CACHE_ENV = "BATCH_PIPELINE_OPENVINO_CACHE"
@@ -43,8 +55,17 @@ INFO_FILE = "export.json"
 PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16"}
 
 
+FIDELITY_FLOOR = 0.999  # an export's probe against its source model, both fp32
+HASH_CHUNK = 1 << 20
+
+
 class OpenVinoMissingError(RuntimeError):
     """The OpenVINO backend was asked for, but openvino is not installed."""
+
+
+class ExportError(RuntimeError):
+    """The OpenVINO export could not be written (a full disk, a read-only cache), or a fresh
+    one does not embed as its source model does; the message is one line."""
 
 
 def telemetry_off() -> None:
@@ -150,18 +171,83 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
         transformers_logging.set_verbosity(verbosity)
     for port, name in zip(converted.inputs, names, strict=True):
         port.get_tensor().set_names({name})
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+    except OSError as error:
+        raise ExportError(
+            f"cannot write the OpenVINO export under {folder.parent}: {error.strerror or error}"
+        ) from None
     try:
         ov.save_model(converted, str(staging / MODEL_FILE), compress_to_fp16=False)
-        (staging / INFO_FILE).write_text(json.dumps({"inputs": names}), encoding="utf-8")
+        info = {"inputs": names, "sha256": _file_hashes(staging)}
+        (staging / INFO_FILE).write_text(json.dumps(info), encoding="utf-8")
         try:
             staging.rename(folder)
         except OSError:  # another process finished first: keep its export
             if not (folder / INFO_FILE).is_file():
                 raise
+    except (OSError, RuntimeError) as error:  # a full disk reaches OpenVINO as a RuntimeError
+        raise ExportError(
+            f"cannot write the OpenVINO export under {folder.parent}: "
+            f"{getattr(error, 'strerror', None) or str(error).splitlines()[0]}"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+EXPORT_FILES = (MODEL_FILE, "model.bin")
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    """SHA-256 of the export's files, read a MiB at a time."""
+    hashes = {}
+    for name in EXPORT_FILES:
+        digest = hashlib.sha256()
+        with (folder / name).open("rb") as file:
+            while chunk := file.read(HASH_CHUNK):
+                digest.update(chunk)
+        hashes[name] = digest.hexdigest()
+    return hashes
+
+
+def export_problem(folder: Path) -> str | None:
+    """Why the export in `folder` must not be used (a file missing, changed or damaged since
+    it was written, or written without hashes), or None."""
+    try:
+        written = json.loads((folder / INFO_FILE).read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return f"has an unreadable {INFO_FILE}"
+    if not isinstance(written, dict):
+        return "was written without hashes of its files"
+    try:
+        found = _file_hashes(folder)
+    except OSError:
+        return "lacks one of its files"
+    changed = [name for name in EXPORT_FILES if found[name] != written.get(name)]
+    if changed:
+        return f"has {', '.join(changed)} changed since it was written (damaged or replaced)"
+    return None
+
+
+def fidelity_problem(loaded: "OpenVinoModel", st_model, features: dict) -> str | None:  # noqa: ANN001
+    """Why `loaded` does not embed `features` as its source model does (fp32 both, minimum
+    cosine under `FIDELITY_FLOOR`), or None."""
+    import torch
+
+    with torch.no_grad():
+        reference = st_model(dict(features))["sentence_embedding"].float().numpy()
+    ours = loaded.infer(features, "float32")
+    cosines = np.sum(ours * reference, axis=1) / (
+        np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1)
+    ).clip(min=1e-12)
+    low = float(np.min(cosines))
+    if not np.isfinite(low) or low < FIDELITY_FLOOR:
+        return (
+            f"embeds its probe inputs at a minimum cosine of {low:.4f} to its source model "
+            f"(at least {FIDELITY_FLOOR} expected)"
+        )
+    return None
 
 
 class OpenVinoModel:
@@ -221,9 +307,39 @@ def load_or_export(
     if cache is None:
         cache = Path(tempfile.gettempdir()) / "batch-pipeline-openvino"
     folder = cache / export_key(model, cpu)
-    seconds = 0.0
-    if not (folder / INFO_FILE).is_file():
-        started = time.perf_counter()
-        export(st_model, features, folder)
-        seconds = time.perf_counter() - started
-    return OpenVinoModel(folder, threads), seconds
+    if (folder / INFO_FILE).is_file():
+        loaded, problem = _checked(folder, threads, st_model, features)
+        if problem is None:
+            return loaded, 0.0
+        logger.warning("the OpenVINO export %s %s: making it again", folder, problem)
+        _discard(folder)
+    started = time.perf_counter()
+    export(st_model, features, folder)
+    seconds = time.perf_counter() - started
+    loaded, problem = _checked(folder, threads, st_model, features)
+    if problem is not None:
+        raise ExportError(f"the OpenVINO export just made at {folder} {problem}")
+    return loaded, seconds
+
+
+def _checked(folder: Path, threads: int, st_model, features: dict):  # noqa: ANN001, ANN202
+    """The export in `folder` loaded, and why it must not be used (None: it may): its
+    files' hashes, that OpenVINO reads it, and a probe against the source model."""
+    problem = export_problem(folder)
+    if problem is not None:
+        return None, problem
+    try:
+        loaded = OpenVinoModel(folder, threads)
+    except (RuntimeError, OSError, ValueError, KeyError) as error:
+        return None, f"cannot be read ({type(error).__name__})"
+    return loaded, fidelity_problem(loaded, st_model, features)
+
+
+def _discard(folder: Path) -> None:
+    """Move a bad export aside, then remove it (a process reading it fails and re-checks)."""
+    aside = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
+    try:
+        folder.rename(aside)
+    except OSError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)

@@ -51,6 +51,7 @@ from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.openvino_model import (
     EXPORT_CACHE_ENV,
+    ExportError,
     OpenVinoMissingError,
     OpenVinoModel,
     load_or_export,
@@ -230,7 +231,7 @@ class EmbeddingRunner:
                     cpu_model_name(),
                     self.num_threads,
                 )
-            except OpenVinoMissingError as error:
+            except (OpenVinoMissingError, ExportError) as error:
                 raise ModelLoadError(str(error)) from None
             self.calibration_seconds += self.export_seconds  # a fixed cost, once per machine
         return self._openvino

@@ -1,5 +1,6 @@
 """The execution engine: order, fidelity against sentence-transformers, OOM back-off."""
 
+import hashlib
 import time
 
 import numpy as np
@@ -327,3 +328,69 @@ def test_the_model_s_first_call_is_a_warm_up_outside_the_run_s_marginal_time(mod
     list(fresh.run([([0], ["delete the account"])], second))
     assert first.warmup_seconds > 0 and first.inputs == 2
     assert second.warmup_seconds == 0  # once per loaded model
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "truncated", "rehashed", "unhashed"])
+def test_a_damaged_openvino_export_is_made_again_and_says_why(
+    model, runner, tmp_path, caplog, damage
+):
+    """A bad block or an interrupted copy of the export cache was used as it was: vectors at
+    cosine 0.17 to correct ones, or a traceback on every run. Now the files' hashes, a read
+    and a probe against the source model are checked first, and a bad export is made again."""
+    import json
+    import logging
+
+    exports = tmp_path / "exports"
+
+    def openvino() -> EmbeddingRunner:
+        return EmbeddingRunner(
+            model, device="cpu", backend="openvino", dtype="float32", export_cache=exports
+        )
+
+    openvino()
+    (folder,) = exports.iterdir()
+    weights, info = folder / "model.bin", folder / "export.json"
+    data = bytearray(weights.read_bytes())
+    if damage == "truncated":
+        weights.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        if damage != "unhashed":
+            data[-(10 << 20) :] = bytes(10 << 20)  # the last 10 MiB (the upper layers) zeroed
+            weights.write_bytes(bytes(data))
+        written = json.loads(info.read_text())
+        if damage == "rehashed":  # damaged where no hash can tell: the probe does
+            written["sha256"]["model.bin"] = hashlib.sha256(bytes(data)).hexdigest()
+        if damage == "unhashed":  # written before the hashes were
+            written.pop("sha256")
+        info.write_text(json.dumps(written))
+    caplog.set_level(logging.WARNING)
+    again = openvino()
+    assert again.export_seconds > 0  # made again
+    said = {
+        "zeroed": "model.bin changed since it was written",
+        "truncated": "model.bin changed since it was written",
+        "rehashed": "embeds its probe inputs at a minimum cosine of",
+        "unhashed": "was written without hashes of its files",
+    }[damage]
+    assert any(said in record.getMessage() for record in caplog.records), caplog.text
+    ours = again.embed(TEXTS, token_budget=256, max_batch_size=4)
+    reference = runner.model.encode(TEXTS, batch_size=32, convert_to_numpy=True)
+    assert float(np.min(np.sum(ours * reference, axis=1))) > 0.9999
+    assert [p.name for p in exports.iterdir()] == [folder.name]  # the bad one is gone
+
+
+def test_an_openvino_export_that_cannot_be_written_is_one_line(model, tmp_path, monkeypatch):
+    """A full disk gave a raw traceback; now a ModelLoadError naming the cache and why."""
+    import errno
+
+    from batch_pipeline.inference import openvino_model
+    from batch_pipeline.inference.devices import ModelLoadError
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(openvino_model.tempfile, "mkdtemp", full)
+    with pytest.raises(ModelLoadError, match="cannot write the OpenVINO export under .*: No space"):
+        EmbeddingRunner(
+            model, device="cpu", backend="openvino", dtype="float32", export_cache=tmp_path / "x"
+        )
