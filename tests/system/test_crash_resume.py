@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import sqlalchemy as sa
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.batching import PlanSettings
@@ -18,6 +19,7 @@ from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import read_table
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.tracking.schema import leases
 from batch_pipeline.state.vector_store import VectorStore
 from tests.support import cli_command, index_of, many_articles, pipeline_env, write_config
 
@@ -25,11 +27,16 @@ CHECKPOINT_EVERY = 2
 MAX_BATCH = 8
 
 
-def run_cli(config: Path, home: Path, crash_at: str | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    config: Path, home: Path, crash_at: str | None = None, crash_signal: str | None = None
+) -> subprocess.CompletedProcess:
     env = pipeline_env(config, home)
     env.pop("BATCH_PIPELINE_CRASH_AT", None)
+    env.pop("BATCH_PIPELINE_CRASH_SIGNAL", None)
     if crash_at:
         env["BATCH_PIPELINE_CRASH_AT"] = crash_at
+    if crash_signal:
+        env["BATCH_PIPELINE_CRASH_SIGNAL"] = crash_signal
     return subprocess.run(
         cli_command(
             "run",
@@ -203,3 +210,22 @@ def test_a_failed_runs_stage_files_outlive_later_runs(make_pipeline, runner):
     runs = {p.name for p in pipeline.staging.root.local_path.joinpath("handbook").iterdir()}
     assert "failed-run" in runs
     assert "later-0" not in runs  # landed and older than the newest three: pruned
+
+
+def test_sigterm_in_execute_says_so_releases_the_lease_and_the_rerun_resumes(tmp_path):
+    """SIGTERM exited 143 within 0.14 s, printing nothing, and left the partition's lease to
+    be taken over when it expired. Now the run says what happened, releases the lease on the
+    way out, and the next run resumes from execute's checkpoints."""
+    many_articles(tmp_path / "docs")
+    config = write_config(tmp_path / "pipeline.yaml")
+    home = tmp_path / "home"
+    stopped = run_cli(config, home, crash_at="execute:2", crash_signal="SIGTERM")
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "batch-pipeline: stopped by SIGTERM; what landed stays" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    tracking = TrackingStore(resolve_storage(str(home)).tracking_url)
+    with tracking.engine.connect() as conn:
+        assert conn.execute(sa.select(leases)).all() == []  # released, not left to expire
+    retried = run_cli(config, home)
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["execute"]["inputs_resumed_from_checkpoint"] > 0
