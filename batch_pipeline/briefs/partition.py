@@ -142,7 +142,11 @@ class BriefPartition(ProductPartition):
             total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
             prepared_summary = stage_summary(prepared)
             if prepared_summary.get("full_pass"):
-                expected = int(prepared_summary["stale"]) + int(prepared_summary["fresh"])
+                # every live document of the full pass: briefed, stale, failed under its key
+                # before, or unreadable (a rerun left out the failed ones, and promoted)
+                expected = sum(
+                    int(prepared_summary[part]) for part in ("stale", "fresh", "failed_before")
+                ) + len(prepared_summary.get("unreadable") or {})
                 product.registry.update(
                     product.name, self.fingerprint, rows=total, documents=expected, full_pass=True
                 )

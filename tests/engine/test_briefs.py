@@ -256,3 +256,28 @@ def test_the_briefs_read_a_document_as_collect_does_size_limit_included(
         doc_id: f"too_large: {limit + 1} bytes is over max_document_bytes ({limit})"
     }
     assert doc_id not in {row["doc_id"] for row in product.briefs.rows(product.index)}
+
+
+class OfficeFailingGenerator(FakeGenerator):
+    """FAKE fault: an output that is no JSON for the page about the office (notes.txt)."""
+
+    def _answer(self, prompt, schema):  # noqa: ANN001, ANN202
+        return "not json" if "office" in prompt.user else super()._answer(prompt, schema)
+
+
+def test_a_rerun_with_nothing_changed_does_not_promote_a_generation_lacking_briefs(
+    briefs_workspace,
+):
+    """On a rerun the document that failed before dropped out of the documents expected, so
+    the generation counted 2 of 2 briefed and was promoted, and doctor said so. Every live
+    document of the full pass counts, the one that failed included."""
+    product = product_of(briefs_workspace, OfficeFailingGenerator())
+    first = run(product, "run-1")
+    assert set(first["land"].failed) == {"notes.txt"}
+    review = product.review(lambda model: pytest.fail("no live index"))
+    assert review.decision == "refused" and "1 of 3 documents have no valid brief" in review.reason
+    again = run(product, "run-2")
+    assert again["prepare"].failed_before == 1
+    review = product.review(lambda model: pytest.fail("no live index"))
+    assert review.decision == "refused" and "1 of 3 documents have no valid brief" in review.reason
+    assert product.record().documents == 3 and product.record().rows == 2
