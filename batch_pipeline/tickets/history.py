@@ -6,7 +6,11 @@ that no intent fits (out of scope). Rows without a body or a label are not train
 label that is not an intent of the taxonomy is left out, and counted by name, so the
 generation's record and `generations list` say which labels were dropped and how often. The
 history's hash (of every kept ticket's text and label, in a stable order) is part of the
-generation's fingerprint, so a changed history is a new generation.
+generation's fingerprint, so a changed history is a new generation. A training day whose
+export is missing (purged by retention, or not there yet) does not stop classification: the
+history is the days that are there, the missing ones are listed (`missing_days`, on the
+generation's record as `history_days_missing`), and since the kept tickets changed, so does
+the fingerprint: a new generation, trained without that day, gated before it replaces live.
 
 Reading the window is not free (the export sensor asks for the fingerprint every tick), so a
 file or object export's history is cached in staging under a key of each day's file time
@@ -21,7 +25,7 @@ from datetime import date
 
 from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.state.staging import StagePath
-from batch_pipeline.tickets.exports import TicketExport
+from batch_pipeline.tickets.exports import ExportMissingError, TicketExport
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class LabelledHistory:
     # labels that are no intent of the taxonomy, with how many tickets carry each: left out
     dropped_labels: dict[str, int] = field(default_factory=dict)
     held_out: int = 0  # tickets of the evaluation set: left out
+    # training days whose export is gone (a retention policy purged it) or not there yet:
+    # the history is the days that are, and its hash (so the fingerprint) says which
+    missing_days: list[str] = field(default_factory=list)
 
     @property
     def unknown_labels(self) -> int:
@@ -81,6 +88,7 @@ def labelled_history(
             [tuple(t) for t in stored["tickets"]],
             stored["dropped_labels"],
             stored["held_out"],
+            stored["missing_days"],
         )
     history = _read(export, days, intents, excluded)
     if path is not None:
@@ -94,9 +102,15 @@ def _read(
     known = {*intents, UNKNOWN}
     kept: list[tuple[str, str, str]] = []
     dropped: dict[str, int] = {}
+    missing: list[str] = []
     held = 0
     for day in days:
-        for row in export.read_day(date.fromisoformat(day)):
+        try:
+            rows = list(export.read_day(date.fromisoformat(day)))
+        except ExportMissingError:
+            missing.append(day)
+            continue
+        for row in rows:
             label, body = row.get("label"), row.get("body")
             if not isinstance(label, str) or not label.strip():
                 continue
@@ -109,4 +123,4 @@ def _read(
                 dropped[label.strip()] = dropped.get(label.strip(), 0) + 1
             else:
                 kept.append((subject, body, label.strip()))
-    return LabelledHistory(list(days), kept, dropped, held)
+    return LabelledHistory(list(days), kept, dropped, held, missing)

@@ -256,7 +256,7 @@ class TicketProduct:
             return IntentClassifier(
                 taxonomy.names, head, meta["min_confidence"], meta["min_margin"]
             )
-        classifier, report, dropped = self._train(record, built, taxonomy, embedder())
+        classifier, report, notes = self._train(record, built, taxonomy, embedder())
         meta = np.frombuffer(json.dumps(report.as_dict()).encode("utf-8"), dtype=np.uint8)
         buffer = io.BytesIO()
         np.savez(buffer, meta=meta, **classifier.head.arrays())
@@ -264,17 +264,16 @@ class TicketProduct:
         self.registry.update(
             self.name,
             record.fingerprint,
-            model_config=json.dumps(
-                {**built, "trained": {**report.as_dict(), "labels_not_in_taxonomy": dropped}}
-            ),
+            model_config=json.dumps({**built, "trained": {**report.as_dict(), **notes}}),
         )
         return classifier
 
     def _train(
         self, record: GenerationRecord, built: dict, taxonomy: Taxonomy, embedder: Embedder
-    ) -> tuple[IntentClassifier, TrainingReport, dict | None]:
+    ) -> tuple[IntentClassifier, TrainingReport, dict]:
         """Embed the taxonomy and the record's labelled history, and train on them; with
-        the labels left out for being no intent of the taxonomy (`dropped_summary`)."""
+        what the history left out, for the record: the labels that are no intent of the
+        taxonomy (`dropped_summary`) and the training days whose export is missing."""
         training = built["training"]
         history = (
             self.history
@@ -322,7 +321,11 @@ class TicketProduct:
             if dropped is None:
                 raise
             raise LabelsRefusedError(f"{error}; {dropped_labels_text(dropped)}") from None
-        return classifier, report, dropped
+        notes = {
+            "labels_not_in_taxonomy": dropped,
+            "history_days_missing": history.missing_days or None,
+        }
+        return classifier, report, notes
 
     def _prototype_classifier(
         self,

@@ -184,10 +184,13 @@ def classifier_line(trained: dict | None) -> str:
         )
     )
     dropped = trained.get("labels_not_in_taxonomy")
+    missing = trained.get("history_days_missing")
     return (
         f"classifier {trained['classifier']} (held out: {scores or 'none'}; "
         f"{trained['training']} texts, {trained['labelled_tickets']} labelled tickets); "
-        f"{rule}{answered}" + (f"; {dropped_labels_text(dropped)}" if dropped else "")
+        f"{rule}{answered}"
+        + (f"; {dropped_labels_text(dropped)}" if dropped else "")
+        + (f"; trained without {', '.join(missing)} (no export)" if missing else "")
     )
 
 

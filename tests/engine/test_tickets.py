@@ -732,3 +732,24 @@ def test_labels_that_are_no_intent_are_named_with_their_count(tmp_path, runner, 
         "4 labelled tickets left out, their label no intent of the taxonomy: billing_old (3), "
         "refnd (1)" in capsys.readouterr().out
     )
+
+
+def test_a_purged_training_day_does_not_stop_classification(tmp_path, runner, capsys):
+    """The fingerprint read every training day's export, so a retention policy that purged
+    the oldest stopped every run and `status`. Now the history is the days that are there,
+    the missing one is listed on the generation's record, and the day classifies."""
+    from batch_pipeline import cli
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    (tmp_path / "exports" / f"{TRAINING_DAYS[0]}.jsonl").unlink()  # purged by retention
+    product = workspace.product()
+    assert product.history.missing_days == [TRAINING_DAYS[0]]
+    assert product.history.tickets  # the other training day still teaches
+    landed, _ = run_day(product, runner, day=TRAINING_DAYS[2])
+    assert landed.mix.total > 0
+    assert product.review(embedder_for(runner)).decision == "promoted"
+    assert product.trained()["history_days_missing"] == [TRAINING_DAYS[0]]
+    args = ["--config", str(workspace.config), "--home", str(workspace.home)]
+    assert cli.main([*args, "status", "--product", "tickets"]) == 0
+    assert cli.main([*args, "intents", "--day", TRAINING_DAYS[2]]) == 0
+    assert f"trained without {TRAINING_DAYS[0]} (no export)" in capsys.readouterr().out
