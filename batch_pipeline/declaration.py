@@ -20,7 +20,7 @@ from typing import ClassVar, Protocol
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
 from batch_pipeline.inference.generator import Generator
-from batch_pipeline.runs import StageOutput
+from batch_pipeline.runs import StagedPartition, StageOutput
 from batch_pipeline.sources import DocumentSource
 from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.storage import StorageLocations
@@ -68,6 +68,10 @@ class Product(Protocol):
         """Review the current configuration's generation, promoting it if the gate allows."""
         ...
 
+    def partition(self, key: str) -> StagedPartition:
+        """One of its partitions (a Dagster partition key), as the run frame runs it."""
+        ...
+
     def status(self) -> dict[str, object]: ...
 
     def health(self) -> dict[str, object]: ...
@@ -98,6 +102,9 @@ class ProductFace:
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         return self.engine.review(embedder_for, force)
+
+    def partition(self, key: str) -> StagedPartition:
+        return self.engine.partition(key)
 
 
 class CollectionDocuments(Protocol):

@@ -19,7 +19,7 @@ from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, load_config
 from batch_pipeline.declaration import ProductKind
-from batch_pipeline.products import KINDS
+from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
 from sensors import build_triggers
@@ -68,8 +68,9 @@ def product_definitions(kind: ProductKind, config: PipelineConfig) -> dg.Definit
 
 
 def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
-    """Every product kind's definitions (`products.KINDS`), merged, with the shared
-    resources and the in-process executor."""
+    """Every product kind's definitions (`products.kinds_for`: the built-in kinds and those
+    the configuration declares), merged, with the shared resources and the in-process
+    executor."""
     config = load_config(config_path)
     shared = dg.Definitions(
         resources={
@@ -82,7 +83,8 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
         },
         executor=dg.in_process_executor,
     )
-    return dg.Definitions.merge(*(product_definitions(k, config) for k in KINDS), shared)
+    kinds = kinds_for(config)
+    return dg.Definitions.merge(*(product_definitions(kind, config) for kind in kinds), shared)
 
 
 defs = build_definitions()

@@ -69,6 +69,7 @@ class RunRequest:
     progress_interval: float = 15.0
     allow_mass_delete: bool = False
     started_at: float | None = None  # set by `StagedPartition.run`: when the run began
+    retries: int = 0  # steps of the run retried so far (Dagster's step and run retries)
 
 
 def as_loader(engine: Engine | Callable[[], Engine]) -> Callable[[], Engine]:

@@ -7,6 +7,7 @@ from pydantic import Field, PrivateAttr
 from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
+from batch_pipeline.declaration import ProductEnv
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
@@ -97,6 +98,17 @@ class PipelineResource(dg.ConfigurableResource):
             lambda key: self.partition(key, s3),
             generator,
             plan_settings,
+        )
+
+    def product_env(self, s3: S3Resource | None = None) -> ProductEnv:
+        """What opening any product takes (`ProductKind.open`): the configuration, the stores,
+        and a collection partition's documents, read through `s3` where the source is S3."""
+        return ProductEnv(
+            self._config,
+            self._storage,
+            self._tracking,
+            self._store,
+            lambda key: self.partition(key, s3),
         )
 
     def tickets(self, s3: S3Resource | None = None) -> TicketProduct:

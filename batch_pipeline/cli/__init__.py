@@ -108,9 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--kind",
-        choices=RUN_KINDS,
-        help="which of a collection's products to run: its vector index (default) or its "
-        "document briefs; tickets with --day",
+        help=f"which of a collection's products to run: {', '.join(RUN_KINDS)} or a kind the "
+        "configuration declares (products:); its vector index by default, tickets with --day",
     )
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")

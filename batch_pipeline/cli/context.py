@@ -7,11 +7,11 @@ from datetime import datetime
 
 from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.declaration import Product, ProductTarget
+from batch_pipeline.declaration import Product, ProductEnv, ProductTarget
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.runner import LoadedModels
-from batch_pipeline.products import configured_products, product_targets
+from batch_pipeline.products import configured_products, product_env, product_targets
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -75,6 +75,17 @@ class CommandContext:
             dtype=getattr(args, "dtype", "auto"),
             backend=getattr(args, "backend", "auto"),
             calibration_cache=self.storage.home / CALIBRATION_FILE,
+        )
+
+    def product_env(self, args: argparse.Namespace) -> ProductEnv:
+        """What opening a product takes, with `--device` and `--dtype` where given."""
+        return product_env(
+            self.config,
+            self.storage,
+            self.tracking,
+            self.store,
+            device=getattr(args, "device", "auto"),
+            dtype=getattr(args, "dtype", "auto"),
         )
 
     def tickets(self) -> TicketProduct:

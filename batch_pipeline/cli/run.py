@@ -21,12 +21,12 @@ from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.run import RunMeasures
-from batch_pipeline.products import KINDS
+from batch_pipeline.products import KINDS, kind_named, product_for_partition
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
 from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.land import TicketLandSummary
 
-RUN_KINDS = tuple(kind.name for kind in KINDS)  # what `run --kind` takes
+RUN_KINDS = tuple(kind.name for kind in KINDS)  # the built-in kinds `run --kind` takes
 OLD_KIND_SPELLING = (INDEX.name, BRIEFS.name)  # `run --product index|briefs`, for a release
 
 
@@ -54,6 +54,8 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
         args.kind, args.collection = target.kind, target.collection
     if not (args.collection or args.partition or args.day):
         raise ConfigError("run needs --collection, --partition, --day or --product")
+    if args.kind is not None:
+        kind_named(args.kind, ctx.config)  # a ConfigError naming the kinds there are
     if args.day:
         args.kind = args.kind or TICKETS.name
         if args.kind != TICKETS.name:
@@ -68,6 +70,8 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
 
 def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     _run_target(ctx, args)
+    if args.kind not in RUN_KINDS:
+        return _run_declared(ctx, args)
     if args.kind == BRIEFS.name:
         progress, interval = _progress_sink(sys.stderr)
         product = ctx.briefs(args.collection, args)
@@ -130,6 +134,54 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
             )
         print(line)
     return _held_deletions(summaries[LAND.name]) or _unread(pipeline, run_id, measures)
+
+
+def _run_declared(ctx: CommandContext, args: argparse.Namespace) -> int:
+    """A kind the configuration declares (`products:`): one partition's five stages on the
+    frame, then its review, printed in the product's own nouns (its land's metadata)."""
+    kind = kind_named(args.kind, ctx.config)
+    key = args.partition or args.collection
+    product = product_for_partition(kind, ctx.product_env(args), key)
+    partition = product.partition(key)
+    run_id = args.run_id or str(uuid.uuid4())
+    progress, interval = _progress_sink(sys.stderr)
+    runners = ctx.runners(args)  # loaded only if the product's executor runs a model
+    summaries = partition.run(
+        run_id,
+        lambda: runners(partition.model),
+        options=_execute_options(args),
+        doc_ids=args.doc_ids,
+        trigger=args.trigger,
+        allow_mass_delete=args.allow_mass_delete,
+        progress=progress,
+        progress_interval=interval,
+        on_wait=lambda holder: _on_wait(holder, partition.partition),
+    )
+    review = product.review(runners)
+    land = partition.stages[-1]
+    landed = summaries[land.name]
+    if args.json:
+        stages = {stage.name: summaries[stage.name].metadata() for stage in partition.stages}
+        print(
+            to_json(
+                {
+                    "run_id": run_id,
+                    "product": product.name,
+                    **stages,
+                    "measures": landed.measures.metadata(),
+                    "generation": review.metadata(),
+                }
+            )
+        )
+    else:
+        counts = ", ".join(
+            f"{value} {name.replace('_', ' ')}"
+            for name, value in landed.metadata().items()
+            if isinstance(value, int) and not name.startswith("deletions_held")
+        )
+        print(f"run {run_id} of {product.name}: {counts}")
+        print(f"  generation {review.generation}: {review.decision} ({review.reason})")
+    return _held_deletions(landed, land.asset)
 
 
 HELD_DELETIONS_EXIT = 3

@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     Field,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -35,6 +36,7 @@ from batch_pipeline.config.briefs import (
     QUESTIONS_FIELD,
     BriefsConfig,
 )
+from batch_pipeline.config.declared import DeclaredProduct, declared_products
 from batch_pipeline.config.files import FileFormatError, read_yaml
 from batch_pipeline.config.index import (
     RESERVED_COLUMNS,
@@ -293,6 +295,30 @@ class PipelineConfig(_Strict):
     tickets: TicketsConfig | None = Field(
         default=None, description="The ticket intent classification product (optional)."
     )
+    products: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Product kinds beyond the built-in three, each `{declaration: "
+        "module:attribute, ...its own section}` (see `config.declared`).",
+    )
+
+    @field_validator("products", mode="before")
+    @classmethod
+    def _declared_products(cls, value: object, info) -> dict[str, DeclaredProduct]:  # noqa: ANN001
+        return declared_products(value, info)
+
+    @field_serializer("products")
+    def _dump_products(self, value: dict[str, DeclaredProduct]) -> dict[str, object]:
+        return {name: declared.dump() for name, declared in value.items()}
+
+    def declared_kinds(self) -> list[Any]:
+        """The product kinds `products:` declares (`batch_pipeline.declaration.ProductKind`)."""
+        return [declared.kind for declared in self.products.values()]
+
+    def product_section(self, kind: str) -> BaseModel:
+        """A declared kind's own section, validated by its model."""
+        if kind not in self.products:
+            raise ConfigError(f"products: no kind {kind!r} is declared")
+        return self.products[kind].section
 
     @field_validator("collections")
     @classmethod
@@ -437,6 +463,7 @@ __all__ = [
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_DEVICE_HOUR",
     "DEVICE_KINDS",
+    "DeclaredProduct",
     "EvaluationConfig",
     "FilesystemSourceConfig",
     "FreshnessConfig",

@@ -29,6 +29,11 @@ class VectorIndex(ProductFace):
         keys = [self.name] + (collection.partition_keys() if collection.shards > 1 else [])
         return [[key] for key in keys]
 
+    def partition(self, key: str) -> IndexPartition:
+        """One of the collection's partitions: itself, or one of its shards."""
+        engine = self.engine
+        return IndexPartition(engine.config, engine.storage, key, engine.tracking, engine.store)
+
     def status(self) -> dict[str, object]:
         return report.collection_status(self.engine)
 

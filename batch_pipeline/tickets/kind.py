@@ -27,6 +27,10 @@ class TicketIntents(ProductFace):
         """Every due day, in one group: a day runs once a night, as a rule."""
         return [self.engine.partition_days()]
 
+    def partition(self, key: str) -> DayPartition:
+        """One day (YYYY-MM-DD)."""
+        return self.engine.day(key)
+
     def status(self) -> dict[str, object]:
         return report.product_status(self.engine)
 

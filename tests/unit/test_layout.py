@@ -187,3 +187,25 @@ def test_each_kind_is_declared_in_its_own_folder(kind):
     module, _, function = kind.definitions.partition(":")
     assert callable(getattr(importlib.import_module(module), function))
     assert kind.section.__module__.startswith("batch_pipeline.config")
+
+
+def test_the_fourth_product_touches_no_other_folder():
+    """docs/layout.md's "Adding a product", held to: the test product `tests/lengths/` is
+    built on the frame and the shared parts alone (no built-in product's folder, no command
+    or registry module), and nothing outside its folder and its own tests names it."""
+    folder = REPO / "tests" / "lengths"
+    shared = ("batch_pipeline", "assets")
+    for path in folder.glob("*.py"):
+        for imported in imports_of(path):
+            root = imported.split(".")[0]
+            if root == "tests":
+                assert imported.startswith("tests.lengths"), f"{path.name}: {imported}"
+            elif root in shared:
+                owner = next((p for p in PRODUCTS if imported.startswith(p)), None)
+                assert owner is None, f"{path.name} imports a product: {imported}"
+                assert not imported.startswith(("batch_pipeline.cli", "batch_pipeline.products"))
+    its_tests = {"test_fourth_product.py", "test_fourth_product_assets.py", "test_layout.py"}
+    for path in (*REPO.glob("*/**/*.py"), *REPO.glob("*.yaml"), *REPO.glob("docs/*.md")):
+        if folder in path.parents or path.name in its_tests or ".venv" in path.parts:
+            continue
+        assert "tests.lengths" not in path.read_text(encoding="utf-8"), path
