@@ -91,7 +91,7 @@ class DeletionGuard:
     # the partition's documents before this run; asked only when something is to be deleted
     landed_documents: Callable[[], int]
     confirmed: bool = False  # --allow-mass-delete, or allow_mass_delete in the run config
-    unit: str = "documents"  # what is deleted: documents, or a day's tickets
+    unit: str = "documents"  # what is deleted, and of what: "documents of handbook"
 
     def refusal(self, deleting: int, adding: int = 0) -> str | None:
         """Why deleting `deleting` documents (while `adding` new ones) needs confirmation, or
@@ -200,7 +200,7 @@ def landing(
         limits.max_delete_documents,
         scope.landed_inputs,
         confirmed=allow_mass_delete,
-        unit=scope.unit,
+        unit=f"{scope.unit} of {scope.partition}",  # "landed tickets of 2026-11-29"
     )
     with scope.tracking.landing_lease(scope.index, owner=run_id):
         table = scope.store.open(scope.index)  # under the lease: no commit can come between

@@ -5,7 +5,7 @@ model, the generations and the table's health. `doctor` also checks the collecti
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.health.freshness import utc_time
-from batch_pipeline.reports.text import doctor_line, table_summary, text
+from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 
 KIND = "document_briefs"
@@ -89,11 +89,7 @@ def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
             f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}, "
             f"prompt {r['prompt_version']}"
         )
-        decision = f" ({r['generation_decision']})" if r["generation_decision"] else ""
-        lines.append(
-            f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
-            f"{r['generation']} is {r['generation_state']}{decision}"
-        )
+        lines.append(generations_line(r))
     return lines
 
 

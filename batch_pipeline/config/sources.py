@@ -48,16 +48,11 @@ class S3NotificationsConfig(_Strict):
     )
 
 
-class S3SourceConfig(_Strict):
-    """Objects in an S3 bucket; the doc id is the object key, the version its ETag.
+class S3Location(_Strict):
+    """Where an S3 bucket is served: an S3-compatible endpoint (without credentials, which
+    come from the environment or the Dagster `S3Resource`, never from here) and a region.
+    The collections' S3 source and the tickets' S3 export both build on it."""
 
-    Credentials come from the environment (or the Dagster `S3Resource`), never from here.
-    """
-
-    kind: Literal["s3"]
-    bucket: str = Field(min_length=3, description="Bucket name.")
-    prefix: str = Field(default="", description="Only keys under this prefix.")
-    glob: str = Field(default="*", description="fnmatch pattern on the key below the prefix.")
     endpoint_url: str | None = Field(
         default=None, description="S3-compatible endpoint URL, without credentials."
     )
@@ -68,6 +63,14 @@ class S3SourceConfig(_Strict):
     def _no_credentials(cls, value: str | None) -> str | None:
         return endpoint_without_credentials(value)
 
+
+class S3SourceConfig(S3Location):
+    """Objects in an S3 bucket; the doc id is the object key, the version its ETag."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3, description="Bucket name.")
+    prefix: str = Field(default="", description="Only keys under this prefix.")
+    glob: str = Field(default="*", description="fnmatch pattern on the key below the prefix.")
     notifications: S3NotificationsConfig | None = Field(
         default=None,
         description="A change feed: sensor ticks read the queue instead of listing the "

@@ -13,8 +13,7 @@ from batch_pipeline.config.base import (
     valid_timezone,
 )
 from batch_pipeline.config.index import CollectionConfig
-from batch_pipeline.config.secrets import endpoint_without_credentials
-from batch_pipeline.config.sources import _SqlConnection
+from batch_pipeline.config.sources import S3Location, _SqlConnection
 from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
 
 
@@ -30,7 +29,7 @@ class TicketFolderExport(_Strict):
     _resolve_path = field_validator("path")(_existing_folder)
 
 
-class TicketS3Export(_Strict):
+class TicketS3Export(S3Location):
     """Daily ticket exports in an S3 bucket: one JSONL object per day under a prefix."""
 
     kind: Literal["s3"]
@@ -39,15 +38,6 @@ class TicketS3Export(_Strict):
     file_pattern: str = Field(
         default="{day}.jsonl", description="A day's key below the prefix; {day} is the ISO date."
     )
-    endpoint_url: str | None = Field(
-        default=None, description="S3-compatible endpoint URL, without credentials."
-    )
-    region: str | None = Field(default=None, description="AWS region name.")
-
-    @field_validator("endpoint_url")
-    @classmethod
-    def _no_credentials(cls, value: str | None) -> str | None:
-        return endpoint_without_credentials(value)
 
 
 class TicketSqlExport(_SqlConnection):

@@ -44,3 +44,14 @@ def doctor_line(report: dict[str, object], *figures: str) -> str:
     """A product's doctor verdict and its figures, in one line (its problems follow it)."""
     verdict = "healthy" if report["healthy"] else "PROBLEMS"
     return "; ".join([f"{report['product']}: {verdict}", *figures])
+
+
+def generations_line(report: dict[str, object]) -> str:
+    """A product's status line on its generations: the live one readers use, and the state
+    (and last decision, where given) of the current configuration's."""
+    decision = report.get("generation_decision")
+    return (
+        f"  live generation {report['live_table'] or '(none)'}; this configuration's generation "
+        f"{report['generation']} is {report['generation_state']}"
+        + (f" ({decision})" if decision else "")
+    )

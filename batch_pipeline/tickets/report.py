@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from batch_pipeline.health.freshness import utc_time
-from batch_pipeline.reports.text import doctor_line, table_summary, text
+from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.product import TicketProduct
@@ -137,10 +137,7 @@ def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
             )
         landed = text(r["last_landed_at"]) if r["last_landed_at"] else "never"
         lines.append(f"  last run {r['last_run_id'] or '-'}, landed {landed}; model {r['model']}")
-        lines.append(
-            f"  live generation {r['live_table'] or '(none)'}; this configuration's generation "
-            f"{r['generation']} is {r['generation_state']}"
-        )
+        lines.append(generations_line(r))
     return lines
 
 

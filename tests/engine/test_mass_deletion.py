@@ -85,9 +85,9 @@ class Table:
 
 
 @pytest.fixture(params=["folder", "s3", "sqlite", "postgresql"])
-def source(request, tmp_path, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+def source(request, tmp_path):
+    # (the S3 case's credentials are the session's moto_server's: a monkeypatch here would
+    # take them away from every later test when it undoes itself)
     if request.param == "folder":
         made = Folder(tmp_path)
     elif request.param == "s3":
@@ -122,7 +122,7 @@ def test_an_emptied_source_lands_the_rest_and_holds_the_deletions(source, fake_e
     assert landed.documents_landed == 1 and landed.documents_deleted == 0
     assert landed.deletions_held == 4
     assert landed.deletions_held_reason == (
-        "the run would delete 4 of 4 landed documents (100%), "
+        "the run would delete 4 of 4 landed documents of kb (100%), "
         "more than limits.max_delete_fraction (0.5)"
     )
     stats = pipeline.store.stats(pipeline.index)

@@ -105,6 +105,8 @@ def test_every_product_holds_back_a_mass_deletion_until_it_is_confirmed(
     held = ws.run(ws.product(kind), "run-2")
     assert held.deletions_held > 0
     assert "more than limits.max_delete_fraction (0.5)" in held.deletions_held_reason
+    whose = {"ticket_intents": f"tickets of {DAY}"}.get(kind, "documents of handbook")
+    assert f"landed {whose} (" in held.deletions_held_reason  # it names what it weighed
     assert ws.rows(product) == before  # nothing was deleted
     (record, *_) = product.engine.tracking.partition_runs(
         [DAY if kind == "ticket_intents" else "handbook"], 1, product.index

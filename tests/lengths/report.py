@@ -1,6 +1,6 @@
 """The lengths product in `status` and `doctor`."""
 
-from batch_pipeline.reports.text import doctor_line, table_summary
+from batch_pipeline.reports.text import doctor_line, generations_line, table_summary
 from tests.lengths.product import LengthProduct
 
 KIND = "document_lengths"
@@ -41,12 +41,15 @@ def product_health(product: LengthProduct) -> dict[str, object]:
 
 
 def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
-    return [
-        f"{r['product']} (document lengths of {r['collection']}): {r['documents_bucketed']:,} of "
-        f"{r['documents']:,} documents bucketed; {r['failing_documents']} failing; generation "
-        f"{r['generation']} is {r['generation_state']}"
-        for r in rows
-    ]
+    lines = []
+    for r in rows:
+        lines.append(
+            f"{r['product']} (document lengths of {r['collection']}): "
+            f"{r['documents_bucketed']:,} of {r['documents']:,} documents bucketed; "
+            f"{r['failing_documents']} failing"
+        )
+        lines.append(generations_line(r))
+    return lines
 
 
 def health_line(r: dict[str, object]) -> str:
