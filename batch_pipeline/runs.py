@@ -32,7 +32,8 @@ from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import MANUAL, ROLLING_RUNS, RunMeasures, rolling_measures
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PLAN, PREPARE, Stage
-from batch_pipeline.stages.execute import PLAN_SECONDS, execute_record
+from batch_pipeline.stages.checkpointed import PLAN_SECONDS
+from batch_pipeline.stages.execute import execute_record
 from batch_pipeline.state.checkpoints import checkpoints_used
 from batch_pipeline.state.staging import (
     STAGE_SECONDS,

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink
-from batch_pipeline.stages.execute import DEFAULT_CHECKPOINT_EVERY
+from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.state.staging import StagePath
 
 

@@ -5,10 +5,11 @@ The output holds one row per planned input (`input_hash`, `vector`, `embedded_at
 their own are listed in the summary with their reason instead. The plan's token ids go to the
 model with their texts, so the model pads them instead of tokenising again.
 
+The output and its checkpoints are the shared skeleton's (`stages.checkpointed`): a retry
+takes what earlier runs checkpointed, and checkpoints every `checkpoint_every` batches.
 Checkpoints live under `<checkpoint_dir>/<writer>/part-*.parquet`, one folder per execute, so
-runs of one partition at once never write into, or delete, each other's folder. A run resumes
-from every folder it finds; the output's schema metadata names the folders it used (its own
-and those it resumed from), and land removes exactly those once their vectors are in the table.
+runs of one partition at once never write into, or delete, each other's folder; land removes
+exactly the folders an output used once their vectors are in the table.
 """
 
 import time
@@ -19,27 +20,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from batch_pipeline.faults import crash_point
 from batch_pipeline.inference.calibration import REFERENCE, SAMPLE_INPUTS, DtypeDecision
 from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
-from batch_pipeline.state.checkpoints import (
-    marked,
-    open_checkpoints,
-    write_part,
-    write_resumed,
-)
-from batch_pipeline.state.staging import (
-    STAGE_SECONDS,
-    StagePath,
-    StageWriter,
-    read_batches,
-    read_groups,
-    stage_summary,
-)
-
-PLAN_SECONDS = "plan_seconds"  # the plan stage's seconds, carried in execute's footer
+from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.state.staging import StagePath, read_batches, read_groups, stage_summary
 
 
 def embeddings_schema(dim: int) -> pa.Schema:
@@ -172,10 +158,6 @@ def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
     return stage_summary(embeddings_path)
 
 
-# batches between execute's checkpoints, unless a run asks otherwise
-DEFAULT_CHECKPOINT_EVERY = 8
-
-
 def execute_plan(
     plan_path: StagePath | Path,
     out_path: StagePath | Path,
@@ -195,21 +177,19 @@ def execute_plan(
     the plan.
     """
     started = time.perf_counter()
-    found = open_checkpoints(checkpoint_dir, embeddings_schema(dimension))
-    parts, done_keys, own = found.parts, found.done_keys, found.own
-    out_schema = found.output_schema(output_schema(dimension))
-    resumed: set[str] = set()  # checkpointed inputs that this plan asks for
-    todo_count = todo_tokens = 0  # what is left to embed: the ETA is reckoned in tokens
-    columns = ["input_hash", "token_count"]
-    for record_batch in read_batches(plan_path, columns, batch_rows=65536):
-        for key, tokens in zip(*(record_batch[c].to_pylist() for c in columns), strict=True):
-            if key in done_keys:
-                resumed.add(key)
-            else:
-                todo_count += 1
-                todo_tokens += tokens
-    with StageWriter(out_path, out_schema, started) as writer:
-        done_keys = write_resumed(writer, parts, resumed, embeddings_schema(dimension))
+    rows = embeddings_schema(dimension)
+    with CheckpointedOutput(out_path, checkpoint_dir, rows, checkpoint_every, started) as output:
+        resumed: set[str] = set()  # checkpointed inputs that this plan asks for
+        todo_count = todo_tokens = 0  # what is left to embed: the ETA is reckoned in tokens
+        columns = ["input_hash", "token_count"]
+        for record_batch in read_batches(plan_path, columns, batch_rows=65536):
+            for key, tokens in zip(*(record_batch[c].to_pylist() for c in columns), strict=True):
+                if key in output.done_keys:
+                    resumed.add(key)
+                else:
+                    todo_count += 1
+                    todo_tokens += tokens
+        done_keys = output.resume(resumed)
         todo_count += len(resumed - done_keys)
         if not todo_count:
             summary = ExecuteSummary(
@@ -227,26 +207,20 @@ def execute_plan(
                 interval=progress_interval,
                 total_tokens=todo_tokens,
             )
-            summary = _embed(
-                plan_path, writer, get_runner, dimension, done_keys, own, checkpoint_every, tracker
-            )
-        # land never sees the plan file: execute carries the plan's seconds forward
-        planned = stage_summary(plan_path).get(STAGE_SECONDS)
-        writer.summary = {**summary.record(), PLAN_SECONDS: planned}
+            summary = _embed(plan_path, output, get_runner, dimension, done_keys, tracker)
+        output.finish(summary.record(), plan_path)
         return summary
 
 
 def _embed(
     plan_path: StagePath | Path,
-    writer: StageWriter,
+    output: CheckpointedOutput,
     get_runner: Callable[[], Embedder],
     dimension: int,
     done_keys: set[str],
-    checkpoint_dir: StagePath | None,
-    checkpoint_every: int,
     progress: Progress,
 ) -> ExecuteSummary:
-    """Embed the planned inputs not in `done_keys`, writing and checkpointing the vectors."""
+    """Embed the planned inputs not in `done_keys` into `output`, which checkpoints them."""
     progress.start()  # before the model loads: the total is known now
     loading = time.perf_counter()
     runner = get_runner()
@@ -276,20 +250,8 @@ def _embed(
                 in_flight.update(zip(positions, hashes, strict=True))
                 yield positions, texts, token_ids
 
-    pending: list[pa.Table] = []
-    checkpoints = 0
-
-    def checkpoint() -> None:
-        nonlocal pending, checkpoints
-        if checkpoint_dir is None or not pending:
-            return
-        write_part(checkpoint_dir, pa.concat_tables(pending))
-        pending = []
-        checkpoints += 1
-        crash_point("execute", checkpoints)
-
     tokens_seen = 0
-    for n, (positions, vectors) in enumerate(runner.run(batches(), stats), start=1):
+    for positions, vectors in runner.run(batches(), stats):
         progress.advance(len(positions), stats.tokens - tokens_seen)
         tokens_seen = stats.tokens
         now = datetime.now(UTC)
@@ -303,11 +265,7 @@ def _embed(
             },
             schema=schema,
         )
-        writer.write_table(marked(table, resumed=False))
-        pending.append(table)
-        if n % max(1, checkpoint_every) == 0:
-            checkpoint()
-    checkpoint()
+        output.add(table)
     progress.advance(len(stats.failed), stats.tokens - tokens_seen)  # failed inputs are done too
     progress.finish()
     return ExecuteSummary(

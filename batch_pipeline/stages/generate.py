@@ -8,9 +8,10 @@ An invalid or truncated output is kept, so its text can be read, and is also tha
 failure in the summary, with the reason and the finish reason. Prompts the plan refused are
 failures too, with the plan's reason.
 
-Each chunk's outputs are checkpointed when it finishes (`batch_pipeline.state.checkpoints`),
-so a crash regenerates at most the chunk in flight, and a retry generates only what no
-checkpoint holds. An empty plan writes an empty file without starting the engine.
+Each chunk's outputs are checkpointed when it finishes (`stages.checkpointed`, the skeleton the
+embedding execute writes through too), so a crash regenerates at most the chunk in flight,
+and a retry generates only what no checkpoint holds. An empty plan writes an empty file
+without starting the engine.
 """
 
 import time
@@ -21,7 +22,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from batch_pipeline.faults import crash_point
 from batch_pipeline.inference.generator import (
     GenerationStats,
     Generator,
@@ -31,22 +31,9 @@ from batch_pipeline.inference.generator import (
 )
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
-from batch_pipeline.stages.execute import PLAN_SECONDS
+from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, plan_record
-from batch_pipeline.state.checkpoints import (
-    marked,
-    open_checkpoints,
-    write_part,
-    write_resumed,
-)
-from batch_pipeline.state.staging import (
-    STAGE_SECONDS,
-    StagePath,
-    StageWriter,
-    read_groups,
-    read_table,
-    stage_summary,
-)
+from batch_pipeline.state.staging import StagePath, read_groups, read_table
 
 
 def generations_schema() -> pa.Schema:
@@ -63,10 +50,6 @@ def generations_schema() -> pa.Schema:
             pa.field("generated_at", pa.timestamp("us", tz="UTC"), nullable=False),
         ]
     )
-
-
-def generate_output_schema() -> pa.Schema:
-    return generations_schema().append(pa.field("resumed", pa.bool_(), nullable=False))
 
 
 @dataclass
@@ -180,27 +163,23 @@ def execute_prompts(
     """Generate the plan's prompts (see the module docstring); writes the output file."""
     started = time.perf_counter()
     planned = plan_record(plan_path)
-    checkpoint_schema = generations_schema()
-    found = open_checkpoints(checkpoint_dir, checkpoint_schema)
-    parts, done_keys, own = found.parts, found.done_keys, found.own
-    out_schema = found.output_schema(generate_output_schema())
     plan_tokens = dict(  # each planned prompt's tokens, by its input
         zip(*(c.to_pylist() for c in read_table(plan_path, PLAN_TOKENS).columns), strict=True)
     )
-    wanted = plan_tokens.keys() & done_keys
     summary = GenerateSummary(stats=GenerationStats(), device="none", dtype="none")
     summary.failed_inputs.update(planned.refused)
     summary.refused = len(planned.refused)
-    with StageWriter(out_path, out_schema, started) as writer:
+    rows = generations_schema()  # one checkpoint per chunk: a crash loses the chunk in flight
+    with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
 
-        def count(rows: pa.Table) -> None:  # the resumed rows' validity, and their failures
-            for row in rows.select(["input_hash", "valid", "error"]).to_pylist():
+        def count(table: pa.Table) -> None:  # the resumed rows' validity, and their failures
+            for row in table.select(["input_hash", "valid", "error"]).to_pylist():
                 summary.outputs += 1
                 summary.valid += bool(row["valid"])
                 if not row["valid"]:
                     summary.failed_inputs[row["input_hash"]] = row["error"] or "invalid"
 
-        resumed = write_resumed(writer, parts, wanted, checkpoint_schema, count)
+        resumed = output.resume(plan_tokens.keys() & output.done_keys, count)
         summary.resumed_inputs = len(resumed)
         todo = planned.prompts - len(resumed)
         if todo > 0:
@@ -213,24 +192,18 @@ def execute_prompts(
                 total_tokens=sum(n for k, n in plan_tokens.items() if k not in resumed),
                 token_unit="prompt tokens",
             )
-            _generate(
-                plan_path, writer, get_generator, sampling, schema, resumed, own, summary, tracker
-            )
-        writer.summary = {
-            **summary.record(),
-            PLAN_SECONDS: stage_summary(plan_path).get(STAGE_SECONDS),
-        }
+            _generate(plan_path, output, get_generator, sampling, schema, resumed, summary, tracker)
+        output.finish(summary.record(), plan_path)
     return summary
 
 
 def _generate(
     plan_path: StagePath | Path,
-    writer: StageWriter,
+    output: CheckpointedOutput,
     get_generator: Callable[[], Generator],
     sampling: Sampling,
     schema: dict | None,
     done_keys: set[str],
-    checkpoint_dir: StagePath | None,
     summary: GenerateSummary,
     progress: Progress,
 ) -> None:
@@ -250,18 +223,18 @@ def _generate(
         )
         now = datetime.now(UTC)
         rows = []
-        for output in outputs:
-            checked = check_output(output.text, output.finish_reason, schema)
+        for out in outputs:
+            checked = check_output(out.text, out.finish_reason, schema)
             reason = checked.reason
             if reason is not None and "finish_reason" not in reason:
-                reason += f" (finish_reason={output.finish_reason})"
+                reason += f" (finish_reason={out.finish_reason})"
             rows.append(
                 {
-                    "input_hash": output.key,
-                    "text": output.text,
-                    "finish_reason": output.finish_reason,
-                    "prompt_tokens": output.prompt_tokens,
-                    "output_tokens": output.output_tokens,
+                    "input_hash": out.key,
+                    "text": out.text,
+                    "finish_reason": out.finish_reason,
+                    "prompt_tokens": out.prompt_tokens,
+                    "output_tokens": out.output_tokens,
                     "valid": checked.valid,
                     "error": reason,
                     "generated_at": now,
@@ -270,13 +243,9 @@ def _generate(
             summary.outputs += 1
             summary.valid += checked.valid
             if reason is not None:
-                summary.failed_inputs[output.key] = reason
-        table = pa.Table.from_pylist(rows, schema=row_schema)
-        writer.write_table(marked(table, resumed=False))
+                summary.failed_inputs[out.key] = reason
         summary.chunks_run += 1
-        if checkpoint_dir is not None:
-            write_part(checkpoint_dir, table)
-        crash_point("execute", summary.chunks_run)
+        output.add(pa.Table.from_pylist(rows, schema=row_schema))  # and its checkpoint
         inside.settle()
     progress.finish()
 

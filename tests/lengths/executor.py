@@ -1,5 +1,6 @@
 """The lengths product's executor: plan keeps the stale documents, execute buckets them. It
-runs no model, so it never calls `load`; it writes what the frame's landing measures."""
+runs no model, so it never calls `load`; its output goes through the frame's checkpointed
+skeleton (`stages.checkpointed`), as every executor's does."""
 
 import time
 from collections.abc import Callable
@@ -10,14 +11,8 @@ import pyarrow as pa
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.measures.progress import ProgressSink
-from batch_pipeline.stages.execute import PLAN_SECONDS
-from batch_pipeline.state.staging import (
-    STAGE_SECONDS,
-    StagePath,
-    StageWriter,
-    read_table,
-    stage_summary,
-)
+from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.state.staging import StagePath, StageWriter, read_table
 
 PLANNED = pa.schema([("input_hash", pa.string()), ("size", pa.int64())])
 BUCKETED = pa.schema([("input_hash", pa.string()), ("bucket", pa.int32())])
@@ -64,21 +59,24 @@ class LengthExecutor:
     ) -> Counted:
         started = time.perf_counter()
         rows = read_table(planned, ["input_hash", "size"]).to_pylist()
-        with StageWriter(out, BUCKETED, started) as writer:
-            writer.write_table(
+        with CheckpointedOutput(out, checkpoints, BUCKETED, started=started) as output:
+            done = output.resume({r["input_hash"] for r in rows} & output.done_keys)
+            todo = [r for r in rows if r["input_hash"] not in done]
+            output.add(
                 pa.table(
                     {
-                        "input_hash": [r["input_hash"] for r in rows],
-                        "bucket": [bucket_of(r["size"], self.bounds) for r in rows],
+                        "input_hash": [r["input_hash"] for r in todo],
+                        "bucket": [bucket_of(r["size"], self.bounds) for r in todo],
                     },
                     BUCKETED,
                 )
             )
-            writer.summary = {
-                "inputs": len(rows),
+            record = {
+                "inputs": len(todo),
+                "inputs_resumed": len(done),
                 "tokens": 0,
                 "seconds": time.perf_counter() - started,
-                "device": "cpu" if rows else None,
-                PLAN_SECONDS: stage_summary(planned).get(STAGE_SECONDS),
+                "device": "cpu" if todo else None,
             }
+            output.finish(record, planned)
         return Counted(len(rows))
