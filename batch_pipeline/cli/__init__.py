@@ -25,6 +25,7 @@ Configuration and state come from the same places as the Dagster code location:
 
 import argparse
 import errno
+import importlib
 import json
 import signal
 import sys
@@ -32,12 +33,11 @@ import textwrap
 import threading
 from datetime import datetime
 from itertools import groupby
+from types import ModuleType
 
 import sqlalchemy as sa
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.cli import briefs as brief_commands
-from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.cli.run import RUN_KINDS, run_command
 from batch_pipeline.config import ConfigError, masked_url
@@ -51,6 +51,7 @@ from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
+from batch_pipeline.products import KINDS
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
@@ -199,8 +200,8 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("--collection", required=True)
     restore.add_argument("--before-run", required=True, dest="run_id")
 
-    ticket_commands.add_commands(commands)
-    brief_commands.add_commands(commands)
+    for module in kind_commands():  # each kind's own commands, as its declaration names them
+        module.add_commands(commands)
 
     failed = commands.add_parser("failures", help="inputs that failed, with their reason")
     _product_option(failed)
@@ -503,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def kind_commands() -> list[ModuleType]:
+    """The modules of the product kinds' own commands (`ProductKind.commands`), each with
+    `add_commands(subparsers)` and `COMMANDS` (a command's name -> its function)."""
+    return [importlib.import_module(kind.commands) for kind in KINDS if kind.commands]
+
+
 def _main(args: argparse.Namespace) -> int:
     commands = {
         "search": _search,
@@ -515,9 +522,7 @@ def _main(args: argparse.Namespace) -> int:
         "invalidate-run": _invalidate,
         "restore": _restore,
         "repair": _repair,
-        "intents": lambda ctx, args: ticket_commands.intents(ctx.tickets(), args),
-        "classify": lambda ctx, args: ticket_commands.classify(ctx.tickets(), args),
-        "briefs": lambda ctx, args: brief_commands.briefs(ctx.briefs(args.collection, args), args),
+        **{name: run for module in kind_commands() for name, run in module.COMMANDS.items()},
     }
     try:
         ctx = CommandContext(args)

@@ -194,3 +194,7 @@ def question_line(questions: QuestionRows) -> str:
             f"{m} {scores[m + '_chunks']:.3f} -> {scores[m + '_with_questions']:.3f}" for m in pairs
         )
     return line
+
+
+# the briefs' own commands, by name (`BRIEFS.commands` names this module)
+COMMANDS = {"briefs": lambda ctx, args: briefs(ctx.briefs(args.collection, args), args)}

@@ -21,6 +21,7 @@ from batch_pipeline.tickets.report import classifier_line, evaluation_line
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
+    """`intents` and `classify` (`run --day` is `run`'s)."""
     intents = commands.add_parser(
         "intents", help="one day's intent mix, unknown rate, confidence and examples"
     )
@@ -133,3 +134,10 @@ def run_day(  # noqa: ANN201
     )
     print(f"  generation {review.generation}: {review.decision}: {review.reason}")
     return landed
+
+
+# the ticket product's own commands, by name (`TICKETS.commands` names this module)
+COMMANDS = {
+    "intents": lambda ctx, args: intents(ctx.tickets(), args),
+    "classify": lambda ctx, args: classify(ctx.tickets(), args),
+}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from batch_pipeline import cli
 from batch_pipeline.briefs.land import BriefLandSummary
+from batch_pipeline.cli import briefs as brief_commands
 from tests.support import write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_run_names_a_product_by_its_name_and_a_kind_by_kind(tmp_path, capsys, mo
         ran.append(product.name)
         return BriefLandSummary()
 
-    monkeypatch.setattr(cli.brief_commands, "run_briefs", run_briefs)
+    monkeypatch.setattr(brief_commands, "run_briefs", run_briefs)
     assert cli.main([*base, "run", "--product", "handbook_briefs"]) == 0
     assert cli.main([*base, "run", "--collection", "handbook", "--kind", "briefs"]) == 0
     assert ran == ["handbook_briefs", "handbook_briefs"]

@@ -187,6 +187,9 @@ def test_each_kind_is_declared_in_its_own_folder(kind):
     module, _, function = kind.definitions.partition(":")
     assert callable(getattr(importlib.import_module(module), function))
     assert kind.section.__module__.startswith("batch_pipeline.config")
+    if kind.commands is not None:  # its own commands: added to the CLI and run by name
+        commands = importlib.import_module(kind.commands)
+        assert callable(commands.add_commands) and commands.COMMANDS
 
 
 def test_the_fourth_product_touches_no_other_folder():
