@@ -1,0 +1,167 @@
+"""The OpenAI batch file: the boundary between a chat model's plan and whatever runs it.
+
+One request per line (`custom_id`, `method`, `url`, `body`), as OpenAI's Batch API, vLLM's
+`run-batch` and Ray Data LLM all read it:
+
+- `custom_id` is the prompt's staleness key (its input hash);
+- `url` is `/v1/chat/completions`;
+- `body` holds the messages, the model, `max_tokens`, the temperature (0: greedy) and, with
+  an output schema, `response_format` = that JSON schema (strict).
+
+`write_request_files` splits the requests at the format's limits (50,000 requests or 200 MB a
+file). `read_results` reads the output files and the error files an engine wrote back, in any
+order, and joins them by `custom_id`: a line whose response is not a 200, or that carries an
+`error`, is that request's failure (vLLM's `run-batch` writes its failures inline, a provider
+into a separate error file); a request with no line at all has no result, and is planned again
+by the next run. Reading the same files twice gives the same results.
+"""
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from batch_pipeline.inference.generator import Prompt, Sampling
+
+CHAT_COMPLETIONS = "/v1/chat/completions"
+MAX_REQUESTS = 50_000  # a batch file's limit, in requests
+MAX_BYTES = 200 * 1024 * 1024  # and in bytes
+SCHEMA_NAME = "output"
+
+
+class BatchFileError(ValueError):
+    """A line of a batch file that is not what the format says; the message names it."""
+
+
+def request_line(prompt: Prompt, model: str, sampling: Sampling, schema: dict | None) -> dict:
+    """One request of the batch file, for `prompt` on `model` (see the module docstring).
+    `repetition_penalty` other than 1 is vLLM's extension of the request and is sent only
+    then; a provider that does not know it refuses the request, as that request's error."""
+    body: dict[str, object] = {
+        "model": model,
+        "messages": prompt.messages(),
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+    }
+    if sampling.temperature > 0:
+        body["seed"] = sampling.seed
+    if sampling.repetition_penalty != 1.0:
+        body["repetition_penalty"] = sampling.repetition_penalty
+    if schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True},
+        }
+    return {"custom_id": prompt.key, "method": "POST", "url": CHAT_COMPLETIONS, "body": body}
+
+
+def write_request_files(
+    prompts: Iterable[Prompt],
+    folder: Path,
+    model: str,
+    sampling: Sampling,
+    schema: dict | None,
+    max_requests: int = MAX_REQUESTS,
+    max_bytes: int = MAX_BYTES,
+) -> list[Path]:
+    """The prompts as batch files `requests-00000.jsonl`, ... in `folder`, each within
+    `max_requests` lines and `max_bytes` bytes; streamed: memory holds one line. A single
+    request larger than `max_bytes` is a BatchFileError naming it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    out = None
+    lines = size = 0
+    try:
+        for prompt in prompts:
+            line = (json.dumps(request_line(prompt, model, sampling, schema)) + "\n").encode()
+            if len(line) > max_bytes:
+                raise BatchFileError(
+                    f"request {prompt.key} is {len(line):,} bytes, over a batch file's "
+                    f"{max_bytes:,}"
+                )
+            if out is None or lines >= max_requests or size + len(line) > max_bytes:
+                if out is not None:
+                    out.close()
+                files.append(folder / f"requests-{len(files):05d}.jsonl")
+                out = files[-1].open("wb")
+                lines = size = 0
+            out.write(line)
+            lines, size = lines + 1, size + len(line)
+    finally:
+        if out is not None:
+            out.close()
+    return files
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What came back for one request: its output, or why there is none."""
+
+    key: str  # the request's custom_id
+    text: str | None  # the message's content; None when the request failed
+    finish_reason: str | None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None  # why the request failed (status code, code, message)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as error:
+                raise BatchFileError(f"{path.name} line {number}: not JSON ({error})") from None
+            if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str):
+                raise BatchFileError(f"{path.name} line {number}: no custom_id")
+            yield number, value
+
+
+def _error_text(status: object, error: object, body: object) -> str:
+    """A failed request's reason, from whatever the engine said of it."""
+    detail = error if error else (body or {}).get("error") if isinstance(body, dict) else body
+    if isinstance(detail, dict):
+        code, message = detail.get("code") or detail.get("type"), detail.get("message")
+        detail = ": ".join(str(part) for part in (code, message) if part)
+    status_text = f"status {status}" if status not in (None, 200) else None
+    return "; ".join(str(part) for part in (status_text, detail) if part) or "failed"
+
+
+def result_of(line: dict) -> BatchResult:
+    """One output or error line as a result (see the module docstring)."""
+    key = line["custom_id"]
+    response = line.get("response") or {}
+    status = response.get("status_code")
+    body = response.get("body")
+    if line.get("error") or status != 200 or not isinstance(body, dict):
+        return BatchResult(key, None, None, error=_error_text(status, line.get("error"), body))
+    try:
+        choice = body["choices"][0]
+        usage = body.get("usage") or {}
+        return BatchResult(
+            key,
+            choice["message"]["content"] or "",
+            choice.get("finish_reason"),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+        )
+    except (KeyError, IndexError, TypeError) as error:
+        return BatchResult(key, None, None, error=f"malformed response ({error!r})")
+
+
+def read_results(
+    output_files: Iterable[Path], error_files: Iterable[Path] = ()
+) -> dict[str, BatchResult]:
+    """Every request's result, by `custom_id`, from the files an engine wrote, in any order.
+    An output beats an error for the same request (a resubmission that succeeded); of two
+    outputs, the first read stands."""
+    results: dict[str, BatchResult] = {}
+    for path in (*output_files, *error_files):
+        for _number, line in _lines(Path(path)):
+            result = result_of(line)
+            known = results.get(result.key)
+            if known is None or (known.error is not None and result.error is None):
+                results[result.key] = result
+    return results

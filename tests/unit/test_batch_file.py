@@ -1,0 +1,106 @@
+"""The OpenAI batch file, the boundary between a chat model's plan and what runs it: the
+requests split at the format's limits, and the results joined by custom_id in any order,
+failures inline or in an error file, a request with no line left without a result."""
+
+import json
+import random
+
+import pytest
+
+from batch_pipeline.executors.batch_file import (
+    CHAT_COMPLETIONS,
+    BatchFileError,
+    read_results,
+    request_line,
+    write_request_files,
+)
+from batch_pipeline.inference.generator import Prompt, Sampling
+
+SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}}
+
+
+def prompts(count: int) -> list[Prompt]:
+    return [
+        Prompt(f"key-{i:03d}", "You write briefs.", f"Document {i}: " + "x" * i)
+        for i in range(count)
+    ]
+
+
+def test_a_request_is_the_openai_chat_completion_request_of_its_prompt():
+    line = request_line(prompts(1)[0], "smollm2", Sampling(max_tokens=64), SCHEMA)
+    assert line["custom_id"] == "key-000" and line["method"] == "POST"
+    assert line["url"] == CHAT_COMPLETIONS == "/v1/chat/completions"
+    body = line["body"]
+    assert body["model"] == "smollm2" and body["max_tokens"] == 64 and body["temperature"] == 0
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"] == SCHEMA
+    assert "seed" not in body and "repetition_penalty" not in body  # only when they matter
+    free = request_line(prompts(1)[0], "m", Sampling(repetition_penalty=1.2), None)["body"]
+    assert "response_format" not in free and free["repetition_penalty"] == 1.2
+
+
+def test_the_requests_are_split_at_the_limits_and_each_is_written_once(tmp_path):
+    files = write_request_files(prompts(25), tmp_path, "m", Sampling(), SCHEMA, max_requests=10)
+    assert [f.name for f in files] == [f"requests-0000{i}.jsonl" for i in range(3)]
+    keys = [json.loads(line)["custom_id"] for f in files for line in f.read_text().splitlines()]
+    assert keys == [p.key for p in prompts(25)]
+    assert [len(f.read_text().splitlines()) for f in files] == [10, 10, 5]
+    one = len(json.dumps(request_line(prompts(25)[-1], "m", Sampling(), SCHEMA))) + 1
+    by_size = write_request_files(prompts(25), tmp_path / "b", "m", Sampling(), SCHEMA,
+                                  max_bytes=3 * one)  # fmt: skip
+    assert all(f.stat().st_size <= 3 * one for f in by_size) and len(by_size) >= 9
+    with pytest.raises(
+        BatchFileError, match="request key-000 is 420 bytes, over a batch file.s 100"
+    ):
+        write_request_files(prompts(25), tmp_path / "c", "m", Sampling(), SCHEMA, max_bytes=100)
+
+
+def output(key: str, text: str, finish: str = "stop") -> dict:
+    body = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": finish}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 5},
+    }  # fmt: skip
+    return {"id": f"batch_req_{key}", "custom_id": key, "error": None,
+            "response": {"status_code": 200, "request_id": "r", "body": body}}  # fmt: skip
+
+
+def test_results_join_by_custom_id_in_any_order_with_failures_where_each_engine_puts_them(
+    tmp_path,
+):
+    lines = [output(f"key-{i:03d}", f'{{"summary": "doc {i}"}}') for i in range(6)]
+    inline = {"id": "x", "custom_id": "key-006", "error": None,  # vLLM run-batch: inline
+              "response": {"status_code": 400, "request_id": "r",
+                           "body": {"error": {"code": "context_length_exceeded",
+                                              "message": "too long"}}}}  # fmt: skip
+    random.Random(7).shuffle(lines)
+    (tmp_path / "out.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [*lines, inline]))
+    errors = {"id": "y", "custom_id": "key-007", "response": None,  # a provider: its own file
+              "error": {"code": "batch_expired", "message": "not run in time"}}  # fmt: skip
+    (tmp_path / "err.jsonl").write_text(json.dumps(errors) + "\n")
+
+    results = read_results([tmp_path / "out.jsonl"], [tmp_path / "err.jsonl"])
+    assert sorted(results) == [f"key-{i:03d}" for i in range(8)]  # key-008: no line, no result
+    assert results["key-003"].text == '{"summary": "doc 3"}'
+    assert results["key-003"].finish_reason == "stop" and results["key-003"].output_tokens == 5
+    assert results["key-006"].text is None
+    assert results["key-006"].error == "status 400; context_length_exceeded: too long"
+    assert results["key-007"].error == "batch_expired: not run in time"
+    again = read_results([tmp_path / "out.jsonl"], [tmp_path / "err.jsonl"])
+    assert again == results  # landing the same files twice changes nothing
+
+    # a resubmission that succeeded beats the error it answers, whichever file is read first
+    retried = tmp_path / "retry.jsonl"
+    retried.write_text(json.dumps(output("key-007", '{"summary": "late"}')) + "\n")
+    both = read_results([tmp_path / "out.jsonl", retried], [tmp_path / "err.jsonl"])
+    assert both["key-007"].error is None and both["key-007"].text == '{"summary": "late"}'
+
+
+def test_a_broken_line_names_its_file_and_line(tmp_path):
+    (tmp_path / "out.jsonl").write_text(json.dumps(output("a", "{}")) + "\n{not json\n")
+    with pytest.raises(BatchFileError, match=r"out.jsonl line 2: not JSON"):
+        read_results([tmp_path / "out.jsonl"])
+    (tmp_path / "out.jsonl").write_text('{"response": {}}\n')
+    with pytest.raises(BatchFileError, match=r"out.jsonl line 1: no custom_id"):
+        read_results([tmp_path / "out.jsonl"])
