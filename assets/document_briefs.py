@@ -35,6 +35,7 @@ from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_P
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.stages import COLLECT
 from resources.generation import GenerationResource
 from resources.inference import InferenceResource
@@ -106,7 +107,12 @@ def _product(
     collection, _shard = pipeline.config.locate(context.partition_key)
     if collection.briefs is None:
         return None
-    return pipeline.briefs(collection.name, generation.generator(), generation.plan_settings())
+    return pipeline.briefs(
+        collection.name,
+        generation.generator(),
+        generation.plan_settings(),
+        executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
+    )
 
 
 def _stage_metadata(output, stage_name: str) -> dict[str, object]:  # noqa: ANN001

@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, generation_executors
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -90,6 +91,12 @@ class GenerationResource(dg.ConfigurableResource):
         default=None,
         description="JSON file of dtype measurements; default <home>/calibration.json.",
     )
+    executor: str = Field(
+        default=DEFAULT_EXECUTOR,
+        description="What runs the plan: vllm (in the run's process) or vllm-run-batch (vLLM's "
+        "own run-batch over the plan's OpenAI batch files, in a subprocess); the briefs are "
+        "the same either way.",
+    )
 
     _generator: VllmGenerator | None = PrivateAttr(default=None)
     _model: ChatModel | None = PrivateAttr(default=None)
@@ -105,6 +112,11 @@ class GenerationResource(dg.ConfigurableResource):
             generation_device(self.device)
         except ValueError as error:
             raise ValueError(f"GenerationResource.device: {error}") from None
+        if self.executor not in generation_executors():
+            raise ValueError(
+                f"GenerationResource.executor must be one of "
+                f"{', '.join(generation_executors())}, got {self.executor!r}"
+            )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._generator is not None:

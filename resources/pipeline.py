@@ -8,6 +8,7 @@ from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.declaration import ProductEnv
+from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
@@ -86,6 +87,7 @@ class PipelineResource(dg.ConfigurableResource):
         generator: Generator,
         plan_settings: PromptPlanSettings,
         s3: S3Resource | None = None,
+        executor: str = DEFAULT_EXECUTOR,
     ) -> BriefProduct:
         """A collection's document briefs, generating with `generator` (the generation
         resource's); its documents are read as the collection's own partitions read them."""
@@ -98,6 +100,7 @@ class PipelineResource(dg.ConfigurableResource):
             lambda key: self.partition(key, s3),
             generator,
             plan_settings,
+            executor=executor,
         )
 
     def product_env(self, s3: S3Resource | None = None) -> ProductEnv:

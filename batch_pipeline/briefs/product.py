@@ -32,7 +32,11 @@ from batch_pipeline.config import (
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
 from batch_pipeline.declaration import CollectionDocuments
-from batch_pipeline.executors.generation import GenerationExecutor
+from batch_pipeline.executors.generation import (
+    DEFAULT_EXECUTOR,
+    GenerationExecutor,
+    generation_executors,
+)
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
 from batch_pipeline.generations.review import (
@@ -69,7 +73,9 @@ class BriefProduct:
         plan_settings: PromptPlanSettings | None = None,
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
+        executor_name: str = DEFAULT_EXECUTOR,
     ) -> None:
+        self.executor_name = executor_name
         self.config = config
         self.storage = storage
         self.collection_name = collection
@@ -122,10 +128,20 @@ class BriefProduct:
     @property
     def executor(self) -> GenerationExecutor:
         """The chat model's prompt plan and generation, under the briefs' sampling and
-        output schema."""
-        return GenerationExecutor(
-            self.generator, self.sampling, self.output.schema, self.plan_settings
-        )
+        output schema, on the executor named `executor_name` (`generation_executors`): its
+        outputs, and so its generation, are the same whichever runs it."""
+        executors = generation_executors()
+        chosen = executors.get(self.executor_name)
+        if chosen is None:
+            raise ConfigError(
+                f"unknown executor {self.executor_name!r}; executors: {', '.join(executors)}"
+            )
+        if chosen is not GenerationExecutor and not hasattr(self.generator, "settings"):
+            raise ConfigError(
+                f"the {self.executor_name} executor runs vLLM's own engine: it needs the vLLM "
+                "generator, not a test's fake one"
+            )
+        return chosen(self.generator, self.sampling, self.output.schema, self.plan_settings)
 
     def generation_config(self) -> dict:
         """What decides a brief besides its document: the generation's fingerprint hashes it."""

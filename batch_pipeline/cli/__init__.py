@@ -42,6 +42,7 @@ from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.cli.run import RUN_KINDS, run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
+from batch_pipeline.executors.generation import generation_executors
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
@@ -111,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
         "--kind",
         help=f"which of a collection's products to run: {', '.join(RUN_KINDS)} or a kind the "
         "configuration declares (products:); its vector index by default, tickets with --day",
+    )
+    run.add_argument(
+        "--executor",
+        choices=sorted(generation_executors()),
+        help="what runs a chat model's plan (--kind briefs): vllm, in this process (default), "
+        "or vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch files",
     )
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")

@@ -8,6 +8,7 @@ from datetime import datetime
 from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.declaration import Product, ProductEnv, ProductTarget
+from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.runner import LoadedModels
@@ -104,6 +105,7 @@ class CommandContext:
             self.partition,
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
+            executor=getattr(args, "executor", None) or DEFAULT_EXECUTOR,
         )
 
     def pipeline(self, collection: str) -> IndexPartition:

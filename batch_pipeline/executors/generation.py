@@ -47,3 +47,15 @@ class GenerationExecutor:
             progress,
             progress_interval,
         )
+
+
+def generation_executors() -> dict[str, type]:
+    """The executors a chat-model product may run on, by the name `--executor` and the
+    generation resource's `executor` take: in this process on vLLM (the default), or vLLM's
+    own `run-batch` over the plan's OpenAI batch files, in a subprocess."""
+    from batch_pipeline.executors.run_batch import RunBatchExecutor
+
+    return {DEFAULT_EXECUTOR: GenerationExecutor, "vllm-run-batch": RunBatchExecutor}
+
+
+DEFAULT_EXECUTOR = "vllm"

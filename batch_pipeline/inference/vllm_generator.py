@@ -70,6 +70,12 @@ def generation_device(requested: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# JSON without free whitespace between its tokens: a small model otherwise spends its output
+# budget on blank lines (xgrammar is vLLM's own backend). Every executor's engine is built so.
+STRUCTURED_OUTPUTS = {"backend": "xgrammar", "disable_any_whitespace": True}
+ENGINE_SEED = 0
+
+
 def _matmul_seconds(dtype: str, rows: int, inner: int, outer: int, repeats: int = 5) -> float:
     import torch
 
@@ -260,13 +266,8 @@ class VllmGenerator:
                     enable_prefix_caching=s.enable_prefix_caching,
                     disable_log_stats=False,  # the counters the run's measures read
                     use_tqdm_on_load=False,
-                    # JSON without free whitespace between its tokens: a small model otherwise
-                    # spends its output budget on blank lines (xgrammar is vLLM's own backend)
-                    structured_outputs_config={
-                        "backend": "xgrammar",
-                        "disable_any_whitespace": True,
-                    },
-                    seed=0,
+                    structured_outputs_config=STRUCTURED_OUTPUTS,
+                    seed=ENGINE_SEED,
                     **options,
                 )
             self.load_seconds = time.perf_counter() - started

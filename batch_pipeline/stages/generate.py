@@ -171,15 +171,7 @@ def execute_prompts(
     summary.refused = len(planned.refused)
     rows = generations_schema()  # one checkpoint per chunk: a crash loses the chunk in flight
     with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
-
-        def count(table: pa.Table) -> None:  # the resumed rows' validity, and their failures
-            for row in table.select(["input_hash", "valid", "error"]).to_pylist():
-                summary.outputs += 1
-                summary.valid += bool(row["valid"])
-                if not row["valid"]:
-                    summary.failed_inputs[row["input_hash"]] = row["error"] or "invalid"
-
-        resumed = output.resume(plan_tokens.keys() & output.done_keys, count)
+        resumed = output.resume(plan_tokens.keys() & output.done_keys, counted(summary))
         summary.resumed_inputs = len(resumed)
         todo = planned.prompts - len(resumed)
         if todo > 0:
@@ -212,7 +204,6 @@ def _generate(
     summary.device, summary.dtype = generator.device, generator.dtype
     progress.working()  # the rate counts from here (and the engine's start is set aside)
     inside = _ChunkProgress(progress, summary.stats)
-    row_schema = generations_schema()
     for chunk in _planned_chunks(plan_path):
         todo = [(p, n) for p, n in chunk if p.key not in done_keys]
         if not todo:
@@ -221,33 +212,64 @@ def _generate(
         outputs = generator.generate(
             prompts, sampling, schema, summary.stats, on_finished=inside.chunk(todo)
         )
-        now = datetime.now(UTC)
-        rows = []
-        for out in outputs:
-            checked = check_output(out.text, out.finish_reason, schema)
-            reason = checked.reason
-            if reason is not None and "finish_reason" not in reason:
-                reason += f" (finish_reason={out.finish_reason})"
-            rows.append(
-                {
-                    "input_hash": out.key,
-                    "text": out.text,
-                    "finish_reason": out.finish_reason,
-                    "prompt_tokens": out.prompt_tokens,
-                    "output_tokens": out.output_tokens,
-                    "valid": checked.valid,
-                    "error": reason,
-                    "generated_at": now,
-                }
-            )
-            summary.outputs += 1
-            summary.valid += checked.valid
-            if reason is not None:
-                summary.failed_inputs[out.key] = reason
         summary.chunks_run += 1
-        output.add(pa.Table.from_pylist(rows, schema=row_schema))  # and its checkpoint
+        output.add(output_rows(outputs, schema, summary))  # and its checkpoint
         inside.settle()
     progress.finish()
+
+
+def counted(summary: GenerateSummary) -> Callable[[pa.Table], None]:
+    """What counts resumed rows into `summary`: their validity, and their failures."""
+
+    def count(table: pa.Table) -> None:
+        for row in table.select(["input_hash", "valid", "error"]).to_pylist():
+            summary.outputs += 1
+            summary.valid += bool(row["valid"])
+            if not row["valid"]:
+                summary.failed_inputs[row["input_hash"]] = row["error"] or "invalid"
+
+    return count
+
+
+def planned_prompts(plan_path: StagePath | Path) -> Iterator[Prompt]:
+    """The plan's prompts, in plan order, streamed."""
+    for chunk in _planned_chunks(plan_path):
+        yield from (prompt for prompt, _tokens in chunk)
+
+
+def output_rows(outputs: list, schema: dict | None, summary: GenerateSummary) -> pa.Table:
+    """Outputs (`key`, `text`, `finish_reason`, `prompt_tokens`, `output_tokens`; an `error`
+    where the engine refused the request) as execute's rows, each checked against `schema`
+    and counted in `summary`: every executor's outputs are judged the same way."""
+    now = datetime.now(UTC)
+    rows = []
+    for out in outputs:
+        refused = getattr(out, "error", None)
+        if refused is not None:
+            text, finish, reason, valid = "", "error", f"refused by the engine: {refused}", False
+        else:
+            text, finish = out.text, out.finish_reason or "unknown"
+            checked = check_output(text, finish, schema)
+            reason, valid = checked.reason, checked.valid
+            if reason is not None and "finish_reason" not in reason:
+                reason += f" (finish_reason={finish})"
+        rows.append(
+            {
+                "input_hash": out.key,
+                "text": text,
+                "finish_reason": finish,
+                "prompt_tokens": out.prompt_tokens,
+                "output_tokens": out.output_tokens,
+                "valid": valid,
+                "error": reason,
+                "generated_at": now,
+            }
+        )
+        summary.outputs += 1
+        summary.valid += valid
+        if reason is not None:
+            summary.failed_inputs[out.key] = reason
+    return pa.Table.from_pylist(rows, schema=generations_schema())
 
 
 class _ChunkProgress:

