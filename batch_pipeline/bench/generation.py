@@ -16,7 +16,10 @@ methods:
 2. `generate_batch`: transformers' own continuous batching (paged cache), where the pinned
    version has it.
 3. `vllm`: the project's `VllmGenerator` (continuous batching over a paged KV cache, prefix
-   caching, chunked prefill).
+   caching, chunked prefill), every prompt in one call; `vllm-chunked`: one call per
+   `--chunk` prompts, each waiting for its longest output; `vllm-streamed`: the engine fed
+   through its request API, `--chunk` prompts ahead, refilled as they finish (what execute
+   does). `--varied` asks every other prompt for one line and the rest for a paragraph.
 
 Each method runs in a process of its own, one after another, so its peak memory is its own
 (the resident set on CPU; on CUDA the device memory torch reserved). Model loading and one
@@ -48,7 +51,12 @@ SYSTEM_PROMPT = (
 )
 MAX_NUM_SEQS = 32  # sequences at once, for both continuous batchers
 PAGE_TOKENS = 128  # tokens per KV cache block (vLLM's on CPU)
-METHODS = ("static-8", "static-32", "generate_batch", "vllm")
+METHODS = ("static-8", "static-32", "generate_batch", "vllm", "vllm-chunked", "vllm-streamed")
+SHORT_PROMPT = "Say who the help-centre article below is for, in one short line."
+LONG_PROMPT = (
+    "Explain the help-centre article below to a new support agent in a full paragraph of at "
+    "least eight sentences: what it covers, every step, and the pitfalls."
+)
 BASELINE = "static-8"
 
 
@@ -58,8 +66,12 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_prompts(model_dir: Path, pages: int, page_tokens: int) -> list[dict]:
-    """The handbook pages (sorted by path), each cut to its first `page_tokens` tokens."""
+def build_prompts(
+    model_dir: Path, pages: int, page_tokens: int, varied: bool = False
+) -> list[dict]:
+    """The handbook pages (sorted by path), each cut to its first `page_tokens` tokens, after
+    one system prompt; `varied`: every other page asks for one line, the rest for a
+    paragraph, so output lengths vary as a real batch's do."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -68,16 +80,19 @@ def build_prompts(model_dir: Path, pages: int, page_tokens: int) -> list[dict]:
     for path in files:
         ids = tokenizer(path.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
         user = tokenizer.decode(ids[:page_tokens])
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": user},
-        ]
+        system = (
+            (SHORT_PROMPT if len(prompts) % 2 == 0 else LONG_PROMPT) if varied else SYSTEM_PROMPT
+        )
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         prompt_ids = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True
         )
         if hasattr(prompt_ids, "keys"):
             prompt_ids = prompt_ids["input_ids"]
-        prompts.append({"key": str(path.relative_to(HANDBOOK)), "user": user, "ids": prompt_ids})
+        prompts.append(
+            {"key": str(path.relative_to(HANDBOOK)), "system": system, "user": user,
+             "ids": prompt_ids}
+        )  # fmt: skip
     return prompts
 
 
@@ -197,7 +212,13 @@ def run_generate_batch(model_dir, dtype, prompts, max_tokens) -> dict:
     }
 
 
-def run_vllm(model_dir, dtype, prompts, max_tokens) -> dict:
+def run_vllm(
+    model_dir, dtype, prompts, max_tokens, mode: str = "one-call", chunk: int = 16
+) -> dict:
+    """The project's `VllmGenerator`: `one-call` hands every prompt to one `LLM.chat`;
+    `chunked` calls it once per `chunk` prompts, each call waiting for its longest output (the
+    execute stage before it streamed); `streamed` feeds the engine through its request API,
+    `chunk` prompts ahead, refilled as they finish (the execute stage now)."""
     from batch_pipeline.inference.chat_models import resolve_chat_model
     from batch_pipeline.inference.generator import GenerationStats, Prompt, Sampling
     from batch_pipeline.inference.vllm_generator import EngineSettings, VllmGenerator
@@ -208,11 +229,22 @@ def run_vllm(model_dir, dtype, prompts, max_tokens) -> dict:
         device=device, dtype=dtype, max_model_len=max(2048, longest), max_num_seqs=MAX_NUM_SEQS
     )
     generator = VllmGenerator(resolve_chat_model(model_dir, REPO), settings)
-    asks = [Prompt(p["key"], SYSTEM_PROMPT, p["user"]) for p in prompts]
+    asks = [Prompt(p["key"], p["system"], p["user"]) for p in prompts]
     sampling = Sampling(max_tokens=max_tokens)
     generator.generate(asks[:2], sampling)  # starts the engine; warm-up, untimed
     stats = GenerationStats()
-    outputs = generator.generate(asks, sampling, stats=stats)
+    started = time.perf_counter()
+    if mode == "streamed":
+        by_key = {o.key: o for o in generator.stream(asks, sampling, stats=stats, window=chunk)}
+        outputs = [by_key[a.key] for a in asks]
+    elif mode == "chunked":
+        outputs = [
+            o for i in range(0, len(asks), chunk)
+            for o in generator.generate(asks[i : i + chunk], sampling, stats=stats)
+        ]  # fmt: skip
+    else:
+        outputs = generator.generate(asks, sampling, stats=stats)
+    stats.seconds = time.perf_counter() - started  # wall-clock, the same way for every mode
     return {
         "seconds": stats.seconds,
         "output_tokens": [o.output_tokens for o in outputs],
@@ -236,6 +268,9 @@ def worker(method: str, work: Path) -> None:
         result = run_generate_batch(model_dir, dtype, prompts, max_tokens)
     elif method == "vllm":
         result = run_vllm(model_dir, dtype, prompts, max_tokens)
+    elif method in ("vllm-chunked", "vllm-streamed"):
+        mode = method.removeprefix("vllm-")
+        result = run_vllm(model_dir, dtype, prompts, max_tokens, mode, spec["chunk"])
     else:
         raise SystemExit(f"unknown method {method!r}; use {', '.join(METHODS)}")
     (work / f"{method}.json").write_text(json.dumps(result))
@@ -359,6 +394,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--page-tokens", type=whole_number(1), default=512, help="tokens kept per page"
     )
+    parser.add_argument(
+        "--varied",
+        action="store_true",
+        help="every other prompt asks for one line, the rest for a paragraph",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=whole_number(1),
+        default=16,
+        help="prompts per call (vllm-chunked) or fed ahead (vllm-streamed); default 16",
+    )
     parser.add_argument("--model", type=Path, default=None, help="a causal LM folder")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
@@ -378,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     model = resolve_chat_model(args.model, home)
     device = _device()
     dtype, why = pick_generation_dtype(device, args.dtype, model, home / CALIBRATION_FILE)
-    prompts = build_prompts(model.path, args.pages, args.page_tokens)
+    prompts = build_prompts(model.path, args.pages, args.page_tokens, args.varied)
     methods = [m for m in args.methods.split(",") if m]
     if BASELINE not in methods:
         methods.insert(0, BASELINE)
@@ -386,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
         "prompts": len(prompts),
         "prompt_tokens": sum(len(p["ids"]) for p in prompts),
         "max_tokens": args.max_tokens,
+        "varied": args.varied,
+        "chunk": args.chunk,
         "model": model.name,
         "dtype": dtype,
         "dtype_reason": why,
@@ -396,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_generation-") as work:
         work = Path(work)
         spec = {"model": str(model.path), "dtype": dtype, "prompts": prompts,
-                "max_tokens": args.max_tokens}  # fmt: skip
+                "max_tokens": args.max_tokens, "chunk": args.chunk}  # fmt: skip
         (work / "spec.json").write_text(json.dumps(spec))
         results = {}
         for method in methods:

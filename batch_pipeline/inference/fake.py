@@ -15,6 +15,7 @@ a schema asking more (a `pattern`, say) gets outputs that fail validation, as a 
 cannot satisfy its schema would.
 """
 
+import itertools
 import json
 import re
 import time
@@ -172,6 +173,20 @@ class FakeGenerator:
                 )
             )
         return out
+
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        sampling: Sampling,
+        schema: dict | None = None,
+        stats: GenerationStats | None = None,
+        window: int = 256,
+    ) -> Iterator[Generation]:
+        """`generate` over consecutive windows of `window` prompts, each output yielded as
+        its window finishes (a subclass's `generate` faults and slow starts apply here)."""
+        source = iter(prompts)
+        while group := list(itertools.islice(source, max(1, window))):
+            yield from self.generate(group, sampling, schema, stats)
 
 
 def _cut(text: str, token_chars: int) -> str:

@@ -12,7 +12,7 @@ truncated one is that input's failure, with the reason and the finish reason.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -161,6 +161,21 @@ class Generator(Protocol):
         constrained to it. `on_finished` is called with how many prompts just finished, as
         they finish (in any order); an engine that starts on this call adds its start's
         seconds to `stats.load_seconds` before the first."""
+        ...
+
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        sampling: Sampling,
+        schema: dict | None = None,
+        stats: GenerationStats | None = None,
+        window: int = 256,
+    ) -> Iterator[Generation]:
+        """Generate one output per prompt, yielded as each finishes (in any order), with up
+        to `window` prompts handed to the engine ahead, refilled as they finish: the engine
+        never waits for the slowest of a batch. `prompts` is read lazily. An engine that
+        starts on this call adds its start's seconds to `stats.load_seconds` before the
+        first output; the rest of `stats` is complete once the iterator is exhausted."""
         ...
 
 

@@ -18,11 +18,12 @@ is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine 
 `dtype: auto` is decided by measurement on CPU (`pick_generation_dtype`), and is bf16 on a GPU.
 """
 
+import itertools
 import logging
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -285,57 +286,86 @@ class VllmGenerator:
             return []
         fresh = not self.loaded
         llm = self.engine()  # first: it sets vLLM's environment and logging before vLLM loads
+        if fresh and stats is not None:  # said now, so progress inside this call leaves it out
+            stats.add(GenerationStats(load_seconds=self.load_seconds))
+        params = self._params(sampling, schema)
+        before = _counter_totals(llm.get_metrics())
+        started = time.perf_counter()
+        finished = False if on_finished is None else partial(_finished_requests, on_finished)
+        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=finished)
+        seconds = time.perf_counter() - started
+        out = [_generation(prompt, result) for prompt, result in zip(prompts, outputs, strict=True)]
+        if stats is not None:
+            stats.add(_run_stats(out, seconds, before, llm))
+        return out
+
+    @staticmethod
+    def _params(sampling: Sampling, schema: dict | None):  # noqa: ANN205 - vLLM's SamplingParams
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        if fresh and stats is not None:  # said now, so progress inside this call leaves it out
-            stats.add(GenerationStats(load_seconds=self.load_seconds))
-        params = SamplingParams(
+        return SamplingParams(
             temperature=sampling.temperature,
             max_tokens=sampling.max_tokens,
             seed=None if sampling.greedy else sampling.seed,
             repetition_penalty=sampling.repetition_penalty,
             structured_outputs=None if schema is None else StructuredOutputsParams(json=schema),
         )
+
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        sampling: Sampling,
+        schema: dict | None = None,
+        stats: GenerationStats | None = None,
+        window: int = 256,
+    ) -> Iterator[Generation]:
+        """The prompts through the engine's request API, never drained: up to
+        `max(window, 2 x max_num_seqs)` requests are enqueued (rendered as `LLM.chat` renders
+        them), the engine is stepped here, and each output is yielded as it finishes while
+        the next prompts take the freed places. Requests still in the engine when the caller
+        stops (a crash, a signal) are aborted."""
+        fresh = not self.loaded
+        llm = self.engine()
+        if fresh and stats is not None:
+            stats.add(GenerationStats(load_seconds=self.load_seconds))
+        params = self._params(sampling, schema)
+        engine = llm.llm_engine
+        ahead = max(window, 2 * self.settings.max_num_seqs)
+        source = iter(prompts)
+        waiting: dict[str, Prompt] = {}  # request id -> its prompt, while in the engine
+
+        def refill() -> None:
+            group = list(itertools.islice(source, ahead - len(waiting)))
+            if group:
+                ids = llm.enqueue_chat([p.messages() for p in group], params, use_tqdm=False)
+                # the engine's outputs carry the id LLM gave (a counter); it returns the
+                # engine's internal one, that id with a random suffix
+                waiting.update((i.split("-", 1)[0], p) for i, p in zip(ids, group, strict=True))
+
         before = _counter_totals(llm.get_metrics())
         started = time.perf_counter()
-        finished = False if on_finished is None else partial(_finished_requests, on_finished)
-        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=finished)
-        seconds = time.perf_counter() - started
-        after = _counter_totals(llm.get_metrics())
-        delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
-        out = []
-        for prompt, result in zip(prompts, outputs, strict=True):
-            completion = result.outputs[0]
-            out.append(
-                Generation(
-                    key=prompt.key,
-                    text=completion.text,
-                    finish_reason=str(completion.finish_reason or "abort"),
-                    prompt_tokens=len(result.prompt_token_ids or []),
-                    output_tokens=len(completion.token_ids),
-                    cached_tokens=int(result.num_cached_tokens or 0),
-                )
-            )
+        done: list[Generation] = []
+        try:
+            refill()
+            while waiting:
+                for result in engine.step():
+                    if not result.finished or result.request_id not in waiting:
+                        continue
+                    prompt = waiting.pop(result.request_id)
+                    out = _generation(prompt, result)
+                    done.append(out)
+                    yield out
+                refill()
+                if waiting and not engine.has_unfinished_requests():
+                    raise RuntimeError(
+                        f"the engine finished without {len(waiting)} of its requests"
+                    )
+        finally:
+            if waiting:
+                engine.abort_request(list(waiting))
         if stats is not None:
-            stats.add(
-                GenerationStats(
-                    requests=len(out),
-                    prompt_tokens=sum(g.prompt_tokens for g in out),
-                    output_tokens=sum(g.output_tokens for g in out),
-                    cached_prompt_tokens=sum(g.cached_tokens for g in out),
-                    seconds=seconds,
-                    prefill_seconds=delta.get("vllm:request_prefill_time_seconds", 0.0),
-                    decode_seconds=delta.get("vllm:request_decode_time_seconds", 0.0),
-                    prefix_cache_queries=int(delta.get("vllm:prefix_cache_queries", 0)),
-                    prefix_cache_hits=int(delta.get("vllm:prefix_cache_hits", 0)),
-                    preemptions=int(delta["vllm:num_preemptions"])
-                    if "vllm:num_preemptions" in delta
-                    else None,
-                    calls=1,
-                )
-            )
-        return out
+            stats.add(_run_stats(done, time.perf_counter() - started, before, llm))
 
     def close(self) -> None:
         """Stop the engine and free its KV cache."""
@@ -345,6 +375,38 @@ class VllmGenerator:
             if callable(shutdown):
                 shutdown()
             self._llm = None
+
+
+def _generation(prompt: Prompt, result) -> Generation:  # noqa: ANN001 - a RequestOutput
+    completion = result.outputs[0]
+    return Generation(
+        key=prompt.key,
+        text=completion.text,
+        finish_reason=str(completion.finish_reason or "abort"),
+        prompt_tokens=len(result.prompt_token_ids or []),
+        output_tokens=len(completion.token_ids),
+        cached_tokens=int(result.num_cached_tokens or 0),
+    )
+
+
+def _run_stats(out: list[Generation], seconds: float, before: dict, llm) -> GenerationStats:  # noqa: ANN001
+    """What one call or stream did: its outputs, seconds, and the engine's counters' change
+    since `before` (prefill and decode time, prefix cache, preemptions)."""
+    after = _counter_totals(llm.get_metrics())
+    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    return GenerationStats(
+        requests=len(out),
+        prompt_tokens=sum(g.prompt_tokens for g in out),
+        output_tokens=sum(g.output_tokens for g in out),
+        cached_prompt_tokens=sum(g.cached_tokens for g in out),
+        seconds=seconds,
+        prefill_seconds=delta.get("vllm:request_prefill_time_seconds", 0.0),
+        decode_seconds=delta.get("vllm:request_decode_time_seconds", 0.0),
+        prefix_cache_queries=int(delta.get("vllm:prefix_cache_queries", 0)),
+        prefix_cache_hits=int(delta.get("vllm:prefix_cache_hits", 0)),
+        preemptions=int(delta["vllm:num_preemptions"]) if "vllm:num_preemptions" in delta else None,
+        calls=1,
+    )
 
 
 def chat_token_counts(tokenizer, prompts: list[Prompt]) -> list[int]:

@@ -1,5 +1,5 @@
-"""Stage 4 for chat models, execute: run the prompt plan through a `Generator`, chunk by
-chunk, and stream the outputs to staging.
+"""Stage 4 for chat models, execute: stream the prompt plan through a `Generator` and the
+outputs to staging.
 
 The output holds one row per planned prompt: the raw text, the finish reason, prompt and
 output tokens, whether it is valid (finished and, with a schema, matching it), why not, when
@@ -8,9 +8,12 @@ An invalid or truncated output is kept, so its text can be read, and is also tha
 failure in the summary, with the reason and the finish reason. Prompts the plan refused are
 failures too, with the plan's reason.
 
-Each chunk's outputs are checkpointed when it finishes (`stages.checkpointed`, the skeleton the
-embedding execute writes through too), so a crash regenerates at most the chunk in flight,
-and a retry generates only what no checkpoint holds. An empty plan writes an empty file
+The engine is never drained: the prompts are fed through its request API (`Generator.stream`)
+with up to a chunk of them ahead, refilled as they finish, so no request waits for the
+slowest of a batch (a chunk of 256 prompts waited for its longest answer before). Finished
+outputs are checkpointed every `chunk_size` outputs or `CHECKPOINT_SECONDS`, whichever comes
+first (`stages.checkpointed`, the skeleton the embedding execute writes through too), so a
+crash regenerates at most what no checkpoint holds. An empty plan writes an empty file
 without starting the engine.
 """
 
@@ -142,6 +145,7 @@ class GenerateSummary:
 
 
 PLAN_TOKENS = ["input_hash", "prompt_tokens"]
+CHECKPOINT_SECONDS = 10.0  # at most this long between checkpoints of finished outputs
 
 
 def _planned_chunks(plan_path: StagePath | Path) -> Iterator[list[tuple[Prompt, int]]]:
@@ -184,7 +188,10 @@ def execute_prompts(
                 total_tokens=sum(n for k, n in plan_tokens.items() if k not in resumed),
                 token_unit="prompt tokens",
             )
-            _generate(plan_path, output, get_generator, sampling, schema, resumed, summary, tracker)
+            _generate(
+                plan_path, output, get_generator, sampling, schema, resumed, summary, tracker,
+                every=planned.chunk_size,
+            )  # fmt: skip
         output.finish(summary.record(), plan_path)
     return summary
 
@@ -198,23 +205,46 @@ def _generate(
     done_keys: set[str],
     summary: GenerateSummary,
     progress: Progress,
+    every: int,
+    every_seconds: float = CHECKPOINT_SECONDS,
 ) -> None:
+    """The plan's prompts no checkpoint holds, streamed through the engine (which is kept
+    fed across the plan's chunks), their outputs checkpointed every `every` outputs or
+    `every_seconds`, whichever comes first."""
     progress.start()
     generator = get_generator()
     summary.device, summary.dtype = generator.device, generator.dtype
     progress.working()  # the rate counts from here (and the engine's start is set aside)
-    inside = _ChunkProgress(progress, summary.stats)
-    for chunk in _planned_chunks(plan_path):
-        todo = [(p, n) for p, n in chunk if p.key not in done_keys]
-        if not todo:
-            continue
-        prompts = [p for p, _ in todo]
-        outputs = generator.generate(
-            prompts, sampling, schema, summary.stats, on_finished=inside.chunk(todo)
-        )
+    stats = summary.stats
+    set_aside = stats.load_seconds
+    tokens: dict[str, int] = {}  # the prompt tokens the plan counted, while in flight
+
+    def todo() -> Iterator[Prompt]:
+        for chunk in _planned_chunks(plan_path):
+            for prompt, count in chunk:
+                if prompt.key not in done_keys:
+                    tokens[prompt.key] = count
+                    yield prompt
+
+    pending: list = []
+    last = time.perf_counter()
+
+    def checkpoint() -> None:
+        nonlocal pending, last
         summary.chunks_run += 1
-        output.add(output_rows(outputs, schema, summary))  # and its checkpoint
-        inside.settle()
+        output.add(output_rows(pending, schema, summary))
+        pending, last = [], time.perf_counter()
+
+    for finished in generator.stream(todo(), sampling, schema, stats, window=every):
+        if stats.load_seconds > set_aside:  # the engine started inside the stream
+            progress.set_aside(stats.load_seconds - set_aside)
+            set_aside = stats.load_seconds
+        pending.append(finished)
+        progress.advance(1, tokens.pop(finished.key, 0))
+        if len(pending) >= every or time.perf_counter() - last >= every_seconds:
+            checkpoint()
+    if pending:
+        checkpoint()
     progress.finish()
 
 
@@ -270,44 +300,3 @@ def output_rows(outputs: list, schema: dict | None, summary: GenerateSummary) ->
         if reason is not None:
             summary.failed_inputs[out.key] = reason
     return pa.Table.from_pylist(rows, schema=generations_schema())
-
-
-class _ChunkProgress:
-    """Progress inside a chunk, which the engine runs in one call: its prompts as they
-    finish, each counted at the chunk's mean prompt tokens, made exact when the chunk is
-    written (`settle`). An engine that starts during a call says so in `stats` before its
-    first prompt finishes, and that start is set aside from the rate then."""
-
-    def __init__(self, progress: Progress, stats: GenerationStats) -> None:
-        self.progress = progress
-        self.stats = stats
-        self.load_seconds = stats.load_seconds
-        self.todo: list[tuple[Prompt, int]] = []
-        self.done = self.tokens = 0
-
-    def _set_aside_engine_start(self) -> None:
-        started = self.stats.load_seconds - self.load_seconds
-        if started:
-            self.progress.set_aside(started)
-            self.load_seconds += started
-
-    def chunk(self, todo: list[tuple[Prompt, int]]) -> Callable[[int], None]:
-        """The chunk's `on_finished`."""
-        self.todo, self.done, self.tokens = todo, 0, 0
-        mean = sum(n for _, n in todo) / len(todo)
-
-        def finished(count: int) -> None:
-            self._set_aside_engine_start()
-            count = min(count, len(self.todo) - self.done)
-            tokens = round((self.done + count) * mean) - round(self.done * mean)
-            self.done, self.tokens = self.done + count, self.tokens + tokens
-            self.progress.advance(count, tokens)
-
-        return finished
-
-    def settle(self) -> None:
-        """The chunk is written: its prompts and their planned tokens, all counted."""
-        self._set_aside_engine_start()
-        self.progress.advance(
-            len(self.todo) - self.done, sum(n for _, n in self.todo) - self.tokens
-        )

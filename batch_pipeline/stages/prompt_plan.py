@@ -8,8 +8,9 @@ system part shared). For each prompt the plan
   failure, saying by how much (the engine would refuse it, or cut its output);
 - estimates its KV footprint: (prompt + `max_tokens`) x layers x KV heads x head dim x 2
   (keys and values) x bytes per value;
-- puts it in a chunk of `chunk_size` prompts. Execute checkpoints after each chunk, so a
-  crash regenerates at most one chunk.
+- puts it in a chunk of `chunk_size` prompts. Execute keeps the engine fed across chunks and
+  checkpoints every `chunk_size` finished outputs (or every few seconds), so a crash
+  regenerates at most about one chunk.
 
 The estimated peak KV use is what the `max_num_seqs` largest sequences would hold at once,
 against the configured cache: above 1, the engine will preempt (or queue) sequences.
@@ -87,6 +88,7 @@ class PromptPlanSummary:
     peak_kv_bytes: int = 0  # the max_num_seqs largest footprints together
     kv_cache_bytes: int | None = None
     max_tokens: int = 0
+    chunk_size: int = 256  # prompts per checkpoint, and how many execute keeps fed ahead
 
     @property
     def peak_kv_share(self) -> float | None:
@@ -108,6 +110,7 @@ class PromptPlanSummary:
             "peak_kv_bytes": self.peak_kv_bytes,
             "kv_cache_bytes": self.kv_cache_bytes,
             "max_tokens": self.max_tokens,
+            "chunk_size": self.chunk_size,
         }
 
     def metadata(self) -> dict[str, object]:
@@ -160,6 +163,7 @@ def plan_prompts(
         kv_bytes_per_token=model.kv_bytes_per_token(settings.dtype_bytes),
         kv_cache_bytes=settings.kv_cache_bytes,
         max_tokens=sampling.max_tokens,
+        chunk_size=settings.chunk_size,
     )
     largest: list[int] = []  # a min-heap of the max_num_seqs largest footprints
     with StageWriter(out_path, prompt_plan_schema(), started) as writer:
