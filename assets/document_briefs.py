@@ -187,9 +187,10 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         generation: GenerationResource,
     ) -> dg.MaterializeResult:
         """One output per planned prompt from the chat model on vLLM (continuous batching,
-        prefix caching), constrained to the output schema; each chunk is checkpointed, so a
-        retry generates only what no chunk holds. An invalid or truncated output is kept
-        with its reason and finish reason."""
+        prefix caching), streamed and constrained to the output schema; finished outputs are
+        checkpointed every chunk_size outputs or 10 s, so a retry generates only what no
+        checkpoint holds. An invalid or truncated output is kept with its reason and finish
+        reason."""
         product = _product(context, pipeline, generation)
         partition = product.partition(context.partition_key)
         plan = upstream_path(context, BRIEF_PLAN, partition.staging)

@@ -81,7 +81,8 @@ class GenerationResource(dg.ConfigurableResource):
     chunk_size: int = Field(
         default=256,
         ge=1,
-        description="Prompts per checkpointed chunk: a crash regenerates at most one chunk.",
+        description="Finished outputs per checkpoint (or 10 s, whichever first), and how many "
+        "prompts execute keeps handed to the engine ahead: a crash regenerates at most that.",
     )
     pool: str = Field(
         default="gpu",

@@ -173,7 +173,7 @@ def execute_prompts(
     summary = GenerateSummary(stats=GenerationStats(), device="none", dtype="none")
     summary.failed_inputs.update(planned.refused)
     summary.refused = len(planned.refused)
-    rows = generations_schema()  # one checkpoint per chunk: a crash loses the chunk in flight
+    rows = generations_schema()  # each table `_generate` adds is one checkpoint
     with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
         resumed = output.resume(plan_tokens.keys() & output.done_keys, counted(summary))
         summary.resumed_inputs = len(resumed)
