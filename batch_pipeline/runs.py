@@ -468,6 +468,10 @@ class PartitionedProduct(Protocol):
     """A product with one generation over all its partitions (the ticket days, a
     collection's briefs)."""
 
+    config: PipelineConfig
+    tracking: TrackingStore
+    store: VectorStore
+
     @property
     def name(self) -> str: ...
 
@@ -487,6 +491,13 @@ class ProductPartition(StagedPartition):
     the product's."""
 
     product: PartitionedProduct
+
+    def __init__(self, product: PartitionedProduct, partition: str) -> None:
+        """A partition (Dagster key `partition`) of `product`, on its configuration and
+        stores."""
+        self.product = product
+        self.partition = partition
+        self.config, self.tracking, self.store = product.config, product.tracking, product.store
 
     @property
     def staging_key(self) -> str:

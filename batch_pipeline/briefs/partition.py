@@ -32,11 +32,7 @@ class BriefPartition(ProductPartition):
     unit = DOCUMENTS
 
     def __init__(self, product: "BriefProduct", partition: str) -> None:
-        self.product = product
-        self.config = product.config
-        self.tracking = product.tracking
-        self.store = product.store
-        self.partition = partition
+        super().__init__(product, partition)
         self.documents = product.documents_for(partition)
         self.staging = self.documents.staging
 

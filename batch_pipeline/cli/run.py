@@ -87,19 +87,8 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         return _held_deletions(landed, "ticket_intents")
     pipeline = ctx.pipeline(args.collection) if args.collection else ctx.partition(args.partition)
     run_id = args.run_id or str(uuid.uuid4())
-    progress, interval = _progress_sink(sys.stderr)
     runners = ctx.runners(args)  # one load: execute and the review share the model
-    summaries = pipeline.run(
-        run_id,
-        lambda: runners(pipeline.model),
-        options=_execute_options(args),
-        doc_ids=args.doc_ids,
-        trigger=args.trigger,
-        allow_mass_delete=args.allow_mass_delete,
-        progress=progress,
-        progress_interval=interval,
-        on_wait=lambda holder: _on_wait(holder, pipeline.partition),
-    )
+    summaries = _run_partition(pipeline, run_id, runners, args)
     review = pipeline.review(runners)
     stages = {stage.name: summaries[stage.name].metadata() for stage in STAGES}
     # the key's old name, for scripts that read it, until the next release (CHANGELOG.md)
@@ -144,19 +133,8 @@ def _run_declared(ctx: CommandContext, args: argparse.Namespace) -> int:
     product = product_for_partition(kind, ctx.product_env(args), key)
     partition = product.partition(key)
     run_id = args.run_id or str(uuid.uuid4())
-    progress, interval = _progress_sink(sys.stderr)
     runners = ctx.runners(args)  # loaded only if the product's executor runs a model
-    summaries = partition.run(
-        run_id,
-        lambda: runners(partition.model),
-        options=_execute_options(args),
-        doc_ids=args.doc_ids,
-        trigger=args.trigger,
-        allow_mass_delete=args.allow_mass_delete,
-        progress=progress,
-        progress_interval=interval,
-        on_wait=lambda holder: _on_wait(holder, partition.partition),
-    )
+    summaries = _run_partition(partition, run_id, runners, args)
     review = product.review(runners)
     land = partition.stages[-1]
     landed = summaries[land.name]
@@ -182,6 +160,23 @@ def _run_declared(ctx: CommandContext, args: argparse.Namespace) -> int:
         print(f"run {run_id} of {product.name}: {counts}")
         print(f"  generation {review.generation}: {review.decision} ({review.reason})")
     return _held_deletions(landed, land.asset)
+
+
+def _run_partition(partition, run_id: str, runners, args: argparse.Namespace) -> dict:  # noqa: ANN001
+    """A partition's five stages as `run`'s flags ask, with progress on stderr and a line
+    while another run holds the partition; the stages' summaries."""
+    progress, interval = _progress_sink(sys.stderr)
+    return partition.run(
+        run_id,
+        lambda: runners(partition.model),
+        options=_execute_options(args),
+        doc_ids=args.doc_ids,
+        trigger=args.trigger,
+        allow_mass_delete=args.allow_mass_delete,
+        progress=progress,
+        progress_interval=interval,
+        on_wait=lambda holder: _on_wait(holder, partition.partition),
+    )
 
 
 HELD_DELETIONS_EXIT = 3

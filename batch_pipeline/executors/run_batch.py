@@ -23,7 +23,8 @@ from pathlib import Path
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.executors.batch_file import read_results, write_request_files
-from batch_pipeline.inference.generator import GenerationStats, Generator, Sampling
+from batch_pipeline.executors.generation import GenerationExecutor
+from batch_pipeline.inference.generator import GenerationStats, Generator
 from batch_pipeline.inference.vllm_generator import ENGINE_SEED, STRUCTURED_OUTPUTS
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -36,9 +37,6 @@ from batch_pipeline.stages.generate import (
     planned_prompts,
 )
 from batch_pipeline.stages.prompt_plan import (
-    PromptPlanSettings,
-    PromptPlanSummary,
-    plan_prompts,
     plan_record,
 )
 from batch_pipeline.state.staging import StagePath
@@ -83,19 +81,10 @@ def run_batch_environment(generator) -> dict[str, str]:  # noqa: ANN001
 
 
 @dataclass(frozen=True)
-class RunBatchExecutor:
+class RunBatchExecutor(GenerationExecutor):
     """Generates through `vllm run-batch` with `generator`'s model and engine settings (a
-    `VllmGenerator`: it also counts the plan's tokens), under `sampling`, held to `schema`."""
-
-    generator: Generator
-    sampling: Sampling
-    schema: dict | None
-    settings: PromptPlanSettings
-
-    def plan(
-        self, prepared: StagePath, out: StagePath, options: ExecuteOptions
-    ) -> PromptPlanSummary:
-        return plan_prompts(prepared, out, self.generator, self.sampling, self.settings)
+    `VllmGenerator`), under `sampling`, held to `schema`; its plan is the in-process
+    executor's."""
 
     def execute(
         self,

@@ -45,11 +45,9 @@ class DayPartition(ProductPartition):
     unit = TICKETS
 
     def __init__(self, product: "TicketProduct", day: date) -> None:
-        self.product = product
+        super().__init__(product, day.isoformat())
         self.day = day
-        self.partition = day.isoformat()
-        self.config, self.tracking = product.config, product.tracking
-        self.store, self.staging = product.store, product.staging
+        self.staging = product.staging
 
     @property
     def stages(self) -> tuple[Stage, ...]:

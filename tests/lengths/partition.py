@@ -78,11 +78,7 @@ class LengthPartition(ProductPartition):
     unit = DOCUMENTS
 
     def __init__(self, product: "LengthProduct", partition: str) -> None:
-        self.product = product
-        self.config = product.config
-        self.tracking = product.tracking
-        self.store = product.store
-        self.partition = partition
+        super().__init__(product, partition)
         self.documents = product.documents_for(partition)
         self.staging = self.documents.staging
 
