@@ -21,12 +21,16 @@ second-guessed: it only narrows the candidates.
 
 import hashlib
 import json
+import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "calibration.json"  # under the state folder (BATCH_PIPELINE_HOME)
 SAMPLE_INPUTS = 16  # median-length inputs of the run, one batch...
@@ -231,7 +235,10 @@ def decide(
 
 class CalibrationCache:
     """Measurements by machine, torch and OpenVINO versions, model and threads, in one JSON
-    file."""
+    file. An entry is used only if it is a well-formed measurement of exactly the paths the
+    caller measures (`get`'s `candidates`): a hand-edited or foreign file (a list, an extra
+    key, a `cuda/float16` entry on a CPU, an `openvino/int4` path) is measured again, with a
+    warning naming the file, instead of a traceback, a false decision or a refused run."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -244,15 +251,37 @@ class CalibrationCache:
         if self.path is None or not self.path.is_file():
             return {}
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
+            entries = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}  # a torn or foreign file: measure again
+        if not isinstance(entries, dict):
+            self._distrust("it is not a mapping of entries")
+            return {}
+        return entries
 
-    def get(self, key: str) -> tuple[Measurement, ...] | None:
+    def _distrust(self, why: str) -> None:
+        log.warning(f"{self.path}: {why}; measuring again (the file is rewritten)")
+
+    def get(
+        self, key: str, candidates: Iterable[Candidate] | None = None
+    ) -> tuple[Measurement, ...] | None:
+        """The measurements cached under `key`, or None: none there, or one that does not
+        fit (not a measurement, or not of exactly `candidates`)."""
         entry = self._entries().get(key)
         if not entry:
             return None
-        return tuple(Measurement(**m) for m in entry["measurements"])
+        try:
+            if not isinstance(entry, dict) or not isinstance(entry.get("measurements"), list):
+                raise ValueError("no list of measurements")
+            measured = tuple(_measurement(m) for m in entry["measurements"])
+        except (TypeError, ValueError) as error:
+            self._distrust(f"entry {key} is not a measurement ({error})")
+            return None
+        if candidates is not None and {m.candidate for m in measured} != set(candidates):
+            found = ", ".join(sorted(label(*m.candidate) for m in measured))
+            self._distrust(f"entry {key} measured {found}, not the paths this run may take")
+            return None
+        return measured
 
     def put(self, key: str, measurements: tuple[Measurement, ...], about: dict) -> None:
         if self.path is None:
@@ -263,6 +292,30 @@ class CalibrationCache:
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(json.dumps(entries, indent=2, sort_keys=True), encoding="utf-8")
         temporary.replace(self.path)
+
+
+MEASUREMENT_FIELDS = frozenset(Measurement.__dataclass_fields__)
+
+
+def _measurement(value: object) -> Measurement:
+    """One cached measurement, checked: its fields, their types and ranges (a ValueError
+    saying what is wrong otherwise)."""
+    if not isinstance(value, dict):
+        raise ValueError("a measurement is not a mapping")
+    unknown = sorted(set(value) - MEASUREMENT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}")
+    m = Measurement(**value)  # a missing field is a TypeError
+    number = (int, float)
+    if not (isinstance(m.dtype, str) and isinstance(m.backend, str)):
+        raise ValueError("dtype and backend must be names")
+    if not (isinstance(m.seconds, number) and math.isfinite(m.seconds) and m.seconds > 0):
+        raise ValueError(f"seconds {m.seconds!r} is not a positive time")
+    if not (isinstance(m.inputs, int) and not isinstance(m.inputs, bool) and m.inputs > 0):
+        raise ValueError(f"inputs {m.inputs!r} is not a positive count")
+    if not (isinstance(m.min_cosine, number) and -1.0 <= m.min_cosine <= 1.0):
+        raise ValueError(f"min_cosine {m.min_cosine!r} is not a cosine")
+    return m
 
 
 def cpuinfo(field: str) -> list[str]:

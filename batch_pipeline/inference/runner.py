@@ -282,7 +282,7 @@ class EmbeddingRunner:
             about["openvino"] = openvino_version()
         started, exported_before = time.perf_counter(), self.export_seconds
         key = self.calibration_cache.key(**about)
-        measured = self.calibration_cache.get(key)
+        measured = self.calibration_cache.get(key, self._candidates)
         cached = measured is not None
         if measured is None:
             sample = median_sample(texts, self.token_counts(texts), budget=SAMPLE_TOKENS)

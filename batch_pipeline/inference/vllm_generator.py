@@ -120,7 +120,7 @@ def pick_generation_dtype(
         threads=torch.get_num_threads(),
         width=width,
     )
-    measured = cache.get(key)
+    measured = cache.get(key, [("torch", "float32"), ("torch", "bfloat16")])
     if measured is None:
         from batch_pipeline.inference.calibration import Measurement
 
