@@ -2,8 +2,9 @@
 
 The input is the collection's own collect output (`source_documents`): every document with its
 status and content hash. A document's brief is stale if and only if its staleness key, the
-hash of its content hash and the generation's fingerprint (prompt version, schema version,
-sampling, document budget, model fingerprint), differs from the key its brief landed under.
+hash of its doc id, its content hash and the generation's fingerprint (prompt version, schema
+version, sampling, document budget, model fingerprint), differs from the key its brief landed
+under. The doc id is in the key so two documents with the same content never share one.
 
 For each stale document the prompt is rendered: the template's shared system part, and its
 document part with `$title`, `$doc_id` and `$text`, the text cut at `document_tokens` tokens
@@ -23,6 +24,7 @@ once more, each range of rows meeting one bucket of them, to write the prompts i
 """
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -70,9 +72,12 @@ class ReadDocument:
 Reader = Callable[[list[str]], Iterator[ReadDocument]]
 
 
-def brief_key(content_hash: str, fingerprint: str) -> str:
-    """A brief is regenerated if and only if this key changed."""
-    return hashlib.sha256(f"{content_hash}:{fingerprint}".encode()).hexdigest()
+def brief_key(doc_id: str, content_hash: str, fingerprint: str) -> str:
+    """A brief is regenerated if and only if this key changed. It is the document's and its
+    content's: two documents with the same content (or whose prompt differs only by
+    `$doc_id`) have briefs of their own, each landed under its own key."""
+    payload = json.dumps([doc_id, content_hash, fingerprint])
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def brief_prompts_schema() -> pa.Schema:
@@ -153,7 +158,7 @@ def prepare_briefs(
                 user = template.render(title=title or doc_id, doc_id=doc_id, text=body)
                 writer.write(
                     {
-                        "input_hash": brief_key(digest, fingerprint),
+                        "input_hash": brief_key(doc_id, digest, fingerprint),
                         "system": template.system,
                         "user": user,
                         "doc_id": doc_id,
@@ -200,9 +205,12 @@ def _stale_rows(
     keyed = ["doc_id", "status", "content_hash"]  # no text: a big batch is a few MiB
     for batch in read_batches(collected_path, keyed, batch_rows=KEY_BATCH):
         ids, statuses = batch["doc_id"].to_pylist(), batch["status"].to_pylist()
+        digests = batch["content_hash"].to_pylist()
         keys = [
-            brief_key(digest, fingerprint) if status in LIVE and digest is not None else None
-            for status, digest in zip(statuses, batch["content_hash"].to_pylist(), strict=True)
+            brief_key(doc_id, digest, fingerprint)
+            if status in LIVE and digest is not None
+            else None
+            for doc_id, status, digest in zip(ids, statuses, digests, strict=True)
         ]
         rows = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
         table = pa.table({"row": rows, "doc_id": ids, "status": statuses, "key": keys})

@@ -43,13 +43,13 @@ ROWS = [
     doc("j.md", DELETED) | {"content_hash": None},  # deleted, never briefed: nothing to do
 ]
 LANDED = {
-    "b.md": brief_key("h-b.md", FINGERPRINT),
+    "b.md": brief_key("b.md", "h-b.md", FINGERPRINT),
     "d.md": "old",
     "e.md": "old",
     "g.md": "old",
     "gone.md": "old",  # a brief whose document collect no longer lists
 }
-FAILED_BEFORE = {"f.md": brief_key("h-f.md", FINGERPRINT)}
+FAILED_BEFORE = {"f.md": brief_key("f.md", "h-f.md", FINGERPRINT)}
 
 
 def read(ids: list[str]):
@@ -85,7 +85,7 @@ def test_the_stale_documents_prompts_come_out_in_collect_order(tmp_path):
     assert [p["doc_id"] for p in prompts] == ["a.md", "g.md", "i.md", "c.md"]  # read c last
     by_doc = {p["doc_id"]: p for p in prompts}
     assert by_doc["c.md"]["title"] == "C.MD" and "read c.md" in by_doc["c.md"]["user"]
-    assert by_doc["g.md"]["input_hash"] == brief_key("h-g.md", FINGERPRINT)
+    assert by_doc["g.md"]["input_hash"] == brief_key("g.md", "h-g.md", FINGERPRINT)
     assert (summary.documents, summary.stale, summary.fresh) == (10, 4, 1)
     assert (summary.failed_before, summary.read_here) == (1, 1)
     assert summary.unreadable == {"h.md": "unreadable: gone"}

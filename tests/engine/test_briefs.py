@@ -281,3 +281,22 @@ def test_a_rerun_with_nothing_changed_does_not_promote_a_generation_lacking_brie
     review = product.review(lambda model: pytest.fail("no live index"))
     assert review.decision == "refused" and "1 of 3 documents have no valid brief" in review.reason
     assert product.record().documents == 3 and product.record().rows == 2
+
+
+def test_two_documents_with_the_same_content_each_get_their_own_brief(briefs_workspace):
+    """The staleness key is the document's and its content's: a.md and b.md, identical,
+    each land their own brief, rendered with their own `$doc_id` (the key was the content's
+    alone, and the table held b.md's brief twice and none of a.md, while it counted
+    complete)."""
+    docs = briefs_workspace["docs"]
+    (docs / "a.md").write_text("# Same\n\nThe same words in two places.\n")
+    (docs / "b.md").write_text("# Same\n\nThe same words in two places.\n")
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    rows = {r["doc_id"]: r for r in product.briefs.rows(product.index)}
+    assert sorted(rows) == ["a.md", "account/reset-password.md", "b.md", "notes.txt", "refunds.md"]
+    assert rows["a.md"]["content_hash"] == rows["b.md"]["content_hash"]
+    assert rows["a.md"]["input_hash"] != rows["b.md"]["input_hash"]
+    assert product.store.count_rows(product.index) == 5
+    again = run(product_of(briefs_workspace), "run-2")
+    assert again["execute"].stats.requests == 0  # each under its own key, nothing stale
