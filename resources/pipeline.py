@@ -49,6 +49,9 @@ class PipelineResource(dg.ConfigurableResource):
     _storage: StorageLocations = PrivateAttr()
     _tracking: TrackingStore = PrivateAttr()
     _store: VectorStore = PrivateAttr()
+    # the run's briefs, opened once: their prompt, schema and fingerprint are read at the run's
+    # first step and pinned for the rest (the code location runs a run's steps in one process)
+    _briefs: dict = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._config = load_config(self.config_path)
@@ -90,8 +93,13 @@ class PipelineResource(dg.ConfigurableResource):
         executor: str = DEFAULT_EXECUTOR,
     ) -> BriefProduct:
         """A collection's document briefs, generating with `generator` (the generation
-        resource's); its documents are read as the collection's own partitions read them."""
-        return brief_product(
+        resource's); its documents are read as the collection's own partitions read them.
+        Opened once per run and collection: a prompt or schema edited while a run goes on
+        is the next run's, so the run's briefs land in the generation, and with the prompt
+        version, they were rendered for."""
+        if collection in self._briefs:
+            return self._briefs[collection]
+        self._briefs[collection] = product = brief_product(
             self._config,
             self._storage,
             collection,
@@ -102,6 +110,8 @@ class PipelineResource(dg.ConfigurableResource):
             plan_settings,
             executor=executor,
         )
+        product.fingerprint  # noqa: B018 - read now: the prompt, schema and model, pinned
+        return product
 
     def product_env(self, s3: S3Resource | None = None) -> ProductEnv:
         """What opening any product takes (`ProductKind.open`): the configuration, the stores,

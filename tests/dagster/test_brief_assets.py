@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from batch_pipeline.inference.fake import FakeGenerator
 from resources.testing import FakeGenerationResource, FakeInferenceResource
 from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
 
@@ -197,3 +198,63 @@ def test_the_nightly_run_forces_the_briefs_review_and_an_empty_source_holds_thei
             if c.check_name == "no_mass_deletion_held" and c.asset_key.path == ["document_briefs"]
         ]
         assert not held.passed
+
+
+class PromptEditingGenerator(FakeGenerator):
+    """FAKE generator that edits the prompt file as execute starts generating, as an
+    operator's edit lands in the middle of a run."""
+
+    def __init__(self, prompt: Path, model) -> None:  # noqa: ANN001
+        super().__init__(model)
+        self.prompt = prompt
+
+    def stream(self, prompts, sampling, schema=None, stats=None, window=256):  # noqa: ANN001, ANN201
+        if "edited" not in self.prompt.read_text():
+            self.prompt.write_text(self.prompt.read_text().replace("Article:", "edited Article:"))
+        return super().stream(prompts, sampling, schema, stats, window)
+
+
+class PromptEditingResource(FakeGenerationResource):
+    prompt_path: str
+
+    def generator(self) -> FakeGenerator:  # type: ignore[override]
+        if self._fake is None:
+            self._fake = PromptEditingGenerator(Path(self.prompt_path), self.chat_model())
+        return self._fake
+
+
+def test_a_prompt_edited_during_a_run_is_the_next_run_s(briefs_workspace):
+    """A run pins its briefs' prompt, schema and fingerprint at its first step: a prompt edited
+    while it generates does not relabel what it renders (the old prompt's briefs landed in
+    the new prompt's generation, under the new prompt_version); the next run builds the new
+    prompt's generation."""
+    from batch_pipeline.definitions import build_definitions
+
+    prompt = briefs_workspace["root"] / "prompt.yaml"
+    before = briefs_workspace["root"] / "prompt.before.yaml"
+    shutil.copy(prompt, before)
+    defs = build_definitions(briefs_workspace["config"])
+    resources = {
+        **stage_resources(briefs_workspace),
+        "inference": FakeInferenceResource(device="cpu"),
+        "generation": PromptEditingResource(prompt_path=str(prompt)),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.get_assets_def(name) for name in (*STAGE_ASSETS, *BRIEF_ASSETS)],
+            partition_key="handbook",
+            instance=instance,
+            resources=resources,
+        )
+        assert result.success
+        assert "edited" in prompt.read_text()  # the edit happened mid-run
+        land = metadata_of(result, "document_briefs")
+        prepared = metadata_of(result, "brief_prompts")
+    from batch_pipeline.config import BRIEF_PLACEHOLDERS
+    from batch_pipeline.config.prompt import load_prompt
+
+    old_version = load_prompt(before, BRIEF_PLACEHOLDERS).version
+    new_version = load_prompt(prompt, BRIEF_PLACEHOLDERS).version
+    assert old_version != new_version
+    assert land["prompt_version"] == old_version  # what the run rendered and landed
+    assert land["briefs_landed"] == 3 and prepared["briefs_stale"] == 3
