@@ -2,9 +2,12 @@
 of `LAND_GROUP` briefs (the last with the deletions), so memory holds one group. Deletions
 the run frame's mass-deletion guard holds back are not applied: those briefs stay.
 
-An output that is invalid (not finished, not JSON, not the schema) or was refused by the plan
-is that document's failure; its landed brief, if any, stays, and since its key did not move
-the next run tries it again.
+An output that is invalid (not finished, not JSON, not the schema) is that document's failure
+under its key: greedy decoding would give it again, so it is tried again only once its key
+moves. A prompt the plan refused (`max_model_len`) or the engine refused is the engine's or
+its settings' failure, not the document's: it is recorded without its key, and the next run
+tries it again (after the setting is raised, it is generated). A landed brief stays either
+way.
 """
 
 from collections.abc import Callable
@@ -125,11 +128,16 @@ def land_briefs(
                 **brief_fields(out["text"], output),
             }
         )
-    for key, reason in (stage_summary(executed_path).get("failed") or {}).items():
+    executed = stage_summary(executed_path)
+    for key, reason in (executed.get("failed") or {}).items():
         doc = documents.get(key)  # refused by the plan: no output row
         if doc is not None:
             summary.failed.setdefault(doc["doc_id"], reason)
             summary.failed_keys.setdefault(doc["doc_id"], key)
+    for key in executed.get("not_the_inputs") or ():  # the engine's or a setting's fault:
+        doc = documents.get(key)  # recorded without its key, so the next run tries again
+        if doc is not None:
+            summary.failed_keys.pop(doc["doc_id"], None)
     commit(deleted)  # the last group, with the deletions
     summary.deleted_ids = deleted
     return summary

@@ -125,6 +125,27 @@ def _unenforced(prop: dict) -> str | None:
     return None
 
 
+REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _reference(value: object, at: str = "#") -> str | None:
+    """Where the schema uses a reference (`$ref` and its kin), as a JSON pointer; None when
+    it uses none."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key in REFERENCES:
+                return f"{key} at {at}"
+            found = _reference(inner, f"{at}/{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            found = _reference(inner, f"{at}/{index}")
+            if found is not None:
+                return found
+    return None
+
+
 def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> OutputSchema:
     """Read and check a schema file; an `OutputSchemaError` names what is wrong. Properties
     may not take a `reserved` name (a column every row has)."""
@@ -149,6 +170,12 @@ def load_output_schema(path: Path, reserved: frozenset[str] = frozenset()) -> Ou
         raise OutputSchemaError(f"{path.name} must describe one object with `properties`")
     if not schema["properties"]:
         raise OutputSchemaError(f"{path.name} has no properties")
+    where = _reference(schema)
+    if where is not None:
+        raise OutputSchemaError(
+            f"{path.name}: a reference ({where}) is not taken: the schema must spell out every "
+            "property (a reference loop is refused by the engine for every document)"
+        )
     reason = _unenforced(schema)
     if reason:
         raise OutputSchemaError(f"{path.name}: {reason}")

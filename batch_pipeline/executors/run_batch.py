@@ -104,6 +104,7 @@ class RunBatchExecutor(GenerationExecutor):
         summary = GenerateSummary(GenerationStats(), settings.device, settings.dtype)
         summary.failed_inputs.update(record.refused)
         summary.refused = len(record.refused)
+        summary.not_the_inputs.update(record.refused)
         rows = generations_schema()
         with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
             prompts = list(planned_prompts(planned))

@@ -66,6 +66,9 @@ class GenerateSummary:
     valid: int = 0  # of those, valid
     resumed_inputs: int = 0
     chunks_run: int = 0
+    # of the failures, the engine's or its settings' (the plan's refusals, a request the
+    # engine refused), not the input's: land records them so that the next run tries again
+    not_the_inputs: set[str] = field(default_factory=set)
 
     @property
     def valid_share(self) -> float | None:
@@ -91,6 +94,7 @@ class GenerateSummary:
             "fixed_seconds": s.load_seconds,
             "inputs_failed": len(self.failed_inputs),
             "failed": self.failed_inputs,  # input_hash -> reason, refused ones included
+            "not_the_inputs": sorted(self.not_the_inputs),
             "inputs_resumed": self.resumed_inputs,
             "outputs_valid": self.valid,
             "valid_share": self.valid_share,
@@ -173,6 +177,7 @@ def execute_prompts(
     summary = GenerateSummary(stats=GenerationStats(), device="none", dtype="none")
     summary.failed_inputs.update(planned.refused)
     summary.refused = len(planned.refused)
+    summary.not_the_inputs.update(planned.refused)  # max_model_len is a setting
     rows = generations_schema()  # each table `_generate` adds is one checkpoint
     with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
         resumed = output.resume(plan_tokens.keys() & output.done_keys, counted(summary))
@@ -277,6 +282,7 @@ def output_rows(outputs: list, schema: dict | None, summary: GenerateSummary) ->
         refused = getattr(out, "error", None)
         if refused is not None:
             text, finish, reason, valid = "", "error", f"refused by the engine: {refused}", False
+            summary.not_the_inputs.add(out.key)
         else:
             text, finish = out.text, out.finish_reason or "unknown"
             checked = check_output(text, finish, schema)

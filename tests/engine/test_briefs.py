@@ -38,20 +38,27 @@ def briefs_workspace(tmp_path):
     return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
 
 
-def product_of(ws, generator=None):
+def product_args(ws, generator=None) -> tuple:  # noqa: ANN001
+    """BriefProduct's first five arguments over the workspace, and its stores."""
     config = load_config(ws["config"])
     storage = resolve_storage(str(ws["home"]))
     tracking = TrackingStore(storage.tracking_url)
     store = VectorStore(storage.lancedb_uri)
-    return BriefProduct(
+    documents = lambda key: IndexPartition(config, storage, key, tracking, store)  # noqa: E731
+    return (
         config,
         storage,
         "handbook",
         generator or FakeGenerator(),
-        lambda key: IndexPartition(config, storage, key, tracking, store),
-        tracking=tracking,
-        store=store,
+        documents,
+        None,
+        tracking,
+        store,
     )
+
+
+def product_of(ws, generator=None):
+    return BriefProduct(*product_args(ws, generator))
 
 
 def run(product, run_id, generator=None):
@@ -300,3 +307,27 @@ def test_two_documents_with_the_same_content_each_get_their_own_brief(briefs_wor
     assert product.store.count_rows(product.index) == 5
     again = run(product_of(briefs_workspace), "run-2")
     assert again["execute"].stats.requests == 0  # each under its own key, nothing stale
+
+
+def test_a_prompt_refused_by_an_engine_setting_is_generated_once_the_setting_is_raised(
+    briefs_workspace,
+):
+    """A refusal for `max_model_len` is the engine setting's failure, not the document's: it
+    is listed with its reason, not tied to the document's key, and once the setting is raised
+    the next run generates it (it was never tried again)."""
+    from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+
+    config, storage, name, generator, documents, _, tracking, store = product_args(briefs_workspace)
+    settings = PromptPlanSettings(max_model_len=300)
+    tight = BriefProduct(config, storage, name, generator, documents, settings, tracking, store)
+    first = run(tight, "run-1")["land"]
+    assert len(first.failed) == 3 and all("max_model_len" in r for r in first.failed.values())
+    assert first.failed_keys == {}  # the setting's, not the documents'
+    failures = tight.tracking.failures_by_doc(tight.index)
+    assert len(failures) == 3 and not any(f.get("content_hash") for f in failures.values())
+
+    roomy = product_of(briefs_workspace)  # max_model_len back to its default
+    assert roomy.fingerprint == tight.fingerprint  # an engine setting: the same generation
+    second = run(roomy, "run-2")
+    assert second["execute"].stats.requests == 3 and second["land"].failed == {}
+    assert len(roomy.briefs.rows(roomy.index)) == 3

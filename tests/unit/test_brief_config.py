@@ -247,3 +247,20 @@ def test_a_pipeline_file_nested_too_deeply_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML") as raised:
         load_config(config)
     assert "s3cr3t" not in str(raised.value)
+
+
+def test_a_schema_with_a_reference_loop_fails_at_load_naming_it(tmp_path):
+    """A `$ref` loop passed load, and then the engine refused it for every document, each
+    recorded as its own invalid output and never retried: now the load refuses it."""
+    looped = {
+        **SCHEMA,
+        "$defs": {"node": {"type": "string", "$ref": "#/$defs/node"}},
+        "properties": {
+            **SCHEMA["properties"],
+            "summary": {"type": "string", "$ref": "#/$defs/node"},
+        },
+    }
+    with pytest.raises(
+        ConfigError, match=r"a reference \(\$ref at #/properties/summary\) is not taken"
+    ):
+        briefs_of(workspace(tmp_path, schema=looped))
