@@ -97,6 +97,31 @@ def test_a_configuration_declares_the_kind_and_a_bad_section_fails_at_load(tmp_p
         load_config(tmp_path / "pipeline.yaml")
 
 
+def test_a_declared_kind_cannot_take_a_built_in_kind_s_name_or_a_product_s(tmp_path, monkeypatch):
+    import dataclasses
+
+    from tests.lengths import kind as lengths_kind
+
+    text = write_workspace(tmp_path).read_text()
+    monkeypatch.setattr(
+        lengths_kind, "AS_INDEX", dataclasses.replace(lengths_kind.LENGTHS, name="index"),
+        raising=False,
+    )  # fmt: skip
+    (tmp_path / "pipeline.yaml").write_text(
+        text.replace("  lengths:\n", "  index:\n").replace(":LENGTHS", ":AS_INDEX")
+    )
+    with pytest.raises(ConfigError, match="products.index: 'index' is a built-in kind's name"):
+        kinds_for(load_config(tmp_path / "pipeline.yaml"))
+    # a collection named as the product would be: the names key their generations
+    (tmp_path / "pipeline.yaml").write_text(
+        text.replace("- name: handbook\n", "- name: handbook\n"
+                     '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+                     "  - name: handbook_lengths\n", 1)
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="'handbook_lengths' would name a product of kind"):
+        configured_products(load_config(tmp_path / "pipeline.yaml"), None, None, None)
+
+
 def test_every_command_covers_the_declared_product(tmp_path, capsys):
     write_workspace(tmp_path)
     (tmp_path / "docs" / "empty.md").write_text("")  # an input the product fails on
