@@ -24,7 +24,7 @@ from pathlib import Path
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.executors.batch_file import read_results, write_request_files
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.inference.generator import GenerationStats, Generator
+from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import ENGINE_SEED, STRUCTURED_OUTPUTS
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -35,11 +35,12 @@ from batch_pipeline.stages.generate import (
     generations_schema,
     output_rows,
     planned_prompts,
+    summary_of_plan,
 )
 from batch_pipeline.stages.prompt_plan import (
     plan_record,
 )
-from batch_pipeline.state.staging import StagePath
+from batch_pipeline.state.staging import StagePath, read_table
 
 RUN_BATCH = [sys.executable, "-m", "vllm.entrypoints.openai.run_batch"]
 TAIL_LINES = 12  # of a failed run-batch's output, in the error
@@ -101,21 +102,18 @@ class RunBatchExecutor(GenerationExecutor):
         started = time.perf_counter()
         record = plan_record(planned)
         settings = self.generator.settings
-        summary = GenerateSummary(GenerationStats(), settings.device, settings.dtype)
-        summary.failed_inputs.update(record.refused)
-        summary.refused = len(record.refused)
-        summary.not_the_inputs.update(record.refused)
+        summary = summary_of_plan(record, settings.device, settings.dtype)
         rows = generations_schema()
         with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
-            prompts = list(planned_prompts(planned))
-            resumed = output.resume({p.key for p in prompts} & output.done_keys, counted(summary))
+            keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())
+            resumed = output.resume(keys & output.done_keys, counted(summary))
             summary.resumed_inputs = len(resumed)
-            todo = [p for p in prompts if p.key not in resumed]
-            if todo:
-                tracker = Progress(EXECUTE.name, len(todo), progress, unit="prompts",
-                                   interval=progress_interval)  # fmt: skip
+            if record.prompts > len(resumed):
+                tracker = Progress(EXECUTE.name, record.prompts - len(resumed), progress,
+                                   unit="prompts", interval=progress_interval)  # fmt: skip
                 tracker.start()
                 tracker.working()
+                todo = (p for p in planned_prompts(planned) if p.key not in resumed)  # streamed
                 with tempfile.TemporaryDirectory(prefix="run-batch-") as work:
                     files = write_request_files(
                         todo, Path(work), self.generator.model.name, self.sampling, self.schema

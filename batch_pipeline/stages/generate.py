@@ -35,7 +35,7 @@ from batch_pipeline.inference.generator import (
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
-from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, plan_record
+from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, PromptPlanSummary, plan_record
 from batch_pipeline.state.staging import StagePath, read_groups, read_table
 
 
@@ -174,10 +174,7 @@ def execute_prompts(
     plan_tokens = dict(  # each planned prompt's tokens, by its input
         zip(*(c.to_pylist() for c in read_table(plan_path, PLAN_TOKENS).columns), strict=True)
     )
-    summary = GenerateSummary(stats=GenerationStats(), device="none", dtype="none")
-    summary.failed_inputs.update(planned.refused)
-    summary.refused = len(planned.refused)
-    summary.not_the_inputs.update(planned.refused)  # max_model_len is a setting
+    summary = summary_of_plan(planned)
     rows = generations_schema()  # each table `_generate` adds is one checkpoint
     with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
         resumed = output.resume(plan_tokens.keys() & output.done_keys, counted(summary))
@@ -251,6 +248,18 @@ def _generate(
     if pending:
         checkpoint()
     progress.finish()
+
+
+def summary_of_plan(
+    planned: PromptPlanSummary, device: str = "none", dtype: str = "none"
+) -> GenerateSummary:
+    """An execute's summary as its plan starts it: the prompts the plan refused are failures,
+    of an engine setting (`max_model_len`) and not of their inputs."""
+    summary = GenerateSummary(stats=GenerationStats(), device=device, dtype=dtype)
+    summary.failed_inputs.update(planned.refused)
+    summary.refused = len(planned.refused)
+    summary.not_the_inputs.update(planned.refused)
+    return summary
 
 
 def counted(summary: GenerateSummary) -> Callable[[pa.Table], None]:
