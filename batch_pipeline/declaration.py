@@ -109,8 +109,8 @@ class ProductFace:
 
 class CollectionDocuments(Protocol):
     """What a product over a collection's documents takes of one of its partitions: its
-    source, its collect (the vector index's, handed in: no product imports another) and its
-    staging area."""
+    source, its collect (the vector index's, handed in: no product imports another), its
+    staging area, and which documents are its own (a shard holds a share)."""
 
     staging: StagingArea
 
@@ -118,6 +118,10 @@ class CollectionDocuments(Protocol):
     def source(self) -> DocumentSource: ...
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput: ...
+
+    def owns(self, doc_id: str) -> bool:
+        """Whether a document belongs to this partition (always, unless it is one shard)."""
+        ...
 
 
 @dataclass(frozen=True)

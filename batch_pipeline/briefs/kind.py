@@ -42,8 +42,10 @@ class DocumentBriefs(ProductFace):
     engine: BriefProduct
 
     def run_groups(self) -> list[list[str]]:
-        """The collection's partition: the briefs run on it."""
-        return [[self.engine.collection_name]]
+        """The collection's partitions, one group: the briefs run on the collection, or on
+        each of its shards."""
+        engine = self.engine
+        return [list(dict.fromkeys([engine.collection_name, *engine.collection.partition_keys()]))]
 
     def status(self) -> dict[str, object]:
         return report.product_status(self.engine)

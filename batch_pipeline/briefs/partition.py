@@ -1,8 +1,11 @@
 """One partition of the briefs product, as the run frame runs it (`BriefPartition`): its stages, its
 land inside the frame, and where its runs are recorded."""
 
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from batch_pipeline.briefs import BRIEF_STAGES
 from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
@@ -20,10 +23,17 @@ from batch_pipeline.runs import (
 from batch_pipeline.sources.reading import read_document
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, stage_summary
-from batch_pipeline.state.tracking import FailureRecord
+from batch_pipeline.state.tracking import FailureRecord, GenerationRecord
 
 if TYPE_CHECKING:
     from batch_pipeline.briefs.product import BriefProduct
+
+
+def passes_of(record: GenerationRecord) -> dict[str, int]:
+    """The partitions that had a full pass, with the live documents each had then (an older
+    record lists only the partitions)."""
+    passes = json.loads(record.full_passes or "{}")
+    return passes if isinstance(passes, dict) else dict.fromkeys(passes, 0)
 
 
 class BriefPartition(ProductPartition):
@@ -48,8 +58,25 @@ class BriefPartition(ProductPartition):
         return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
 
     def landed_inputs(self) -> int:
-        """The documents the generation holds briefs of: what deletions are weighed against."""
-        return self.product.briefs.count(self.index)
+        """The documents of this partition the generation holds briefs of: what deletions
+        are weighed against."""
+        if self.whole_collection:
+            return self.product.briefs.count(self.index)
+        return sum(batch.num_rows for batch in self.landed_keys())
+
+    @property
+    def whole_collection(self) -> bool:
+        return self.partition == self.product.collection_name
+
+    def landed_keys(self) -> Iterator[pa.RecordBatch]:
+        """The generation's (doc_id, input_hash) batches of this partition's documents: all of
+        them for the whole collection, one shard's share for a shard."""
+        for batch in self.product.briefs.key_batches(self.index):
+            if self.whole_collection:
+                yield batch
+                continue
+            owns = self.documents.owns
+            yield batch.filter(pa.array([owns(d) for d in batch["doc_id"].to_pylist()]))
 
     # ------------------------------------------------------------------- stages
 
@@ -70,7 +97,7 @@ class BriefPartition(ProductPartition):
         summary: BriefPrepareSummary = prepare_briefs(
             collected,
             out,
-            product.briefs.key_batches(self.index),
+            self.landed_keys(),
             product.briefs.count(self.index),
             {
                 doc_id: failure["content_hash"]
@@ -82,6 +109,7 @@ class BriefPartition(ProductPartition):
             product.settings.document_tokens,
             product.generator,
             self.read_documents,
+            product.collection.partition_of,
         )
         return StageOutput(out, summary)
 
@@ -137,17 +165,7 @@ class BriefPartition(ProductPartition):
             self.tracking.record_failures(self.index, failures, run_id)
             total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
             prepared_summary = stage_summary(prepared)
-            if prepared_summary.get("full_pass"):
-                # every live document of the full pass: briefed, stale, failed under its key
-                # before, or unreadable (a rerun left out the failed ones, and promoted)
-                expected = sum(
-                    int(prepared_summary[part]) for part in ("stale", "fresh", "failed_before")
-                ) + len(prepared_summary.get("unreadable") or {})
-                product.registry.update(
-                    product.name, self.fingerprint, rows=total, documents=expected, full_pass=True
-                )
-            else:
-                product.registry.update(product.name, self.fingerprint, rows=total)
+            self._track(total, prepared_summary)
             run.outcome = RunOutcome(
                 counts={
                     "briefs_generated": len(summary.landed_ids),
@@ -162,6 +180,33 @@ class BriefPartition(ProductPartition):
             )
         summary.measures = run.measures
         return summary
+
+    def _track(self, rows: int, prepared: dict) -> None:
+        """Record the generation's rows and, after a full pass, the live documents of each
+        partition it covered (briefed, stale, failed under their key before, or unreadable):
+        the generation has had a full pass once every partition of the collection has, and
+        expects briefs of their documents together. Under the landing lease: concurrent shard
+        runs update the one record."""
+        product = self.product
+        if not prepared.get("full_pass"):
+            product.registry.update(product.name, self.fingerprint, rows=rows)
+            return
+        live = {key: int(n) for key, n in (prepared.get("live") or {}).items()}
+        passes = passes_of(product.record()) | dict.fromkeys(self.documents_covered(), 0) | live
+        product.registry.update(
+            product.name,
+            self.fingerprint,
+            rows=rows,
+            documents=sum(passes.values()),
+            full_pass=set(passes) >= set(product.collection.partition_keys()),
+            full_passes=json.dumps(passes, sort_keys=True),
+        )
+
+    def documents_covered(self) -> list[str]:
+        """The partitions this one's full pass covers: every shard for the whole collection."""
+        if self.whole_collection:
+            return self.product.collection.partition_keys()
+        return [self.partition]
 
     def collect_stage(self, request: RunRequest) -> StageOutput:
         return self.documents.collect(request.run_id, request.doc_ids)

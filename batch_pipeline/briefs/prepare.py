@@ -102,6 +102,8 @@ class BriefPrepareSummary:
     deleted: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)  # doc_id -> why
     full_pass: bool = True
+    # live documents by partition (a shard, or the collection): what a full pass expects briefed
+    live: dict[str, int] = field(default_factory=dict)
 
     def record(self) -> dict[str, object]:
         return {
@@ -114,6 +116,7 @@ class BriefPrepareSummary:
             "deleted": self.deleted,
             "unreadable": self.unreadable,
             "full_pass": self.full_pass,
+            "live": self.live,
         }
 
     def metadata(self) -> dict[str, object]:
@@ -140,16 +143,18 @@ def prepare_briefs(
     document_tokens: int,
     generator: Generator,
     read: Reader,
+    partition_of: Callable[[str], str],
 ) -> BriefPrepareSummary:
     """Write the stale documents' prompts (see the module docstring). `landed` streams the
-    generation's briefs as (doc_id, input_hash) batches, `landed_count` rows in all; `failed`
-    maps a document whose brief failed to the key it failed under."""
+    partition's briefs as (doc_id, input_hash) batches, `landed_count` rows in all; `failed`
+    maps a document whose brief failed to the key it failed under; `partition_of` names a
+    document's partition, to count the live documents of each (`BriefPrepareSummary.live`)."""
     started = time.perf_counter()
     summary = BriefPrepareSummary(full_pass=is_full_pass(collected_path))
     buckets = bucket_count(max(row_count(collected_path), landed_count), BUCKET_DOCS)
     with scratch_dir(out_path) as tmp:
         stale = _stale_rows(
-            collected_path, landed, buckets, failed, fingerprint, summary, Path(tmp)
+            collected_path, landed, buckets, failed, fingerprint, summary, Path(tmp), partition_of
         )
         with StageWriter(out_path, brief_prompts_schema(), started) as writer:
 
@@ -197,9 +202,11 @@ def _stale_rows(
     fingerprint: str,
     summary: BriefPrepareSummary,
     tmp: Path,
+    partition_of: Callable[[str], str],
 ) -> BucketSpill:
     """Collect's rows whose brief is stale, spilled by row number in ranges of
-    `BUCKET_DOCS`; counted into `summary`, with the briefs to delete."""
+    `BUCKET_DOCS`; counted into `summary`, with the briefs to delete and the live documents
+    of each partition."""
     documents = BucketSpill(tmp, "documents", KEYED_SCHEMA)
     offset = 0
     keyed = ["doc_id", "status", "content_hash"]  # no text: a big batch is a few MiB
@@ -233,9 +240,12 @@ def _stale_rows(
             if status == DELETED:
                 if doc_id in keys:
                     summary.deleted.append(doc_id)
-            elif key is None:
+                continue
+            if key is None:
                 continue  # failed or quarantined: the brief it has stays
-            elif keys.get(doc_id) == key:
+            live = partition_of(doc_id)
+            summary.live[live] = summary.live.get(live, 0) + 1
+            if keys.get(doc_id) == key:
                 summary.fresh += 1
             elif failed.get(doc_id) == key:
                 summary.failed_before += 1  # greedy: it would fail the same way again

@@ -106,12 +106,13 @@ def run_briefs(
     embedder_for: EmbedderFor,
     on_wait: Callable[[str, str], None],
 ) -> BriefLandSummary:
-    """Run the briefs of the whole collection, then review their generation (faithfulness
-    embeds with `embedder_for`'s models); `on_wait(holder, partition)` hears a run that
-    holds the partition. Returns the land's summary."""
+    """Run the briefs of the whole collection, or of the shard `--partition` names, then
+    review their generation (faithfulness embeds with `embedder_for`'s models);
+    `on_wait(holder, partition)` hears a run that holds the partition. Returns the land's
+    summary."""
     run_id = args.run_id or str(uuid.uuid4())
     generator = product.generator
-    partition = product.partition(product.collection_name)
+    partition = product.partition(getattr(args, "partition", None) or product.collection_name)
     summaries = partition.run(
         run_id,
         lambda: generator,

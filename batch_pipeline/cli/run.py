@@ -64,8 +64,8 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
     args.kind = args.kind or INDEX.name
     if args.kind == TICKETS.name:
         raise ConfigError(f"--kind {TICKETS.name} runs a day at a time: give --day YYYY-MM-DD")
-    if args.kind == BRIEFS.name and not args.collection:
-        raise ConfigError("--kind briefs runs a whole collection: give --collection")
+    if args.kind == BRIEFS.name and not args.collection:  # one shard of a collection
+        args.collection = ctx.config.locate(args.partition)[0].name
 
 
 def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:

@@ -125,15 +125,6 @@ class CollectionConfig(_Strict):
         "in that shard; all land into the collection's one table.",
     )
 
-    @model_validator(mode="after")
-    def _briefs_unsharded(self) -> "CollectionConfig":
-        if self.briefs is not None and self.shards > 1:
-            raise ValueError(
-                "briefs: a sharded collection cannot have briefs yet (its completeness is "
-                "counted per partition); set shards: 1 or remove briefs"
-            )
-        return self
-
     def partition_keys(self) -> list[str]:
         """This collection's Dagster partitions: its name, or one key per shard."""
         if self.shards == 1:

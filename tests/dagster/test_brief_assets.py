@@ -258,3 +258,31 @@ def test_a_prompt_edited_during_a_run_is_the_next_run_s(briefs_workspace):
     assert old_version != new_version
     assert land["prompt_version"] == old_version  # what the run rendered and landed
     assert land["briefs_landed"] == 3 and prepared["briefs_stale"] == 3
+
+
+def test_a_sharded_collection_s_briefs_land_per_shard_and_go_live_after_the_last(tmp_path):
+    from tests.support import many_articles
+
+    many_articles(tmp_path / "docs", count=8)
+    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
+    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n"
+        "  - name: handbook\n"
+        "    shards: 2\n"
+        "    source: {kind: filesystem, path: docs}\n"
+        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
+    )
+    workspace = {"root": tmp_path, "config": config, "home": tmp_path / "home"}
+    with dg.instance_for_test() as instance:
+        first = materialize_with_briefs(workspace, instance, partition="handbook-s00")
+        assert first.success
+        land = metadata_of(first, "document_briefs")
+        assert land["review_state"] == "building"  # the other shard has had no pass
+        second = materialize_with_briefs(workspace, instance, partition="handbook-s01")
+        assert second.success
+        land = metadata_of(second, "document_briefs")
+        assert land["dagster/row_count"] == 8 and land["review_state"] == "live"
+        landed = metadata_of(first, "document_briefs")["briefs_landed"] + land["briefs_landed"]
+        assert landed == 8  # each shard briefed its own share

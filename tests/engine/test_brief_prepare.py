@@ -75,6 +75,7 @@ def run_prepare(tmp_path: Path, name: str, full: bool = True):
         40,
         FakeGenerator(),
         read,
+        lambda doc_id: "handbook",
     )
     prompts = [row for batch in read_batches(out) for row in batch.to_pylist()]
     return summary, prompts
@@ -90,6 +91,7 @@ def test_the_stale_documents_prompts_come_out_in_collect_order(tmp_path):
     assert (summary.failed_before, summary.read_here) == (1, 1)
     assert summary.unreadable == {"h.md": "unreadable: gone"}
     assert summary.deleted == ["d.md", "gone.md"]
+    assert summary.live == {"handbook": 7}  # what a full pass expects briefed: e.md failed
 
 
 def test_many_buckets_decide_exactly_as_one(tmp_path, monkeypatch):

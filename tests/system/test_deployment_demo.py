@@ -5,6 +5,7 @@ variant keeps the LanceDB table and every stage file on moto's S3 server on loop
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 import time
@@ -15,7 +16,9 @@ import dagster as dg
 import psycopg
 import pytest
 
+from batch_pipeline.config import load_config
 from batch_pipeline.generations.registry import GenerationRegistry
+from batch_pipeline.names import briefs_product_name
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.tracking import TrackingStore
@@ -82,11 +85,22 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
         _s3_storage(request.getfixturevalue("moto_server")) if storage == "s3" else ({}, {})
     )
     many_articles(tmp_path / "docs")
+    # the local variant briefs every shard too, with the shipped chat model on vLLM: four
+    # engines at once, one per shard run
+    briefs = storage == "local"
+    for name in ("brief_prompt.yaml", "brief_schema.json"):
+        shutil.copy(REPO / "data" / name, tmp_path / name)
     config = tmp_path / "pipeline.yaml"
     config.write_text(
         "collections:\n  - name: handbook\n    shards: 4\n"
         "    source: {kind: filesystem, path: docs}\n"
-        "sensor: {enabled: false}\nschedule: {enabled: false}\n"
+        + (
+            "    briefs: {prompt: brief_prompt.yaml, output_schema: brief_schema.json,"
+            " document_tokens: 64}\n"
+            if briefs
+            else ""
+        )
+        + "sensor: {enabled: false}\nschedule: {enabled: false}\n"
     )
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
@@ -109,6 +123,10 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
         """)
     )
     home = tmp_path / "home"
+    if briefs:  # the shipped chat model, converted once (conversion is not under test here)
+        chat_model_dir = request.getfixturevalue("chat_model_dir")
+        (home / "models").mkdir(parents=True)
+        (home / "models" / chat_model_dir.name).symlink_to(chat_model_dir)
     tracking_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{tracking_db}"
     env = pipeline_env(
         config,
@@ -145,7 +163,7 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
         )
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         instance = dg.DagsterInstance.from_config(str(dagster_home))
-        deadline = time.time() + 480
+        deadline = time.time() + (900 if briefs else 480)
         while time.time() < deadline:
             runs = instance.get_runs()
             if len(runs) == 4 and all(r.is_finished for r in runs):
@@ -172,6 +190,16 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
         assert tracking.document_count(index) == 24
         live = GenerationRegistry(tracking).live("handbook")
         assert live.index_name == index and live.complete
+        if briefs:  # every shard briefed its own documents, once, and the generation is live
+            collection = load_config(config).collections[0]
+            live_briefs = GenerationRegistry(tracking).live(briefs_product_name("handbook"))
+            assert live_briefs is not None and live_briefs.full_pass
+            rows = store.scan(live_briefs.index_name, ["doc_id", "partition"]).to_pylist()
+            assert sorted(r["doc_id"] for r in rows) == sorted(
+                f"article-{i:02d}.md" for i in range(24)
+            )
+            assert all(r["partition"] == collection.partition_of(r["doc_id"]) for r in rows)
+            assert live_briefs.documents == 24
         tracking.dispose()
         if storage == "s3":  # nothing went to local disk: the table and stages are in S3
             assert not (home / "lancedb").exists() and not (home / "staging").exists()
@@ -182,8 +210,6 @@ def test_four_shard_backfill_on_a_postgres_backed_daemon(tmp_path, databases, st
 
 
 def test_the_shipped_production_instance_config_loads(tmp_path, databases):
-    import shutil
-
     from dagster._core.run_coordinator import QueuedRunCoordinator
 
     dagster_home = tmp_path / "dagster_home"

@@ -187,13 +187,12 @@ def test_a_missing_prompt_file_and_a_too_small_budget_are_named(tmp_path):
         load_config(config)
 
 
-def test_a_sharded_collection_with_briefs_is_refused_at_load(tmp_path):
+def test_a_sharded_collection_with_briefs_loads_with_a_partition_per_shard(tmp_path):
     config = workspace(tmp_path)
     config.write_text(config.read_text().replace("    briefs:", "    shards: 2\n    briefs:"))
-    with pytest.raises(
-        ConfigError, match=r"collections\[0\].*sharded collection cannot have briefs"
-    ):
-        load_config(config)
+    collection = load_config(config).collections[0]
+    assert collection.briefs is not None
+    assert collection.partition_keys() == ["kb-s00", "kb-s01"]
 
 
 def test_a_collection_named_like_another_s_briefs_is_refused_at_load(tmp_path):
