@@ -96,6 +96,20 @@ QUESTION_ROWS = "question_rows"
 QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*", "mrr_at_*"})
 
 
+BRIEF_JOB = "brief_job"
+
+
+def build_brief_job(partitions: dg.PartitionsDefinition):  # noqa: ANN201 - an asset job
+    """The briefs alone, over the last collect of the partition: what the provider-batch
+    sensor runs to collect finished batches."""
+    return dg.define_asset_job(
+        BRIEF_JOB,
+        selection=dg.AssetSelection.groups(BRIEFS_GROUP),
+        partitions_def=partitions,
+        description="The document briefs of one partition, over its last collect.",
+    )
+
+
 def has_briefs(config: PipelineConfig) -> bool:
     return any(c.briefs is not None for c in config.collections)
 
@@ -112,6 +126,7 @@ def _product(
         generation.generator(),
         generation.plan_settings(),
         executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
+        batch_api=generation.batch_api() if hasattr(generation, "batch_api") else None,
     )
 
 
@@ -286,6 +301,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             product.store.count_rows(product.index) if product.store.has_table(product.index) else 0
         )
         measures = summary.measures
+        waiting = bool(summary.batches_pending) and not rows and not summary.failed
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {
@@ -313,12 +329,18 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             check_results=[
                 dg.AssetCheckResult(
                     check_name=VALID_OUTPUTS,
-                    passed=valid is not None and valid >= product.settings.min_valid_share,
+                    # nothing to judge while a provider still runs every request
+                    passed=waiting
+                    or (valid is not None and valid >= product.settings.min_valid_share),
+                    description="waiting for the provider's batches: nothing to judge yet"
+                    if waiting
+                    else None,
                     metadata=as_metadata(
                         {
                             "valid_share": valid,
                             "min_valid_share": product.settings.min_valid_share,
                             "briefs_failed": len(summary.failed),
+                            "batches_pending": summary.batches_pending,
                         },
                         {"valid_share", "briefs_failed"},
                     ),

@@ -14,7 +14,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from assets import build_stage_assets
-from assets.document_briefs import build_brief_assets, has_briefs
+from assets.document_briefs import build_brief_assets, build_brief_job, has_briefs
 from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, load_config
@@ -23,6 +23,7 @@ from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
 from sensors import build_triggers
+from sensors.provider_batches import build_provider_batch_sensor
 from sensors.ticket_exports import build_ticket_exports_sensor
 from sensors.ticket_schedule import build_ticket_job, build_ticket_schedule
 
@@ -42,10 +43,14 @@ def index_definitions(config: PipelineConfig) -> dg.Definitions:
 
 
 def brief_definitions(config: PipelineConfig) -> dg.Definitions:
-    """The document briefs, on the collections' partitions (the embedding job runs them)."""
+    """The document briefs, on the collections' partitions (the embedding job runs them), their
+    own job, and the sensor that collects a provider's finished batches with it."""
     if not has_briefs(config):
         return dg.Definitions()
-    return dg.Definitions(assets=build_brief_assets(collection_partitions(config)))
+    partitions = collection_partitions(config)
+    job = build_brief_job(partitions)
+    sensor = build_provider_batch_sensor(job, config.partition_keys())
+    return dg.Definitions(assets=build_brief_assets(partitions), jobs=[job], sensors=[sensor])
 
 
 def ticket_definitions(config: PipelineConfig) -> dg.Definitions:

@@ -1,11 +1,15 @@
-"""The generation resource: runs prompt plans through a chat model on vLLM."""
+"""The generation resource: runs prompt plans through a chat model on vLLM, or hands them to
+an OpenAI-compatible Batch API."""
 
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, generation_executors
+from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
+from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -94,9 +98,54 @@ class GenerationResource(dg.ConfigurableResource):
     )
     executor: str = Field(
         default=DEFAULT_EXECUTOR,
-        description="What runs the plan: vllm (in the run's process) or vllm-run-batch (vLLM's "
-        "own run-batch over the plan's OpenAI batch files, in a subprocess); the briefs are "
-        "the same either way.",
+        description="What runs the plan: vllm (in the run's process), vllm-run-batch (vLLM's "
+        "own run-batch over the plan's OpenAI batch files, in a subprocess) or openai-batch "
+        "(the same files through an OpenAI-compatible Batch API at api_base).",
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs one engine's layers are split over (a model too big for one GPU).",
+    )
+    data_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="Engines, one per GPU (or tensor-parallel group) on the node, each taking "
+        "a share of the requests: the vllm-run-batch executor only (vLLM's offline engine in "
+        "the run's process is one engine).",
+    )
+    api_base: str | None = Field(
+        default=None,
+        description="openai-batch: the Batch API's base URL, a provider's "
+        "(https://api.openai.com/v1) or a self-hosted gateway's.",
+    )
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="openai-batch: the environment variable holding the API key (the key "
+        "itself is never configured, logged or recorded).",
+    )
+    api_model: str | None = Field(
+        default=None,
+        description="openai-batch: the provider's name of the model; unset, the chat model's. "
+        "A model other than the chat model's is another generation.",
+    )
+    completion_window: str = Field(
+        default="24h",
+        description="openai-batch: the batches' completion window; it is also the run's "
+        "window in its measures.",
+    )
+    batch_wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="openai-batch: how long the generating step waits for its batches before "
+        "it returns with what finished; the provider-batch sensor starts the run that "
+        "collects the rest. 0: submit and return.",
+    )
+    price_per_million_input_tokens: float = Field(
+        default=0.0, ge=0, description="openai-batch: the provider's batch price of input tokens."
+    )
+    price_per_million_output_tokens: float = Field(
+        default=0.0, ge=0, description="openai-batch: the provider's batch price of output tokens."
     )
 
     _generator: VllmGenerator | None = PrivateAttr(default=None)
@@ -118,6 +167,36 @@ class GenerationResource(dg.ConfigurableResource):
                 f"GenerationResource.executor must be one of "
                 f"{', '.join(generation_executors())}, got {self.executor!r}"
             )
+        if self.data_parallel_size > 1 and self.executor != "vllm-run-batch":
+            raise ValueError(
+                "GenerationResource.data_parallel_size: above 1 needs executor vllm-run-batch "
+                "(vLLM's offline engine in the run's process is one engine); or shard the "
+                "collection and give each shard's run its own GPU"
+            )
+        if self.executor == OPENAI_BATCH and self.api_base is None:
+            raise ValueError(
+                f"GenerationResource.api_base: the {OPENAI_BATCH} executor needs the Batch "
+                "API's base URL"
+            )
+        try:
+            window_seconds(self.completion_window)
+        except ConfigError as error:
+            raise ValueError(f"GenerationResource.completion_window: {error}") from None
+
+    def batch_api(self) -> BatchApiSettings | None:
+        """Where the openai-batch executor submits: None without api_base."""
+        if self.api_base is None:
+            return None
+        window_seconds(self.completion_window)  # a ConfigError naming the field
+        return BatchApiSettings(
+            api_base=self.api_base,
+            api_key_env=self.api_key_env,
+            model=self.api_model,
+            completion_window=self.completion_window,
+            wait_seconds=self.batch_wait_seconds,
+            price_per_million_input_tokens=self.price_per_million_input_tokens,
+            price_per_million_output_tokens=self.price_per_million_output_tokens,
+        )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._generator is not None:
@@ -153,6 +232,8 @@ class GenerationResource(dg.ConfigurableResource):
             max_model_len=self.max_model_len,
             enforce_eager=self.enforce_eager,
             enable_prefix_caching=self.enable_prefix_caching,
+            tensor_parallel_size=self.tensor_parallel_size,
+            data_parallel_size=self.data_parallel_size,
         )
         return self._engine
 

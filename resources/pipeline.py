@@ -9,6 +9,7 @@ from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.declaration import ProductEnv
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
+from batch_pipeline.executors.openai_batch import BatchApiSettings
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
@@ -91,6 +92,7 @@ class PipelineResource(dg.ConfigurableResource):
         plan_settings: PromptPlanSettings,
         s3: S3Resource | None = None,
         executor: str = DEFAULT_EXECUTOR,
+        batch_api: BatchApiSettings | None = None,
     ) -> BriefProduct:
         """A collection's document briefs, generating with `generator` (the generation
         resource's); its documents are read as the collection's own partitions read them.
@@ -109,6 +111,7 @@ class PipelineResource(dg.ConfigurableResource):
             generator,
             plan_settings,
             executor=executor,
+            batch_api=batch_api,
         )
         product.fingerprint  # noqa: B018 - read now: the prompt, schema and model, pinned
         return product

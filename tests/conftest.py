@@ -118,6 +118,18 @@ def make_pipeline(workspace):
     return make
 
 
+@pytest.fixture()
+def batch_api():
+    """The LOOPBACK EMULATOR of the OpenAI Batch API (`tests/support/batch_api.py`), fresh
+    for each test: the emulator, with its base URL as `.url`."""
+    from tests.support.batch_api import BatchApiEmulator
+
+    emulator = BatchApiEmulator()
+    emulator.url = emulator.start()
+    yield emulator
+    emulator.stop()
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """moto in server mode on a loopback port, spoken to over HTTP (no in-process patching)."""

@@ -20,6 +20,7 @@ from batch_pipeline.declaration import (
     ProductTarget,
 )
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, GenerationExecutor
+from batch_pipeline.executors.openai_batch import BatchApiSettings
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
@@ -66,11 +67,13 @@ def brief_product(
     device: str = "auto",
     dtype: str = "auto",
     executor: str = DEFAULT_EXECUTOR,
+    batch_api: BatchApiSettings | None = None,
 ) -> BriefProduct:
     """A collection's briefs, its documents read through `documents_for` (the collection's
     own partitions). Without `generator`, vLLM on the generation resource's defaults: the
     shipped chat model, `dtype: auto` decided (and cached) here; its engine starts only if
-    there is work. `executor` names what runs the plan (`generation_executors`)."""
+    there is work. `executor` names what runs the plan (`generation_executors`); `batch_api`
+    says where the openai-batch executor submits."""
     if generator is None:
         model = resolve_chat_model(None, storage.home)
         engine = engine_settings_for(model, device, dtype, storage.home / CALIBRATION_FILE)
@@ -78,7 +81,7 @@ def brief_product(
         plan_settings = plan_settings or plan_settings_for(engine)
     return BriefProduct(
         config, storage, collection, generator, documents_for, plan_settings, tracking, store,
-        executor,
+        executor, batch_api,
     )  # fmt: skip
 
 

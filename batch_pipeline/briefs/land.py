@@ -48,6 +48,7 @@ class BriefLandSummary:
     deletions_held: int = 0  # briefs of deleted documents kept: beyond the mass-deletion limits
     deletions_held_reason: str | None = None
     measures: RunMeasures | None = None  # the run's, set by the frame once it has landed
+    batches_pending: int = 0  # a provider's batches still running: the next run lands them
 
     def metadata(self) -> dict[str, object]:
         return {
@@ -56,6 +57,7 @@ class BriefLandSummary:
             "briefs_failed": len(self.failed),
             "deletions_held": self.deletions_held,
             "deletions_held_reason": self.deletions_held_reason,
+            "batches_pending": self.batches_pending,
         }
 
 

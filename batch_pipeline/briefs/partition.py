@@ -52,7 +52,7 @@ class BriefPartition(ProductPartition):
 
     @property
     def executor(self) -> GenerationExecutor:
-        return self.product.executor
+        return self.product.executor_for(self.partition)
 
     def checkpoint_dir(self) -> StagePath:
         return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
@@ -179,6 +179,7 @@ class BriefPartition(ProductPartition):
                 table_version=summary.table_version,
             )
         summary.measures = run.measures
+        summary.batches_pending = int(stage_summary(executed).get("pending_batches") or 0)
         return summary
 
     def _track(self, rows: int, prepared: dict) -> None:

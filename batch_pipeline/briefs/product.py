@@ -8,6 +8,7 @@ execute are the chat-model stages, land writes the typed rows.
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 
 import numpy as np
@@ -36,6 +37,12 @@ from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     GenerationExecutor,
     generation_executors,
+)
+from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
+from batch_pipeline.executors.openai_batch import (
+    BatchApiSettings,
+    BatchLedger,
+    OpenAIBatchExecutor,
 )
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
@@ -74,8 +81,10 @@ class BriefProduct:
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
         executor_name: str = DEFAULT_EXECUTOR,
+        batch_api: BatchApiSettings | None = None,
     ) -> None:
         self.executor_name = executor_name
+        self.batch_api = batch_api  # where the openai-batch executor submits
         self.config = config
         self.storage = storage
         self.collection_name = collection
@@ -136,12 +145,35 @@ class BriefProduct:
             raise ConfigError(
                 f"unknown executor {self.executor_name!r}; executors: {', '.join(executors)}"
             )
-        if chosen is not GenerationExecutor and not hasattr(self.generator, "settings"):
+        if getattr(chosen, "runs_vllm", False) and not hasattr(self.generator, "settings"):
             raise ConfigError(
                 f"the {self.executor_name} executor runs vLLM's own engine: it needs the vLLM "
                 "generator, not a test's fake one"
             )
+        if chosen is OpenAIBatchExecutor and self.batch_api is None:
+            raise ConfigError(
+                f"the {self.executor_name} executor needs the Batch API's address: set the "
+                "generation resource's api_base (or `run --api-base URL`)"
+            )
         return chosen(self.generator, self.sampling, self.output.schema, self.plan_settings)
+
+    def executor_for(self, partition: str) -> GenerationExecutor:
+        """The executor one partition's runs use: a provider's batches are recorded under
+        the generation and the partition."""
+        executor = self.executor
+        if isinstance(executor, OpenAIBatchExecutor):
+            ledger = BatchLedger(self.tracking, self.index, partition)
+            return replace(executor, api=self.batch_api, ledger=ledger)
+        return executor
+
+    @property
+    def served_model(self) -> str | None:
+        """The provider's model, where it is not the chat model the plan counts tokens with:
+        its briefs are another generation's."""
+        api = self.batch_api
+        if self.executor_name != OPENAI_BATCH or api is None or api.model is None:
+            return None
+        return api.model if api.model != self.model.name else None
 
     def generation_config(self) -> dict:
         """What decides a brief besides its document: the generation's fingerprint hashes it."""
@@ -152,6 +184,7 @@ class BriefProduct:
             "document_tokens": self.settings.document_tokens,
             "model": self.model.name,
             "model_fingerprint": self.model.fingerprint,
+            **({"served_model": self.served_model} if self.served_model else {}),
         }
 
     @cached_property
@@ -227,7 +260,7 @@ class BriefProduct:
         return GenerationReviewer(
             self.registry,
             self.name,
-            CoversCollectionRule(),
+            CoversCollectionRule(self.tracking),
             scorer,
             hint,
             self.config.generations,

@@ -68,7 +68,10 @@ def load_labelled_audiences(path: Path, audiences: list[str] | None) -> dict[str
 
 @dataclass(frozen=True)
 class CoversCollectionRule:
-    """Complete when the generation holds a brief of every document of its last full pass."""
+    """Complete when the generation holds a brief of every document of its last full pass.
+    With `tracking`, a generation short of briefs says so when a provider still runs some."""
+
+    tracking: TrackingStore | None = None
 
     def assess(self, record: GenerationRecord, live: GenerationRecord | None) -> Completeness:
         key = {"rows": record.rows, "documents": record.documents, "full_pass": record.full_pass}
@@ -82,7 +85,22 @@ class CoversCollectionRule:
                 f"not complete: {missing} of {record.documents} documents have no valid brief "
                 "(`batch-pipeline failures` says why; the next run retries them)"
             )
+        running = self._running(record)
+        if running:
+            reason = (
+                f"not complete: {max(0, record.documents - record.rows)} of {record.documents} "
+                f"documents have no brief yet, and {running} provider batches still run (the "
+                "next run collects them)"
+                if record.full_pass
+                else f"not complete: {running} provider batches still run (the next run "
+                "collects them)"
+            )
         return Completeness(False, reason, key)
+
+    def _running(self, record: GenerationRecord) -> int:
+        if self.tracking is None:
+            return 0
+        return len(self.tracking.provider_batches(record.index_name, uncollected=True))
 
 
 def _sampled(doc_ids: Iterable[str], limit: int) -> set[str]:

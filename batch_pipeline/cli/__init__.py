@@ -38,11 +38,13 @@ from types import ModuleType
 import sqlalchemy as sa
 
 from batch_pipeline.arguments import whole_number
+from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.cli.run import RUN_KINDS, run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.executors.generation import generation_executors
+from batch_pipeline.executors.openai_batch import ProviderBatchError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
@@ -50,7 +52,13 @@ from batch_pipeline.index.search import CollectionNotIndexedError, search
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
 from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.models import ModelNotAvailableError
-from batch_pipeline.measures.report import calibration_line, reported_runs, trend, trend_line
+from batch_pipeline.measures.report import (
+    calibration_line,
+    reported_runs,
+    run_path,
+    trend,
+    trend_line,
+)
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.products import KINDS
 from batch_pipeline.reports.text import printable, table_lines
@@ -117,8 +125,10 @@ def _parser() -> argparse.ArgumentParser:
         "--executor",
         choices=sorted(generation_executors()),
         help="what runs a chat model's plan (--kind briefs): vllm, in this process (default), "
-        "or vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch files",
+        "vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch files, or "
+        "openai-batch, the same files through a Batch API at --api-base",
     )
+    brief_commands.add_batch_api_flags(run)
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
@@ -310,7 +320,7 @@ def _report(ctx: CommandContext, args: argparse.Namespace) -> int:
                 else f"{window:.1%}" + (" OVERRAN" if r["overran"] else ""),
                 "failed": f"{r['failed']}/{r['attempted']} {r['unit']}",
                 "completeness": (None if r["completeness"] is None else f"{r['completeness']:.1%}"),
-                "path": f"{r['backend'] or 'torch'}/{r['dtype']}" if r["dtype"] else None,
+                "path": run_path(r),
             }
         )
     print("\n".join(table_lines(columns, rows)))
@@ -544,6 +554,7 @@ def _main(args: argparse.Namespace) -> int:
         TrackingUnavailableError,
         LeaseLostError,
         LockTimeoutError,
+        ProviderBatchError,
         ValueError,
     ) as error:
         if args.debug:

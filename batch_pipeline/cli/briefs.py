@@ -3,6 +3,8 @@
     batch-pipeline briefs --collection handbook [--doc-id ID ... | --limit N] [--json]
     batch-pipeline run --collection handbook --kind briefs [--trigger T] [--json]
     batch-pipeline run --product handbook_briefs [--trigger T] [--json]
+    batch-pipeline run --collection handbook --kind briefs --executor openai-batch \
+        --api-base URL [--api-model NAME] [--wait SECONDS]
 
 `run --kind briefs` runs collect (the collection's own), prepare, plan, execute (the chat
 model on vLLM, in this process) and land, without Dagster; only stale briefs are generated.
@@ -21,11 +23,61 @@ from batch_pipeline.arguments import whole_number
 from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
+from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
+from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
 
 DEFAULT_LIMIT = 20  # briefs `briefs` prints without --doc-id
+
+
+def add_batch_api_flags(run: argparse.ArgumentParser) -> None:
+    """`run`'s flags for the openai-batch executor (`--kind briefs --executor openai-batch`)."""
+    api = run.add_argument_group("openai-batch executor")
+    api.add_argument("--api-base", help="the Batch API's base URL (a provider's or a gateway's)")
+    api.add_argument(
+        "--api-model",
+        help="the provider's name of the model (default: the chat "
+        "model's; another model is another generation)",
+    )
+    api.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the key (default OPENAI_API_KEY)",
+    )
+    api.add_argument("--completion-window", default="24h", help="default 24h")
+    api.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wait at most this long for the batches (default: until done; 0: "
+        "submit and return, and collect with the next run)",
+    )
+    for side in ("input", "output"):
+        api.add_argument(
+            f"--price-per-million-{side}-tokens",
+            type=float,
+            default=0.0,
+            help=f"the provider's batch price of {side} tokens, for the measures",
+        )
+
+
+def batch_api_of(args: argparse.Namespace) -> BatchApiSettings | None:
+    """The openai-batch executor's settings from `run`'s flags; None without --api-base."""
+    if getattr(args, "api_base", None) is None:
+        return None
+    window_seconds(args.completion_window)  # a ConfigError naming the flag's value
+    return BatchApiSettings(
+        api_base=args.api_base,
+        api_key_env=args.api_key_env,
+        model=args.api_model,
+        completion_window=args.completion_window,
+        wait_seconds=args.wait,
+        price_per_million_input_tokens=args.price_per_million_input_tokens,
+        price_per_million_output_tokens=args.price_per_million_output_tokens,
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -88,10 +140,12 @@ def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
                 for item in value:
                     print(
                         textwrap.fill(
-                            printable(str(item)), 96, initial_indent="    - ",
+                            printable(str(item)),
+                            96,
+                            initial_indent="    - ",
                             subsequent_indent="      ",
                         )
-                    )  # fmt: skip
+                    )
             else:
                 text = textwrap.fill(f"{name}: {printable(str(value))}", 96)
                 print(textwrap.indent(text, "  "))
@@ -150,7 +204,18 @@ def run_briefs(
         f"{report['land']['briefs_landed']} landed, {report['land']['briefs_deleted']} deleted, "
         f"{report['land']['briefs_failed']} failed ({product.index})"
     )
-    if execute["requests_generated"]:
+    if execute["executor"] == OPENAI_BATCH:
+        print(
+            f"  {execute.get('batches_submitted', 0)} batches submitted, "
+            f"{execute.get('batches_collected', 0)} collected, "
+            f"{execute.get('batches_pending', 0)} still at the provider"
+            + (
+                " (the next run collects them, and submits nothing new meanwhile)"
+                if execute.get("batches_pending")
+                else ""
+            )
+        )
+    elif execute["requests_generated"]:
         print(
             f"  {execute['output_tokens_per_second']:,.1f} output tokens/s, "
             f"{execute['requests_per_second']:.2f} documents/s on {execute['device']} "

@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 
 from batch_pipeline.briefs.kind import brief_product
+from batch_pipeline.cli.briefs import batch_api_of
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.declaration import Product, ProductEnv, ProductTarget
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
@@ -106,6 +107,7 @@ class CommandContext:
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
             executor=getattr(args, "executor", None) or DEFAULT_EXECUTOR,
+            batch_api=batch_api_of(args),
         )
 
     def pipeline(self, collection: str) -> IndexPartition:

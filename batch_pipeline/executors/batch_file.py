@@ -13,7 +13,9 @@ file). `read_results` reads the output files and the error files an engine wrote
 order, and joins them by `custom_id`: a line whose response is not a 200, or that carries an
 `error`, is that request's failure (vLLM's `run-batch` writes its failures inline, a provider
 into a separate error file); a request with no line at all has no result, and is planned again
-by the next run. Reading the same files twice gives the same results.
+by the next run. A failure that says nothing of the request itself (expired, throttled, a
+5xx) is `retryable`; a 4xx refusal is the request's own. Reading the same files twice gives
+the same results.
 """
 
 import json
@@ -103,6 +105,9 @@ class BatchResult:
     prompt_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None  # why the request failed (status code, code, message)
+    # a failure that says nothing of the request (expired, throttled, the server's own
+    # trouble): worth sending again, where a 4xx refusal is the request's own failure
+    retryable: bool = False
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -136,7 +141,9 @@ def result_of(line: dict) -> BatchResult:
     status = response.get("status_code")
     body = response.get("body")
     if line.get("error") or status != 200 or not isinstance(body, dict):
-        return BatchResult(key, None, None, error=_error_text(status, line.get("error"), body))
+        error = _error_text(status, line.get("error"), body)
+        retryable = status is None or status == 429 or (isinstance(status, int) and status >= 500)
+        return BatchResult(key, None, None, error=error, retryable=retryable)
     try:
         choice = body["choices"][0]
         usage = body.get("usage") or {}

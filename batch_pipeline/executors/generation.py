@@ -51,11 +51,17 @@ class GenerationExecutor:
 
 def generation_executors() -> dict[str, type]:
     """The executors a chat-model product may run on, by the name `--executor` and the
-    generation resource's `executor` take: in this process on vLLM (the default), or vLLM's
-    own `run-batch` over the plan's OpenAI batch files, in a subprocess."""
+    generation resource's `executor` take: in this process on vLLM (the default), vLLM's own
+    `run-batch` over the plan's OpenAI batch files in a subprocess, or any OpenAI-compatible
+    Batch API over the same files."""
+    from batch_pipeline.executors.openai_batch import NAME, OpenAIBatchExecutor
     from batch_pipeline.executors.run_batch import RunBatchExecutor
 
-    return {DEFAULT_EXECUTOR: GenerationExecutor, "vllm-run-batch": RunBatchExecutor}
+    return {
+        DEFAULT_EXECUTOR: GenerationExecutor,
+        "vllm-run-batch": RunBatchExecutor,
+        NAME: OpenAIBatchExecutor,
+    }
 
 
 DEFAULT_EXECUTOR = "vllm"

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.executors.batch_file import read_results, write_request_files
@@ -68,6 +69,8 @@ def run_batch_command(generator, requests: Path, results: Path) -> list[str]:  #
     ]  # fmt: skip
     if s.enforce_eager:
         command.append("--enforce-eager")
+    for option, value in s.parallel_options.items():  # --tensor-parallel-size, ...
+        command += [f"--{option.replace('_', '-')}", str(value)]
     if s.device == "cuda":
         command += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
     return command
@@ -87,6 +90,8 @@ class RunBatchExecutor(GenerationExecutor):
     `VllmGenerator`), under `sampling`, held to `schema`; its plan is the in-process
     executor's."""
 
+    runs_vllm: ClassVar[bool] = True  # needs the vLLM generator's engine settings
+
     def execute(
         self,
         planned: StagePath,
@@ -103,6 +108,7 @@ class RunBatchExecutor(GenerationExecutor):
         record = plan_record(planned)
         settings = self.generator.settings
         summary = summary_of_plan(record, settings.device, settings.dtype)
+        summary.executor = "vllm-run-batch"
         rows = generations_schema()
         with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
             keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())

@@ -52,6 +52,18 @@ class EngineSettings:
     max_model_len: int = 2048
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1  # GPUs one engine's layers are split over
+    data_parallel_size: int = 1  # engines, one per GPU group: vllm-run-batch only
+
+    @property
+    def parallel_options(self) -> dict[str, int]:
+        """vLLM's parallelism arguments, where they differ from one device."""
+        options = {}
+        if self.tensor_parallel_size > 1:
+            options["tensor_parallel_size"] = self.tensor_parallel_size
+        if self.data_parallel_size > 1:
+            options["data_parallel_size"] = self.data_parallel_size
+        return options
 
     @property
     def kv_cache_bytes(self) -> int | None:
@@ -237,6 +249,12 @@ class VllmGenerator:
         """The engine, started once."""
         if self._llm is None:
             s = self.settings
+            if s.data_parallel_size > 1:
+                raise ValueError(
+                    "data_parallel_size above 1 runs one engine per GPU group in processes of "
+                    "their own: use the vllm-run-batch executor (vLLM's offline LLM is one "
+                    "engine in one process)"
+                )
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in this process
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             # vLLM logs to stdout by default; here its records go through `logging` (Dagster
@@ -246,7 +264,7 @@ class VllmGenerator:
             if s.device == "cpu":
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(s.kv_cache_gib)
             started = time.perf_counter()
-            options: dict[str, object] = {}
+            options: dict[str, object] = dict(s.parallel_options)
             if s.device == "cuda":
                 options["gpu_memory_utilization"] = s.gpu_memory_utilization
             else:

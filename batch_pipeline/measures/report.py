@@ -36,6 +36,7 @@ class ReportedRun:
             "device": m.device,
             "dtype": m.dtype,
             "backend": m.backend,
+            "executor": m.executor,
             "cost_per_1k_inputs": _round(m.cost_per_1k_inputs, 6),
             "cost_per_1m_tokens": _round(m.cost_per_1m_tokens, 6),
             "execute_cost": round(m.execute_cost, 6),
@@ -131,3 +132,14 @@ def trend_line(summary: dict[str, object]) -> str:
         else "none overran its window"
     )
     return "; ".join(parts)
+
+
+def run_path(run: dict) -> str | None:
+    """What ran a run's model, as `report` shows it: the backend (or a chat model's executor)
+    and the dtype; a provider's batch API by its executor alone."""
+    executor = run.get("executor")
+    if executor == "openai-batch":
+        return executor
+    if not run.get("dtype"):
+        return None
+    return f"{executor or run.get('backend') or 'torch'}/{run['dtype']}"

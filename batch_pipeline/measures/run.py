@@ -74,6 +74,9 @@ class RunMeasures:
     stage_seconds: dict[str, float] = field(default_factory=dict)  # each stage's wall-clock
     # how execute chose its path (`DtypeDecision.summary`): {} when nothing ran
     calibration: dict[str, object] = field(default_factory=dict)
+    executor: str | None = None  # what ran the plan, for a chat model (`generation_executors`)
+    # what a provider charges for the run's tokens at its batch prices (None: priced by time)
+    token_cost: float | None = None
 
     @classmethod
     def from_execute(
@@ -83,6 +86,8 @@ class RunMeasures:
         prices and window in force, and `values` (the partition, times and counts)."""
         device = executed.get("device")
         cost = config.cost
+        token_cost = executed.get("token_cost")
+        window = executed.get("window_seconds") or run_window_seconds(config, trigger)
         return cls(
             trigger=trigger,
             inputs=int(executed.get("inputs", 0)),
@@ -94,12 +99,14 @@ class RunMeasures:
             backend=executed.get("backend"),
             calibration=dict(executed.get("calibration") or {}),
             fidelity_min_cosine=executed.get("fidelity_min_cosine"),
-            device_price_hour=cost.device_price(device) if device else 0.0,
+            device_price_hour=cost.device_price(device) if device and token_cost is None else 0.0,
             host_price_hour=cost.host_hour,
             currency=cost.currency,
-            window_seconds=run_window_seconds(config, trigger),
+            window_seconds=float(window),
             inputs_resumed=int(executed.get("inputs_resumed", 0)),
             oom_splits=int(executed.get("oom_splits", 0)),
+            executor=executed.get("executor"),
+            token_cost=None if token_cost is None else float(token_cost),
             **values,
         )
 
@@ -119,7 +126,10 @@ class RunMeasures:
 
     @property
     def execute_cost(self) -> float:
-        """Execute's marginal seconds at the device's hourly price."""
+        """Execute's marginal seconds at the device's hourly price, or a provider's charge
+        for the run's tokens."""
+        if self.token_cost is not None:
+            return self.token_cost
         return self.execute_seconds * self.device_price_hour / 3600
 
     @property
@@ -186,6 +196,7 @@ class RunMeasures:
             "currency": self.currency,
             "window_seconds": self.window_seconds,
             "window_used_fraction": _rounded(self.window_used_fraction, 6),
+            **({"executor": self.executor} if self.executor else {}),
             f"{self.unit}_attempted": self.attempted,
             "failure_rate": _rounded(self.failure_rate, 4),
             "step_retries": self.retries,

@@ -69,6 +69,22 @@ class GenerateSummary:
     # of the failures, the engine's or its settings' (the plan's refusals, a request the
     # engine refused), not the input's: land records them so that the next run tries again
     not_the_inputs: set[str] = field(default_factory=set)
+    executor: str = "vllm"  # what ran the plan (`generation_executors`)
+    # a provider's prices per million input and output tokens: its cost is counted in tokens
+    token_prices: tuple[float, float] | None = None
+    batches_submitted: list[str] = field(default_factory=list)  # provider batch ids
+    batches_collected: list[str] = field(default_factory=list)
+    pending_batches: int = 0  # still running at the provider when execute returned
+    window_seconds: float | None = None  # a provider's completion window: the run's window
+
+    @property
+    def token_cost(self) -> float | None:
+        """What the provider charges for the tokens this run generated, at its batch prices."""
+        if self.token_prices is None:
+            return None
+        price_in, price_out = self.token_prices
+        s = self.stats
+        return (s.prompt_tokens * price_in + s.output_tokens * price_out) / 1_000_000
 
     @property
     def valid_share(self) -> float | None:
@@ -77,7 +93,11 @@ class GenerateSummary:
         return self.valid / asked if asked else None
 
     def cost_per_1k_requests(self, price_per_hour: float) -> float | None:
-        """The marginal cost of 1,000 requests at this run's rate."""
+        """The marginal cost of 1,000 requests: at this run's rate on a priced device, or at
+        a provider's token prices."""
+        if self.token_cost is not None:
+            requests = self.stats.requests
+            return self.token_cost / requests * 1000 if requests else None
         rate = self.stats.requests_per_second
         return price_per_hour / 3600 / rate * 1000 if rate else None
 
@@ -104,6 +124,12 @@ class GenerateSummary:
             "decode_tokens_per_second": s.decode_tokens_per_second,
             "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
             "preemptions": s.preemptions,
+            "executor": self.executor,
+            "token_cost": self.token_cost,
+            "batches_submitted": self.batches_submitted,
+            "batches_collected": self.batches_collected,
+            "pending_batches": self.pending_batches,
+            "window_seconds": self.window_seconds,
         }
 
     def metadata(self, price_per_hour: float | None = None) -> dict[str, object]:
@@ -117,7 +143,16 @@ class GenerateSummary:
             "prompt_tokens": s.prompt_tokens,
             "output_tokens": s.output_tokens,
             "chunks_run": self.chunks_run,
+            "executor": self.executor,
         }
+        if self.batches_submitted or self.batches_collected or self.pending_batches:
+            values.update(
+                batches_submitted=len(self.batches_submitted),
+                batches_collected=len(self.batches_collected),
+                batches_pending=self.pending_batches,
+            )
+        if self.token_cost is not None:
+            values["token_cost"] = round(self.token_cost, 6)
         if self.valid_share is not None:
             values["valid_share"] = round(self.valid_share, 4)
         if s.requests:

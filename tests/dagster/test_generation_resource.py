@@ -2,6 +2,7 @@
 and an asset that plans and generates through it (the FAKE generator behind the resource)."""
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
@@ -22,9 +23,18 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 def test_every_field_is_described_and_the_pool_is_the_deployment_s_gpu_pool():
     fields = GenerationResource.model_fields
     assert not [name for name, f in fields.items() if not f.description]
-    for name in ("model_path", "dtype", "kv_cache_gib", "gpu_memory_utilization",
-                 "max_num_seqs", "max_model_len", "enforce_eager", "greedy", "max_tokens",
-                 "pool"):  # fmt: skip
+    for name in (
+        "model_path",
+        "dtype",
+        "kv_cache_gib",
+        "gpu_memory_utilization",
+        "max_num_seqs",
+        "max_model_len",
+        "enforce_eager",
+        "greedy",
+        "max_tokens",
+        "pool",
+    ):
         assert name in fields
     assert GenerationResource().pool == GPU_POOL
     assert GenerationResource().sampling.greedy
@@ -32,7 +42,16 @@ def test_every_field_is_described_and_the_pool_is_the_deployment_s_gpu_pool():
 
 @pytest.mark.parametrize(
     ("settings", "field"),
-    [({"dtype": "int4"}, "dtype"), ({"device": "tpu"}, "device")],
+    [
+        ({"dtype": "int4"}, "dtype"),
+        ({"device": "tpu"}, "device"),
+        ({"data_parallel_size": 8}, "data_parallel_size"),  # in-process: one engine
+        ({"executor": "openai-batch"}, "api_base"),  # nowhere to submit
+        (
+            {"executor": "openai-batch", "api_base": "http://x/v1", "completion_window": "1w"},
+            "completion_window",
+        ),
+    ],
 )
 def test_a_bad_setting_fails_at_load_and_names_the_field(settings, field):
     @dg.asset
@@ -58,18 +77,29 @@ def test_a_model_path_that_is_no_model_folder_says_so(tmp_path):
 
 def test_an_asset_plans_and_generates_through_the_resource(tmp_path):
     prepared = tmp_path / "prepared.parquet"
-    rows = [{"input_hash": f"h{i}", "system": "Brief it.", "user": f"page {i} text"}
-            for i in range(5)]  # fmt: skip
+    rows = [
+        {"input_hash": f"h{i}", "system": "Brief it.", "user": f"page {i} text"} for i in range(5)
+    ]
     pq.write_table(pa.Table.from_pylist(rows, schema=prepared_prompts_schema()), prepared)
 
     @dg.asset(pool=GPU_POOL)
     def briefs(generation: GenerationResource) -> dg.MaterializeResult:
         """Plans the prompts, then generates them."""
         generator = generation.generator()
-        plan = plan_prompts(prepared, tmp_path / "plan.parquet", generator,
-                            generation.sampling, generation.plan_settings())  # fmt: skip
-        done = execute_prompts(tmp_path / "plan.parquet", tmp_path / "out.parquet",
-                               generation.generator, generation.sampling, SCHEMA)  # fmt: skip
+        plan = plan_prompts(
+            prepared,
+            tmp_path / "plan.parquet",
+            generator,
+            generation.sampling,
+            generation.plan_settings(),
+        )
+        done = execute_prompts(
+            tmp_path / "plan.parquet",
+            tmp_path / "out.parquet",
+            generation.generator,
+            generation.sampling,
+            SCHEMA,
+        )
         return dg.MaterializeResult(metadata={**plan.metadata(), **done.metadata(0.1)})
 
     result = dg.materialize([briefs], resources={"generation": FakeGenerationResource()})
@@ -93,3 +123,31 @@ def test_a_fraction_of_a_gib_for_the_kv_cache_is_refused_not_rounded():
         GenerationResource(kv_cache_gib=0)
     settings = FakeGenerationResource(kv_cache_gib=2).engine_settings()
     assert settings.kv_cache_bytes == 2 * (1 << 30)  # the plan's estimate: what the engine gets
+
+
+def test_the_gpu_fields_reach_run_batch_s_command_line():
+    from batch_pipeline.executors.run_batch import run_batch_command
+    from batch_pipeline.inference.chat_models import ChatModel
+    from batch_pipeline.inference.vllm_generator import EngineSettings, VllmGenerator
+
+    model = ChatModel(
+        name="m",
+        path=Path("/models/m"),
+        files_hash="h",
+        hidden_size=64,
+        num_layers=2,
+        num_kv_heads=1,
+        head_dim=64,
+        max_position_embeddings=2048,
+    )
+    one = EngineSettings(device="cuda", dtype="bfloat16")
+    eight = EngineSettings(
+        device="cuda", dtype="bfloat16", data_parallel_size=4, tensor_parallel_size=2
+    )
+    plain = run_batch_command(VllmGenerator(model, one), Path("in"), Path("out"))
+    assert "--data-parallel-size" not in plain and "--tensor-parallel-size" not in plain
+    spread = run_batch_command(VllmGenerator(model, eight), Path("in"), Path("out"))
+    assert spread[spread.index("--data-parallel-size") + 1] == "4"
+    assert spread[spread.index("--tensor-parallel-size") + 1] == "2"
+    with pytest.raises(ValueError, match="vllm-run-batch"):
+        VllmGenerator(model, eight).engine()  # the in-process engine refuses data parallelism

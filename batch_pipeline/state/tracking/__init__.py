@@ -1,8 +1,9 @@
 """The tracking store (SQLite or PostgreSQL): landed documents, pending changes, failures,
-runs, generations and the audit log, and the landing lease."""
+runs, generations and the audit log, batches handed to a provider, and the landing lease."""
 
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
 from batch_pipeline.state.tracking.lease import HeldLease, LeaseLostError, LockTimeoutError
+from batch_pipeline.state.tracking.provider_batches import FINAL_STATUSES, ProviderBatch
 from batch_pipeline.state.tracking.run_records import RunRecord
 from batch_pipeline.state.tracking.store import (
     CONTENT_FAILURE_REASONS,
@@ -18,6 +19,8 @@ from batch_pipeline.state.tracking.store import (
 )
 
 __all__ = [
+    "FINAL_STATUSES",
+    "ProviderBatch",
     "CONTENT_FAILURE_REASONS",
     "TRANSIENT_FAILURE_REASONS",
     "UNLISTABLE",

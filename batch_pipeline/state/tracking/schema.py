@@ -115,6 +115,8 @@ runs = sa.Table(
     sa.Column("stage_seconds", sa.Text),  # JSON: each stage's wall-clock seconds
     sa.Column("unit", sa.String(16)),  # documents, tickets, ...: what the run's inputs are
     sa.Column("counts", sa.Text),  # JSON: the product's own counts, by name
+    sa.Column("executor", sa.String(32)),  # what ran a chat model's plan
+    sa.Column("token_cost", sa.Float),  # a provider's charge for the run's tokens
 )
 
 # One row per product and fingerprint: building, candidate, live, retired, dropped. The
@@ -168,6 +170,26 @@ leases = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Column("host", sa.String(255)),
     sa.Column("pid", sa.Integer),
+)
+
+
+# One row per batch handed to a provider's Batch API (the `openai-batch` executor), from its
+# submission until its results are in the partition's checkpoints: a rerun while one is in
+# flight submits nothing and collects it instead.
+provider_batches = sa.Table(
+    "provider_batches",
+    metadata,
+    sa.Column("batch_id", sa.String(128), primary_key=True),
+    _generation_key(),
+    sa.Column("partition", sa.String(128), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),  # the run that submitted it
+    sa.Column("input_file_id", sa.String(128), nullable=False),
+    sa.Column("requests", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),  # 1, or 2 for a resubmission
+    sa.Column("status", sa.String(16), nullable=False),  # the provider's last status
+    sa.Column("submitted_at", sa.Float, nullable=False),
+    sa.Column("collected_at", sa.Float),  # when its results reached the checkpoints
+    sa.Column("collected_by", sa.String(64)),  # the run that collected them
 )
 
 

@@ -19,6 +19,7 @@ from batch_pipeline.iterables import batched
 from batch_pipeline.names import GENERATION_SEPARATOR, generation_index, generation_product
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
 from batch_pipeline.state.tracking.lease import lease
+from batch_pipeline.state.tracking.provider_batches import ProviderBatchRecords
 from batch_pipeline.state.tracking.run_records import RunRecord, run_counts
 from batch_pipeline.state.tracking.schema import (
     connect,
@@ -132,7 +133,7 @@ def _run_row(row: sa.Row) -> dict[str, Any]:
     return {**values, "counts": run_counts(dict(row._mapping))}
 
 
-class TrackingStore(GenerationRecords):
+class TrackingStore(GenerationRecords, ProviderBatchRecords):
     """Document, failure, run and generation records for every collection."""
 
     def __init__(self, url: str) -> None:

@@ -122,7 +122,7 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "batch_pipeline.cli", *args]
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

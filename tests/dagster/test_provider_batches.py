@@ -1,0 +1,94 @@
+"""The briefs in Dagster on the `openai-batch` executor, against the LOOPBACK EMULATOR of the
+OpenAI Batch API and the FAKE generator: the generating step submits and returns; the
+provider-batch sensor waits while the batch runs, then requests one run of the partition,
+tagged with the run that submitted it; that run collects the batch and lands the briefs."""
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from resources.testing import FakeGenerationResource
+from sensors.provider_batches import SUBMITTED_BY
+from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+KEY_ENV = "BP_TEST_BATCH_API_KEY"
+BRIEF_ASSETS = ["brief_prompts", "brief_plan", "brief_generations", "document_briefs"]
+
+
+@pytest.fixture()
+def workspace(tmp_path, batch_api, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, batch_api.api_key)
+    write_corpus(tmp_path / "docs")
+    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
+    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "collections:\n"
+        "  - name: handbook\n"
+        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
+    )
+    ws = {"root": tmp_path, "config": config, "home": tmp_path / "home"}
+    generation = FakeGenerationResource(
+        executor="openai-batch",
+        api_base=batch_api.url,
+        api_key_env=KEY_ENV,
+        price_per_million_input_tokens=0.075,
+        price_per_million_output_tokens=0.30,
+    )
+    ws["resources"] = {**stage_resources(ws, fake_model=True), "generation": generation}
+    return ws
+
+
+def materialize(ws, instance, names, tags=None):  # noqa: ANN001, ANN201
+    from batch_pipeline.definitions import build_definitions
+
+    defs = build_definitions(ws["config"])
+    return dg.materialize(
+        [defs.get_assets_def(name) for name in names],
+        partition_key="handbook",
+        instance=instance,
+        resources=ws["resources"],
+        tags=tags,
+        raise_on_error=False,
+    )
+
+
+def tick(ws, instance):  # noqa: ANN001, ANN201
+    from batch_pipeline.definitions import build_definitions
+
+    sensor = build_definitions(ws["config"]).get_sensor_def("provider_batches_sensor")
+    resources = {k: ws["resources"][k] for k in ("pipeline", "generation")}
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        return sensor(context)
+
+
+def test_the_step_submits_and_the_sensor_starts_the_run_that_lands_the_batch(workspace, batch_api):
+    batch_api.hold = True  # the provider takes its time
+    with dg.instance_for_test() as instance:
+        first = materialize(workspace, instance, [*STAGE_ASSETS, *BRIEF_ASSETS])
+        assert first.success
+        generated = metadata_of(first, "brief_generations")
+        assert generated["executor"] == "openai-batch" and generated["batches_pending"] == 1
+        assert metadata_of(first, "document_briefs")["briefs_landed"] == 0
+        waiting = tick(workspace, instance)
+        assert not waiting.run_requests and "still running" in waiting.skip_reason.skip_message
+
+        batch_api.hold, batch_api.polls_to_finish = False, 1
+        ready = tick(workspace, instance)
+        (request,) = ready.run_requests
+        assert request.partition_key == "handbook"
+        assert request.tags[SUBMITTED_BY] == first.run_id
+        assert tick(workspace, instance).run_requests[0].run_key == request.run_key  # stable
+
+        second = materialize(workspace, instance, BRIEF_ASSETS, tags=request.tags)
+        assert second.success
+        land = metadata_of(second, "document_briefs")
+        assert land["briefs_landed"] == 3 and land["review_state"] == "live"
+        assert land["execute_cost"] > 0  # the provider's tokens at its batch prices
+        assert len(batch_api.created) == 1  # collected, never sent again
+        idle = tick(workspace, instance)
+        assert "no provider batch in flight" in idle.skip_reason.skip_message

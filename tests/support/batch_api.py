@@ -1,0 +1,333 @@
+"""A LOOPBACK EMULATOR of the OpenAI Batch API, for tests: like moto for S3, it stands in for
+a provider no test can reach, speaking the published API to the official `openai` client.
+
+No server that installs from the package registries implements the Batch API (vLLM serves
+chat completions and runs batch files offline, not `/v1/batches`), so this one does, on
+127.0.0.1, with what a provider does that the executor must survive:
+
+- `POST /v1/files` (multipart, `purpose=batch`), `GET /v1/files/{id}/content`;
+- `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches` (newest first, `limit`),
+  `POST /v1/batches/{id}/cancel`;
+- the statuses `validating` -> `in_progress` -> `finalizing` -> `completed`, one step per
+  poll (`polls_to_finish` polls in all), or `expired` when `expire_after` is set;
+- separate output and error files, each in a shuffled order (a seeded shuffle: replayable);
+- partial failures: `fail(custom_id)` returns a status code (500, 429, 400 ...) for a request
+  the "model" does not answer; expiry writes `batch_expired` errors for the requests past
+  `expire_after`;
+- a Bearer key: any other gets a 401 whose message quotes the key's start and end, as
+  OpenAI's does.
+
+The answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
+prompt's own words, so a brief can be checked against its document.
+"""
+
+import email.parser
+import email.policy
+import itertools
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from batch_pipeline.inference.fake import FakeGenerator
+from batch_pipeline.inference.generator import Prompt
+
+FINISHED = ("completed", "expired", "failed", "cancelled")
+STEPS = ("validating", "in_progress", "finalizing")
+
+
+@dataclass
+class EmulatedBatch:
+    id: str
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict
+    created_at: int
+    status: str = "validating"
+    polls: int = 0
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
+    errors: list[dict] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.completion_window,
+            "status": self.status,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "created_at": self.created_at,
+            "request_counts": self.counts,
+            "metadata": self.metadata,
+            "errors": {"object": "list", "data": self.errors} if self.errors else None,
+        }
+
+
+class BatchApiEmulator:
+    """The emulator's state and knobs (see the module docstring); `start()` serves it."""
+
+    def __init__(self, api_key: str = "sk-emulator-0123456789abcdefghij", seed: int = 7) -> None:
+        self.api_key = api_key
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, EmulatedBatch] = {}
+        self.polls_to_finish = 3  # retrieve calls before a batch has its result files
+        self.fail: Callable[[str], int | None] = lambda custom_id: None
+        self.expire_after: int | None = None  # requests answered before the window ends
+        self.hold = False  # True: batches stay in_progress (a provider's slow day)
+        self.created: list[list[str]] = []  # each created batch's custom_ids, in order
+        self.unauthorised = 0  # requests refused for their key
+        self._ids = itertools.count(1)
+        self._random = random.Random(seed)
+        self._fake = FakeGenerator()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # ------------------------------------------------------------------ serving
+
+    def start(self) -> str:
+        """Serve on a free loopback port; the base URL the client takes (`.../v1`)."""
+        emulator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                emulator._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                emulator._handle(self, "POST")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids):06d}"
+
+    def _handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else b""
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            self.unauthorised += 1
+            given = (request.headers.get("Authorization") or "").removeprefix("Bearer ")
+            quoted = f"{given[:3]}*****{given[-4:]}" if len(given) > 8 else given
+            return self._send(
+                request,
+                401,
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {quoted}. You can find "
+                        "your API key at https://platform.openai.com/account/api-keys.",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+        path = request.path.split("?", 1)[0]
+        with self._lock:
+            try:
+                status, answer = self._route(method, path, request, body)
+            except KeyError as error:
+                status, answer = 404, {"error": {"message": f"no such object: {error}"}}
+        if isinstance(answer, bytes):
+            return self._send_bytes(request, status, answer)
+        return self._send(request, status, answer)
+
+    @staticmethod
+    def _send(request: BaseHTTPRequestHandler, status: int, value: dict) -> None:
+        BatchApiEmulator._send_bytes(
+            request, status, json.dumps(value).encode(), "application/json"
+        )
+
+    @staticmethod
+    def _send_bytes(
+        request: BaseHTTPRequestHandler,
+        status: int,
+        data: bytes,
+        kind: str = "application/octet-stream",
+    ) -> None:
+        request.send_response(status)
+        request.send_header("Content-Type", kind)
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+    def _route(
+        self, method: str, path: str, request: BaseHTTPRequestHandler, body: bytes
+    ) -> tuple[int, dict | bytes]:
+        if method == "POST" and path == "/v1/files":
+            return 200, self._upload(request.headers.get("Content-Type", ""), body)
+        if match := re.fullmatch(r"/v1/files/([^/]+)/content", path):
+            return 200, self.files[match[1]]
+        if method == "POST" and path == "/v1/batches":
+            return 200, self._create(json.loads(body)).as_json()
+        if method == "GET" and path == "/v1/batches":
+            newest = sorted(self.batches.values(), key=lambda b: b.id, reverse=True)
+            data = [b.as_json() for b in newest]
+            return 200, {"object": "list", "data": data, "has_more": False}
+        if match := re.fullmatch(r"/v1/batches/([^/]+)/cancel", path):
+            batch = self.batches[match[1]]
+            batch.status = "cancelled"
+            return 200, batch.as_json()
+        if match := re.fullmatch(r"/v1/batches/([^/]+)", path):
+            return 200, self._poll(self.batches[match[1]]).as_json()
+        return 404, {"error": {"message": f"no route {method} {path}"}}
+
+    # ------------------------------------------------------------- the API's work
+
+    def _upload(self, content_type: str, body: bytes) -> dict:
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + body
+        )
+        fields = {
+            part.get_param("name", header="content-disposition"): part
+            for part in message.iter_parts()
+        }
+        data = fields["file"].get_payload(decode=True)
+        file_id = self._new_id("file")
+        self.files[file_id] = data
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": fields["file"].get_filename(),
+            "purpose": "batch",
+        }
+
+    def _create(self, asked: dict) -> EmulatedBatch:
+        batch = EmulatedBatch(
+            id=self._new_id("batch"),
+            input_file_id=asked["input_file_id"],
+            endpoint=asked["endpoint"],
+            completion_window=asked["completion_window"],
+            metadata=asked.get("metadata") or {},
+            created_at=int(time.time()),
+        )
+        lines = self._requests(batch)
+        batch.counts["total"] = len(lines)
+        self.created.append([line["custom_id"] for line in lines])
+        self.batches[batch.id] = batch
+        return batch
+
+    def _requests(self, batch: EmulatedBatch) -> list[dict]:
+        text = self.files[batch.input_file_id].decode()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def _poll(self, batch: EmulatedBatch) -> EmulatedBatch:
+        if batch.status in FINISHED or self.hold:
+            return batch
+        batch.polls += 1
+        if batch.polls < self.polls_to_finish:
+            batch.status = STEPS[min(batch.polls, len(STEPS) - 1)]
+            return batch
+        self._finish(batch)
+        return batch
+
+    def _finish(self, batch: EmulatedBatch) -> None:
+        """Answer the batch's requests into an output and an error file, each shuffled."""
+        requests = self._requests(batch)
+        outputs, errors = [], []
+        for number, request in enumerate(requests):
+            custom_id = request["custom_id"]
+            line = {"id": self._new_id("batch_req"), "custom_id": custom_id}
+            if self.expire_after is not None and number >= self.expire_after:
+                errors.append(
+                    line
+                    | {
+                        "response": None,
+                        "error": {
+                            "code": "batch_expired",
+                            "message": "This request could not be executed before the completion "
+                            "window expired.",
+                        },
+                    }
+                )
+                continue
+            status = self.fail(custom_id)
+            if status is not None:
+                errors.append(
+                    line
+                    | {
+                        "error": None,
+                        "response": {
+                            "status_code": status,
+                            "request_id": self._new_id("req"),
+                            "body": {
+                                "error": {
+                                    "message": f"emulated failure {status}",
+                                    "type": "server_error"
+                                    if status >= 500
+                                    else "invalid_request_error",
+                                }
+                            },
+                        },
+                    }
+                )
+                continue
+            outputs.append(
+                line
+                | {
+                    "error": None,
+                    "response": {
+                        "status_code": 200,
+                        "request_id": self._new_id("req"),
+                        "body": self._completion(custom_id, request["body"]),
+                    },
+                }
+            )
+        for found in (outputs, errors):
+            self._random.shuffle(found)
+        if outputs:
+            batch.output_file_id = self._new_id("file")
+            self.files[batch.output_file_id] = "".join(
+                json.dumps(o) + "\n" for o in outputs
+            ).encode()
+        if errors:
+            batch.error_file_id = self._new_id("file")
+            self.files[batch.error_file_id] = "".join(json.dumps(e) + "\n" for e in errors).encode()
+        batch.counts.update(completed=len(outputs), failed=len(errors))
+        batch.status = "expired" if self.expire_after is not None else "completed"
+
+    def _completion(self, custom_id: str, body: dict) -> dict:
+        """A chat completion the FAKE generator writes, held to the request's schema: the
+        same as it writes in-process for that prompt (its key is the custom_id)."""
+        messages = {m["role"]: m["content"] for m in body["messages"]}
+        prompt = Prompt(custom_id, messages.get("system", ""), messages.get("user", ""))
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        text = self._fake._answer(prompt, schema)
+        prompt_tokens = sum(self._fake.token_counts([prompt]))
+        output_tokens = len(self._fake._tokens(text))
+        return {
+            "id": self._new_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": output_tokens,
+                "total_tokens": prompt_tokens + output_tokens,
+            },
+        }
