@@ -42,7 +42,8 @@ demo: setup chat-model
 	$(BIN)/batch-pipeline briefs --collection handbook --candidate \
 		--doc-id account/reset-password.md --doc-id billing/refund-policy.md
 	@echo "== sample search"
-	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3
+	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3 --mode hybrid
+	$(BIN)/batch-pipeline doctor --product handbook
 	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
 		echo "== classifying the tickets of $$day (ticket_intents_job)"; \
 		$(BIN)/dg launch --job ticket_intents_job --partition $$day 2>&1 \

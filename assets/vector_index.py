@@ -33,6 +33,7 @@ FRESHNESS_WITHIN_BUDGET = "freshness_lag_within_budget"
 COMPLETENESS = "completeness"
 RUN_WITHIN_WINDOW = "run_within_window"
 UNREAD = "unread_within_limit"
+INDEXES_CURRENT = "indexes_current"
 
 # What the Plots view draws for a partition: the run's measures, completeness and freshness,
 # how much the run did, and whether a full re-embedding would fit the nightly window.
@@ -104,6 +105,18 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 "though what did read landed.",
             ),
             partition_check(
+                INDEXES_CURRENT,
+                LAND.asset,
+                partitions,
+                "The generation's table and its question rows carry every index the "
+                "collection's index: settings ask for (the ANN index from vector.min_rows rows "
+                "on, a full-text index per full_text column), each readable and lacking at most "
+                "max_unindexed_rows rows (LanceDB's index_stats); fails naming the index that is "
+                "missing, damaged or behind, or whose build failed in this land. Blocking: "
+                "index_generation does not review a generation whose indexes are not current.",
+                blocking=True,
+            ),
+            partition_check(
                 NO_MASS_DELETION_HELD,
                 LAND.asset,
                 partitions,
@@ -155,6 +168,11 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
         completeness = summary.completeness  # of the table as land left it
         backfill = engine.backfill_estimate(measures.partition_inputs)
         unread = engine.unread_excess(run_id, measures.attempted)
+        indexes = engine.index_health(summary.indexes)
+        for problem in indexes.problems:
+            context.log.warning(f"index not current: {problem}")
+        for name, reason in (summary.indexes.built if summary.indexes else {}).items():
+            context.log.info(f"built index {name}: {reason}")
         return dg.MaterializeResult(
             metadata=as_metadata(
                 {
@@ -206,6 +224,11 @@ def build_vector_index(partitions: dg.PartitionsDefinition) -> dg.AssetsDefiniti
                 ),
                 held_deletions_check(
                     context, summary.deletions_held, summary.deletions_held_reason
+                ),
+                dg.AssetCheckResult(
+                    check_name=INDEXES_CURRENT,
+                    passed=indexes.ok,
+                    metadata=as_metadata(indexes.metadata(), {"unindexed_rows"}),
                 ),
                 dg.AssetCheckResult(
                     check_name=UNREAD,

@@ -9,6 +9,7 @@ execute are the chat-model stages, land writes the typed rows.
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from functools import cached_property
 
 import numpy as np
@@ -60,7 +61,9 @@ from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import briefs_product_name, generation_index, question_index
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+from batch_pipeline.state.retrieval import VectorParams
 from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.table_indexes import TableIndexes
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, in_filter
 
@@ -299,6 +302,14 @@ class BriefProduct:
             lambda: self.store.scan_batches(live.index, list(QUESTION_COLUMNS)),
         )
 
+    def _keep_indexes_current(self, table_name: str) -> None:
+        """The question rows get the collection's indexes, as its chunks do."""
+        table = self.store.open(table_name)
+        if table is not None:
+            retention = timedelta(hours=self.config.maintenance.version_retention_hours)
+            settings = self.collection.index
+            TableIndexes(table, table_name, settings, self.tracking, retention).keep_current()
+
     def land_questions(self, embedder_for: EmbedderFor, run_id: str) -> QuestionRows:
         """With `index_questions`, bring every index generation's question rows to the live
         briefs (a rerun embeds nothing), then measure the live index's retrieval with and
@@ -318,6 +329,7 @@ class BriefProduct:
                     fields,
                 )
             )  # fmt: skip
+            self._keep_indexes_current(question_index(record.index_name))
         live = self.registry.live(self.collection_name)
         if live is None:
             return QuestionRows("landed", summaries)
@@ -326,7 +338,8 @@ class BriefProduct:
             model = index_model(live)
             scores = question_scores(
                 self.store, live, self.collection.evaluation, embedder_for(model),
-                model.query_prefix,
+                model.query_prefix, self.collection.index.search,
+                VectorParams.of(self.collection.index.vector),
             )  # fmt: skip
         table = question_index(live.index_name)
         return QuestionRows("landed", summaries, scores, self.store.count_rows(table), table)

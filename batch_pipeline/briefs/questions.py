@@ -31,6 +31,7 @@ from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import generation_fingerprint, question_index
+from batch_pipeline.state.retrieval import DEFAULT_PARAMS, VectorParams
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
 from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.state.vector_store import VectorStore
@@ -100,6 +101,8 @@ def question_scores(
     evaluation: EvaluationConfig,
     embedder: Embedder,
     query_prefix: str = "",
+    mode: str = "vector",
+    params: VectorParams = DEFAULT_PARAMS,
 ) -> dict[str, float]:
     """Recall@k and MRR@k of the live index on its evaluation set, searched without and with
     its question rows, in one run: `<metric>_chunks` and `<metric>_with_questions`."""
@@ -107,8 +110,9 @@ def question_scores(
     scores: dict[str, float] = {}
     for suffix, also in (("chunks", ()), ("with_questions", (question_index(live.index_name),))):
         found = score_generation(
-            store, live.index_name, embedder, queries, evaluation.k, query_prefix, also
-        )
+            store, live.index_name, embedder, queries, evaluation.k, query_prefix, also, mode,
+            params,
+        )  # fmt: skip
         found.pop("queries")
         scores |= {f"{metric}_{suffix}": value for metric, value in found.items()}
     scores["evaluation_queries"] = len(queries)

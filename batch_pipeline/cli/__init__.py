@@ -63,6 +63,7 @@ from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.products import KINDS
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
+from batch_pipeline.state.retrieval import MODES
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 from batch_pipeline.tickets.report import candidate_scores
@@ -91,10 +92,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    find = commands.add_parser("search", help="the chunks nearest to a query")
+    find = commands.add_parser("search", help="the chunks best ranked for a query")
     find.add_argument("query")
     find.add_argument("--collection", required=True)
     find.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    find.add_argument(
+        "--mode",
+        choices=MODES,
+        help="vector (embedding), text (BM25) or hybrid (both, fused by reciprocal rank); "
+        "default: the collection's index.search",
+    )
     find.add_argument(
         "--where",
         help="filter on metadata fields, e.g. \"product = 'billing' AND draft = false\"",
@@ -227,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _search(ctx: CommandContext, args: argparse.Namespace) -> int:
-    hits = search(ctx.pipeline(args.collection), args.query, args.k, where=args.where)
+    hits = search(ctx.pipeline(args.collection), args.query, args.k, where=args.where,
+                  mode=args.mode)  # fmt: skip
     if args.json:
         print(json.dumps([h.as_dict() for h in hits], indent=2))
         return 0

@@ -43,6 +43,9 @@ from batch_pipeline.config.index import (
     ChunkingConfig,
     CollectionConfig,
     EvaluationConfig,
+    FullTextConfig,
+    IndexConfig,
+    VectorIndexConfig,
 )
 from batch_pipeline.config.secrets import SECRET_SETTINGS, SECRET_URL_PARAMETERS, masked_url
 from batch_pipeline.config.sources import (
@@ -467,6 +470,8 @@ __all__ = [
     "EvaluationConfig",
     "FilesystemSourceConfig",
     "FreshnessConfig",
+    "FullTextConfig",
+    "IndexConfig",
     "GenerationsConfig",
     "LimitsConfig",
     "MaintenanceConfig",
@@ -488,6 +493,7 @@ __all__ = [
     "TicketS3Export",
     "TicketSqlExport",
     "TicketsConfig",
+    "VectorIndexConfig",
     "config_path_from_env",
     "format_validation_error",
     "load_config",

@@ -106,6 +106,102 @@ class MetadataConfig(_Strict):
         return value
 
 
+VectorIndexType = Literal["auto", "off", "IVF_PQ", "IVF_HNSW_SQ", "IVF_SQ", "IVF_FLAT"]
+SearchMode = Literal["vector", "text", "hybrid"]
+
+
+class VectorIndexConfig(_Strict):
+    """The ANN index on a generation's vectors (cosine, as the model's unit vectors need)."""
+
+    type: VectorIndexType = Field(
+        default="auto",
+        description="auto (IVF_HNSW_SQ, chosen by measurement: docs/search.md), off (every "
+        "search scans), or a LanceDB index type.",
+    )
+    min_rows: int = Field(
+        default=20_000,
+        ge=256,
+        description="Rows a table holds before its ANN index is built; below, a flat scan is "
+        "exact and fast enough (docs/search.md: measured).",
+    )
+    rebuild_growth: float = Field(
+        default=2.0,
+        gt=1,
+        description="Rebuild (retrain) the index once the table holds this many times the rows "
+        "it was trained on; smaller growth is folded in incrementally.",
+    )
+    nprobes: int = Field(
+        default=20,
+        ge=1,
+        description="IVF partitions a search probes: more finds more of the true nearest "
+        "rows, more slowly (docs/search.md: measured).",
+    )
+    refine_factor: int | None = Field(
+        default=4,
+        ge=1,
+        description="Re-rank this many times the results by their full vectors (the index "
+        "keeps them quantised); none: no re-ranking.",
+    )
+
+
+class FullTextConfig(_Strict):
+    """LanceDB's native full-text (BM25) index, one per column."""
+
+    enabled: bool = Field(default=True, description="Build and keep the full-text indexes.")
+    columns: list[Literal["text", "title"]] = Field(
+        default_factory=lambda: ["text", "title"],
+        min_length=1,
+        description="Columns indexed: the chunk's text, and the document's title.",
+    )
+    base_tokenizer: Literal["simple", "whitespace", "raw"] = Field(
+        default="simple", description="How text is split into words."
+    )
+    language: str = Field(default="English", description="Language of stemming and stop words.")
+    stem: bool = Field(default=True, description="Reduce words to their stem.")
+    remove_stop_words: bool = Field(default=True, description="Drop the language's stop words.")
+    lower_case: bool = Field(default=True, description="Match without case.")
+    ascii_folding: bool = Field(default=True, description="Match accented letters plainly.")
+
+    def tokenizer(self) -> dict[str, object]:
+        """The tokenizer settings, as LanceDB's FTS config takes them."""
+        return {
+            "base_tokenizer": self.base_tokenizer,
+            "language": self.language,
+            "stem": self.stem,
+            "remove_stop_words": self.remove_stop_words,
+            "lower_case": self.lower_case,
+            "ascii_folding": self.ascii_folding,
+        }
+
+
+class IndexConfig(_Strict):
+    """The indexes a collection's tables carry, kept current by every land, and how search
+    ranks."""
+
+    vector: VectorIndexConfig = VectorIndexConfig()
+    full_text: FullTextConfig = FullTextConfig()
+    max_unindexed_rows: int = Field(
+        default=0,
+        ge=0,
+        description="Rows an index may lack before the indexes_current check fails (each land "
+        "folds its rows in, so 0 holds unless a fold failed).",
+    )
+    search: SearchMode = Field(
+        default="hybrid",
+        description="How search ranks, and how the generation gate scores: vector, text (BM25) "
+        "or hybrid (both, fused by reciprocal rank); see docs/search.md.",
+    )
+
+    @model_validator(mode="after")
+    def _text_needs_its_index(self) -> "IndexConfig":
+        if self.search in ("text", "hybrid") and not self.full_text.enabled:
+            raise ValueError(
+                f"search: {self.search} needs the full-text index; set full_text.enabled: true "
+                "or search: vector"
+            )
+        return self
+
+
 class CollectionConfig(_Strict):
     """One collection: one Dagster partition and one LanceDB table per model generation."""
 
@@ -114,6 +210,7 @@ class CollectionConfig(_Strict):
     chunking: ChunkingConfig = ChunkingConfig()
     metadata: MetadataConfig = MetadataConfig()
     evaluation: EvaluationConfig | None = None
+    index: IndexConfig = IndexConfig()
     briefs: BriefsConfig | None = Field(
         default=None, description="Document briefs of this collection (a chat model's)."
     )

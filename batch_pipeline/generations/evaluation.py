@@ -2,8 +2,9 @@
 
 An evaluation set is a JSONL file, one query per line:
 `{"query": "how do I reset my password", "relevant": ["account/reset-password.md"]}`.
-A query's ranking is the order in which documents first appear among the nearest chunks (and
-the nearest rows of any companion table searched with them, such as the briefs' questions).
+A query's ranking is the order in which documents first appear among the rows ranked for it
+(the generation's chunks and the rows of any companion table searched with them, such as the
+briefs' questions), ranked as search ranks them in the collection's mode (`state.retrieval`).
 """
 
 import hashlib
@@ -16,6 +17,7 @@ import numpy as np
 from batch_pipeline.config import ModelConfig
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
+from batch_pipeline.state.retrieval import DEFAULT_PARAMS, TEXT, VECTOR, VectorParams, ranked_rows
 from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.state.vector_store import VectorStore
 
@@ -56,18 +58,20 @@ def load_eval_set(path: Path) -> list[EvalQuery]:
     return queries
 
 
-def rank_documents(tables: list, vector: np.ndarray, k: int) -> list[str]:
-    """The `k` documents nearest `vector` among the rows of `tables` (one generation's
-    table and any companion searched with it, rows of the same model), merged by distance."""
-    rows = sorted(
-        (
-            row
-            for table in tables
-            for row in table.search(vector).metric("cosine").select(["doc_id", "_distance"])
-            .limit(k * 8).to_list()
-        ),
-        key=lambda row: row["_distance"],
-    )  # fmt: skip
+def rank_documents(
+    tables: list,
+    vector: np.ndarray | None,
+    k: int,
+    text: str = "",
+    mode: str = VECTOR,
+    params: VectorParams = DEFAULT_PARAMS,
+) -> list[str]:
+    """The `k` documents first ranked for the query among the rows of `tables` (one
+    generation's table and any companion searched with it, rows of the same model), in the
+    order their best row ranks (`state.retrieval.ranked_rows`)."""
+    if not tables:
+        return []
+    rows = ranked_rows(tables, text, vector, mode, k * 8, columns=("doc_id",), params=params)
     ranked: list[str] = []
     for row in rows:
         if row["doc_id"] not in ranked:
@@ -83,13 +87,18 @@ def score_generation(
     k: int,
     query_prefix: str = "",
     also: tuple[str, ...] = (),
+    mode: str = VECTOR,
+    params: VectorParams = DEFAULT_PARAMS,
 ) -> dict[str, float]:
-    vectors = runner.embed([query_prefix + q.query for q in queries])
+    """Recall@k and MRR@k of the generation's table (with its companions `also`), each query
+    ranked as search ranks it in `mode` (`state.retrieval`)."""
+    vectors = runner.embed([query_prefix + q.query for q in queries]) if mode != TEXT else None
     table = store.open(index)  # opened once for every query, with the companions
     tables = [] if table is None else [table, *filter(None, map(store.open, also))]
     recall, reciprocal = [], []
-    for query, vector in zip(queries, vectors, strict=True):
-        ranked = rank_documents(tables, vector, k)
+    for number, query in enumerate(queries):
+        vector = vectors[number] if vectors is not None else None
+        ranked = rank_documents(tables, vector, k, query.query, mode, params)
         hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
         recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
         reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)

@@ -38,6 +38,7 @@ from batch_pipeline.generations.review import (
 )
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.names import generation_index, question_index
+from batch_pipeline.state.retrieval import DEFAULT_PARAMS, VECTOR, VectorParams
 from batch_pipeline.state.tracking import UNLISTABLE, GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 
@@ -66,11 +67,14 @@ class FullPassRule:
 @dataclass(frozen=True)
 class RetrievalScorer:
     """Recall@k and MRR@k on the collection's evaluation set (queries with their relevant
-    documents), searched in each generation's own table with its own model."""
+    documents), searched in each generation's own table with its own model, in the
+    collection's search mode: the gate measures what readers get."""
 
     store: VectorStore
     evaluation: EvaluationConfig
     floors: dict[str, float] = field(default_factory=dict)
+    mode: str = VECTOR  # ranked as the collection's search ranks (`index.search`)
+    params: VectorParams = DEFAULT_PARAMS  # and its ANN index searched as search does
 
     @property
     def tolerance(self) -> float:
@@ -81,6 +85,8 @@ class RetrievalScorer:
             "eval_set": eval_set_version(self.evaluation.path),
             "k": self.evaluation.k,
             "version": table_version(self.store, record.index_name),
+            "mode": self.mode,
+            "params": [self.params.nprobes, self.params.refine_factor],
         }
 
     def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
@@ -92,6 +98,8 @@ class RetrievalScorer:
             load_eval_set(self.evaluation.path),
             self.evaluation.k,
             model.query_prefix,
+            mode=self.mode,
+            params=self.params,
         )
 
 
@@ -121,7 +129,14 @@ class GenerationLifecycle:
             self.registry,
             collection.name,
             FullPassRule(store),
-            RetrievalScorer(store, evaluation) if evaluation is not None else None,
+            RetrievalScorer(
+                store,
+                evaluation,
+                mode=collection.index.search,
+                params=VectorParams.of(collection.index.vector),
+            )
+            if evaluation is not None
+            else None,
             "materialise it first (make demo)",
             settings,
             self.drop_tables,

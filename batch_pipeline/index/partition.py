@@ -39,7 +39,7 @@ from batch_pipeline.measures.run import (
     BackfillEstimate,
     backfill_estimate,
 )
-from batch_pipeline.names import generation_index
+from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.runs import (
     RunOutcome,
     RunRequest,
@@ -59,6 +59,7 @@ from batch_pipeline.stages.collect import (
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import StagePath, is_full_pass
 from batch_pipeline.state.storage import StorageLocations
+from batch_pipeline.state.table_indexes import IndexHealth, IndexUpkeep, TableIndexes
 from batch_pipeline.state.tracking import (
     UNLISTABLE,
     UNREAD_FAILURE_REASONS,
@@ -325,6 +326,9 @@ class IndexPartition(StagedPartition):
                 )
             )
             self.tracking.record_failures(self.index, summary.failures, run_id)
+            indexes = self.indexes()
+            if indexes is not None:  # under the lease: one upkeep at a time
+                summary.indexes = indexes.keep_current()
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
             summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
@@ -337,6 +341,27 @@ class IndexPartition(StagedPartition):
             run.outcome = self._outcome(run_id, summary)
         summary.measures = run.measures
         return summary
+
+    def indexes(self, index: str | None = None) -> TableIndexes | None:
+        """The ANN and full-text indexes of a table of this collection (the generation's
+        own by default), under its `index:` settings (`state.table_indexes`); None before
+        the table has landed."""
+        name = index or self.index
+        table = self.store.open(name)
+        if table is None:
+            return None
+        retention = timedelta(hours=self.config.maintenance.version_retention_hours)
+        return TableIndexes(table, name, self.collection.index, self.tracking, retention)
+
+    def index_health(self, upkeep: IndexUpkeep | None = None) -> IndexHealth:
+        """The indexes of the generation's table and of its question rows, with what `upkeep`
+        (a land's) failed to build: what the indexes_current check reads."""
+        states = {}
+        for name in (self.index, question_index(self.index)):
+            indexes = self.indexes(name)
+            if indexes is not None:
+                states[name] = indexes.states()
+        return IndexHealth(states, dict(upkeep.failed) if upkeep is not None else {})
 
     def unread_excess(self, run_id: str, attempted: int) -> str | None:
         """Why a landed run read too little of its source to count as a success, or None:

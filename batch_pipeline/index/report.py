@@ -177,6 +177,13 @@ def collection_health(pipeline: IndexPartition) -> dict[str, object]:
             f"{len(report.only_in_index)} only in the index, "
             f"{len(report.only_in_tracking)} only in tracking"
         )
+    if pipeline.store.has_table(pipeline.index):
+        indexes = pipeline.index_health()
+        health["indexes"] = indexes.metadata()
+        problems += [
+            f"index {problem} (the next land builds it; `run` lands now)"
+            for problem in indexes.problems
+        ]
     health["problems"] = problems
     health["healthy"] = not problems
     return health
@@ -223,4 +230,10 @@ def health_line(r: dict[str, object]) -> str:
         f"{r['documents_intended']}, {r['documents_quarantined']} quarantined)",
         table_summary(r),
         f"{r['failing_documents']} failing",
+        *([_indexes_text(r["indexes"])] if r.get("indexes") else []),
     )
+
+
+def _indexes_text(indexes: dict[str, object]) -> str:
+    """The table's indexes as doctor's line shows them: how many, and the rows they lack."""
+    return f"{indexes['indexes']} indexes, {indexes['unindexed_rows']:,} rows unindexed"

@@ -1,13 +1,24 @@
-"""Nearest-chunk search over a collection's LanceDB table (what retrieval readers do)."""
+"""Search over a collection's live LanceDB table, as retrieval readers search it: by vector,
+by text (BM25) or both (hybrid), with `where` filters."""
 
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.names import question_index
+from batch_pipeline.state.retrieval import (
+    MODES,
+    TEXT,
+    FullTextMissingError,
+    VectorParams,
+    ranked_rows,
+)
+from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.vector_store import sql_literal
 
 
@@ -114,28 +125,43 @@ def _question_tables(pipeline: IndexPartition, index: str) -> list:
     return [table] if table is not None else []
 
 
+def open_collection(
+    name: str, config_path: str | Path | None = None, home: str | Path | None = None
+) -> IndexPartition:
+    """A collection to search, as a reader's service opens it: by its name in the
+    configuration (`BATCH_PIPELINE_CONFIG` or `pipeline.yaml` by default) over the pipeline's
+    home (`BATCH_PIPELINE_HOME` or `.batch_pipeline`). Open it once and search it often: the
+    embedding model is loaded by the first vector or hybrid search."""
+    config = load_config(config_path)
+    return IndexPartition(config, resolve_storage(str(home) if home else None), name)
+
+
 def search(
     pipeline: IndexPartition,
     query: str,
     k: int = 5,
     runner: Embedder | None = None,
     where: str | None = None,
+    mode: str | None = None,
 ) -> list[SearchHit]:
-    """The `k` chunks closest to `query` by cosine similarity (score 1.0 is identical),
-    among those matching `where` (see `where_filter`); with `briefs.index_questions`, the
-    live briefs' questions compete with them (section `question`; they hold no metadata,
-    so a `where` on a metadata field leaves them out)."""
+    """The `k` chunks best ranked for `query` in `mode` (the collection's `index.search` by
+    default; see `state.retrieval`: vector by cosine, text by BM25, hybrid fused by
+    reciprocal rank), among those matching `where` (see `where_filter`). A hit's score is the
+    cosine similarity (vector; 1.0 is identical), the BM25 score (text) or the fused score
+    (hybrid). With `briefs.index_questions`, the live briefs' questions compete with the
+    chunks (section `question`; they hold no metadata, so a `where` on a metadata field
+    leaves them out)."""
     if not 1 <= k <= MAX_RESULTS:
         raise ValueError(f"-k must be between 1 and {MAX_RESULTS}, not {k}")
+    mode = mode or pipeline.collection.index.search
+    if mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     fields = dict(pipeline.collection.metadata.fields)
     condition, named = where_filter(where, fields) if where else (None, set())
     live = pipeline.live()  # readers follow the live generation
     table = pipeline.store.open(live.index)
     if table is None:
         raise CollectionNotIndexedError(f"the live table {live.index!r} is missing")
-    model = pipeline.model_for(live.record)
-    if runner is None or runner.resolved != model:
-        runner = EmbeddingRunner(model)
     present = set(table.schema.names)
     if condition is not None:
         missing = sorted(named - present)
@@ -144,34 +170,32 @@ def search(
                 f"--where: the live table has no column {missing[0]!r} yet; run the pipeline "
                 "once since declaring it"
             )
+    vector = None
+    if mode != TEXT:
+        model = pipeline.model_for(live.record)
+        if runner is None or runner.resolved != model:
+            runner = EmbeddingRunner(model)
+        vector = runner.embed([model.query_prefix + query])[0]
     declared = [name for name in fields if name in present]
     extra = [*declared, "metadata"] if "metadata" in present else declared
-    vector = runner.embed([model.query_prefix + query])[0]
     columns = ["doc_id", "chunk_id", "title", "section", "text", *extra]
-    rows = []
     # question rows hold no metadata: no `where` matches them, and a table that landed before
     # a field was declared has no column to filter on
     questions = _question_tables(pipeline, live.index) if condition is None else []
-    for searched in [table, *questions]:
-        search_query = searched.search(vector).metric("cosine")
-        if condition is not None:
-            search_query = search_query.where(condition, prefilter=True)
-        held = set(searched.schema.names)
-        rows += (
-            search_query.select([c for c in columns if c in held] + ["_distance"])
-            .limit(k)
-            .to_list()
-        )
-    rows = sorted(rows, key=lambda row: row["_distance"])[:k]
+    try:
+        params = VectorParams.of(pipeline.collection.index.vector)
+        rows = ranked_rows([table, *questions], query, vector, mode, k, condition, columns, params)
+    except FullTextMissingError as error:
+        raise CollectionNotIndexedError(f"--mode {mode}: {error}") from None
     return [
         SearchHit(
             rank=i + 1,
-            score=round(1.0 - float(row["_distance"]), 4),
+            score=round(float(row["score"]), 4),
             doc_id=row["doc_id"],
             chunk_id=row["chunk_id"],
-            title=row["title"],
-            section=row["section"],
-            text=row["text"],
+            title=row.get("title"),
+            section=row.get("section"),
+            text=row.get("text") or "",
             metadata={
                 **json.loads(row.get("metadata") or "{}"),
                 **{name: row[name] for name in declared if row.get(name) is not None},

@@ -184,8 +184,9 @@ def test_index_matches_tracking_blocks_what_follows_and_checks_are_described():
         "run_within_window",
         "no_mass_deletion_held",
         "unread_within_limit",
+        "indexes_current",
     }
-    assert specs["index_matches_tracking"].blocking
+    assert specs["index_matches_tracking"].blocking and specs["indexes_current"].blocking
     assert all(spec.description and spec.partitions_def for spec in specs.values())
 
 

@@ -107,7 +107,7 @@ def test_questions_land_beside_the_live_index_tied_to_their_document(ws):
         "mrr_at_3_with_questions", "evaluation_queries",
     }  # fmt: skip
     asked = rows[0]["text"]
-    hits = search(pipes.index, asked, k=3, runner=FakeEmbedder(pipes.index.model))
+    hits = search(pipes.index, asked, k=3, runner=FakeEmbedder(pipes.index.model), mode="vector")
     assert (hits[0].doc_id, hits[0].chunk_id, hits[0].section) == (
         rows[0]["doc_id"], rows[0]["chunk_id"], "question",
     )  # fmt: skip

@@ -193,6 +193,20 @@ provider_batches = sa.Table(
 )
 
 
+# One row per index a land built (or rebuilt) on a table: how many rows it was trained on,
+# so a later land knows when the table has outgrown the training (`index.vector.rebuild_growth`).
+index_builds = sa.Table(
+    "index_builds",
+    metadata,
+    sa.Column("table_name", sa.String(256), primary_key=True),
+    sa.Column("index_name", sa.String(128), primary_key=True),
+    sa.Column("rows", sa.Integer, nullable=False),  # the table's rows when it was built
+    sa.Column("built_at", sa.Float, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+)
+
+
 def connect(url: str) -> Engine:
     """An engine for the tracking URL; SQLite gets a busy timeout and WAL mode."""
     if not url.startswith("sqlite"):
