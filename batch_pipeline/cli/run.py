@@ -122,6 +122,11 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                 "per 1k inputs (estimated)"
             )
         print(line)
+        upkeep = summaries[LAND.name].indexes
+        for name, reason in (upkeep.built if upkeep else {}).items():
+            print(f"  index {name} built: {reason}")
+        for name, reason in (upkeep.failed if upkeep else {}).items():
+            print(f"  index {name} NOT built: {reason} (the next land tries again; doctor)")
     return _held_deletions(summaries[LAND.name]) or _unread(pipeline, run_id, measures)
 
 

@@ -195,3 +195,21 @@ def test_a_reader_s_service_opens_a_collection_and_searches_it_as_the_docs_say(
     hits = search(collection, "Article 4 covers topic 1", k=3, runner=fake_embedder)
     assert len(hits) == 3 and hits[0].doc_id == "article-04.md"
     assert [h.rank for h in hits] == [1, 2, 3]
+
+
+def test_the_cli_says_what_it_built_searches_each_way_and_doctor_shows_the_indexes(
+    tmp_path, capsys
+):
+    from batch_pipeline import cli
+
+    config = config_with(tmp_path, count=6)
+    base = ["--config", str(config), "--home", str(tmp_path / "home")]
+    assert cli.main([*base, "run", "--collection", "handbook", "--run-id", "r1"]) == 0
+    said = capsys.readouterr().out
+    assert "index text_idx built: missing" in said and "index title_idx built: missing" in said
+    for mode in ("vector", "text", "hybrid"):
+        args = ["search", "Article 3 topic", "--collection", "handbook", "--mode", mode]
+        assert cli.main([*base, *args]) == 0
+        assert "article-03.md" in capsys.readouterr().out
+    assert cli.main([*base, "doctor", "--product", "handbook"]) == 0
+    assert "2 indexes, 0 rows unindexed" in capsys.readouterr().out
