@@ -57,6 +57,8 @@ BRIEF_COLUMN_DESCRIPTIONS = {
     "prompt_tokens": "Tokens of the rendered prompt.",
     "output_tokens": "Tokens generated.",
     "truncated": "Whether the document was cut to briefs.document_tokens to fit the prompt.",
+    "control_tokens": "The chat model's control tokens (<|im_start|>, ...) found in the "
+    "document and broken before it went into the prompt.",
     "prompt_version": "Hash of the prompt file the brief was generated with.",
     "schema_version": "Hash of the output schema.",
     "model_name": "The chat model.",

@@ -76,7 +76,8 @@ def land_briefs(
     documents = {
         row["input_hash"]: row
         for row in read_table(
-            prepared_path, ["input_hash", "doc_id", "title", "content_hash", "truncated"]
+            prepared_path,
+            ["input_hash", "doc_id", "title", "content_hash", "truncated", "control_tokens"],
         ).to_pylist()
     }
     prepared = stage_summary(prepared_path)
@@ -121,6 +122,7 @@ def land_briefs(
                 "prompt_tokens": out["prompt_tokens"],
                 "output_tokens": out["output_tokens"],
                 "truncated": doc["truncated"],
+                "control_tokens": doc["control_tokens"],
                 "prompt_version": lineage.prompt_version,
                 "schema_version": lineage.schema_version,
                 "model_name": lineage.model_name,

@@ -47,6 +47,7 @@ from batch_pipeline.state.staging import (
     read_batches,
     row_count,
 )
+from batch_pipeline.text.control_tokens import neutralised
 
 READ_BATCH = 64  # documents read from the source at once when collect did not read them
 BUCKET_DOCS = 65_536  # documents (and landed briefs) compared in memory at once
@@ -88,6 +89,7 @@ def brief_prompts_schema() -> pa.Schema:
         .append(pa.field("title", pa.string()))
         .append(pa.field("content_hash", pa.string(), nullable=False))
         .append(pa.field("truncated", pa.bool_(), nullable=False))
+        .append(pa.field("control_tokens", pa.int32(), nullable=False))
     )
 
 
@@ -98,6 +100,7 @@ class BriefPrepareSummary:
     fresh: int = 0  # briefs already landed under the current key
     failed_before: int = 0  # failed under the current key: the same greedy output again
     truncated: int = 0  # of the stale, cut to the document budget
+    neutralised: int = 0  # of the stale, carrying the chat model's control tokens (broken)
     read_here: int = 0  # of the stale, read by this stage (collect had not)
     deleted: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)  # doc_id -> why
@@ -112,6 +115,7 @@ class BriefPrepareSummary:
             "fresh": self.fresh,
             "failed_before": self.failed_before,
             "truncated": self.truncated,
+            "neutralised": self.neutralised,
             "read_here": self.read_here,
             "deleted": self.deleted,
             "unreadable": self.unreadable,
@@ -126,6 +130,7 @@ class BriefPrepareSummary:
             "briefs_fresh": self.fresh,
             "briefs_failed_before": self.failed_before,
             "documents_truncated": self.truncated,
+            "documents_with_control_tokens": self.neutralised,
             "documents_read_for_briefs": self.read_here,
             "briefs_to_delete": len(self.deleted),
             "documents_unreadable": len(self.unreadable),
@@ -157,10 +162,16 @@ def prepare_briefs(
             collected_path, landed, buckets, failed, fingerprint, summary, Path(tmp), partition_of
         )
         with StageWriter(out_path, brief_prompts_schema(), started) as writer:
+            controls = generator.control_tokens()
 
             def write(doc_id: str, title: str | None, text: str, digest: str) -> None:
-                body, cut = generator.truncate(text, document_tokens)
-                user = template.render(title=title or doc_id, doc_id=doc_id, text=body)
+                # a page's own control tokens would open turns of their own in the prompt
+                (named, in_id), (shown, in_title), (body, in_text) = (
+                    neutralised(part, controls) for part in (doc_id, title or doc_id, text)
+                )
+                body, cut = generator.truncate(body, document_tokens)
+                user = template.render(title=shown, doc_id=named, text=body)
+                found = in_id + in_title + in_text
                 writer.write(
                     {
                         "input_hash": brief_key(doc_id, digest, fingerprint),
@@ -170,10 +181,12 @@ def prepare_briefs(
                         "title": title,
                         "content_hash": digest,
                         "truncated": cut,
+                        "control_tokens": found,
                     }
                 )
                 summary.stale += 1
                 summary.truncated += cut
+                summary.neutralised += bool(found)
 
             for rows in _stale_in_file_order(collected_path, stale):
                 unread: dict[str, str] = {}  # stale, but collect did not read them

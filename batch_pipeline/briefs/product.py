@@ -67,6 +67,8 @@ from batch_pipeline.state.table_indexes import TableIndexes
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, in_filter
 
+DOCUMENT_GUARD = "control-tokens-1"  # how documents are made safe for a prompt: its version
+
 
 class BriefProduct:
     """A collection's document briefs (see the module docstring). `generator` is the chat
@@ -187,6 +189,8 @@ class BriefProduct:
             "document_tokens": self.settings.document_tokens,
             "model": self.model.name,
             "model_fingerprint": self.model.fingerprint,
+            # documents' control tokens are broken before rendering (text.control_tokens)
+            "document_guard": DOCUMENT_GUARD,
             **({"served_model": self.served_model} if self.served_model else {}),
         }
 

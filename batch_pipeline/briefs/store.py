@@ -47,6 +47,7 @@ def brief_schema(output: OutputSchema) -> pa.Schema:
         pa.field("prompt_tokens", pa.int32(), nullable=False),
         pa.field("output_tokens", pa.int32(), nullable=False),
         pa.field("truncated", pa.bool_(), nullable=False),
+        pa.field("control_tokens", pa.int32(), nullable=False),
         pa.field("prompt_version", pa.string(), nullable=False),
         pa.field("schema_version", pa.string(), nullable=False),
         pa.field("model_name", pa.string(), nullable=False),

@@ -129,6 +129,10 @@ class FakeGenerator:
             for p in prompts
         ]
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """The shipped model's (ChatML) turn markers, as a tokenizer would list them."""
+        return ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+
     def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
         tokens = self._tokens(text)
         if len(tokens) <= max_tokens:

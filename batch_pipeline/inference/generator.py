@@ -149,6 +149,11 @@ class Generator(Protocol):
         """`text` cut to its first `max_tokens` tokens, and whether it was cut."""
         ...
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """The tokenizer's special and added tokens, as text: what a document must not carry
+        into a prompt (`text.control_tokens`)."""
+        ...
+
     def generate(
         self,
         prompts: list[Prompt],

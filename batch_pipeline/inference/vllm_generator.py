@@ -235,6 +235,10 @@ class VllmGenerator:
     def token_counts(self, prompts: list[Prompt]) -> list[int]:
         return chat_token_counts(self.tokenizer, prompts)
 
+    def control_tokens(self) -> tuple[str, ...]:
+        tokenizer = self.tokenizer
+        return tuple(dict.fromkeys([*tokenizer.all_special_tokens, *tokenizer.get_added_vocab()]))
+
     def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= max_tokens:
