@@ -13,33 +13,22 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.index_generation import INDEX_GENERATION
-from assets.partitions import (
-    GPU_POOL,
-    PROGRESS_INTERVAL_SECONDS,
-    TRANSIENT_RETRY,
-    partition_check,
-    progress_log,
-    retried_if_transient,
+from assets.product_stages import (
+    Context,
+    LandCheck,
+    Landed,
+    LandReport,
+    ProductAssets,
+    build_product_assets,
 )
-from assets.run_info import (
-    NO_MASS_DELETION_HELD,
-    LandConfig,
-    held_deletions_check,
-    nightly_review,
-    run_started_at,
-    run_trigger,
-    step_retries,
-)
-from assets.stage_io import RUN_CHARTS, as_metadata, column_schema, parquet_metadata, upstream_path
-from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE
+from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
+from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE, BRIEF_STAGES
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
-from batch_pipeline.stages import COLLECT
-from resources.generation import GenerationResource
-from resources.inference import InferenceResource
-from resources.pipeline import PipelineResource
+from batch_pipeline.runs import StagedPartition
+from batch_pipeline.stages import Stage
 
 BRIEFS_GROUP = "document_briefs"
 BRIEFS_OWNERS = ["team:support-content"]
@@ -101,13 +90,12 @@ QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*
 BRIEF_JOB = "brief_job"
 
 
-def build_brief_job(partitions: dg.PartitionsDefinition):  # noqa: ANN201 - an asset job
+def build_brief_job():  # noqa: ANN201 - an asset job
     """The briefs alone, over the last collect of the partition: what the provider-batch
     sensor runs to collect finished batches."""
     return dg.define_asset_job(
         BRIEF_JOB,
         selection=dg.AssetSelection.groups(BRIEFS_GROUP),
-        partitions_def=partitions,
         description="The document briefs of one partition, over its last collect.",
     )
 
@@ -116,256 +104,138 @@ def has_briefs(config: PipelineConfig) -> bool:
     return any(c.briefs is not None for c in config.collections)
 
 
-def _product(
-    context: dg.AssetExecutionContext, pipeline: PipelineResource, generation: GenerationResource
-) -> BriefProduct | None:
-    """The partition's collection's briefs, or None when it has none."""
+def _opened(context: Context) -> tuple[BriefProduct, StagedPartition] | None:
+    """The partition's collection's briefs, or None when it has none. Opened once per run
+    (`PipelineResource.briefs`), so every step lands what the run's first step rendered."""
+    pipeline, generation = context.resources.pipeline, context.resources.generation
     collection, _shard = pipeline.config.locate(context.partition_key)
     if collection.briefs is None:
         return None
-    return pipeline.briefs(
+    product = pipeline.briefs(
         collection.name,
         generation.generator(),
         generation.plan_settings(),
         executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
         batch_api=generation.batch_api() if hasattr(generation, "batch_api") else None,
     )
+    return product, product.partition(context.partition_key)
 
 
-def _stage_metadata(output, stage_name: str) -> dict[str, object]:  # noqa: ANN001
-    return as_metadata(
-        {**parquet_metadata(output.path, BRIEF_COLUMN_DESCRIPTIONS), **output.summary.metadata()},
-        STAGE_CHARTS[stage_name],
+def _stage_report(context: Context, stage: Stage, partition, output) -> dict:  # noqa: ANN001
+    """Execute's summary with its cost at the device's price."""
+    if stage is not BRIEF_EXECUTE:
+        return output.summary.metadata()
+    price = context.resources.pipeline.config.cost.device_price(partition.product.generator.device)
+    return output.summary.metadata(price)
+
+
+def _land_report(landed: Landed) -> LandReport:
+    """The table, its lineage's versions, and whether enough outputs were valid."""
+    context, product, summary = landed.context, landed.product, landed.summary
+    for doc_id, reason in sorted(summary.failed.items())[:20]:
+        context.log.warning(f"brief of {doc_id}: {reason}")
+    scores = (landed.review.scores or {}).get("candidate") or {}
+    valid = scores.get("valid_share")
+    store = product.store
+    rows = store.count_rows(product.index) if store.has_table(product.index) else 0
+    waiting = bool(summary.batches_pending) and not rows and not summary.failed
+    metadata = {
+        "dagster/uri": dg.MetadataValue.path(store.table_uri(product.index)),
+        "dagster/row_count": rows,
+        "dagster/column_schema": column_schema(
+            brief_schema(product.output), BRIEF_COLUMN_DESCRIPTIONS
+        ),
+        **summary.metadata(),
+        "prompt_version": product.template.version,
+        "schema_version": product.output.version,
+        "model_fingerprint": product.model.fingerprint,
+    }
+    valid_check = dg.AssetCheckResult(
+        check_name=VALID_OUTPUTS,
+        # nothing to judge while a provider still runs every request
+        passed=waiting or (valid is not None and valid >= product.settings.min_valid_share),
+        description="waiting for the provider's batches: nothing to judge yet" if waiting else None,
+        metadata=as_metadata(
+            {
+                "valid_share": valid,
+                "min_valid_share": product.settings.min_valid_share,
+                "briefs_failed": len(summary.failed),
+                "batches_pending": summary.batches_pending,
+            },
+            {"valid_share", "briefs_failed"},
+        ),
     )
+    return LandReport(metadata, [valid_check])
 
 
-def _common(partitions: dg.PartitionsDefinition) -> dict:
-    return {"partitions_def": partitions, "group_name": BRIEFS_GROUP, "owners": BRIEFS_OWNERS}
+BRIEF_ASSETS = ProductAssets(
+    stages=BRIEF_STAGES,
+    open=_opened,
+    group_name=BRIEFS_GROUP,
+    owners=tuple(BRIEFS_OWNERS),
+    resources=frozenset({"pipeline", "generation", "inference"}),
+    engine=lambda context, partition: context.resources.generation.generator,
+    columns=BRIEF_COLUMN_DESCRIPTIONS,
+    descriptions={
+        BRIEF_PREPARE.name: "The prompt of every document whose brief is stale (its content, "
+        "the prompt file, the output schema, the sampling or the chat model changed): the "
+        "shared system part and the document cut at briefs.document_tokens tokens. Reads the "
+        "collection's own source_documents; a collection without briefs materialises nothing "
+        "here.",
+        BRIEF_PLAN.name: "Each prompt counted by the model's tokenizer, refused when it does "
+        "not fit max_model_len with max_tokens (that document's failure), its KV footprint "
+        "estimated, and put in a checkpointed chunk; the estimated peak KV use against the "
+        "cache.",
+        BRIEF_EXECUTE.name: "One output per planned prompt from the chat model on vLLM "
+        "(continuous batching, prefix caching), streamed and constrained to the output schema; "
+        "finished outputs are checkpointed every chunk_size outputs or 10 s, so a retry "
+        "generates only what no checkpoint holds. An invalid or truncated output is kept with "
+        "its reason and finish reason.",
+        BRIEF_LAND.name: "One brief per document in the generation's LanceDB table "
+        "(`<collection>_briefs__<fingerprint>`): the output schema's fields as typed columns, "
+        "the raw output and finish reason, tokens, and lineage (content hash, prompt and "
+        "schema versions, model fingerprint, run id, time). Valid outputs land in one commit "
+        "that also deletes deleted documents' briefs. Then the generation is reviewed: it is "
+        "promoted once it briefs every document, at least min_valid_share of its outputs are "
+        "valid, and its audience accuracy and faithfulness are no worse than live's.",
+    },
+    charts=STAGE_CHARTS,
+    stage_report=_stage_report,
+    land_checks=(
+        LandCheck(
+            VALID_OUTPUTS,
+            "At least briefs.min_valid_share (0.99 by default) of the generation's outputs "
+            "are valid: finished and matching the output schema. Below it the generation is "
+            "not promoted; `batch-pipeline failures` lists each document with its reason.",
+            blocking=True,
+        ),
+    ),
+    land_report=_land_report,
+    land_charts=CHARTS,
+    # after the index's own review, since faithfulness is measured against the live index
+    land_deps=(INDEX_GENERATION,),
+    freshness=dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
+    ),
+    optional=True,
+)
 
 
 def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
-    @dg.asset(
-        name=BRIEF_PREPARE.asset,
-        deps=[COLLECT.asset],
-        kinds=set(BRIEF_PREPARE.kinds),
-        output_required=False,
-        **_common(partitions),
-    )
-    def brief_prompts(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        generation: GenerationResource,
-    ):  # noqa: ANN202 - a MaterializeResult, or nothing for a collection without briefs
-        """The prompt of every document whose brief is stale (its content, the prompt file,
-        the output schema, the sampling or the chat model changed): the shared system part
-        and the document cut at briefs.document_tokens tokens. Reads the collection's own
-        source_documents; a collection without briefs materialises nothing here."""
-        product = _product(context, pipeline, generation)
-        if product is None:
-            context.log.info(f"{context.partition_key} has no briefs: nothing to do")
-            return
-        partition = product.partition(context.partition_key)
-        collected = upstream_path(context, COLLECT, partition.documents.staging)
-        output = partition.prepare(context.run.run_id, collected)
-        yield dg.MaterializeResult(metadata=_stage_metadata(output, "prepare"))
-
-    @dg.asset(
-        name=BRIEF_PLAN.asset,
-        deps=[BRIEF_PREPARE.asset],
-        kinds=set(BRIEF_PLAN.kinds),
-        **_common(partitions),
-    )
-    def brief_plan(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        generation: GenerationResource,
-    ) -> dg.MaterializeResult:
-        """Each prompt counted by the model's tokenizer, refused when it does not fit
-        max_model_len with max_tokens (that document's failure), its KV footprint estimated,
-        and put in a checkpointed chunk; the estimated peak KV use against the cache."""
-        product = _product(context, pipeline, generation)
-        partition = product.partition(context.partition_key)
-        prepared = upstream_path(context, BRIEF_PREPARE, partition.staging)
-        output = partition.plan(context.run.run_id, prepared)
-        return dg.MaterializeResult(metadata=_stage_metadata(output, "plan"))
-
-    @dg.asset(
-        name=BRIEF_EXECUTE.asset,
-        deps=[BRIEF_PLAN.asset],
-        retry_policy=TRANSIENT_RETRY,
-        pool=GPU_POOL,
-        kinds=set(BRIEF_EXECUTE.kinds),
-        **_common(partitions),
-    )
-    @retried_if_transient
-    def brief_generations(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        generation: GenerationResource,
-    ) -> dg.MaterializeResult:
-        """One output per planned prompt from the chat model on vLLM (continuous batching,
-        prefix caching), streamed and constrained to the output schema; finished outputs are
-        checkpointed every chunk_size outputs or 10 s, so a retry generates only what no
-        checkpoint holds. An invalid or truncated output is kept with its reason and finish
-        reason."""
-        product = _product(context, pipeline, generation)
-        partition = product.partition(context.partition_key)
-        plan = upstream_path(context, BRIEF_PLAN, partition.staging)
-        output = partition.execute(
-            context.run.run_id,
-            plan,
-            generation.generator,
-            progress=progress_log(context),
-            progress_interval=PROGRESS_INTERVAL_SECONDS,
-        )
-        price = pipeline.config.cost.device_price(product.generator.device)
-        return dg.MaterializeResult(
-            metadata=as_metadata(
-                {
-                    **parquet_metadata(output.path, BRIEF_COLUMN_DESCRIPTIONS),
-                    **output.summary.metadata(price),
-                },
-                STAGE_CHARTS["execute"],
-            )
-        )
-
-    @dg.asset(
-        name=BRIEF_LAND.asset,
-        # reads prepare's and collect's files too (see vector_index); after the index's own
-        # review, since faithfulness is measured against the collection's live index
-        deps=[BRIEF_EXECUTE.asset, INDEX_GENERATION],
-        retry_policy=TRANSIENT_RETRY,
-        kinds=set(BRIEF_LAND.kinds),
-        freshness_policy=dg.FreshnessPolicy.time_window(
-            fail_window=timedelta(hours=26), warn_window=timedelta(hours=24)
-        ),
-        check_specs=[
-            partition_check(
-                VALID_OUTPUTS,
-                BRIEF_LAND.asset,
-                partitions,
-                "At least briefs.min_valid_share (0.99 by default) of the generation's "
-                "outputs are valid: finished and matching the output schema. Below it the "
-                "generation is not promoted; `batch-pipeline failures` lists each document "
-                "with its reason.",
-                blocking=True,
-            ),
-            partition_check(
-                NO_MASS_DELETION_HELD,
-                BRIEF_LAND.asset,
-                partitions,
-                "The run deleted the briefs of every document its source no longer lists, or "
-                "held back nothing: fails when deletions beyond limits.max_delete_fraction or "
-                "limits.max_delete_documents were held back (an empty listing looks like "
-                "that). Confirm real deletions by materialising with allow_mass_delete: true.",
-            ),
-        ],
-        **_common(partitions),
-    )
-    @retried_if_transient
-    def document_briefs(
-        context: dg.AssetExecutionContext,
-        config: LandConfig,
-        pipeline: PipelineResource,
-        generation: GenerationResource,
-        inference: InferenceResource,
-    ) -> dg.MaterializeResult:
-        """One brief per document in the generation's LanceDB table
-        (`<collection>_briefs__<fingerprint>`): the output schema's fields as typed columns,
-        the raw output and finish reason, tokens, and lineage (content hash, prompt and
-        schema versions, model fingerprint, run id, time). Valid outputs land in one commit
-        that also deletes deleted documents' briefs. Then the generation is reviewed: it is
-        promoted once it briefs every document, at least min_valid_share of its outputs are
-        valid, and its audience accuracy and faithfulness are no worse than live's."""
-        product = _product(context, pipeline, generation)
-        partition = product.partition(context.partition_key)
-        collected = upstream_path(context, COLLECT, partition.documents.staging)
-        prepared, executed = (
-            upstream_path(context, stage, partition.staging)
-            for stage in (BRIEF_PREPARE, BRIEF_EXECUTE)
-        )
-        summary = partition.land(
-            context.run.run_id,
-            collected,
-            prepared,
-            executed,
-            run_trigger(context),
-            retries=step_retries(context),
-            started_at=run_started_at(context),
-            allow_mass_delete=config.allow_mass_delete,
-        )
-        review, dropped = nightly_review(context, product, inference.runner)
-        for doc_id, reason in sorted(summary.failed.items())[:20]:
-            context.log.warning(f"brief of {doc_id}: {reason}")
-        scores = (review.scores or {}).get("candidate") or {}
-        valid = scores.get("valid_share")
-        rows = (
-            product.store.count_rows(product.index) if product.store.has_table(product.index) else 0
-        )
-        measures = summary.measures
-        waiting = bool(summary.batches_pending) and not rows and not summary.failed
-        return dg.MaterializeResult(
-            metadata=as_metadata(
-                {
-                    "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
-                    "dagster/row_count": rows,
-                    "dagster/column_schema": column_schema(
-                        brief_schema(product.output), BRIEF_COLUMN_DESCRIPTIONS
-                    ),
-                    **summary.metadata(),
-                    **measures.metadata(),
-                    **partition.rolling_measures(),
-                    "generation": product.index,
-                    "prompt_version": product.template.version,
-                    "schema_version": product.output.version,
-                    "model_fingerprint": product.model.fingerprint,
-                    "generations_dropped": len(dropped),
-                    **{
-                        f"review_{k}": v
-                        for k, v in review.metadata().items()
-                        if k not in ("generation", "fingerprint")
-                    },
-                },
-                CHARTS,
-            ),
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name=VALID_OUTPUTS,
-                    # nothing to judge while a provider still runs every request
-                    passed=waiting
-                    or (valid is not None and valid >= product.settings.min_valid_share),
-                    description="waiting for the provider's batches: nothing to judge yet"
-                    if waiting
-                    else None,
-                    metadata=as_metadata(
-                        {
-                            "valid_share": valid,
-                            "min_valid_share": product.settings.min_valid_share,
-                            "briefs_failed": len(summary.failed),
-                            "batches_pending": summary.batches_pending,
-                        },
-                        {"valid_share", "briefs_failed"},
-                    ),
-                ),
-                held_deletions_check(
-                    context, summary.deletions_held, summary.deletions_held_reason
-                ),
-            ],
-        )
+    """The briefs' four stage assets from the builder (collect is the collection's own),
+    and their question rows."""
 
     @dg.asset(
         name=QUESTION_ROWS,
         deps=[BRIEF_LAND.asset],
         kinds={"lancedb"},
         output_required=False,
-        **_common(partitions),
+        partitions_def=partitions,
+        group_name=BRIEFS_GROUP,
+        owners=BRIEFS_OWNERS,
+        required_resource_keys={"pipeline", "generation", "inference"},
     )
-    def question_rows(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        generation: GenerationResource,
-        inference: InferenceResource,
-    ):  # noqa: ANN202 - a MaterializeResult, or nothing without briefs.index_questions
+    def question_rows(context: Context):  # noqa: ANN202 - a MaterializeResult, or nothing
         """With briefs.index_questions, each live brief's questions as retrieval rows beside
         the collection's vector index (`<collection>_questions__<fingerprint>`, one per index
         generation), embedded with that generation's model and tied to their document:
@@ -373,11 +243,12 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         chunks. Reports the live index's recall@k and MRR@k on the evaluation set with and
         without them, measured in the same run. Materialises nothing while the setting is
         off."""
-        product = _product(context, pipeline, generation)
+        opened = _opened(context)
+        product = opened[0] if opened is not None else None
         if product is None or not product.settings.index_questions:
             context.log.info(f"{context.partition_key}: briefs.index_questions is off")
             return
-        result = product.land_questions(inference.runner, context.run.run_id)
+        result = product.land_questions(context.resources.inference.runner, context.run.run_id)
         context.log.info(f"question rows: {result.status}")
         table = {}
         if result.live_table is not None:
@@ -389,4 +260,4 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             metadata={**table, **as_metadata(result.metadata(), QUESTION_CHARTS)}
         )
 
-    return [brief_prompts, brief_plan, brief_generations, document_briefs, question_rows]
+    return [*build_product_assets(BRIEF_ASSETS, partitions), question_rows]

@@ -1,19 +1,23 @@
-"""A product's five stage assets, built from its declaration and its stage table: each calls
-one method of the product's partition (`runs.StagedPartition`) and returns the stage's
-metadata; land then reviews the generation (`nightly_review`: the nightly forced review and
-retention) and reports the frame's mass-deletion check. A product over a collection's
-documents shares the collection's own collect (`source_documents`), which is not built again.
+"""Every product's stage assets, built by one builder from its `ProductAssets`: each asset
+opens the partition, calls one method of the run frame (`runs.StagedPartition`) with the
+stage file upstream of it, and returns the stage file's metadata. Land then reviews the
+generation (`nightly_review`: the nightly forced review and retention) and reports the frame's
+mass-deletion check, for every product alike. A product over a collection's documents shares
+the collection's own collect (`source_documents`), which is not built again.
 
-A product declared outside the engine (`products:` in the configuration) gets its assets from
-here by naming `build_product_assets` in its definitions function; nothing else is written for
-it in `assets/`.
+What a product adds is declared, never written as an asset: its checks and what its land
+reports (`land_report`), what its stage files say beyond their summaries (`stage_report`), how
+its partition and its engine are opened. A product declared outside the engine (`products:`
+in the configuration) names `build_product_assets` in its definitions function too.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import dagster as dg
 
 from assets.partitions import (
+    GPU_POOL,
     PROGRESS_INTERVAL_SECONDS,
     TRANSIENT_RETRY,
     partition_check,
@@ -29,46 +33,135 @@ from assets.run_info import (
     run_trigger,
     step_retries,
 )
-from assets.stage_io import RUN_CHARTS, as_metadata, parquet_metadata, upstream_path
+from assets.stage_io import RUN_CHARTS, STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.declaration import Product, ProductKind
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.generations.review import GenerationReview
 from batch_pipeline.products import product_for_partition
-from batch_pipeline.runs import RunRequest, StagedPartition
+from batch_pipeline.runs import Engine, RunRequest, StagedPartition, StageOutput
 from batch_pipeline.stages import COLLECT, Stage
-from resources.inference import InferenceResource
-from resources.pipeline import PipelineResource
 
-# what execute loads, for a product whose executor runs a model (an embedder, a generator)
-EngineFor = Callable[[InferenceResource, StagedPartition], object]
+Context = dg.AssetExecutionContext
+# the partition's product and the partition itself; None where the partition has none of
+# this product (a collection without briefs): its prepare then materialises nothing
+Opener = Callable[[Context], tuple[Product, StagedPartition] | None]
+EngineFor = Callable[[Context, StagedPartition], Callable[[], Engine]]
 
 
-def _no_engine(inference: InferenceResource, partition: StagedPartition) -> object:
-    raise RuntimeError(f"{type(partition).__name__} declares no engine to load")
+@dataclass(frozen=True)
+class LandCheck:
+    """A check the product's land reports (beyond the frame's `no_mass_deletion_held`)."""
+
+    name: str
+    description: str
+    blocking: bool = False  # downstream waits for it
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What the land reported on: the run, the product and partition, land's summary, and
+    the generation's review (None for a product reviewed by an asset of its own)."""
+
+    context: Context
+    product: Product
+    partition: StagedPartition
+    summary: object  # the product's land summary
+    review: GenerationReview | None
+
+
+@dataclass(frozen=True)
+class LandReport:
+    """The product's own part of its land's materialisation."""
+
+    metadata: dict[str, object]
+    checks: list[dg.AssetCheckResult] = field(default_factory=list)
+
+
+def open_declared(kind: ProductKind) -> Opener:
+    """The partition's product of `kind`, as `products.product_for_partition` opens it."""
+
+    def opened(context: Context) -> tuple[Product, StagedPartition]:
+        env = context.resources.pipeline.product_env()
+        product = product_for_partition(kind, env, context.partition_key)
+        return product, product.partition(context.partition_key)
+
+    return opened
+
+
+def _no_engine(context: Context, partition: StagedPartition) -> Callable[[], Engine]:
+    def load() -> Engine:
+        raise RuntimeError(f"{type(partition).__name__} declares no engine to load")
+
+    return load
+
+
+def _default_options(context: Context, partition: StagedPartition) -> ExecuteOptions:
+    return ExecuteOptions()
+
+
+def _summary_metadata(context: Context, stage: Stage, partition, output) -> dict:  # noqa: ANN001
+    return output.summary.metadata()
+
+
+def _land_metadata(landed: Landed) -> LandReport:
+    return LandReport(landed.summary.metadata())
+
+
+@dataclass(frozen=True)
+class ProductAssets:
+    """A product's Dagster face: its five stages and what its assets add to the frame's."""
+
+    stages: tuple[Stage, ...]
+    open: Opener
+    group_name: str
+    owners: tuple[str, ...] = ()
+    resources: frozenset[str] = frozenset({"pipeline", "inference"})
+    engine: EngineFor = _no_engine  # what execute (and a land that scores) loads
+    plan_options: Callable[[Context, StagedPartition], ExecuteOptions] = _default_options
+    columns: dict[str, str] = field(default_factory=dict)  # the stage files' columns, described
+    descriptions: dict[str, str] = field(default_factory=dict)  # by stage name; else its summary
+    charts: dict[str, frozenset[str]] = field(default_factory=dict)  # by stage name
+    # a stage's summary as metadata, with anything the product adds (`_summary_metadata`)
+    stage_report: Callable[[Context, Stage, StagedPartition, StageOutput], dict] = _summary_metadata
+    land_checks: tuple[LandCheck, ...] = ()
+    land_report: Callable[[Landed], LandReport] = _land_metadata
+    land_charts: frozenset[str] = RUN_CHARTS
+    land_deps: tuple[str, ...] = ()  # assets land waits for beyond execute
+    freshness: dg.FreshnessPolicy | None = None
+    reviews: bool = True  # land reviews the generation (else an asset of the product's does)
+    optional: bool = False  # a partition may have none of the product (see `Opener`)
+    fatal: tuple[type[Exception], ...] = ()  # land errors a retry cannot fix
+    execute_pool: str | None = GPU_POOL
 
 
 def build_product_assets(
-    kind: ProductKind,
-    stages: tuple[Stage, ...],
-    partitions: dg.PartitionsDefinition,
-    engine_for: EngineFor = _no_engine,
-    descriptions: dict[str, str] | None = None,
-    **common: object,
+    spec: ProductAssets, partitions: dg.PartitionsDefinition
 ) -> list[dg.AssetsDefinition]:
-    """The assets of `kind`'s five `stages` on `partitions` (collect only when the product
-    has its own); `engine_for` gives execute's engine, `descriptions` describe its stage
-    files' columns, `common` (group_name, owners) goes to every asset."""
-    described = descriptions or {}
+    """The assets of the product's five stages on `partitions` (collect only where the
+    product has its own)."""
+    collect, prepare, plan, execute, land = spec.stages
+    common = {
+        "partitions_def": partitions,
+        "group_name": spec.group_name,
+        "owners": list(spec.owners),
+        "required_resource_keys": set(spec.resources),
+    }
 
-    def opened(context: dg.AssetExecutionContext, pipeline: PipelineResource):  # noqa: ANN202
-        product: Product = product_for_partition(
-            kind, pipeline.product_env(), context.partition_key
-        )
-        return product, product.partition(context.partition_key)
+    def described(stage: Stage) -> str:
+        return spec.descriptions.get(stage.name, stage.summary)
 
-    def request(context: dg.AssetExecutionContext, allow_mass_delete: bool = False) -> RunRequest:
+    def opened(context: Context) -> tuple[Product, StagedPartition]:
+        found = spec.open(context)
+        if found is None:  # only an optional product's prepare materialises nothing instead
+            raise dg.Failure(f"{context.partition_key} has no {spec.group_name}")
+        return found
+
+    def request(
+        context: Context, partition: StagedPartition, allow_mass_delete: bool = False
+    ) -> RunRequest:
         return RunRequest(
             context.run.run_id,
-            lambda: None,
+            spec.engine(context, partition),
             trigger=run_trigger(context),
             progress=progress_log(context),
             progress_interval=PROGRESS_INTERVAL_SECONDS,
@@ -77,101 +170,141 @@ def build_product_assets(
             retries=step_retries(context),
         )
 
-    def result(output) -> dg.MaterializeResult:  # noqa: ANN001 - a StageOutput
-        values = {**parquet_metadata(output.path, described), **output.summary.metadata()}
-        return dg.MaterializeResult(metadata=as_metadata(values))
+    def upstream(context: Context, partition: StagedPartition, stage: Stage):  # noqa: ANN202
+        return upstream_path(context, stage, partition.staging)
 
-    def upstream(context, partition: StagedPartition, position: int):  # noqa: ANN001, ANN202
-        return upstream_path(context, stages[position], partition.staging)
+    def result(
+        context: Context, stage: Stage, partition: StagedPartition, output: StageOutput
+    ) -> dg.MaterializeResult:
+        for failure in getattr(output.summary, "failures", ()):  # what prepare could not read
+            context.log.warning(f"{failure.doc_id}: {failure.reason}: {failure.message}")
+        for input_hash, reason in getattr(output.summary, "failed_inputs", {}).items():
+            context.log.warning(f"input {input_hash[:12]} failed: {reason}")
+        values = {
+            **parquet_metadata(output.path, spec.columns),
+            **spec.stage_report(context, stage, partition, output),
+            **({"model": partition.model.name} if stage is execute else {}),
+        }
+        charts = spec.charts.get(stage.name, STAGE_CHARTS.get(stage.name, frozenset()))
+        return dg.MaterializeResult(metadata=as_metadata(values, charts))
 
-    collect, prepare, plan, execute, land = stages
     built: list[dg.AssetsDefinition] = []
     if collect.asset != COLLECT.asset:
 
-        @dg.asset(name=collect.asset, partitions_def=partitions, kinds=set(collect.kinds),
-                  description=collect.summary, **common)  # fmt: skip
-        def collect_asset(context: dg.AssetExecutionContext, pipeline: PipelineResource):
-            _, partition = opened(context, pipeline)
-            return result(partition.collect_stage(request(context)))
+        @dg.asset(name=collect.asset, retry_policy=TRANSIENT_RETRY, kinds=set(collect.kinds),
+                  description=described(collect), **common)  # fmt: skip
+        @retried_if_transient
+        def collect_asset(context: Context) -> dg.MaterializeResult:
+            _, partition = opened(context)
+            output = partition.collect_stage(request(context, partition))
+            return result(context, collect, partition, output)
 
         built.append(collect_asset)
 
-    @dg.asset(name=prepare.asset, deps=[collect.asset], partitions_def=partitions,
-              kinds=set(prepare.kinds), description=prepare.summary, **common)  # fmt: skip
-    def prepare_asset(context: dg.AssetExecutionContext, pipeline: PipelineResource):
-        _, partition = opened(context, pipeline)
-        return result(partition.prepare_stage(request(context), upstream(context, partition, 0)))
+    @dg.asset(name=prepare.asset, deps=[collect.asset], kinds=set(prepare.kinds),
+              description=described(prepare), output_required=not spec.optional,
+              **common)  # fmt: skip
+    def prepare_asset(context: Context) -> Iterator[dg.MaterializeResult]:
+        found = spec.open(context)
+        if found is None:
+            context.log.info(f"{context.partition_key} has no {spec.group_name}: nothing to do")
+            return
+        _, partition = found
+        collected = upstream(context, partition, collect)
+        output = partition.prepare_stage(request(context, partition), collected)
+        yield result(context, prepare, partition, output)
 
-    @dg.asset(name=plan.asset, deps=[prepare.asset], partitions_def=partitions,
-              kinds=set(plan.kinds), description=plan.summary, **common)  # fmt: skip
-    def plan_asset(context: dg.AssetExecutionContext, pipeline: PipelineResource):
-        _, partition = opened(context, pipeline)
-        prepared = upstream(context, partition, 1)
-        return result(partition.plan(context.run.run_id, prepared, ExecuteOptions()))
+    @dg.asset(name=plan.asset, deps=[prepare.asset], kinds=set(plan.kinds),
+              description=described(plan), **common)  # fmt: skip
+    def plan_asset(context: Context) -> dg.MaterializeResult:
+        _, partition = opened(context)
+        prepared = upstream(context, partition, prepare)
+        options = spec.plan_options(context, partition)
+        output = partition.plan(context.run.run_id, prepared, options)
+        return result(context, plan, partition, output)
 
-    @dg.asset(name=execute.asset, deps=[plan.asset], partitions_def=partitions,
-              retry_policy=TRANSIENT_RETRY, kinds=set(execute.kinds),
-              description=execute.summary, **common)  # fmt: skip
+    @dg.asset(name=execute.asset, deps=[plan.asset], retry_policy=TRANSIENT_RETRY,
+              pool=spec.execute_pool, kinds=set(execute.kinds), description=described(execute),
+              **common)  # fmt: skip
     @retried_if_transient
-    def execute_asset(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ):
-        _, partition = opened(context, pipeline)
+    def execute_asset(context: Context) -> dg.MaterializeResult:
+        _, partition = opened(context)
         output = partition.execute(
             context.run.run_id,
-            upstream(context, partition, 2),
-            lambda: engine_for(inference, partition),
+            upstream(context, partition, plan),
+            spec.engine(context, partition),
+            options=spec.plan_options(context, partition),
             progress=progress_log(context),
             progress_interval=PROGRESS_INTERVAL_SECONDS,
         )
-        return result(output)
+        return result(context, execute, partition, output)
+
+    held = partition_check(
+        NO_MASS_DELETION_HELD,
+        land.asset,
+        partitions,
+        "The run deleted what its source no longer lists, or held back nothing: fails when "
+        "deletions beyond limits.max_delete_fraction or limits.max_delete_documents were held "
+        "back (an empty listing looks like that). Confirm real deletions by materialising "
+        "with allow_mass_delete: true.",
+    )
 
     @dg.asset(
         name=land.asset,
-        deps=[execute.asset],
-        partitions_def=partitions,
+        # land reads collect's and prepare's files of the same partition too (located by
+        # `upstream_path`, from their latest materialisation): only execute is drawn as an
+        # edge, since they are upstream of it already and more edges would misread as data
+        # skipping the plan
+        deps=[execute.asset, *spec.land_deps],
         retry_policy=TRANSIENT_RETRY,
         kinds=set(land.kinds),
-        description=f"{land.summary}; then the generation's review",
+        description=described(land),
+        freshness_policy=spec.freshness,
         check_specs=[
-            partition_check(
-                NO_MASS_DELETION_HELD,
-                land.asset,
-                partitions,
-                "Fails when the run held back deletions beyond limits.max_delete_fraction or "
-                "limits.max_delete_documents (an empty listing looks like that); confirm real "
-                "ones by materialising with allow_mass_delete: true.",
-            )
+            *(
+                partition_check(c.name, land.asset, partitions, c.description, c.blocking)
+                for c in spec.land_checks
+            ),
+            held,
         ],
         **common,
     )
     @retried_if_transient
-    def land_asset(
-        context: dg.AssetExecutionContext,
-        config: LandConfig,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ):
-        product, partition = opened(context, pipeline)
-        collected, prepared, executed = (upstream(context, partition, i) for i in (0, 1, 3))
-        landed = partition.land_stage(
-            request(context, config.allow_mass_delete), collected, prepared, executed
+    def land_asset(context: Context, config: LandConfig) -> dg.MaterializeResult:
+        product, partition = opened(context)
+        collected, prepared, executed = (
+            upstream(context, partition, stage) for stage in (collect, prepare, execute)
         )
-        review, dropped = nightly_review(context, product, inference.runner)
+        try:
+            summary = partition.land_stage(
+                request(context, partition, config.allow_mass_delete),
+                collected,
+                prepared,
+                executed,
+            )
+            review, dropped = (
+                nightly_review(context, product, context.resources.inference.runner)
+                if spec.reviews
+                else (None, [])
+            )
+        except spec.fatal as error:  # retrying cannot fix it
+            raise dg.Failure(description=str(error), allow_retries=False) from None
+        report = spec.land_report(Landed(context, product, partition, summary, review))
+        reviewed = review.metadata().items() if review is not None else ()
         values = {
-            **landed.metadata(),
-            **landed.measures.metadata(),
-            "generation": product.index,
-            "generations_dropped": len(dropped),
-            **{f"review_{k}": v for k, v in review.metadata().items()},
+            **report.metadata,
+            **summary.measures.metadata(),
+            **partition.rolling_measures(),
+            "generation": partition.index,
+            **({"generations_dropped": len(dropped)} if spec.reviews else {}),
+            **{f"review_{k}": v for k, v in reviewed if k not in ("generation", "fingerprint")},
         }
+        held_check = held_deletions_check(
+            context, summary.deletions_held, summary.deletions_held_reason
+        )
         return dg.MaterializeResult(
-            metadata=as_metadata(values, RUN_CHARTS),
-            check_results=[
-                held_deletions_check(context, landed.deletions_held, landed.deletions_held_reason)
-            ],
+            metadata=as_metadata(values, spec.land_charts),
+            check_results=[*report.checks, held_check],
         )
 
     return [*built, prepare_asset, plan_asset, execute_asset, land_asset]

@@ -9,44 +9,30 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.embedding_stages import build_embedding_stages
-from assets.partitions import (
-    TRANSIENT_RETRY,
-    partition_check,
-    retried_if_transient,
+from assets.product_stages import (
+    Context,
+    LandCheck,
+    Landed,
+    LandReport,
+    ProductAssets,
+    build_product_assets,
 )
-from assets.run_info import (
-    NO_MASS_DELETION_HELD,
-    LandConfig,
-    held_deletions_check,
-    nightly_review,
-    run_started_at,
-    run_trigger,
-    step_retries,
-)
-from assets.stage_io import (
-    RUN_CHARTS,
-    STAGE_CHARTS,
-    as_metadata,
-    column_schema,
-    parquet_metadata,
-    upstream_path,
-)
+from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.config import PipelineConfig
-from batch_pipeline.stages import Stage
+from batch_pipeline.runs import StagedPartition
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
     TICKET_EXECUTE,
     TICKET_LAND,
+    TICKET_PLAN,
     TICKET_PREPARE,
     TICKET_STAGES,
 )
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
+from batch_pipeline.tickets.product import TicketProduct
 from batch_pipeline.tickets.report import classifier_line
 from batch_pipeline.tickets.training import LabelsRefusedError
-from resources.inference import InferenceResource
-from resources.pipeline import PipelineResource
 
 TICKETS_GROUP = "ticket_intents"
 TICKETS_OWNERS = ["team:support-analytics"]
@@ -92,15 +78,6 @@ CHARTS = RUN_CHARTS | {
 }
 
 
-def stage_metadata(output, stage: Stage) -> dict[str, object]:  # noqa: ANN001 - a StageOutput
-    """A ticket stage file's metadata: its location, rows and described columns, and what the
-    stage counted."""
-    return as_metadata(
-        {**parquet_metadata(output.path, DESCRIBED), **output.summary.metadata()},
-        STAGE_CHARTS[stage.name],
-    )
-
-
 def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
     """One partition per day from `tickets.start_date`, counted in `tickets.timezone`; the
     newest is yesterday (a day is classified once it is over)."""
@@ -108,184 +85,107 @@ def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
     return dg.DailyPartitionsDefinition(start_date=settings.start_date, timezone=settings.timezone)
 
 
-def _common(partitions: dg.PartitionsDefinition) -> dict:
-    return {"partitions_def": partitions, "group_name": TICKETS_GROUP, "owners": TICKETS_OWNERS}
+def _land_report(landed: Landed) -> LandReport:
+    """The day's mix, the classifier that scored it, and the day's checks."""
+    context, product, summary = landed.context, landed.product, landed.summary
+    trained = product.trained()
+    for failure in summary.failures[:20]:
+        context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
+    shift = summary.mix.shift
+    limit = context.resources.pipeline.config.tickets.max_mix_shift
+    completeness = summary.measures.completeness
+    metadata = {
+        "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
+        "dagster/row_count": summary.mix.total,
+        "dagster/column_schema": column_schema(
+            intent_schema(product.model.embedding_dimension), DESCRIBED
+        ),
+        **intent_mix_table(summary.metadata(product.taxonomy.names)),
+        "taxonomy_version": product.taxonomy.version,
+        "model_fingerprint": product.model_fingerprint,
+        "fingerprints": FINGERPRINTS,
+        "classifier": classifier_line(trained),
+        **(
+            {"classifier_candidates": dg.MetadataValue.json(trained["candidates"])}
+            if trained
+            else {}
+        ),
+    }
+    checks = [
+        dg.AssetCheckResult(
+            check_name=INTENT_MIX_SHIFT,
+            passed=shift is None or shift <= limit,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata=as_metadata({"shift": shift, "max_mix_shift": limit}, {"shift"}),
+        ),
+        dg.AssetCheckResult(
+            check_name=DAY_COMPLETE,
+            passed=completeness is None or completeness >= 1.0,
+            metadata=as_metadata(
+                {"completeness": completeness, "tickets_failed": len(summary.failures)},
+                {"completeness", "tickets_failed"},
+            ),
+        ),
+    ]
+    return LandReport(metadata, checks)
+
+
+def _opened(context: Context) -> tuple[TicketProduct, StagedPartition]:
+    product = context.resources.pipeline.tickets()
+    return product, product.day(context.partition_key)
+
+
+TICKET_ASSETS = ProductAssets(
+    stages=TICKET_STAGES,
+    open=_opened,
+    group_name=TICKETS_GROUP,
+    owners=tuple(TICKETS_OWNERS),
+    engine=lambda context, partition: lambda: context.resources.inference.runner(partition.model),
+    plan_options=lambda context, partition: context.resources.inference.execute_options(
+        partition.model
+    ),
+    columns=DESCRIBED,
+    descriptions={
+        TICKET_COLLECT.name: "The day's ticket export, every row checked: a row with no id, "
+        "no body, a created_at that is not a date, or an id seen before that day is kept as "
+        "failed with its reason, and the rest of the day goes on.",
+        TICKET_PREPARE.name: "Each ticket's model input (subject and body, normalised, cut to "
+        "max_tokens), its hash, and whether it needs a vector: not if this model already "
+        "computed one for the same input, so a taxonomy change re-scores without a forward "
+        "pass.",
+        TICKET_PLAN.name: "Every input that needs a vector, once, packed into batches under the "
+        "device's token budget: the vector index's own plan stage.",
+        TICKET_EXECUTE.name: "One vector per planned input, from the inference resource: the "
+        "vector index's own execute stage (checkpoints, OOM splitting, progress).",
+        TICKET_LAND.name: "The day's tickets classified against the intent taxonomy: one row "
+        "per ticket with its intent (or unknown), confidence and top three, input hash, model "
+        "fingerprint, taxonomy version, run id and time. The day is replaced in one commit; a "
+        "ticket with an unchanged input keeps its row. Then the generation is reviewed: a new "
+        "taxonomy is promoted once it holds every day the live one does and passes the "
+        "evaluation gate.",
+    },
+    land_checks=(
+        LandCheck(
+            INTENT_MIX_SHIFT,
+            "The day's intent mix is within tickets.max_mix_shift (total variation distance) "
+            "of the trailing 7 days' pooled mix. Warns on a larger shift: a new kind of ticket, "
+            "an outage, or a broken export.",
+        ),
+        LandCheck(
+            DAY_COMPLETE,
+            "Every valid ticket of the day is classified under the generation (bad rows are "
+            "recorded as failures with their reason and do not count).",
+        ),
+    ),
+    land_report=_land_report,
+    land_charts=CHARTS,
+    freshness=dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(hours=50), warn_window=timedelta(hours=26)
+    ),
+    fatal=(LabelsRefusedError,),  # retrying cannot fix the labels
+)
 
 
 def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
-    @dg.asset(
-        name=TICKET_COLLECT.asset,
-        retry_policy=TRANSIENT_RETRY,
-        kinds=set(TICKET_COLLECT.kinds),
-        **_common(partitions),
-    )
-    @retried_if_transient
-    def ticket_exports(
-        context: dg.AssetExecutionContext, pipeline: PipelineResource
-    ) -> dg.MaterializeResult:
-        """The day's ticket export, every row checked: a row with no id, no body, a
-        created_at that is not a date, or an id seen before that day is kept as failed with
-        its reason, and the rest of the day goes on."""
-        day = pipeline.tickets().day(context.partition_key)
-        output = day.collect(context.run.run_id)
-        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_COLLECT))
-
-    @dg.asset(
-        name=TICKET_PREPARE.asset,
-        deps=[TICKET_COLLECT.asset],
-        kinds=set(TICKET_PREPARE.kinds),
-        **_common(partitions),
-    )
-    def ticket_inputs(
-        context: dg.AssetExecutionContext, pipeline: PipelineResource
-    ) -> dg.MaterializeResult:
-        """Each ticket's model input (subject and body, normalised, cut to max_tokens), its
-        hash, and whether it needs a vector: not if this model already computed one for the
-        same input, so a taxonomy change re-scores without a forward pass."""
-        day = pipeline.tickets().day(context.partition_key)
-        collected = upstream_path(context, TICKET_COLLECT, day.product.staging)
-        output = day.prepare(context.run.run_id, collected)
-        return dg.MaterializeResult(metadata=stage_metadata(output, TICKET_PREPARE))
-
-    @dg.asset(
-        name=TICKET_LAND.asset,
-        deps=[TICKET_EXECUTE.asset],  # reads prepare's and collect's files too: see vector_index
-        retry_policy=TRANSIENT_RETRY,
-        kinds=set(TICKET_LAND.kinds),
-        freshness_policy=dg.FreshnessPolicy.time_window(
-            fail_window=timedelta(hours=50), warn_window=timedelta(hours=26)
-        ),
-        check_specs=[
-            partition_check(
-                INTENT_MIX_SHIFT,
-                TICKET_LAND.asset,
-                partitions,
-                "The day's intent mix is within tickets.max_mix_shift (total variation "
-                "distance) of the trailing 7 days' pooled mix. Warns on a larger shift: a "
-                "new kind of ticket, an outage, or a broken export.",
-            ),
-            partition_check(
-                DAY_COMPLETE,
-                TICKET_LAND.asset,
-                partitions,
-                "Every valid ticket of the day is classified under the generation (bad rows "
-                "are recorded as failures with their reason and do not count).",
-            ),
-            partition_check(
-                NO_MASS_DELETION_HELD,
-                TICKET_LAND.asset,
-                partitions,
-                "The day's export lost no more tickets than the mass-deletion limits allow "
-                "(limits.max_delete_fraction, limits.max_delete_documents): past them the "
-                "day keeps its rows and this check fails. Confirm a real shrink by "
-                "materialising with allow_mass_delete: true.",
-            ),
-        ],
-        **_common(partitions),
-    )
-    @retried_if_transient
-    def ticket_intents(
-        context: dg.AssetExecutionContext,
-        config: LandConfig,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ) -> dg.MaterializeResult:
-        """The day's tickets classified against the intent taxonomy: one row per ticket with
-        its intent (or unknown), confidence and top three, input hash, model fingerprint,
-        taxonomy version, run id and time. The day is replaced in one commit; a ticket with
-        an unchanged input keeps its row. Then the generation is reviewed: a new taxonomy is
-        promoted once it holds every day the live one does and passes the evaluation gate."""
-        product = pipeline.tickets()
-        day = product.day(context.partition_key)
-        collected, inputs, embeddings = (
-            upstream_path(context, stage, product.staging)
-            for stage in (TICKET_COLLECT, TICKET_PREPARE, TICKET_EXECUTE)
-        )
-        try:
-            summary = day.land(
-                context.run.run_id,
-                collected,
-                inputs,
-                embeddings,
-                lambda: inference.runner(product.model),
-                trigger=run_trigger(context),
-                retries=step_retries(context),
-                started_at=run_started_at(context),
-                allow_mass_delete=config.allow_mass_delete,
-            )
-            review, dropped = nightly_review(context, product, inference.runner)
-        except LabelsRefusedError as error:  # retrying cannot fix the labels
-            raise dg.Failure(description=str(error), allow_retries=False) from None
-        trained = product.trained()
-        for failure in summary.failures[:20]:
-            context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
-        shift = summary.mix.shift
-        limit = pipeline.config.tickets.max_mix_shift
-        measures = summary.measures
-        return dg.MaterializeResult(
-            metadata=as_metadata(
-                {
-                    "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
-                    "dagster/row_count": summary.mix.total,
-                    "dagster/column_schema": column_schema(
-                        intent_schema(product.model.embedding_dimension), DESCRIBED
-                    ),
-                    **intent_mix_table(summary.metadata(product.taxonomy.names)),
-                    **measures.metadata(),
-                    **day.rolling_measures(),
-                    "generation": product.index,
-                    "taxonomy_version": product.taxonomy.version,
-                    "model_fingerprint": product.model_fingerprint,
-                    "fingerprints": FINGERPRINTS,
-                    "generations_dropped": len(dropped),
-                    "classifier": classifier_line(trained),
-                    **(
-                        {"classifier_candidates": dg.MetadataValue.json(trained["candidates"])}
-                        if trained
-                        else {}
-                    ),
-                    **{
-                        f"review_{k}": v
-                        for k, v in review.metadata().items()
-                        if k not in ("generation", "fingerprint")  # said above, once
-                    },
-                },
-                CHARTS,
-            ),
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name=INTENT_MIX_SHIFT,
-                    passed=shift is None or shift <= limit,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    metadata=as_metadata({"shift": shift, "max_mix_shift": limit}, {"shift"}),
-                ),
-                held_deletions_check(
-                    context, summary.deletions_held, summary.deletions_held_reason
-                ),
-                dg.AssetCheckResult(
-                    check_name=DAY_COMPLETE,
-                    passed=measures.completeness is None or measures.completeness >= 1.0,
-                    metadata=as_metadata(
-                        {
-                            "completeness": measures.completeness,
-                            "tickets_failed": len(summary.failures),
-                        },
-                        {"completeness", "tickets_failed"},
-                    ),
-                ),
-            ],
-        )
-
-    plan_and_execute = build_embedding_stages(
-        TICKET_STAGES,
-        partitions,
-        lambda pipeline, key: pipeline.tickets().day(key),
-        DESCRIBED,
-        "Every input that needs a vector, once, packed into batches under the device's token "
-        "budget: the vector index's own plan stage.",
-        "One vector per planned input, from the inference resource: the vector index's own "
-        "execute stage (checkpoints, OOM splitting, progress).",
-        group_name=TICKETS_GROUP,
-        owners=TICKETS_OWNERS,
-    )
-    return [ticket_exports, ticket_inputs, *plan_and_execute, ticket_intents]
+    """The ticket product's five stage assets, from the builder."""
+    return build_product_assets(TICKET_ASSETS, partitions)

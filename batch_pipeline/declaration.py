@@ -166,3 +166,6 @@ class ProductKind:
     report: str  # the module of its status and doctor reports
     definitions: str  # `module:function` giving its Dagster definitions for a configuration
     commands: str | None = None  # the module of its own commands, where it has any
+    # what `generations list` says of one of its generations beyond every product's fields,
+    # from the generation's recorded configuration ('' for nothing)
+    generation_note: Callable[[dict[str, object]], str] = lambda model_config: ""

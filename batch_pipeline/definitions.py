@@ -13,10 +13,10 @@ from pathlib import Path
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from assets import build_stage_assets
 from assets.document_briefs import build_brief_assets, build_brief_job, has_briefs
 from assets.partitions import collection_partitions
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
+from assets.vector_index import build_index_assets
 from batch_pipeline.config import PipelineConfig, load_config
 from batch_pipeline.declaration import ProductKind
 from batch_pipeline.products import kinds_for
@@ -38,7 +38,7 @@ def index_definitions(config: PipelineConfig) -> dg.Definitions:
     """The vector index: its stage assets and generation review on the collections'
     partitions, the embedding job, one publish sensor per collection, the nightly schedule."""
     job, sensors, schedules = build_triggers(config)
-    assets = build_stage_assets(collection_partitions(config))
+    assets = build_index_assets(collection_partitions(config))
     return dg.Definitions(assets=assets, jobs=[job], sensors=sensors, schedules=schedules)
 
 
@@ -48,7 +48,7 @@ def brief_definitions(config: PipelineConfig) -> dg.Definitions:
     if not has_briefs(config):
         return dg.Definitions()
     partitions = collection_partitions(config)
-    job = build_brief_job(partitions)
+    job = build_brief_job()
     sensor = build_provider_batch_sensor(job, config.partition_keys())
     return dg.Definitions(assets=build_brief_assets(partitions), jobs=[job], sensors=[sensor])
 

@@ -218,6 +218,15 @@ def landing(
     if outcome is None:
         raise RuntimeError(f"the land of run {run_id} reported no outcome")
     executed = execute_record(files.executed)
+    # a run that collected another's provider batches is that run's second half: one record,
+    # from when the submitting run started
+    submitted_by = executed.get("submitted_by")
+    if submitted_by:
+        started_at = (
+            scope.tracking.run_started(submitted_by, scope.index)
+            or executed.get("submitted_at")
+            or started_at
+        )
     seconds = {
         COLLECT.name: stage_summary(files.collected).get(STAGE_SECONDS),
         PREPARE.name: stage_summary(files.prepared).get(STAGE_SECONDS),
@@ -254,6 +263,8 @@ def landing(
             deletions_held=run.deletions_held,
         )
     )
+    if submitted_by:
+        scope.tracking.merge_submitting_run(submitted_by, scope.index)
     remove_landed_checkpoints(scope.checkpoints, files.executed)
     upkeep = scope.config.maintenance
     scope.staging.prune_runs(

@@ -225,5 +225,6 @@ class BriefPartition(ProductPartition):
             executed,
             request.trigger,
             started_at=request.started_at,
+            retries=request.retries,
             allow_mass_delete=request.allow_mass_delete,
         )

@@ -60,14 +60,12 @@ from batch_pipeline.measures.report import (
     trend_line,
 )
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
-from batch_pipeline.products import KINDS
+from batch_pipeline.products import KINDS, kinds_for, product_targets
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.retrieval import MODES
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
-from batch_pipeline.tickets.report import candidate_scores
-from batch_pipeline.tickets.training import dropped_labels_text
 
 
 def _product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -336,6 +334,11 @@ def _report(ctx: CommandContext, args: argparse.Namespace) -> int:
         line = calibration_line(run.measures.calibration)
         if line:
             print(f"{run.run_id}: {line}")
+        if run.measures.submitted_by:  # one run in two: its start is the submitting run's
+            print(
+                f"{run.run_id}: collected the provider batches run {run.measures.submitted_by} "
+                "submitted; timed from that run's start"
+            )
     print(f"summary: {trend_line(summary)}")
     return 0
 
@@ -379,19 +382,15 @@ def _generations(ctx: CommandContext, args: argparse.Namespace) -> int:
         if args.json:
             print(to_json([g.as_dict() for g in records]))
             return 0
+        kinds = {kind.name: kind for kind in kinds_for(ctx.config)}
+        notes = {t.name: kinds[t.kind].generation_note for t in product_targets(ctx.config)}
         for g in records:
-            trained = json.loads(g.model_config).get("trained")
-            chosen = (
-                f"classifier={trained['classifier']} ({candidate_scores(trained)})  "
-                if trained
-                else ""
-            )
-            dropped = (trained or {}).get("labels_not_in_taxonomy")
+            noted = notes.get(g.product)
+            note = noted(json.loads(g.model_config)) if noted else ""
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
-                f"{chosen}{g.decision or ''}"
-                + (f"  ({dropped_labels_text(dropped)})" if dropped else "")
+                f"{g.decision or ''}" + (f"  ({note})" if note else "")
             )
         return 0
     (product,) = ctx.products(args.product)

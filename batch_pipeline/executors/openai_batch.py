@@ -257,6 +257,8 @@ class OpenAIBatchExecutor(GenerationExecutor):
             results = self._results(client, remote)
             self._land_results(client, run, batch, asked, results, keys)
             self.ledger.tracking.collect_provider_batch(batch.batch_id, status, run.run_id)
+            if batch.run_id != run.run_id:
+                run.summary.collected_from(batch.run_id, batch.submitted_at)
         return self.ledger.uncollected()
 
     def _land_results(self, client, run: _Run, batch: ProviderBatch, asked: dict[str, dict],

@@ -501,5 +501,6 @@ class IndexPartition(StagedPartition):
             self.model.embedding_dimension,
             trigger=request.trigger,
             started_at=request.started_at,
+            retries=request.retries,
             allow_mass_delete=request.allow_mass_delete,
         )

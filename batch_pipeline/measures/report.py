@@ -37,6 +37,7 @@ class ReportedRun:
             "dtype": m.dtype,
             "backend": m.backend,
             "executor": m.executor,
+            "submitted_by": m.submitted_by,
             "cost_per_1k_inputs": _round(m.cost_per_1k_inputs, 6),
             "cost_per_1m_tokens": _round(m.cost_per_1m_tokens, 6),
             "execute_cost": round(m.execute_cost, 6),

@@ -77,6 +77,9 @@ class RunMeasures:
     executor: str | None = None  # what ran the plan, for a chat model (`generation_executors`)
     # what a provider charges for the run's tokens at its batch prices (None: priced by time)
     token_cost: float | None = None
+    # the run that submitted the provider batches this run collected: one run in two (its
+    # record is this one's, which starts when that run started)
+    submitted_by: str | None = None
 
     @classmethod
     def from_execute(
@@ -107,6 +110,7 @@ class RunMeasures:
             oom_splits=int(executed.get("oom_splits", 0)),
             executor=executed.get("executor"),
             token_cost=None if token_cost is None else float(token_cost),
+            submitted_by=executed.get("submitted_by"),
             **values,
         )
 
@@ -197,6 +201,7 @@ class RunMeasures:
             "window_seconds": self.window_seconds,
             "window_used_fraction": _rounded(self.window_used_fraction, 6),
             **({"executor": self.executor} if self.executor else {}),
+            **({"submitted_by": self.submitted_by} if self.submitted_by else {}),
             f"{self.unit}_attempted": self.attempted,
             "failure_rate": _rounded(self.failure_rate, 4),
             "step_retries": self.retries,

@@ -76,6 +76,15 @@ class GenerateSummary:
     batches_collected: list[str] = field(default_factory=list)
     pending_batches: int = 0  # still running at the provider when execute returned
     window_seconds: float | None = None  # a provider's completion window: the run's window
+    # the earliest other run whose provider batches this run collected, and when it submitted
+    submitted_by: str | None = None
+    submitted_at: float | None = None
+
+    def collected_from(self, run_id: str, submitted_at: float) -> None:
+        """Note a collected batch that `run_id` submitted at `submitted_at`: the run lands
+        as that run's continuation (`runs.landing`)."""
+        if self.submitted_at is None or submitted_at < self.submitted_at:
+            self.submitted_by, self.submitted_at = run_id, submitted_at
 
     @property
     def token_cost(self) -> float | None:
@@ -130,6 +139,8 @@ class GenerateSummary:
             "batches_collected": self.batches_collected,
             "pending_batches": self.pending_batches,
             "window_seconds": self.window_seconds,
+            "submitted_by": self.submitted_by,
+            "submitted_at": self.submitted_at,
         }
 
     def metadata(self, price_per_hour: float | None = None) -> dict[str, object]:

@@ -60,4 +60,5 @@ TICKETS = ProductKind(
     report="batch_pipeline.tickets.report",
     definitions="batch_pipeline.definitions:ticket_definitions",
     commands="batch_pipeline.cli.tickets",
+    generation_note=report.generation_note,
 )

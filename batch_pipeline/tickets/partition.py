@@ -215,5 +215,6 @@ class DayPartition(ProductPartition):
             request.load,
             trigger=request.trigger,
             started_at=request.started_at,
+            retries=request.retries,
             allow_mass_delete=request.allow_mass_delete,
         )

@@ -156,6 +156,18 @@ def candidate_scores(trained: dict) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in trained["candidates"].items())
 
 
+def generation_note(model_config: dict[str, object]) -> str:
+    """What `generations list` says of a ticket generation beyond every product's fields: the
+    classifier its training chose, and the labels it left out."""
+    trained = model_config.get("trained")
+    if not trained:
+        return ""
+    dropped = trained.get("labels_not_in_taxonomy")
+    return f"classifier={trained['classifier']} ({candidate_scores(trained)})" + (
+        f"; {dropped_labels_text(dropped)}" if dropped else ""
+    )
+
+
 def classifier_line(trained: dict | None) -> str:
     """What a generation's training chose, in one line: `classifier logistic (held out:
     prototype 0.968, logistic 0.985; 529 texts, 484 labelled tickets); unknown below 0.191:

@@ -90,5 +90,17 @@ def test_the_step_submits_and_the_sensor_starts_the_run_that_lands_the_batch(wor
         assert land["briefs_landed"] == 3 and land["review_state"] == "live"
         assert land["execute_cost"] > 0  # the provider's tokens at its batch prices
         assert len(batch_api.created) == 1  # collected, never sent again
+        assert land["submitted_by"] == first.run_id  # the two Dagster runs are one run
+        pipeline = workspace["resources"]["pipeline"]
+        with dg.build_resources({"pipeline": pipeline}) as built:
+            tracking = built.pipeline.product_env().tracking
+
+            def briefs_runs(run_id: str) -> list[dict]:  # the index landed in the first too
+                return [r for r in tracking.runs_with_id(run_id) if "_briefs__" in r["generation"]]
+
+            assert briefs_runs(first.run_id) == []
+            (one,) = briefs_runs(second.run_id)
+            assert one["submitted_by"] == first.run_id
+            assert one["started_at"] <= instance.get_run_record_by_id(second.run_id).start_time
         idle = tick(workspace, instance)
         assert "no provider batch in flight" in idle.skip_reason.skip_message

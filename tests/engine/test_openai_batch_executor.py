@@ -2,7 +2,8 @@
 the official `openai` client, planning with the FAKE generator: it lands the briefs the
 in-process executor lands, whatever order the results come in; a partial failure is sent
 again once with only its ids; an expired batch lands what completed and plans the rest
-again; a rerun while a batch is in flight submits nothing and collects it when it finishes;
+again; a rerun while a batch is in flight submits nothing and collects it when it finishes, and
+the submitting and the collecting run are recorded as one run;
 a crash between submit and land loses nothing; the key appears nowhere."""
 
 import shutil
@@ -16,6 +17,7 @@ from batch_pipeline.executors import openai_batch
 from batch_pipeline.executors.openai_batch import BatchApiSettings, ProviderBatchError
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.fake import FakeGenerator
+from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -165,6 +167,25 @@ def test_a_rerun_while_a_batch_is_in_flight_submits_nothing_then_collects_it(pro
     assert sorted(briefs(product)) == ARTICLES
     (batch,) = product.tracking.provider_batches(product.index)
     assert (batch.run_id, batch.collected_by) == ("run-1", "run-3")
+
+
+def test_the_submitting_and_the_collecting_run_are_recorded_as_one_run(provider, batch_api):
+    product = provider(wait_seconds=0)  # the step submits and returns; a later run collects
+    batch_api.hold = True
+    run(product, "run-1")
+    (submitting,) = product.tracking.runs_with_id("run-1")
+    assert submitting["attempted"] == 0  # it landed nothing: its briefs are at the provider
+    batch_api.hold, batch_api.polls_to_finish = False, 1
+    run(product, "run-2")
+    records = product.tracking.partition_runs(["handbook"], 10, product.index)
+    assert [r["run_id"] for r in records] == ["run-2"]  # one run, not two
+    (one,) = records
+    assert one["submitted_by"] == "run-1"
+    assert one["started_at"] == submitting["started_at"]  # its wall-clock spans the batch
+    measures = RunMeasures.from_record(one)
+    assert measures.submitted_by == "run-1" and measures.executor == "openai-batch"
+    assert measures.attempted == len(ARTICLES) and measures.window_seconds == 86400
+    assert product.tracking.runs_with_id("run-1") == []
 
 
 def test_a_crash_between_submit_and_land_loses_nothing(provider, batch_api, monkeypatch):

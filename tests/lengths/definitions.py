@@ -4,14 +4,15 @@ collections' partitions (collect is each collection's own `source_documents`).""
 import dagster as dg
 
 from assets.partitions import collection_partitions
-from assets.product_stages import build_product_assets
+from assets.product_stages import ProductAssets, build_product_assets, open_declared
 from batch_pipeline.config import PipelineConfig
 from tests.lengths.kind import LENGTHS
 from tests.lengths.partition import LENGTH_STAGES
 
+LENGTH_ASSETS = ProductAssets(
+    stages=LENGTH_STAGES, open=open_declared(LENGTHS), group_name="document_lengths"
+)
+
 
 def length_definitions(config: PipelineConfig) -> dg.Definitions:
-    assets = build_product_assets(
-        LENGTHS, LENGTH_STAGES, collection_partitions(config), group_name="document_lengths"
-    )
-    return dg.Definitions(assets=assets)
+    return dg.Definitions(assets=build_product_assets(LENGTH_ASSETS, collection_partitions(config)))

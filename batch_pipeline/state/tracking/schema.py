@@ -117,6 +117,8 @@ runs = sa.Table(
     sa.Column("counts", sa.Text),  # JSON: the product's own counts, by name
     sa.Column("executor", sa.String(32)),  # what ran a chat model's plan
     sa.Column("token_cost", sa.Float),  # a provider's charge for the run's tokens
+    # the run that submitted the provider batches this one collected (its record merged here)
+    sa.Column("submitted_by", sa.String(64)),
 )
 
 # One row per product and fingerprint: building, candidate, live, retired, dropped. The

@@ -469,6 +469,27 @@ class TrackingStore(GenerationRecords, ProviderBatchRecords, IndexBuildRecords):
                 )
             )
 
+    def run_started(self, run_id: str, index: str) -> float | None:
+        """When a run of generation `index` started, as its record says (None: no record)."""
+        query = sa.select(runs.c.started_at).where(
+            runs.c.run_id == run_id, runs.c.generation == index
+        )
+        with self.engine.connect() as conn:
+            return conn.execute(query).scalar()
+
+    def merge_submitting_run(self, submitted_by: str, index: str) -> None:
+        """The provider batches `submitted_by` handed over were landed by another run, whose
+        record is the one run's: the submitting run's own record goes when it committed
+        nothing to the generation's table (one that landed something keeps its record)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                runs.delete().where(
+                    runs.c.run_id == submitted_by,
+                    runs.c.generation == index,
+                    runs.c.attempted == 0,  # it landed, failed and deleted nothing
+                )
+            )
+
     def run_finished(self, index: str, run_id: str) -> bool:
         """Whether this run finished landing into generation `index`."""
         query = sa.select(runs.c.run_id).where(
