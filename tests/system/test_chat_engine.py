@@ -191,3 +191,35 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
     (cut,) = result["cut"]["outputs"]
     assert cut["finish_reason"] == "length" and not cut["valid"]
     assert "finish_reason=length" in result["cut"]["failed"]["fr"]
+
+
+def test_a_model_folder_whose_weights_are_cut_short_fails_in_one_line(chat_model_dir, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in chat_model_dir.iterdir():
+        if path.is_file() and path.name != "model.safetensors":
+            (folder / path.name).write_bytes(path.read_bytes())
+    weights = (chat_model_dir / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # a copy cut short
+    script = textwrap.dedent(
+        """
+        import sys
+        from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
+        from resources import GenerationResource
+
+        resource = GenerationResource(model_path=sys.argv[1], max_model_len=512, kv_cache_gib=1,
+                                      dtype="float32")
+        try:
+            resource.generator().engine()
+        except ChatModelNotAvailableError as error:
+            print("REFUSED", error)
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    said = [line for line in done.stdout.splitlines() if line.startswith("REFUSED")]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(said) == 1 and f"the chat model at {folder} did not load (" in said[0], done.stdout
