@@ -64,6 +64,7 @@ from batch_pipeline.measures.run import MANUAL, TRIGGERS
 from batch_pipeline.products import KINDS, kinds_for, product_targets
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
+from batch_pipeline.stages.generate import EngineFaultError
 from batch_pipeline.state.retrieval import MODES
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
@@ -564,6 +565,7 @@ def _main(args: argparse.Namespace) -> int:
         LockTimeoutError,
         ProviderBatchError,
         ChatModelNotAvailableError,
+        EngineFaultError,
         ValueError,
     ) as error:
         if args.debug:

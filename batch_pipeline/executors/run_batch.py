@@ -32,10 +32,12 @@ from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.generate import (
     GenerateSummary,
+    add_outputs,
     counted,
     generations_schema,
     output_rows,
     planned_prompts,
+    refuse_if_engine_failed,
     summary_of_plan,
 )
 from batch_pipeline.stages.prompt_plan import (
@@ -127,6 +129,7 @@ class RunBatchExecutor(GenerationExecutor):
                     for requests in files:
                         self._run(requests, output, summary, tracker)
                 tracker.finish()
+            refuse_if_engine_failed(summary)
             output.finish(summary.record(), planned)
         return summary
 
@@ -161,5 +164,5 @@ class RunBatchExecutor(GenerationExecutor):
         stats.output_tokens += sum(o.output_tokens for o in outputs)
         stats.calls += 1
         summary.chunks_run += 1
-        output.add(output_rows(outputs, self.schema, summary))
+        add_outputs(output, output_rows(outputs, self.schema, summary))
         tracker.advance(len(keys), 0)

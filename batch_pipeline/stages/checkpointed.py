@@ -61,9 +61,12 @@ class CheckpointedOutput:
         (`copied` hears each table of them, for a caller that counts)."""
         return write_resumed(self.writer, self.parts, wanted, self.rows, copied)
 
-    def add(self, table: pa.Table) -> None:
-        """New rows: into the output, and into a checkpoint every `every` tables."""
+    def add(self, table: pa.Table, checkpointed: bool = True) -> None:
+        """New rows: into the output, and into a checkpoint every `every` tables; rows a
+        rerun must compute again (`checkpointed=False`) into the output only."""
         self.writer.write_table(marked(table, resumed=False))
+        if not checkpointed:
+            return
         self.pending.append(table)
         self.added += 1
         if self.added % self.every == 0:

@@ -15,6 +15,12 @@ outputs are checkpointed every `chunk_size` outputs or `CHECKPOINT_SECONDS`, whi
 first (`stages.checkpointed`, the skeleton the embedding execute writes through too), so a
 crash regenerates at most what no checkpoint holds. An empty plan writes an empty file
 without starting the engine.
+
+An output the engine failed (finish reason `error` or `abort`, or a request it refused) is the
+engine's fault, not its input's: it is a failure in the summary without the input's key, so
+the next run sends it again, and it is never checkpointed (a rerun after a crash sends it again
+too). A run in which every request the engine ran failed that way fails as the run's
+(`EngineFaultError`), with nothing recorded against the documents.
 """
 
 import time
@@ -24,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batch_pipeline.inference.generator import (
     GenerationStats,
@@ -37,6 +44,13 @@ from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, PromptPlanSummary, plan_record
 from batch_pipeline.state.staging import StagePath, read_groups, read_table
+
+# finish reasons that say the engine failed the request, not that the input did
+ENGINE_FAULTS = ("error", "abort")
+
+
+class EngineFaultError(RuntimeError):
+    """Every request the engine ran in this run ended in an engine error: the run's fault."""
 
 
 def generations_schema() -> pa.Schema:
@@ -69,6 +83,7 @@ class GenerateSummary:
     # of the failures, the engine's or its settings' (the plan's refusals, a request the
     # engine refused), not the input's: land records them so that the next run tries again
     not_the_inputs: set[str] = field(default_factory=set)
+    engine_faults: int = 0  # outputs of this run the engine failed (`ENGINE_FAULTS`)
     executor: str = "vllm"  # what ran the plan (`generation_executors`)
     # a provider's prices per million input and output tokens: its cost is counted in tokens
     token_prices: tuple[float, float] | None = None
@@ -240,8 +255,33 @@ def execute_prompts(
                 plan_path, output, get_generator, sampling, schema, resumed, summary, tracker,
                 every=planned.chunk_size,
             )  # fmt: skip
+        refuse_if_engine_failed(summary)
         output.finish(summary.record(), plan_path)
     return summary
+
+
+def refuse_if_engine_failed(summary: GenerateSummary) -> None:
+    """`EngineFaultError` when every request this run sent came back as an engine error."""
+    sent = summary.outputs - summary.resumed_inputs
+    if sent and summary.engine_faults == sent:
+        said = next((summary.failed_inputs[k] for k in summary.not_the_inputs
+                     if k in summary.failed_inputs), "no reason given")  # fmt: skip
+        raise EngineFaultError(
+            f"every one of the {sent} requests the engine ran failed in the engine ({said}): "
+            "the engine's fault, not the documents'; nothing is recorded against them and the "
+            "next run sends them again"
+        )
+
+
+def add_outputs(output: CheckpointedOutput, table: pa.Table) -> None:
+    """Outputs into the execute's file; into its checkpoints only those the engine did not
+    fail (a rerun sends those again)."""
+    faults = pc.is_in(table["finish_reason"], pa.array(ENGINE_FAULTS))
+    kept = table.filter(pc.invert(faults))
+    if kept.num_rows:
+        output.add(kept)
+    if kept.num_rows < table.num_rows:
+        output.add(table.filter(faults), checkpointed=False)
 
 
 def _generate(
@@ -280,7 +320,7 @@ def _generate(
     def checkpoint() -> None:
         nonlocal pending, last
         summary.chunks_run += 1
-        output.add(output_rows(pending, schema, summary))
+        add_outputs(output, output_rows(pending, schema, summary))
         pending, last = [], time.perf_counter()
 
     for finished in generator.stream(todo(), sampling, schema, stats, window=every):
@@ -337,13 +377,15 @@ def output_rows(outputs: list, schema: dict | None, summary: GenerateSummary) ->
         refused = getattr(out, "error", None)
         if refused is not None:
             text, finish, reason, valid = "", "error", f"refused by the engine: {refused}", False
-            summary.not_the_inputs.add(out.key)
         else:
             text, finish = out.text, out.finish_reason or "unknown"
             checked = check_output(text, finish, schema)
             reason, valid = checked.reason, checked.valid
             if reason is not None and "finish_reason" not in reason:
                 reason += f" (finish_reason={finish})"
+        if finish in ENGINE_FAULTS:  # the engine's fault: sent again by the next run
+            summary.not_the_inputs.add(out.key)
+            summary.engine_faults += 1
         rows.append(
             {
                 "input_hash": out.key,

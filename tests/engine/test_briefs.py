@@ -331,3 +331,61 @@ def test_a_prompt_refused_by_an_engine_setting_is_generated_once_the_setting_is_
     second = run(roomy, "run-2")
     assert second["execute"].stats.requests == 3 and second["land"].failed == {}
     assert len(roomy.briefs.rows(roomy.index)) == 3
+
+
+class FailingEngine(FakeGenerator):
+    """FAKE fault: the engine ends the requests whose page matches `fails` in an error
+    (finish_reason=error, as vLLM does when a request fails inside it)."""
+
+    def __init__(self, fails=lambda prompt: True) -> None:  # noqa: ANN001
+        super().__init__()
+        self.fails = fails
+
+    def generate(self, prompts, sampling, schema=None, stats=None, on_finished=None):  # noqa: ANN001, ANN201
+        from dataclasses import replace
+
+        out = super().generate(prompts, sampling, schema, stats, on_finished)
+        return [
+            replace(o, text="", finish_reason="error") if self.fails(p) else o
+            for p, o in zip(prompts, out, strict=True)
+        ]
+
+
+def test_a_run_whose_every_request_failed_in_the_engine_fails_as_the_run_s(
+    briefs_workspace, capsys, monkeypatch
+):
+    """Every output an engine error was landed as three documents' own invalid outputs, never
+    tried again. Now the run fails in one line, nothing is recorded against the documents and
+    nothing is checkpointed: the next run briefs all three."""
+    from batch_pipeline.stages.generate import EngineFaultError
+
+    product = product_of(briefs_workspace)
+    with pytest.raises(EngineFaultError, match="every one of the 3 requests the engine ran"):
+        run(product, "run-1", FailingEngine())
+    assert product.tracking.failures_by_doc(product.index) == {}
+    assert product.briefs.rows(product.index) == []
+    healthy = FakeGenerator()
+    run(product, "run-2", healthy)
+    assert len(healthy.generated) == 3 and len(product.briefs.rows(product.index)) == 3
+
+    args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    (briefs_workspace["docs"] / "notes.txt").write_text("The office moved to the harbour.")
+    failing = product_of(briefs_workspace, FailingEngine())
+    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: failing)
+    capsys.readouterr()
+    assert cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert said.startswith("batch-pipeline: every one of the 1 requests the engine ran")
+
+
+def test_a_request_failed_in_the_engine_is_sent_again_and_never_checkpointed(briefs_workspace):
+    product = product_of(briefs_workspace)
+    office = lambda prompt: "office" in prompt.user  # noqa: E731
+    first = run(product, "run-1", FailingEngine(office))
+    assert set(first["land"].failed) == {"notes.txt"}  # listed, with the engine's reason
+    assert "finish_reason=error" in first["land"].failed["notes.txt"]
+    assert first["execute"].engine_faults == 1
+    again = FakeGenerator()
+    second = run(product, "run-2", again)  # not the document's failure: tried again
+    assert second["prepare"].failed_before == 0 and len(again.generated) == 1
+    assert len(product.briefs.rows(product.index)) == 3
