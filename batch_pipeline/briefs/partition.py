@@ -99,10 +99,11 @@ class BriefPartition(ProductPartition):
             out,
             self.landed_keys(),
             product.briefs.count(self.index),
-            {
+            {  # failed under their key as often as they may (`invalid_output_tries`)
                 doc_id: failure["content_hash"]
                 for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
                 if failure.get("content_hash")
+                and failure["attempts"] >= product.invalid_output_tries
             },
             self.fingerprint,
             product.template,
@@ -161,7 +162,14 @@ class BriefPartition(ProductPartition):
                 )
                 for doc_id, reason in sorted(summary.failed.items())
             ]
-            self.tracking.forget_failures(self.index, summary.landed_ids + summary.deleted_ids)
+            known = self.tracking.failures_by_doc(self.index)
+            rekeyed = [  # a failure under another key counts no try against this one
+                f.doc_id
+                for f in failures
+                if f.doc_id in known and known[f.doc_id].get("content_hash") != f.content_hash
+            ]
+            gone = summary.landed_ids + summary.deleted_ids + rekeyed
+            self.tracking.forget_failures(self.index, gone)
             self.tracking.record_failures(self.index, failures, run_id)
             total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
             prepared_summary = stage_summary(prepared)

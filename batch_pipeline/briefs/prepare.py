@@ -12,9 +12,10 @@ by the model's own tokenizer (the row says when it was). A stale document that c
 not read (unchanged for the index, but its brief is stale: a new prompt, say) is read here.
 Deleted documents are listed for land, and on a full pass so are briefs of documents the
 source no longer has. Documents collect could not read keep the brief they have. A document
-whose brief failed under the current key (an invalid output, a prompt too long) is not
-tried again: greedy decoding would give the same output; a change to it or to the
-configuration gives it a new key, and a new try.
+whose brief failed under the current key as often as it may (an invalid output: once in
+float32, where greedy decoding gives the same output in any batch; twice in bfloat16, where
+it does not: `BriefProduct.invalid_output_tries`) is not tried again; a change to it or to
+the configuration gives it a new key, and a new try.
 
 The output holds only the prompts to generate. Memory stays flat as the corpus grows: the
 documents' keys and the landed briefs' keys are spilled to scratch disk in buckets by doc id
@@ -98,7 +99,7 @@ class BriefPrepareSummary:
     documents: int = 0  # seen in collect's output, deleted ones included
     stale: int = 0  # prompts written
     fresh: int = 0  # briefs already landed under the current key
-    failed_before: int = 0  # failed under the current key: the same greedy output again
+    failed_before: int = 0  # failed under the current key as often as it may: not tried again
     truncated: int = 0  # of the stale, cut to the document budget
     neutralised: int = 0  # of the stale, carrying the chat model's control tokens (broken)
     read_here: int = 0  # of the stale, read by this stage (collect had not)
@@ -261,7 +262,7 @@ def _stale_rows(
             if keys.get(doc_id) == key:
                 summary.fresh += 1
             elif failed.get(doc_id) == key:
-                summary.failed_before += 1  # greedy: it would fail the same way again
+                summary.failed_before += 1  # it had its tries under this key
             else:
                 found.append(row)
         if summary.full_pass:  # briefs of documents the source no longer lists

@@ -140,6 +140,18 @@ class BriefProduct:
         return self.generator.model
 
     @property
+    def invalid_output_tries(self) -> int:
+        """How many invalid outputs under one key a document gets before it waits for a new
+        key (its content, the prompt, the schema or the model changed): one where a rerun
+        gives the same output, two where it may not. Greedy decoding in float32 gave the
+        same output in any batch; in bfloat16 (and float16) an output depends on the batch
+        it ran in (`python -m batch_pipeline.bench.rerun`: 8 of 40 differed, and 2 changed
+        validity), and so may a provider's."""
+        if self.executor_name == OPENAI_BATCH:
+            return 2
+        return 1 if getattr(self.generator, "dtype", "float32") == "float32" else 2
+
+    @property
     def executor(self) -> GenerationExecutor:
         """The chat model's prompt plan and generation, under the briefs' sampling and
         output schema, on the executor named `executor_name` (`generation_executors`): its
