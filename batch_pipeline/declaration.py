@@ -59,6 +59,11 @@ class Product(Protocol):
         (`generations.review`, retention of retired generations)."""
         ...
 
+    @property
+    def store(self) -> VectorStore:
+        """Where its generations' tables are (`repair` mends them alike)."""
+        ...
+
     def run_groups(self) -> list[list[str]]:
         """The Dagster partition keys the product's runs are recorded under, grouped as
         `report` lists them: the newest runs of each group."""
@@ -99,6 +104,10 @@ class ProductFace:
     @property
     def reviewer(self) -> GenerationReviewer:
         return self.engine.reviewer
+
+    @property
+    def store(self) -> VectorStore:
+        return self.engine.store
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
         return self.engine.review(embedder_for, force)

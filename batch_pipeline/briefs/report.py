@@ -5,6 +5,7 @@ model, the generations and the table's health. `doctor` also checks the collecti
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.health.freshness import utc_time
+from batch_pipeline.health.tables import table_damage
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 
@@ -61,6 +62,10 @@ def product_health(product: BriefProduct) -> dict[str, object]:
         "failing_documents": product.tracking.failure_count(reader) if reader else 0,
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
+    damage = table_damage(product.store, reader, product.name)
+    if damage is not None:
+        health.update(table_damaged=damage["table_damaged"])
+        problems.append(damage["problem"])
     if live is None:
         problems.append(
             "no live generation yet: run the briefs (batch-pipeline run --collection "

@@ -9,7 +9,7 @@
     batch-pipeline generations list|promote|rollback [--product P]
     batch-pipeline invalidate-run RUN_ID
     batch-pipeline restore --collection C --before-run RUN_ID
-    batch-pipeline repair --collection C [--rebuild] [--yes]
+    batch-pipeline repair --product P [--rebuild] [--yes]
     batch-pipeline run --day D | intents --day D | classify "TEXT"   (ticket intents)
     batch-pipeline run --collection C --kind briefs | briefs --collection C   (briefs)
 
@@ -212,7 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     repair = commands.add_parser(
         "repair", help="restore a damaged table (data files lost) to its newest whole version"
     )
-    repair.add_argument("--collection", required=True)
+    _product_option(repair, required=True)
     repair.add_argument(
         "--rebuild",
         action="store_true",
@@ -427,14 +427,17 @@ def _invalidate(ctx: CommandContext, args: argparse.Namespace) -> int:
 
 
 def _repair(ctx: CommandContext, args: argparse.Namespace) -> int:
-    """Exit 0 when repaired or nothing to repair; 1 when it only said what it would do."""
-    pipeline = ctx.pipeline(args.collection)
-    index = pipeline.index
-    missing = pipeline.store.damage(index)
+    """Exit 0 when repaired or nothing to repair; 1 when it only said what it would do. Mends
+    the product's live table (its current configuration's before one is live)."""
+    (product,) = ctx.products(args.product)
+    store, registry = product.store, GenerationRegistry(ctx.tracking)
+    live = registry.live(product.name)
+    index = live.index_name if live is not None else product.index
+    missing = store.damage(index)
     if missing is None:
         print(f"{index}: every data file reads; nothing to repair")
         return 0
-    whole = pipeline.store.newest_whole_version(index)
+    whole = store.newest_whole_version(index)
     if whole is None and not args.rebuild:
         raise GenerationError(
             f"{index}: no version of it is whole; --rebuild --yes drops it, and the next full "
@@ -444,21 +447,17 @@ def _repair(ctx: CommandContext, args: argparse.Namespace) -> int:
     if not args.yes:
         print(f"{index}: {missing} is missing; would {plan}; run again with --yes to do it")
         return 1
-    registry = GenerationRegistry(ctx.tracking)
     if whole is None:
-        pipeline.store.drop_table(index)
+        store.drop_table(index)
         done = "dropped"
     else:
-        now = pipeline.store.restore_version(index, whole)
+        now = store.restore_version(index, whole)
         done = f"restored version {whole} (now version {now})"
     registry.record(
-        "repair", pipeline.name, from_index=index, to_index=index,
+        "repair", product.name, from_index=index, to_index=index,
         details={"missing": missing, "version": whole},
     )  # fmt: skip
-    print(
-        f"{index}: {done}; now run `batch-pipeline run --collection {pipeline.name}`: the full "
-        "run re-lands what the table lacks"
-    )
+    print(f"{index}: {done}; {product.name}'s next full run lands again what the table lacks")
     return 0
 
 

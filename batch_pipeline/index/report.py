@@ -3,6 +3,7 @@ when it landed, what is stale, completeness, reconciliation and the table's heal
 
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
+from batch_pipeline.health.tables import damage_report
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import BackfillEstimate
@@ -18,7 +19,7 @@ from batch_pipeline.stages.collect import (
 )
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.tracking import UNLISTABLE, UNREACHABLE
-from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
+from batch_pipeline.state.vector_store import missing_data_file
 
 KIND = "vector_index"
 
@@ -105,22 +106,15 @@ def source_problem(pipeline: IndexPartition) -> str | None:
 def damaged_table_health(pipeline: IndexPartition, missing: str) -> dict[str, object]:
     """What `doctor` reports of a table whose data files are gone: which, the newest whole
     version, and the remedy (nothing else can be read of it)."""
-    whole = pipeline.store.newest_whole_version(pipeline.index)
-    remedy = (
-        f"`batch-pipeline repair --collection {pipeline.name} --yes` restores version {whole}, "
-        "the newest whole one; the next full run then re-lands what it lacks"
-        if whole is not None
-        else f"no version of it is whole: `batch-pipeline repair --collection {pipeline.name} "
-        "--rebuild --yes` drops it, and the next full run rebuilds it from the source"
-    )
+    damage = damage_report(pipeline.store, pipeline.index, pipeline.name, missing)
     return {
         "product": pipeline.name,
         "kind": KIND,
         "collection": pipeline.name,
         "source_error": None,
-        "table_damaged": missing,
-        "newest_whole_version": whole,
-        "problems": [f"{TableDamagedError(missing).args[0].split(';')[0]}; {remedy}"],
+        "table_damaged": damage["table_damaged"],
+        "newest_whole_version": damage["newest_whole_version"],
+        "problems": [damage["problem"]],
         "healthy": False,
     }
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from batch_pipeline.health.freshness import utc_time
+from batch_pipeline.health.tables import table_damage
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
@@ -29,9 +30,11 @@ class _Coverage:
     held: list[str]
 
     @classmethod
-    def of(cls, product: TicketProduct, today: date | None) -> "_Coverage":
+    def of(cls, product: TicketProduct, today: date | None, readable: bool = True) -> "_Coverage":
+        """`readable`: the live table's rows can be read (a table that lost a data file
+        holds no day that can be counted)."""
         live = product.registry.live(product.name)
-        held = product.intents.days(live.index_name) if live else []
+        held = product.intents.days(live.index_name) if live and readable else []
         return cls(live.index_name if live else None, product.partition_days(today), held)
 
     def metadata(self) -> dict[str, object]:
@@ -79,7 +82,9 @@ def product_status(product: TicketProduct, today: date | None = None) -> dict[st
 def product_health(product: TicketProduct, today: date | None = None) -> dict[str, object]:
     """What `doctor` reports: whether the export can be read, every due day is classified
     under the live generation, and the live table's size, versions and fragments."""
-    coverage = _Coverage.of(product, today)
+    live = product.registry.live(product.name)
+    damage = table_damage(product.store, live.index_name if live else None, product.name)
+    coverage = _Coverage.of(product, today, readable=damage is None)
     reader = coverage.live_table
     try:
         product.export.check()
@@ -96,7 +101,10 @@ def product_health(product: TicketProduct, today: date | None = None) -> dict[st
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
     missing = health["missing_days"]
-    if reader is None:
+    if damage is not None:
+        health["table_damaged"] = damage["table_damaged"]
+        problems.append(damage["problem"])
+    elif reader is None:
         problems.append(
             "no live generation yet: classify a day (batch-pipeline run --day YYYY-MM-DD)"
         )

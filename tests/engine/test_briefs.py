@@ -438,3 +438,35 @@ def test_a_retried_bfloat16_output_that_comes_out_valid_lands(briefs_workspace):
     assert run(product, "run-2")["land"].failed == {}
     assert len(product.briefs.rows(product.index)) == 3
     assert product.tracking.failures_by_doc(product.index) == {}
+
+
+def test_a_briefs_table_that_lost_a_data_file_is_repaired_like_any_product_s(
+    briefs_workspace, capsys, monkeypatch
+):
+    """`repair` was the vector index's alone (`--collection`): a briefs table with a data file
+    lost could not be repaired. `repair --product` serves every product's generation."""
+    product = product_of(briefs_workspace)
+    run(product, "run-1")
+    (briefs_workspace["docs"] / "late.md").write_text("# Late\n\nA page added by the second run.\n")
+    run(product, "run-2")
+    assert product.review(lambda model: pytest.fail("no live index")).decision == "promoted"
+    data = briefs_workspace["home"] / "lancedb" / f"{product.index}.lance" / "data"
+    newest = max(data.iterdir(), key=lambda path: path.stat().st_mtime_ns)
+    newest.unlink()
+    from batch_pipeline.briefs import kind
+
+    monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: product)  # the FAKE's
+    args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    name = "handbook_briefs"
+    capsys.readouterr()
+    assert cli.main([*args, "doctor", "--product", name]) == 1
+    out = capsys.readouterr().out
+    assert newest.name in out and f"repair --product {name} --yes` restores version" in out
+    assert cli.main([*args, "repair", "--product", name]) == 1  # says what, does not
+    assert "run again with --yes" in capsys.readouterr().out
+    assert cli.main([*args, "repair", "--product", name, "--yes"]) == 0
+    assert product.store.damage(product.index) is None
+    run(product, "run-3")  # what the restored version lacks is stale again: briefed
+    assert len(product.briefs.rows(product.index)) == 4
+    assert cli.main([*args, "doctor", "--product", name]) in (0, 1)
+    assert "damaged" not in capsys.readouterr().out

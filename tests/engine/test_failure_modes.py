@@ -347,7 +347,7 @@ def test_a_lost_data_file_is_found_repaired_and_reads_fail_in_one_line(
         assert len(err.splitlines()) == 1 and f"the table {pipeline.index} is damaged" in err
     assert cli.main([*args, "doctor"]) == 1
     out = capsys.readouterr().out
-    assert newest.name in out and "repair --collection handbook --yes` restores version" in out
+    assert newest.name in out and "repair --product handbook --yes` restores version" in out
     assert cli.main([*args, "repair", "--collection", "handbook"]) == 1  # says what, does not
     assert "run again with --yes" in capsys.readouterr().out
     assert pipeline.store.damage(pipeline.index) is not None
