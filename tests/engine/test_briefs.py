@@ -470,3 +470,86 @@ def test_a_briefs_table_that_lost_a_data_file_is_repaired_like_any_product_s(
     assert len(product.briefs.rows(product.index)) == 4
     assert cli.main([*args, "doctor", "--product", name]) in (0, 1)
     assert "damaged" not in capsys.readouterr().out
+
+
+def test_a_disk_that_fills_during_generation_stops_in_one_line_and_the_rerun_resumes(
+    briefs_workspace, capsys, monkeypatch
+):
+    """A large briefs run on a filling disk: the third checkpoint cannot be written. The run
+    stops in one line (exit 2), nothing lands, and once there is room the rerun generates
+    only what no checkpoint holds."""
+    import errno
+
+    from batch_pipeline.briefs import kind
+    from batch_pipeline.stages import checkpointed
+
+    for n in range(6):
+        (briefs_workspace["docs"] / f"page-{n}.md").write_text(f"# Page {n}\n\nText {n}.\n")
+    from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+
+    generator = FakeGenerator()
+    config, storage, name, _, documents, _, tracking, store = product_args(briefs_workspace)
+    one = PromptPlanSettings(chunk_size=1)  # a checkpoint per output
+    product = BriefProduct(config, storage, name, generator, documents, one, tracking, store)
+    monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: product)
+    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: product)
+    written = []
+    write = checkpointed.write_part
+
+    def filling(folder, rows):  # noqa: ANN001, ANN202 - FAULT: the disk fills at the third
+        if len(written) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder))
+        written.append(rows.num_rows)
+        return write(folder, rows)
+
+    monkeypatch.setattr(checkpointed, "write_part", filling)
+    args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    capsys.readouterr()
+    assert cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("batch-pipeline: no space left on the device") and "kept" in said
+    assert product.briefs.rows(product.index) == []
+    first = len(generator.generated)
+    monkeypatch.setattr(checkpointed, "write_part", write)  # room again
+    assert cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs"]) == 0
+    assert len(product.briefs.rows(product.index)) == 9
+    assert len(generator.generated) - first == 9 - sum(written)  # only what no checkpoint held
+
+
+def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
+    briefs_workspace, monkeypatch
+):
+    """A tracking store that did not answer for longer than the partition lease's term: the
+    run's lease is gone (another run may hold the partition by now), so it lands nothing and
+    records nothing; the next run briefs every document, resuming from its checkpoints."""
+    import time
+
+    from batch_pipeline.state.tracking import LeaseLostError
+    from batch_pipeline.state.tracking import lease as lease_module
+
+    real, offset = time.monotonic, {"s": 0.0}
+
+    class Clock:  # FAKE clock: the lease's term passes while execute generates
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        @staticmethod
+        def monotonic() -> float:
+            return real() + offset["s"]
+
+    monkeypatch.setattr(lease_module, "time", Clock())
+
+    class Outage(FakeGenerator):
+        def generate(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            offset["s"] += 10_000  # as if the tracking store had not answered for hours
+            return super().generate(*args, **kwargs)
+
+    product = product_of(briefs_workspace)
+    with pytest.raises(LeaseLostError, match="lost the lease"):
+        run(product, "run-1", Outage())
+    assert product.tracking.runs_with_id("run-1") == []  # nothing landed or recorded
+    assert product.briefs.rows(product.index) == []
+    monkeypatch.setattr(lease_module, "time", time)
+    healthy = FakeGenerator()
+    run(product, "run-2", healthy)
+    assert len(product.briefs.rows(product.index)) == 3 and healthy.generated == []  # resumed

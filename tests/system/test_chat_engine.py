@@ -223,3 +223,37 @@ def test_a_model_folder_whose_weights_are_cut_short_fails_in_one_line(chat_model
     said = [line for line in done.stdout.splitlines() if line.startswith("REFUSED")]
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(said) == 1 and f"the chat model at {folder} did not load (" in said[0], done.stdout
+
+
+def test_one_sequence_at_a_time_streams_every_prompt_and_matches_a_batch(chat_model_dir, tmp_path):
+    """`max_num_seqs: 1`, the smallest engine: the stream keeps it fed one request at a time,
+    every prompt comes back once, and (float32, greedy) each output is what `generate` gives."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from batch_pipeline.inference.generator import Prompt, Sampling
+        from resources import GenerationResource
+
+        resource = GenerationResource(model_path=sys.argv[1], max_num_seqs=1, max_model_len=512,
+                                      kv_cache_gib=1, dtype="float32")
+        generator = resource.generator()
+        prompts = [Prompt(f"p{i}", "Answer in one short sentence.", question)
+                   for i, question in enumerate(["What is a password?", "What is a refund?",
+                                                 "Who can invite members?", "What is SSO?"])]
+        sampling = Sampling(max_tokens=24)
+        streamed = [(o.key, o.text) for o in generator.stream(prompts, sampling, window=1)]
+        batch = [(o.key, o.text) for o in generator.generate(prompts, sampling)]
+        print("RESULT", json.dumps({"streamed": streamed, "batch": batch}))
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(chat_model_dir)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert sorted(k for k, _ in result["streamed"]) == ["p0", "p1", "p2", "p3"]  # each once
+    assert dict(result["streamed"]) == dict(result["batch"])
+    assert all(text.strip() for _, text in result["batch"])
