@@ -5,7 +5,9 @@ collect is the collection's own `source_documents` (the source is listed once fo
 products) -> prepare (`brief_prompts`) -> plan (`brief_plan`) -> execute
 (`brief_generations`, in the `gpu` pool) -> land (`document_briefs`, which reviews the
 generation). For a collection without `briefs:`, `brief_prompts` materialises nothing and the
-rest are skipped. Each asset is an adapter over `batch_pipeline.briefs`.
+rest are skipped. The builder (`assets.product_stages`) writes the four stage assets, each
+calling `batch_pipeline.briefs`; this module says what the briefs' land checks and reports,
+and adds the question rows.
 """
 
 from datetime import timedelta

@@ -99,6 +99,16 @@ def _default_options(context: Context, partition: StagedPartition) -> ExecuteOpt
     return ExecuteOptions()
 
 
+def embedding_engine(context: Context, partition: StagedPartition) -> Callable[[], Engine]:
+    """What a product that embeds loads: the inference resource's runner for its model."""
+    return lambda: context.resources.inference.runner(partition.model)
+
+
+def embedding_options(context: Context, partition: StagedPartition) -> ExecuteOptions:
+    """A product that embeds plans its batches against the inference resource's budget."""
+    return context.resources.inference.execute_options(partition.model)
+
+
 def _summary_metadata(context: Context, stage: Stage, partition, output) -> dict:  # noqa: ANN001
     return output.summary.metadata()
 

@@ -1,8 +1,9 @@
-"""The ticket intent product's five stages, one daily partition per day of tickets.
+"""The ticket intent product's five stages, declared, one daily partition per day of tickets.
 
 collect (`ticket_exports`) -> prepare (`ticket_inputs`) -> plan (`ticket_batch_plan`) ->
-execute (`ticket_embeddings`) -> land (`ticket_intents`). Plan and execute run the vector
-index's own engine stages; each asset is an adapter over `batch_pipeline.tickets`.
+execute (`ticket_embeddings`) -> land (`ticket_intents`). The builder
+(`assets.product_stages`) writes the assets, each calling `batch_pipeline.tickets`; this
+module says what the day's land checks and reports.
 """
 
 from datetime import timedelta
@@ -16,6 +17,8 @@ from assets.product_stages import (
     LandReport,
     ProductAssets,
     build_product_assets,
+    embedding_engine,
+    embedding_options,
 )
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.config import PipelineConfig
@@ -140,10 +143,8 @@ TICKET_ASSETS = ProductAssets(
     open=_opened,
     group_name=TICKETS_GROUP,
     owners=tuple(TICKETS_OWNERS),
-    engine=lambda context, partition: lambda: context.resources.inference.runner(partition.model),
-    plan_options=lambda context, partition: context.resources.inference.execute_options(
-        partition.model
-    ),
+    engine=embedding_engine,
+    plan_options=embedding_options,
     columns=DESCRIBED,
     descriptions={
         TICKET_COLLECT.name: "The day's ticket export, every row checked: a row with no id, "

@@ -17,6 +17,8 @@ from assets.product_stages import (
     LandReport,
     ProductAssets,
     build_product_assets,
+    embedding_engine,
+    embedding_options,
 )
 from assets.source_documents import build_source_documents
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
@@ -165,10 +167,8 @@ INDEX_ASSETS = ProductAssets(
     open=_opened,
     group_name=GROUP_NAME,
     owners=tuple(OWNERS),
-    engine=lambda context, partition: lambda: context.resources.inference.runner(partition.model),
-    plan_options=lambda context, partition: context.resources.inference.execute_options(
-        partition.model
-    ),
+    engine=embedding_engine,
+    plan_options=embedding_options,
     columns=COLUMN_DESCRIPTIONS,
     descriptions={
         PREPARE.name: "Chunks of new and changed documents, cut with the model's tokenizer "
