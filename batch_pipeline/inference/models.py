@@ -6,6 +6,8 @@ other model must be a local sentence-transformers folder or already in the Huggi
 
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -153,3 +155,14 @@ def load_tokenizer(path: Path):
         raise ModelNotAvailableError(
             f"cannot load the tokenizer from {path}: {type(error).__name__}: {error}"
         ) from None
+
+
+def discard_folder(folder: Path) -> None:
+    """Move a bad model folder (an export, a conversion) aside, then remove it: a process
+    reading it fails and checks again."""
+    aside = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
+    try:
+        folder.rename(aside)
+    except OSError:  # another process moved it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)

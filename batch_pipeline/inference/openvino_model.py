@@ -33,7 +33,6 @@ its process before it imports openvino (`telemetry_off`); nothing is written to 
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -43,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.inference.calibration import CalibrationCache
-from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.inference.models import ResolvedModel, discard_folder
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ def telemetry_off() -> None:
         made.consent = False
 
 
-def _openvino():  # noqa: ANN202
+def openvino_module():  # noqa: ANN202
     """The openvino module, imported with its telemetry declined."""
     telemetry_off()
     import openvino
@@ -93,15 +92,15 @@ def _openvino():  # noqa: ANN202
 def openvino_version() -> str | None:
     """The installed OpenVINO runtime's version, or None where it is not installed."""
     try:
-        openvino = _openvino()
+        openvino = openvino_module()
     except ImportError:
         return None
     return openvino.get_version()
 
 
-def _core():  # noqa: ANN202
+def openvino_core():  # noqa: ANN202
     try:
-        ov = _openvino()
+        ov = openvino_module()
     except ImportError:
         raise OpenVinoMissingError(
             "backend openvino needs the openvino package: pip install openvino"
@@ -114,7 +113,7 @@ def openvino_dtypes() -> list[str]:
     plugin lists BF16 (AMX or AVX-512 BF16; it does not emulate it). [] without openvino."""
     if openvino_version() is None:
         return []
-    capabilities = set(_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    capabilities = set(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     return ["float32"] + (["bfloat16"] if "BF16" in capabilities else [])
 
 
@@ -153,7 +152,7 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
     import torch
     from transformers.utils import logging as transformers_logging
 
-    ov = _openvino()
+    ov = openvino_module()
 
     module, names = traceable(st_model, features)
     example = tuple(features[name] for name in names)
@@ -180,7 +179,7 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
         ) from None
     try:
         ov.save_model(converted, str(staging / MODEL_FILE), compress_to_fp16=False)
-        info = {"inputs": names, "sha256": _file_hashes(staging)}
+        info = {"inputs": names, "sha256": file_hashes(staging)}
         (staging / INFO_FILE).write_text(json.dumps(info), encoding="utf-8")
         try:
             staging.rename(folder)
@@ -199,7 +198,7 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
 EXPORT_FILES = (MODEL_FILE, "model.bin")
 
 
-def _file_hashes(folder: Path) -> dict[str, str]:
+def file_hashes(folder: Path) -> dict[str, str]:
     """SHA-256 of the export's files, read a MiB at a time."""
     hashes = {}
     for name in EXPORT_FILES:
@@ -221,7 +220,7 @@ def export_problem(folder: Path) -> str | None:
     if not isinstance(written, dict):
         return "was written without hashes of its files"
     try:
-        found = _file_hashes(folder)
+        found = file_hashes(folder)
     except OSError:
         return "lacks one of its files"
     changed = [name for name in EXPORT_FILES if found[name] != written.get(name)]
@@ -263,7 +262,7 @@ class OpenVinoModel:
 
     def __init__(self, folder: Path, threads: int) -> None:
         self.threads = threads
-        self.core = _core()
+        self.core = openvino_core()
         self.model = self.core.read_model(str(folder / MODEL_FILE))
         self.inputs: list[str] = json.loads((folder / INFO_FILE).read_text())["inputs"]
         self._requests: dict[str, object] = {}  # one per precision, compiled on first use
@@ -312,7 +311,7 @@ def load_or_export(
         if problem is None:
             return loaded, 0.0
         logger.warning("the OpenVINO export %s %s: making it again", folder, problem)
-        _discard(folder)
+        discard_folder(folder)
     started = time.perf_counter()
     export(st_model, features, folder)
     seconds = time.perf_counter() - started
@@ -333,13 +332,3 @@ def _checked(folder: Path, threads: int, st_model, features: dict):  # noqa: ANN
     except (RuntimeError, OSError, ValueError, KeyError) as error:
         return None, f"cannot be read ({type(error).__name__})"
     return loaded, fidelity_problem(loaded, st_model, features)
-
-
-def _discard(folder: Path) -> None:
-    """Move a bad export aside, then remove it (a process reading it fails and re-checks)."""
-    aside = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
-    try:
-        folder.rename(aside)
-    except OSError:  # another process moved it first
-        return
-    shutil.rmtree(aside, ignore_errors=True)
