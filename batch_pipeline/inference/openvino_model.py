@@ -170,25 +170,33 @@ def export(st_model, features: dict, folder: Path) -> None:  # noqa: ANN001
         transformers_logging.set_verbosity(verbosity)
     for port, name in zip(converted.inputs, names, strict=True):
         port.get_tensor().set_names({name})
+    save_folder(converted, folder, {"inputs": names}, "the OpenVINO export")
+
+
+def save_folder(model, folder: Path, info: dict, what: str) -> None:  # noqa: ANN001
+    """Save an OpenVINO `model` as `folder` (fp32 weights, as traced): written beside it with
+    `info` and its files' SHA-256, then moved into place, so a crash never leaves half of
+    one; another process's, finished first, is kept. A folder that cannot be written (a full
+    disk) is an `ExportError` naming `what`."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
     except OSError as error:
         raise ExportError(
-            f"cannot write the OpenVINO export under {folder.parent}: {error.strerror or error}"
+            f"cannot write {what} under {folder.parent}: {error.strerror or error}"
         ) from None
     try:
-        ov.save_model(converted, str(staging / MODEL_FILE), compress_to_fp16=False)
-        info = {"inputs": names, "sha256": file_hashes(staging)}
-        (staging / INFO_FILE).write_text(json.dumps(info), encoding="utf-8")
+        openvino_module().save_model(model, str(staging / MODEL_FILE), compress_to_fp16=False)
+        recorded = {**info, "sha256": file_hashes(staging)}
+        (staging / INFO_FILE).write_text(json.dumps(recorded), encoding="utf-8")
         try:
             staging.rename(folder)
-        except OSError:  # another process finished first: keep its export
+        except OSError:  # another process finished first: keep its folder
             if not (folder / INFO_FILE).is_file():
                 raise
     except (OSError, RuntimeError) as error:  # a full disk reaches OpenVINO as a RuntimeError
         raise ExportError(
-            f"cannot write the OpenVINO export under {folder.parent}: "
+            f"cannot write {what} under {folder.parent}: "
             f"{getattr(error, 'strerror', None) or str(error).splitlines()[0]}"
         ) from None
     finally:

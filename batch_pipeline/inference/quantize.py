@@ -6,8 +6,9 @@ calibration sample's hash, so another sample (another collection, other inputs) 
 another model and the same sample reuses it. NNCF's settings for transformers are used
 (`ModelType.TRANSFORMER`: SmoothQuant and fast bias correction, attention's softmax and the
 layer norms left in floating point) with the mixed preset (symmetric weights, asymmetric
-activations). It is written beside its final name and moved into place, with the SHA-256 of
-its files, and checked before use like the export itself (`openvino_model.export_problem`):
+activations). It is saved as the export is (`openvino_model.save_folder`: beside its final
+name, then moved into place, with the SHA-256 of its files), and checked before use like
+the export itself (`openvino_model.export_problem`):
 one that fails is moved aside and made again, with a warning naming why.
 
 The int8 model runs with OpenVINO's fp32 precision hint: the quantized operations run in
@@ -22,8 +23,6 @@ may use it is its evaluation's to say, not the cosine's.
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,11 +32,9 @@ from batch_pipeline.inference.models import discard_folder
 from batch_pipeline.inference.openvino_model import (
     INFO_FILE,
     MODEL_FILE,
-    ExportError,
     export_problem,
-    file_hashes,
     openvino_core,
-    openvino_module,
+    save_folder,
 )
 
 log = logging.getLogger(__name__)
@@ -86,26 +83,7 @@ def quantize_export(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> P
         preset=getattr(nncf.QuantizationPreset, PRESET.upper()),
         subset_size=len(samples),
     )
-    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=folder.parent))
-    try:
-        openvino_module().save_model(quantized, str(staging / MODEL_FILE), compress_to_fp16=False)
-        info = {
-            "inputs": names,
-            "sha256": file_hashes(staging),
-            "quantized": {"preset": PRESET, "sample": sample_key(samples), "inputs": len(samples),
-                          "nncf": nncf.__version__},
-        }  # fmt: skip
-        (staging / INFO_FILE).write_text(json.dumps(info), encoding="utf-8")
-        try:
-            staging.rename(folder)
-        except OSError:  # another process finished first: keep its model
-            if not (folder / INFO_FILE).is_file():
-                raise
-    except (OSError, RuntimeError) as error:  # a full disk reaches OpenVINO as a RuntimeError
-        raise ExportError(
-            f"cannot write the int8 model under {folder.parent}: "
-            f"{getattr(error, 'strerror', None) or str(error).splitlines()[0]}"
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    about = {"preset": PRESET, "sample": sample_key(samples), "inputs": len(samples),
+             "nncf": nncf.__version__}  # fmt: skip
+    save_folder(quantized, folder, {"inputs": names, "quantized": about}, "the int8 model")
     return folder

@@ -522,22 +522,10 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
     """A tracking store that did not answer for longer than the partition lease's term: the
     run's lease is gone (another run may hold the partition by now), so it lands nothing and
     records nothing; the next run briefs every document, resuming from its checkpoints."""
-    import time
-
     from batch_pipeline.state.tracking import LeaseLostError
-    from batch_pipeline.state.tracking import lease as lease_module
+    from tests.support import skewed_lease_clock
 
-    real, offset = time.monotonic, {"s": 0.0}
-
-    class Clock:  # FAKE clock: the lease's term passes while execute generates
-        def __getattr__(self, name: str) -> object:
-            return getattr(time, name)
-
-        @staticmethod
-        def monotonic() -> float:
-            return real() + offset["s"]
-
-    monkeypatch.setattr(lease_module, "time", Clock())
+    offset = skewed_lease_clock(monkeypatch)
 
     class Outage(FakeGenerator):
         def generate(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -549,7 +537,7 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
         run(product, "run-1", Outage())
     assert product.tracking.runs_with_id("run-1") == []  # nothing landed or recorded
     assert product.briefs.rows(product.index) == []
-    monkeypatch.setattr(lease_module, "time", time)
+    offset["s"] = 0.0  # the store answers again
     healthy = FakeGenerator()
     run(product, "run-2", healthy)
     assert len(product.briefs.rows(product.index)) == 3 and healthy.generated == []  # resumed

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from batch_pipeline.state.tracking import HeldLease, LeaseLostError, TrackingStore
 from batch_pipeline.state.tracking import lease as lease_module
 from batch_pipeline.state.tracking.schema import leases
+from tests.support import skewed_lease_clock
 
 
 def test_a_lease_is_lost_once_unrenewed_for_its_term_or_taken():
@@ -66,18 +67,7 @@ def test_the_heartbeat_renews_again_after_a_blip_and_notices_a_takeover(tmp_path
 
 def test_a_run_that_lost_its_lease_stops_before_landing(make_pipeline, fake_embedder, monkeypatch):
     pipeline = make_pipeline()
-    real = time.monotonic
-    offset = {"s": 0.0}
-
-    class Clock:  # FAKE clock: the partition lease's term passes while execute runs
-        def __getattr__(self, name: str) -> object:
-            return getattr(time, name)
-
-        @staticmethod
-        def monotonic() -> float:
-            return real() + offset["s"]
-
-    monkeypatch.setattr(lease_module, "time", Clock())
+    offset = skewed_lease_clock(monkeypatch)
 
     def runner():  # noqa: ANN202
         offset["s"] += 10_000  # as if the tracking store had not answered for hours

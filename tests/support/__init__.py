@@ -287,3 +287,25 @@ def tick(  # noqa: ANN201
         instance=instance, cursor=cursor, resources=stage_resources(workspace, fake_model)
     ) as context:
         return sensor(context)
+
+
+def skewed_lease_clock(monkeypatch) -> dict[str, float]:  # noqa: ANN001
+    """FAKE clock for the leases (`state.tracking.lease`): its monotonic time runs ahead by
+    the returned `{"s": seconds}`, which a test raises to let a lease's term pass (as if the
+    tracking store had not answered for that long)."""
+    import time
+
+    from batch_pipeline.state.tracking import lease as lease_module
+
+    real, offset = time.monotonic, {"s": 0.0}
+
+    class Clock:
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        @staticmethod
+        def monotonic() -> float:
+            return real() + offset["s"]
+
+    monkeypatch.setattr(lease_module, "time", Clock())
+    return offset
