@@ -19,7 +19,9 @@ methods:
    caching, chunked prefill), every prompt in one call; `vllm-chunked`: one call per
    `--chunk` prompts, each waiting for its longest output; `vllm-streamed`: the engine fed
    through its request API, `--chunk` prompts ahead, refilled as they finish (what execute
-   does). `--varied` asks every other prompt for one line and the rest for a paragraph.
+   does). `--varied` asks every other prompt for one line, capped at `SHORT_MAX_TOKENS`
+   output tokens (its own `max_tokens`, as a real workload's short requests have), and the
+   rest for a paragraph, up to `--max-tokens`.
 
 Each method runs in a process of its own, one after another, so its peak memory is its own
 (the resident set on CPU; on CUDA the device memory torch reserved). Model loading and one
@@ -53,6 +55,7 @@ MAX_NUM_SEQS = 32  # sequences at once, for both continuous batchers
 PAGE_TOKENS = 128  # tokens per KV cache block (vLLM's on CPU)
 METHODS = ("static-8", "static-32", "generate_batch", "vllm", "vllm-chunked", "vllm-streamed")
 SHORT_PROMPT = "Say who the help-centre article below is for, in one short line."
+SHORT_MAX_TOKENS = 16  # the one-line requests' own cap in the varied workload
 LONG_PROMPT = (
     "Explain the help-centre article below to a new support agent in a full paragraph of at "
     "least eight sentences: what it covers, every step, and the pitfalls."
@@ -91,7 +94,8 @@ def build_prompts(
             prompt_ids = prompt_ids["input_ids"]
         prompts.append(
             {"key": str(path.relative_to(HANDBOOK)), "system": system, "user": user,
-             "ids": prompt_ids}
+             "ids": prompt_ids,
+             "max_tokens": SHORT_MAX_TOKENS if system == SHORT_PROMPT else None}
         )  # fmt: skip
     return prompts
 
@@ -229,7 +233,7 @@ def run_vllm(
         device=device, dtype=dtype, max_model_len=max(2048, longest), max_num_seqs=MAX_NUM_SEQS
     )
     generator = VllmGenerator(resolve_chat_model(model_dir, REPO), settings)
-    asks = [Prompt(p["key"], p["system"], p["user"]) for p in prompts]
+    asks = [Prompt(p["key"], p["system"], p["user"], p.get("max_tokens")) for p in prompts]
     sampling = Sampling(max_tokens=max_tokens)
     generator.generate(asks[:2], sampling)  # starts the engine; warm-up, untimed
     stats = GenerationStats()

@@ -159,9 +159,10 @@ class FakeGenerator:
             text = self._answer(prompt, schema)
             tokens = self._tokens(text)
             finish = "stop"
-            if len(tokens) > sampling.max_tokens:  # cut where the token after the last ends
-                cut = sum(len(t) for t in tokens[: sampling.max_tokens])
-                text, finish, tokens = _cut(text, cut), "length", tokens[: sampling.max_tokens]
+            limit = prompt.limit(sampling)
+            if len(tokens) > limit:  # cut where the token after the last ends
+                cut = sum(len(t) for t in tokens[:limit])
+                text, finish, tokens = _cut(text, cut), "length", tokens[:limit]
             out.append(Generation(prompt.key, text, finish, prompt_tokens, len(tokens)))
             self.generated.append(prompt.key)
             if on_finished is not None:

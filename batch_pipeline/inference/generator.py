@@ -26,6 +26,13 @@ class Prompt:
     key: str
     system: str
     user: str
+    # a cap on its own output below the sampling's `max_tokens` (None: the sampling's); the
+    # generation benchmark's varied workload sets it, a product's prompts do not
+    max_tokens: int | None = None
+
+    def limit(self, sampling: "Sampling") -> int:
+        """The most tokens this prompt's output may have."""
+        return min(sampling.max_tokens, self.max_tokens or sampling.max_tokens)
 
     def messages(self) -> list[dict[str, str]]:
         system = [{"role": "system", "content": self.system}] if self.system else []

@@ -328,7 +328,9 @@ class VllmGenerator:
         before = _counter_totals(llm.get_metrics())
         started = time.perf_counter()
         finished = False if on_finished is None else partial(_finished_requests, on_finished)
-        outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=finished)
+        outputs = llm.chat(
+            [p.messages() for p in prompts], _each(params, prompts, sampling), use_tqdm=finished
+        )
         seconds = time.perf_counter() - started
         out = [_generation(prompt, result) for prompt, result in zip(prompts, outputs, strict=True)]
         if stats is not None:
@@ -374,7 +376,9 @@ class VllmGenerator:
         def refill() -> None:
             group = list(itertools.islice(source, ahead - len(waiting)))
             if group:
-                ids = llm.enqueue_chat([p.messages() for p in group], params, use_tqdm=False)
+                ids = llm.enqueue_chat(
+                    [p.messages() for p in group], _each(params, group, sampling), use_tqdm=False
+                )
                 # the engine's outputs carry the id LLM gave (a counter); it returns the
                 # engine's internal one, that id with a random suffix
                 waiting.update((i.split("-", 1)[0], p) for i, p in zip(ids, group, strict=True))
@@ -411,6 +415,21 @@ class VllmGenerator:
             if callable(shutdown):
                 shutdown()
             self._llm = None
+
+
+def _each(params, prompts: list[Prompt], sampling: Sampling):  # noqa: ANN001, ANN202
+    """vLLM's sampling params for each prompt: `params`, capped where a prompt caps its own
+    output (`Prompt.max_tokens`); `params` itself when none does."""
+    if all(p.max_tokens is None for p in prompts):
+        return params
+    capped = []
+    for prompt in prompts:
+        mine = params
+        if prompt.limit(sampling) != params.max_tokens:
+            mine = params.clone()
+            mine.max_tokens = prompt.limit(sampling)
+        capped.append(mine)
+    return capped
 
 
 def _generation(prompt: Prompt, result) -> Generation:  # noqa: ANN001 - a RequestOutput

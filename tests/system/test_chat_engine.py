@@ -227,7 +227,8 @@ def test_a_model_folder_whose_weights_are_cut_short_fails_in_one_line(chat_model
 
 def test_one_sequence_at_a_time_streams_every_prompt_and_matches_a_batch(chat_model_dir, tmp_path):
     """`max_num_seqs: 1`, the smallest engine: the stream keeps it fed one request at a time,
-    every prompt comes back once, and (float32, greedy) each output is what `generate` gives."""
+    every prompt comes back once, and (float32, greedy) each output is what `generate` gives;
+    a prompt's own `max_tokens` caps its output below the sampling's."""
     script = textwrap.dedent(
         """
         import json, sys
@@ -240,10 +241,13 @@ def test_one_sequence_at_a_time_streams_every_prompt_and_matches_a_batch(chat_mo
         prompts = [Prompt(f"p{i}", "Answer in one short sentence.", question)
                    for i, question in enumerate(["What is a password?", "What is a refund?",
                                                  "Who can invite members?", "What is SSO?"])]
+        prompts.append(Prompt("capped", "Answer at length.", "What is a password?", max_tokens=3))
         sampling = Sampling(max_tokens=24)
         streamed = [(o.key, o.text) for o in generator.stream(prompts, sampling, window=1)]
-        batch = [(o.key, o.text) for o in generator.generate(prompts, sampling)]
-        print("RESULT", json.dumps({"streamed": streamed, "batch": batch}))
+        batch = generator.generate(prompts, sampling)
+        capped = [(o.output_tokens, o.finish_reason) for o in batch if o.key == "capped"]
+        print("RESULT", json.dumps({"streamed": streamed, "batch": [(o.key, o.text) for o in batch],
+                                    "capped": capped}))
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -254,6 +258,7 @@ def test_one_sequence_at_a_time_streams_every_prompt_and_matches_a_batch(chat_mo
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     result = json.loads(line.removeprefix("RESULT "))
-    assert sorted(k for k, _ in result["streamed"]) == ["p0", "p1", "p2", "p3"]  # each once
+    assert sorted(k for k, _ in result["streamed"]) == ["capped", "p0", "p1", "p2", "p3"]
+    assert result["capped"] == [[3, "length"]]  # a prompt's own max_tokens holds
     assert dict(result["streamed"]) == dict(result["batch"])
     assert all(text.strip() for _, text in result["batch"])

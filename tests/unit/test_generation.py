@@ -290,3 +290,15 @@ def test_dtype_auto_is_decided_by_measuring_and_the_measurement_is_cached(tmp_pa
     assert pick_generation_dtype("cpu", "auto", model, slow)[0] == "float32"
     with pytest.raises(ValueError, match="dtype must be one of"):
         pick_generation_dtype("cpu", "int4", model, cache)
+
+
+def test_a_prompt_s_own_max_tokens_caps_its_output_below_the_sampling_s():
+    from batch_pipeline.inference.generator import Prompt, Sampling
+
+    sampling = Sampling(max_tokens=40)
+    long_user = " ".join(f"word{i}" for i in range(200))
+    free, capped = Prompt("a", "", long_user), Prompt("b", "", long_user, max_tokens=5)
+    assert (free.limit(sampling), capped.limit(sampling)) == (40, 5)
+    assert Prompt("c", "", "x", max_tokens=99).limit(sampling) == 40  # never above the sampling
+    out = FakeGenerator().generate([free, capped], sampling)
+    assert [(o.output_tokens, o.finish_reason) for o in out] == [(25, "stop"), (5, "length")]
