@@ -162,7 +162,7 @@ class BriefPartition(ProductPartition):
                 )
                 for doc_id, reason in sorted(summary.failed.items())
             ]
-            known = self.tracking.failures_by_doc(self.index)
+            known = self.tracking.failures_by_doc(self.index) if failures else {}
             rekeyed = [  # a failure under another key counts no try against this one
                 f.doc_id
                 for f in failures

@@ -479,8 +479,8 @@ class TrackingStore(GenerationRecords, ProviderBatchRecords, IndexBuildRecords):
 
     def merge_submitting_run(self, submitted_by: str, index: str) -> None:
         """The provider batches `submitted_by` handed over were landed by another run, whose
-        record is the one run's: the submitting run's own record goes when it committed
-        nothing to the generation's table (one that landed something keeps its record)."""
+        record is the one run's: the submitting run's own record goes when it attempted
+        nothing (one that landed, failed or deleted anything keeps its record)."""
         with self.engine.begin() as conn:
             conn.execute(
                 runs.delete().where(
