@@ -11,7 +11,13 @@ import pytest
 
 from batch_pipeline.inference.fake import FakeGenerator
 from resources.testing import FakeGenerationResource, FakeInferenceResource
-from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
+from tests.support import (
+    STAGE_ASSETS,
+    metadata_of,
+    stage_resources,
+    write_briefs_config,
+    write_corpus,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BRIEF_ASSETS = [
@@ -23,16 +29,9 @@ BRIEF_ASSETS = [
 def briefs_workspace(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     write_corpus(tmp_path / "notes")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
-        "  - name: notes\n"
-        '    source: {kind: filesystem, path: notes, glob: "**/*"}\n'
+    config = write_briefs_config(
+        tmp_path,
+        more='  - name: notes\n    source: {kind: filesystem, path: notes, glob: "**/*"}\n',
     )
     return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
 
@@ -264,16 +263,7 @@ def test_a_sharded_collection_s_briefs_land_per_shard_and_go_live_after_the_last
     from tests.support import many_articles
 
     many_articles(tmp_path / "docs", count=8)
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        "    shards: 2\n"
-        "    source: {kind: filesystem, path: docs}\n"
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
-    )
+    config = write_briefs_config(tmp_path, collection="    shards: 2\n", glob=None)
     workspace = {"root": tmp_path, "config": config, "home": tmp_path / "home"}
     with dg.instance_for_test() as instance:
         first = materialize_with_briefs(workspace, instance, partition="handbook-s00")

@@ -3,7 +3,6 @@ OpenAI Batch API and the FAKE generator: the generating step submits and returns
 provider-batch sensor waits while the batch runs, then requests one run of the partition,
 tagged with the run that submitted it; that run collects the batch and lands the briefs."""
 
-import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -11,7 +10,13 @@ import pytest
 
 from resources.testing import FakeGenerationResource
 from sensors.provider_batches import SUBMITTED_BY
-from tests.support import STAGE_ASSETS, metadata_of, stage_resources, write_corpus
+from tests.support import (
+    STAGE_ASSETS,
+    metadata_of,
+    stage_resources,
+    write_briefs_config,
+    write_corpus,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "BP_TEST_BATCH_API_KEY"
@@ -22,15 +27,7 @@ BRIEF_ASSETS = ["brief_prompts", "brief_plan", "brief_generations", "document_br
 def workspace(tmp_path, batch_api, monkeypatch):
     monkeypatch.setenv(KEY_ENV, batch_api.api_key)
     write_corpus(tmp_path / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
-    )
+    config = write_briefs_config(tmp_path)
     ws = {"root": tmp_path, "config": config, "home": tmp_path / "home"}
     generation = FakeGenerationResource(
         executor="openai-batch",

@@ -4,7 +4,6 @@ embeds nothing, an edit replaces that document's questions only, a deletion remo
 search finds them, and the run measures retrieval with and without them."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from batch_pipeline.names import question_index
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from tests.support import write_corpus
+from tests.support import write_briefs_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 EVAL = [
@@ -31,17 +30,11 @@ EVAL = [
 @pytest.fixture()
 def ws(tmp_path):
     docs = write_corpus(tmp_path / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
     (tmp_path / "eval.jsonl").write_text("\n".join(json.dumps(q) for q in EVAL))
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    evaluation: {path: eval.jsonl, k: 3, tolerance: 1.0}\n"
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 40,"
-        " index_questions: true}\n"
+    config = write_briefs_config(
+        tmp_path,
+        ", document_tokens: 40, index_questions: true",
+        collection="    evaluation: {path: eval.jsonl, k: 3, tolerance: 1.0}\n",
     )
     return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
 

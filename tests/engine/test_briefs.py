@@ -4,7 +4,6 @@ only, a deletion removes its brief, a prompt edit builds a new generation beside
 unsatisfiable schema fails documents without landing them, and a crash resumes."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from tests.support import write_corpus
+from tests.support import write_briefs_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,15 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def briefs_workspace(tmp_path):
     docs = write_corpus(tmp_path / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 40}\n"
-    )
+    config = write_briefs_config(tmp_path, ", document_tokens: 40")
     return {"root": tmp_path, "docs": docs, "config": config, "home": tmp_path / "home"}
 
 

@@ -2,7 +2,6 @@
 broken before the document goes into a prompt, and the brief's row says how many were. With
 the FAKE generator through the briefs, and with the shipped model's own tokenizer."""
 
-import shutil
 from pathlib import Path
 
 from batch_pipeline.briefs.product import BriefProduct
@@ -14,7 +13,7 @@ from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.text.control_tokens import neutralised
-from tests.support import write_corpus
+from tests.support import write_briefs_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 FORGED = (
@@ -26,13 +25,7 @@ FORGED = (
 def test_a_page_s_control_tokens_are_broken_and_counted_on_its_brief(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     (docs / "refunds.md").write_text(FORGED)
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    (tmp_path / "pipeline.yaml").write_text(
-        "collections:\n  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n"
-    )
+    write_briefs_config(tmp_path)
     config = load_config(tmp_path / "pipeline.yaml")
     storage = resolve_storage(str(tmp_path / "home"))
     tracking, store = TrackingStore(storage.tracking_url), VectorStore(storage.lancedb_uri)

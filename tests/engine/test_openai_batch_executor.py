@@ -6,7 +6,6 @@ again; a rerun while a batch is in flight submits nothing and collects it when i
 the submitting and the collecting run are recorded as one run;
 a crash between submit and land loses nothing; the key appears nowhere."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from tests.support import many_articles
+from tests.support import many_articles, write_briefs_config
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "BP_TEST_BATCH_API_KEY"
@@ -31,15 +30,7 @@ ARTICLES = [f"article-{i:02d}.md" for i in range(8)]
 @pytest.fixture()
 def corpus(tmp_path):
     many_articles(tmp_path / "docs", count=8)
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    config = tmp_path / "pipeline.yaml"
-    config.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        "    source: {kind: filesystem, path: docs}\n"
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 40}\n"
-    )
+    config = write_briefs_config(tmp_path, ", document_tokens: 40", glob=None)
     return config
 
 

@@ -3,7 +3,6 @@ documents and deletes only its own; the generation is complete once every shard 
 pass (not before), and concurrent shard runs, serialised only at the landing commit, lose and
 double nothing. A run of the whole collection covers every shard at once."""
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from tests.support import many_articles
+from tests.support import many_articles, write_briefs_config
 
 REPO = Path(__file__).resolve().parents[2]
 SHARDS = [f"handbook-s{n:02d}" for n in range(4)]
@@ -27,15 +26,8 @@ NO_EMBEDDING = lambda model: pytest.fail("nothing to embed: no live index")  # n
 @pytest.fixture()
 def sharded(tmp_path):
     many_articles(tmp_path / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        "    shards: 4\n"
-        "    source: {kind: filesystem, path: docs}\n"
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 40}\n"
+    path = write_briefs_config(
+        tmp_path, ", document_tokens: 40", collection="    shards: 4\n", glob=None
     )
     config = load_config(path)
     storage = resolve_storage(str(tmp_path / "home"))

@@ -86,6 +86,32 @@ def write_config(path: Path, source: str = "docs", extra: str = "", name: str = 
     return path
 
 
+def write_briefs_config(
+    root: Path, briefs: str = "", collection: str = "", more: str = "", glob: str | None = "**/*"
+) -> Path:
+    """A collection `handbook` over `root/docs` with briefs, from the sample's prompt and
+    output schema (copied beside it as prompt.yaml and schema.json): `briefs` adds to its
+    `briefs:` settings (", document_tokens: 40"), `collection` lines to the collection,
+    `more` lines after it (another collection); `glob: None` takes the source's default.
+    The `pipeline.yaml` written."""
+    import shutil
+
+    data = Path(__file__).resolve().parents[2] / "data"
+    shutil.copy(data / "brief_prompt.yaml", root / "prompt.yaml")
+    shutil.copy(data / "brief_schema.json", root / "schema.json")
+    pattern = f', glob: "{glob}"' if glob else ""
+    config = root / "pipeline.yaml"
+    config.write_text(
+        "collections:\n"
+        "  - name: handbook\n"
+        f"    source: {{kind: filesystem, path: docs{pattern}}}\n"
+        f"{collection}"
+        f"    briefs: {{prompt: prompt.yaml, output_schema: schema.json{briefs}}}\n"
+        f"{more}"
+    )
+    return config
+
+
 def many_articles(root: Path, count: int = 24) -> Path:
     """`count` Markdown articles of four sections each, of varied lengths."""
     root.mkdir(parents=True)

@@ -4,12 +4,11 @@ rerun generates nothing; `briefs` reads them back."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import write_corpus
+from tests.support import write_briefs_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "batch-pipeline"
@@ -31,14 +30,7 @@ def cli(workspace, *args):
 
 def test_briefs_run_on_real_vllm_and_a_rerun_generates_nothing(chat_model_dir, tmp_path):
     write_corpus(tmp_path / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", tmp_path / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", tmp_path / "schema.json")
-    (tmp_path / "pipeline.yaml").write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 256}\n"
-    )
+    write_briefs_config(tmp_path, ", document_tokens: 256")
     models = tmp_path / "home" / "models"
     models.mkdir(parents=True)
     (models / chat_model_dir.name).symlink_to(chat_model_dir)  # converted once per session

@@ -3,22 +3,13 @@ vLLM's own `run-batch` over the plan's OpenAI batch file (`--executor vllm-run-b
 the shipped model on the CPU, greedy, in the same dtype. Both land the same briefs in the
 same table shape, and the run-batch run's rerun sends nothing."""
 
-import shutil
-
-from tests.support import write_corpus
-from tests.system.test_briefs_cli import REPO, cli
+from tests.support import write_briefs_config, write_corpus
+from tests.system.test_briefs_cli import cli
 
 
 def workspace(root, chat_model_dir):  # noqa: ANN001, ANN201
     write_corpus(root / "docs")
-    shutil.copy(REPO / "data" / "brief_prompt.yaml", root / "prompt.yaml")
-    shutil.copy(REPO / "data" / "brief_schema.json", root / "schema.json")
-    (root / "pipeline.yaml").write_text(
-        "collections:\n"
-        "  - name: handbook\n"
-        '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-        "    briefs: {prompt: prompt.yaml, output_schema: schema.json, document_tokens: 256}\n"
-    )
+    write_briefs_config(root, ", document_tokens: 256")
     models = root / "home" / "models"
     models.mkdir(parents=True)
     (models / chat_model_dir.name).symlink_to(chat_model_dir)
