@@ -90,14 +90,21 @@ def ticket(n: int, day: date, text: str, label: str) -> dict:
     return {"id": f"C{n:06d}", "created_at": f"{day}T12:00:00Z", "body": text, "label": label}
 
 
-def setting(out: Path, name: str, history: list[list[str]]) -> Path:
+def setting(out: Path, name: str, history: list[list[str]], precision: str = "faithful") -> Path:
     """A pipeline.yaml whose training window holds `history` as labelled tickets."""
-    folder = out / name
+    folder = out / (name if precision == "faithful" else f"{name}-{precision}")
     tickets = [ticket(n, FIRST_DAY, text, label) for n, (text, label) in enumerate(history)]
     days = write_exports(folder / "exports", tickets) if tickets else []
     window = {"start": days[0], "end": days[-1]} if days else {}
     config = {
-        "collections": [{"name": "unused", "source": {"kind": "filesystem", "path": "."}}],
+        # fixed_accuracy asks every collection for an evaluation set: this one is never run
+        "collections": [
+            {
+                "name": "unused",
+                "source": {"kind": "filesystem", "path": "."},
+                "evaluation": {"path": "../eval.jsonl"},
+            }
+        ],
         "tickets": {
             "source": {"kind": "filesystem", "path": "exports"},
             "taxonomy": "../taxonomy.yaml",
@@ -106,6 +113,7 @@ def setting(out: Path, name: str, history: list[list[str]]) -> Path:
             "classifier": "auto",
             "training": window,
         },
+        "model": {"precision": precision},
     }
     (folder / "exports").mkdir(parents=True, exist_ok=True)
     path = folder / "pipeline.yaml"
@@ -145,6 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, help="CLINC150's data/data_full.json")
     parser.add_argument("--out", type=Path, default=Path("/tmp/clinc150"))
+    parser.add_argument(
+        "--int8", action="store_true", help="each setting again on the int8 model (fixed_accuracy)"
+    )
     args = parser.parse_args()
     data = json.loads(args.data.read_text(encoding="utf-8"))
     out = args.out
@@ -169,21 +180,32 @@ def main() -> None:
     print(f"model {config.model.name} on {runner.device} ({runner.dtype} until calibrated)")
     anchor = plain_logistic_regression(tax, data["test"], runner)
     print(f"{'plain logistic regression':<28} {'(anchor)':<9} top-1 {anchor:.3f}")
+    paths = [("faithful", runner)]
+    if args.int8:  # pins its calibration sample from the first setting's training texts
+        fixed = resolve_model(config.model.model_copy(update={"precision": "fixed_accuracy"}))
+        int8 = EmbeddingRunner(fixed, "cpu", "int8", backend="openvino",
+                               export_cache=out / "openvino")  # fmt: skip
+        paths.append(("fixed_accuracy", int8))
     for name, history in settings.items():
-        m = measure(
-            setting(out, name.replace(" ", "_").replace("+", "and"), history),
-            runner,
-            data["test"],
-            data["oos_test"],
-        )
-        candidates = ", ".join(f"{k} {v:.3f}" for k, v in m["candidates"].items())
-        print(
-            f"{name:<28} {m['classifier']:<9} top-1 {m['top1']:.3f}"
-            f"  as shipped {m['as_shipped']:.3f}"
-            f"  coverage {m['coverage']:.3f}  answered {m['answered_accuracy']:.3f}"
-            f"  out-of-scope caught {m['oos_caught']:.3f}  trained in {m['train_seconds']:.1f} s"
-            f"  (validation: {candidates}; unknown below {m['min_confidence']:.3f})"
-        )
+        for precision, used in paths:
+            m = measure(
+                setting(out, name.replace(" ", "_").replace("+", "and"), history, precision),
+                used,
+                data["test"],
+                data["oos_test"],
+            )
+            show(f"{name}{' (int8)' if precision != 'faithful' else ''}", m)
+
+
+def show(name: str, m: dict) -> None:
+    candidates = ", ".join(f"{k} {v:.3f}" for k, v in m["candidates"].items())
+    print(
+        f"{name:<28} {m['classifier']:<9} top-1 {m['top1']:.3f}"
+        f"  as shipped {m['as_shipped']:.3f}"
+        f"  coverage {m['coverage']:.3f}  answered {m['answered_accuracy']:.3f}"
+        f"  out-of-scope caught {m['oos_caught']:.3f}  trained in {m['train_seconds']:.1f} s"
+        f"  (validation: {candidates}; unknown below {m['min_confidence']:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,11 @@ class InferenceResource(dg.ConfigurableResource):
     """
 
     device: str = Field(default="auto", description="auto, cuda, cuda:N, mps or cpu.")
-    dtype: str = Field(default="auto", description="auto, float32, float16 or bfloat16.")
+    dtype: str = Field(
+        default="auto",
+        description="auto, float32, float16, bfloat16, or int8 (CPU: OpenVINO's int8 model, "
+        "for collections whose model.precision is fixed_accuracy).",
+    )
     backend: str = Field(
         default="auto",
         description="What runs the model: auto (measured), torch, or openvino (CPU only).",

@@ -143,10 +143,23 @@ class Roofline:
     source: str
     measured_clock_ghz: float | None = None  # what a core ran at (`measured_clock_ghz`)
 
+    @property
+    def int8_flop_per_cycle(self) -> int:
+        """int8 multiply-adds (counted as FLOP) per cycle per core: twice bf16's where the CPU
+        has bf16 dot products (AMX-INT8 beside AMX-BF16, AVX-512 VNNI beside AVX-512 BF16);
+        four times fp32's with VNNI alone; else twice fp32's (AVX2's pairwise int8 products)."""
+        if self.bf16_flop_per_cycle:
+            return 2 * self.bf16_flop_per_cycle
+        vnni = bool(cpu_flags() & {"avx512_vnni", "avx_vnni"})
+        return (4 if vnni else 2) * self.fp32_flop_per_cycle
+
     def flops(self, dtype: str, measured: bool = False) -> float | None:
         """FLOP/s of this CPU in `dtype` at the nominal clock, or at the measured one (None:
         not offered, or that clock unknown)."""
-        per_cycle = self.bf16_flop_per_cycle if dtype == "bfloat16" else self.fp32_flop_per_cycle
+        per_cycle = {
+            "bfloat16": self.bf16_flop_per_cycle,
+            "int8": self.int8_flop_per_cycle,
+        }.get(dtype, self.fp32_flop_per_cycle)
         clock = self.measured_clock_ghz if measured else self.clock_ghz
         if per_cycle is None or clock is None:
             return None

@@ -9,12 +9,14 @@ length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.ben
 and (b) the batch plan (tokenising once to count, de-duplication, sorting, packing under a
 padded-token budget) run through `EmbeddingRunner`, which pads the planned token ids as
 execute does, on the path `auto` chose (measured here, on the set's
-median-length inputs, as execute measures it), over several rounds (forwards, then
+median-length inputs, as execute measures it), and on CPU (d) the same plan on OpenVINO's
+int8 model (`model.precision: fixed_accuracy`, `dtype: int8`, calibrated on the set's first
+300 chunks as a collection's first run pins them), over several rounds (forwards, then
 backwards). It prints each path's tokens/s, ratio to (a), minimum cosine to (a), padding
 efficiency, peak RSS and, on CPU, share of the roofline (cores x clock x FLOP per cycle,
-stated) at the nominal clock and at the clock measured after the rounds, with the path
-decision and what calibrating cost. On CUDA it prints the
-fraction of the bf16 roofline reached instead.
+stated; int8's is twice bf16's where the CPU has bf16 dot products) at the nominal clock
+and at the clock measured after the rounds, with the path decision and what calibrating
+cost. On CUDA it prints the fraction of the bf16 roofline reached instead.
 
 It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow; openvino
 and onnxruntime where they are installed), so it runs on a bare GPU machine.
@@ -179,9 +181,11 @@ def flops(token_counts: list[int], model: ResolvedModel) -> float:
     )
 
 
-def model_config_of(args: argparse.Namespace):  # noqa: ANN202
+def model_config_of(args: argparse.Namespace, precision: str = "faithful"):  # noqa: ANN202
     """A ModelConfig look-alike, so the benchmark needs no pydantic."""
     return SimpleNamespace(
+        precision=precision,
+        min_cosine=0.99,
         name="all-MiniLM-L6-v2",
         path=Path(args.model_path).resolve() if args.model_path else None,
         normalize=None,
@@ -189,6 +193,36 @@ def model_config_of(args: argparse.Namespace):  # noqa: ANN202
         document_prefix="",
         query_prefix="",
     )
+
+
+def int8_runner(
+    runner: EmbeddingRunner, args: argparse.Namespace, texts: list[str]
+) -> tuple[EmbeddingRunner | None, str | None]:
+    """(d)'s runner: OpenVINO's int8 model of the same model, calibrated on the set's first
+    chunks (a sample pinned in a temporary folder, so every run of the bench calibrates on
+    the same chunks); or None and why not (not a CPU, no openvino or nncf)."""
+    import tempfile
+
+    from batch_pipeline.inference.devices import nncf_installed
+    from batch_pipeline.inference.openvino_model import openvino_version
+
+    if runner.device != "cpu":
+        return None, None
+    if openvino_version() is None or not nncf_installed():
+        return None, "(d) int8: needs openvino and nncf (pip install openvino nncf)"
+    fixed = resolve_model(model_config_of(args, "fixed_accuracy"))
+    cache = Path(tempfile.mkdtemp(prefix="bench-int8-"))
+    made = EmbeddingRunner(
+        fixed, "cpu", "int8", backend="openvino", num_threads=args.threads, export_cache=cache
+    )
+    made.calibrate(texts[: made.calibration_inputs])
+    return made, None
+
+
+def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return float(np.mean(np.sum(a * b, axis=1)))
 
 
 def run_anchor(anchor, texts: list[str], counts: list[int]) -> Measurement:  # noqa: ANN001
@@ -225,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", default=str(CHUNK_SET))
     parser.add_argument("--model-path", default=os.environ.get("BATCH_PIPELINE_MODEL_PATH"))
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--no-int8", action="store_true", help="leave out (d), the int8 path")
     args = parser.parse_args(argv)
 
     texts = load_chunks(Path(args.chunks))
@@ -241,29 +276,37 @@ def main(argv: list[str] | None = None) -> int:
     # the path, chosen as execute chooses it: on median-length inputs, measured afresh here
     runner.calibrate(median_sample(texts, counts))
     anchor, anchor_note = onnx_anchor(runner, model)
+    int8, int8_note = (None, None) if args.no_int8 else int8_runner(runner, args, texts)
+    int8_model = int8.resolved if int8 is not None else None
 
     # warm-up: kernels, allocator, thread pools
     run_baseline(runner, texts[:64])
     run_engine(runner, texts[:64], settings, model)
     if anchor is not None:
         run_anchor(anchor, texts[:64], counts[:64])
+    if int8 is not None:
+        run_engine(int8, texts[:64], settings, int8_model)
 
     a_runs: list[Measurement] = []
     b_runs: list[tuple[Measurement, dict]] = []
     c_runs: list[Measurement] = []
-    paths = ["a", "b"] + (["c"] if anchor is not None else [])
+    d_runs: list[tuple[Measurement, dict]] = []
+    paths = ["a", "b"] + (["c"] if anchor is not None else []) + (["d"] if int8 else [])
     for round_index in range(args.rounds):
         for which in paths if round_index % 2 == 0 else paths[::-1]:
             if which == "a":
                 a_runs.append(run_baseline(runner, texts))
             elif which == "b":
                 b_runs.append(run_engine(runner, texts, settings, model))
-            else:
+            elif which == "c":
                 c_runs.append(run_anchor(anchor, texts, counts))
+            else:
+                d_runs.append(run_engine(int8, texts, settings, int8_model))
         print(
             f"round {round_index + 1}/{args.rounds}: a {a_runs[-1].seconds:.2f}s  "
             f"b {b_runs[-1][0].seconds:.2f}s"
-            + (f"  c {c_runs[-1].seconds:.2f}s" if c_runs else ""),
+            + (f"  c {c_runs[-1].seconds:.2f}s" if c_runs else "")
+            + (f"  d {d_runs[-1][0].seconds:.2f}s" if d_runs else ""),
             file=sys.stderr,
         )
 
@@ -305,6 +348,27 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "export_seconds": round(anchor.export_seconds, 3),
         }
+    if d_runs:
+        d_info = d_runs[-1][1]
+        d_measured = [m for m, _ in d_runs]
+        rows["d"] = {
+            **path_row(
+                "batch_pipeline plan + EmbeddingRunner (openvino int8, fixed_accuracy)",
+                "int8",
+                d_measured,
+                a_runs,
+                d_info["padding_efficiency"],
+                real,
+            ),
+            "mean_cosine_vs_a": round(mean_cosine(d_measured[-1].vectors, a_runs[-1].vectors), 6),
+            "ratio_over_b_median": round(
+                statistics.median(
+                    b.seconds / d.seconds for b, d in zip(b_measured, d_measured, strict=True)
+                ),
+                3,
+            ),
+            "quantize_seconds": round(int8.export_seconds, 3),
+        }
     ratios = [a.seconds / b.seconds for a, b in zip(a_runs, b_measured, strict=True)]
     result = {
         "chunks": len(texts),
@@ -326,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if anchor_note:
         result["anchor_note"] = anchor_note
+    if int8_note:
+        result["int8_note"] = int8_note
     work = flops(counts, model)
     result["flop_per_token"] = round(work / real)
     if runner.device.startswith("cuda"):
@@ -346,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
             "bf16_tokens_per_s_measured_clock": _per_token(
                 roof.flops("bfloat16", measured=True), work / real
             ),
+            "int8_tokens_per_s": _per_token(roof.flops("int8"), work / real),
         }
-        for key in ("a", "b", "c"):
+        for key in ("a", "b", "c", "d"):
             if key in result:
                 seconds = result[key]["seconds_median"]
                 for field, measured in (
@@ -404,7 +471,7 @@ def _print_table(result: dict) -> None:
         f"{at_clock:>9}{'padding':>9}{'RSS MiB':>9}"
     )
     print(header)
-    for key in ("a", "c", "b"):
+    for key in ("a", "c", "b", "d"):
         if key not in result:
             continue
         row = result[key]
@@ -416,8 +483,16 @@ def _print_table(result: dict) -> None:
             f"{(f'{at:.0%}' if at is not None else '-'):>9}"
             f"{row['padding_efficiency']:>9.1%}{row['peak_rss_mib']:>9}"
         )
-    if "anchor_note" in result:
-        print(result["anchor_note"])
+    if "d" in result:
+        d = result["d"]
+        print(
+            f"(d) int8: {d['ratio_over_b_median']}x (b); mean cosine {d['mean_cosine_vs_a']:.6f}; "
+            f"quantized in {d['quantize_seconds']} s (once per sample and machine)"
+            + (f"; int8 roofline {roof['int8_tokens_per_s']} tokens/s" if roof else "")
+        )
+    for note in ("anchor_note", "int8_note"):
+        if note in result:
+            print(result[note])
     if "roofline_fraction_bf16" in result:
         roof = result["roofline_fraction_bf16"]
         print(f"bf16 roofline fraction: a {roof['a']:.2%}  b {roof['b']:.2%}")

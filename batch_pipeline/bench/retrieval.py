@@ -2,7 +2,7 @@
 search on labelled sets, ranked as `search` and the generation gate rank them.
 
     python -m batch_pipeline.bench.retrieval [--cranfield DIR] [--no-handbook]
-        [--questions] [--json-out F]
+        [--questions] [--int8] [--json-out F]
 
 - The handbook: the sample's 100 pages and its 38 queries (written here).
 - Cranfield (`--cranfield DIR`, a folder with `cran.all.1400`, `cran.qry` and `cranqrel`:
@@ -15,7 +15,9 @@ Each set is built by the pipeline (collect to land, the real all-MiniLM-L6-v2) i
 under `--dir`; the figures are measured in this one run. With `--questions` each set's briefs
 are generated too (the shipped chat model, in this process: minutes for the handbook, about
 half an hour for Cranfield on two cores) and each mode is scored again with their question
-rows.
+rows. With `--int8` each set is built a second time under `model.precision: fixed_accuracy`
+on OpenVINO's int8 model (`dtype: int8`, calibrated on the set's own inputs as a first run
+pins them) and scored the same way, with each score's difference from the faithful build's.
 """
 
 import argparse
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cranfield", type=Path, help="folder with cran.all.1400, ...")
     parser.add_argument("--no-handbook", action="store_true")
     parser.add_argument("--questions", action="store_true", help="briefs and question rows too")
+    parser.add_argument("--int8", action="store_true", help="and each set built in int8")
     parser.add_argument("--dir", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -156,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         found = scores(pipeline, runner)
         print_table(f"{name}, chunks only", found)
         report[name] = {"chunks": found}
+        if args.int8:
+            report[name]["int8"] = int8_scores(name, docs, eval_path, work, found)
         if args.questions:
             questions = question_rows(pipeline, runner)
             with_questions = scores(pipeline, runner, (question_index(pipeline.index),))
@@ -164,6 +169,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def int8_scores(
+    name: str, docs: Path, eval_path: Path, work: Path, faithful: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """The set built again under `model.precision: fixed_accuracy` on the int8 model, its
+    scores printed beside their differences from the faithful build's `faithful`."""
+    from batch_pipeline.inference.runner import EmbeddingRunner
+
+    pipeline = build(f"{name}", docs, eval_path, work / f"{name}-int8",
+                     "model: {precision: fixed_accuracy}\n")  # fmt: skip
+    runner = EmbeddingRunner(pipeline.model, "cpu", "int8", backend="openvino",
+                             export_cache=work / f"{name}-int8" / "openvino")  # fmt: skip
+    began = time.perf_counter()
+    pipeline.run("bench-int8", runner)
+    print(f"{name} in int8: built in {time.perf_counter() - began:.0f} s "
+          f"(quantized in {runner.export_seconds:.0f} s)", flush=True)  # fmt: skip
+    found = scores(pipeline, runner)
+    print_table(f"{name}, int8 (fixed_accuracy)", found)
+    print("  difference from the faithful build:")
+    for mode, values in found.items():
+        print(f"  {mode:<8} " + " ".join(
+            f"{values[k] - faithful[mode][k]:>+{w}.3f}"
+            for k, w in (("recall_at_5", 9), ("mrr_at_5", 7), ("recall_at_10", 10),
+                         ("mrr_at_10", 7))))  # fmt: skip
+    return found
 
 
 def question_rows(pipeline, runner) -> int:  # noqa: ANN001

@@ -389,10 +389,14 @@ def _generations(ctx: CommandContext, args: argparse.Namespace) -> int:
         for g in records:
             noted = notes.get(g.product)
             note = noted(json.loads(g.model_config)) if noted else ""
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in g.admitting_scores().items())
             print(
                 f"{g.product}  {g.fingerprint}  {g.state:<9}  "
                 f"complete={bool(g.complete)}  docs={g.documents}  rows={g.rows}  "
-                f"{g.decision or ''}" + (f"  ({note})" if note else "")
+                + (f"precision={g.precision}  " if g.precision else "")
+                + f"{g.decision or ''}"
+                + (f" [{scores}]" if scores else "")
+                + (f"  ({note})" if note else "")
             )
         return 0
     (product,) = ctx.products(args.product)

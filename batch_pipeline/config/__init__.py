@@ -92,8 +92,33 @@ class ModelConfig(_Strict):
     )
     document_prefix: str = Field(default="", description="Text put before every document input.")
     query_prefix: str = Field(default="", description="Text put before every search query.")
+    precision: Literal["faithful", "fixed_accuracy"] = Field(
+        default="faithful",
+        description="faithful: on CPU, the fastest path whose vectors stay within cosine "
+        "0.9999 of torch fp32 (the inference resource's fidelity_min_cosine). "
+        "fixed_accuracy: the fastest path above min_cosine, OpenVINO int8 among them, "
+        "calibrated on the collection's own inputs; it is its own generation, promoted only "
+        "if its scores on the evaluation set stay within evaluation.tolerance of live's.",
+    )
+    min_cosine: float = Field(
+        default=0.99,
+        gt=0,
+        le=1,
+        description="precision fixed_accuracy only: the lowest cosine to torch fp32 a path "
+        "may have on the run's calibration sample.",
+    )
 
     _resolve_path = field_validator("path")(_existing_folder)
+
+    @model_validator(mode="after")
+    def _min_cosine_needs_fixed_accuracy(self) -> "ModelConfig":
+        floor = type(self).model_fields["min_cosine"].default  # records store it as set
+        if self.min_cosine != floor and self.precision != "fixed_accuracy":
+            raise ValueError(
+                "min_cosine applies to precision fixed_accuracy; faithful holds the inference "
+                "resource's fidelity_min_cosine (0.9999 by default)"
+            )
+        return self
 
 
 class SensorConfig(_Strict):
@@ -362,6 +387,26 @@ class PipelineConfig(_Strict):
             raise ValueError(
                 f"tickets.name: {self.tickets.name!r} is {whose} too; each product needs its "
                 "own (its generations are kept under it)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fixed_accuracy_is_gated(self) -> "PipelineConfig":
+        """Under `model.precision: fixed_accuracy` an evaluation set is what holds accuracy:
+        every product the model embeds for must have one to gate its generations on."""
+        if self.model.precision != "fixed_accuracy":
+            return self
+        for number, collection in enumerate(self.collections):
+            if collection.evaluation is None:
+                raise ValueError(
+                    f"collections[{number}].evaluation: model.precision fixed_accuracy needs "
+                    f"an evaluation set for {collection.name!r}: its scores are what admit a "
+                    "quantized generation (or set model.precision: faithful)"
+                )
+        if self.tickets is not None and self.tickets.evaluation is None:
+            raise ValueError(
+                "tickets.evaluation: model.precision fixed_accuracy needs the ticket product's "
+                "evaluation set: its scores are what admit a quantized generation"
             )
         return self
 

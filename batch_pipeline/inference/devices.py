@@ -7,7 +7,7 @@ import os
 from batch_pipeline.inference.calibration import Candidate, cpu_has_bf16_instructions
 from batch_pipeline.inference.openvino_model import openvino_dtypes, openvino_version
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 DEVICES = ("auto", "cuda", "mps", "cpu")
 BACKENDS = ("auto", "torch", "openvino")
 
@@ -40,6 +40,8 @@ def pick_dtype(device: str, requested: str = "auto") -> str:
 
     if requested not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {requested!r}")
+    if requested == "int8" and device != "cpu":
+        raise ValueError(f"dtype int8 runs on the CPU (OpenVINO), not on device {device!r}")
     if requested != "auto":
         return requested
     if device.startswith("cuda"):
@@ -63,10 +65,14 @@ def pick_backend(device: str, requested: str = "auto") -> str:
     return "torch"
 
 
-def calibration_candidates(device: str, backend: str = "auto", dtype: str = "auto") -> list:
+def calibration_candidates(
+    device: str, backend: str = "auto", dtype: str = "auto", int8: bool = False
+) -> list:
     """The (backend, dtype) paths `dtype: auto` measures on this device, among the backends
     `backend` allows; [] where there is no choice to make (one path, or an explicit dtype:
-    it runs on the backend given, torch for `auto`)."""
+    it runs on the backend given, torch for `auto`). With `int8` (`model.precision:
+    fixed_accuracy`), OpenVINO's int8 model is one more, where openvino and nncf are
+    installed: whether it is faster on this CPU is for the measurement to say."""
     import torch
 
     if dtype != "auto":  # an explicit dtype is not measured: it runs on the backend given
@@ -78,9 +84,18 @@ def calibration_candidates(device: str, backend: str = "auto", dtype: str = "aut
             found += [("torch", "bfloat16")] if cpu_has_bf16_instructions() else []
         if backend in ("auto", "openvino"):
             found += [("openvino", d) for d in openvino_dtypes()]
+            if int8 and found[-1:] and found[-1][0] == "openvino" and nncf_installed():
+                found += [("openvino", "int8")]
     elif device.startswith("cuda") and torch.cuda.is_bf16_supported() and backend != "openvino":
         found += [("torch", "bfloat16"), ("torch", "float16")]
     return found if len(found) > 1 else []
+
+
+def nncf_installed() -> bool:
+    """Whether NNCF, which quantizes the OpenVINO export to int8, can be imported."""
+    import importlib.util
+
+    return importlib.util.find_spec("nncf") is not None
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -41,10 +41,18 @@ class ResolvedModel:
     num_layers: int
     num_heads: int
     intermediate_size: int
+    precision: str = "faithful"  # or fixed_accuracy (`ModelConfig.precision`)
+    min_cosine: float = 0.99  # fixed_accuracy's cosine floor
+
+    @property
+    def fixed_accuracy(self) -> bool:
+        return self.precision == "fixed_accuracy"
 
     def identity(self) -> dict[str, object]:
-        """Everything about the model that changes a vector (part of the fingerprint)."""
-        return {
+        """Everything about the model that changes a vector (part of the fingerprint). The
+        precision class is in it only when it is not `faithful`, so a faithful collection
+        keeps the fingerprint it had before precision classes existed."""
+        identity: dict[str, object] = {
             "name": self.name,
             "files_hash": self.files_hash,
             "max_seq_length": self.max_seq_length,
@@ -52,6 +60,9 @@ class ResolvedModel:
             "document_prefix": self.document_prefix,
             "query_prefix": self.query_prefix,
         }
+        if self.fixed_accuracy:
+            identity.update(precision=self.precision, min_cosine=self.min_cosine)
+        return identity
 
 
 def _model_dir(config: "ModelConfig") -> Path:
@@ -141,6 +152,8 @@ def resolve_model(config: "ModelConfig") -> ResolvedModel:
         num_layers=int(hf_config.get("num_hidden_layers", 12)),
         num_heads=int(hf_config.get("num_attention_heads", 12)),
         intermediate_size=int(hf_config.get("intermediate_size", 3072)),
+        precision=config.precision,
+        min_cosine=config.min_cosine,
     )
 
 

@@ -269,6 +269,7 @@ class OpenVinoModel:
     too (ultralytics/ultralytics#25921)."""
 
     def __init__(self, folder: Path, threads: int) -> None:
+        self.folder = folder
         self.threads = threads
         self.core = openvino_core()
         self.model = self.core.read_model(str(folder / MODEL_FILE))

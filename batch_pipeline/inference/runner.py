@@ -2,7 +2,9 @@
 
 `EmbeddingRunner` loads the model once, on the best device present (CUDA, then MPS, then CPU),
 and runs batches under `torch.inference_mode`, or on CPU through the model's OpenVINO export
-where that measured faster (`batch_pipeline.inference.openvino_model`). A batch that carries
+where that measured faster (`batch_pipeline.inference.openvino_backend`): under
+`model.precision: fixed_accuracy` its int8 model is one more path to measure, held to the
+model's cosine floor instead of `fidelity_min_cosine`. A batch that carries
 its inputs' token ids (the plan's, from prepare) is padded, not tokenised again; the first
 such batch is checked once against the model's own tokenizer, and a model that reads the
 texts otherwise is tokenised instead, with a warning. The next batches are made ready on a
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.inference.calibration import (
+    SAMPLE_INPUTS,
     SAMPLE_TOKENS,
     CalibrationCache,
     Candidate,
@@ -49,14 +52,14 @@ from batch_pipeline.inference.devices import (
 )
 from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.inference.openvino_backend import OpenVinoBackend
 from batch_pipeline.inference.openvino_model import (
     EXPORT_CACHE_ENV,
     ExportError,
     OpenVinoMissingError,
-    OpenVinoModel,
-    load_or_export,
     openvino_version,
 )
+from batch_pipeline.inference.quantize import CALIBRATION_INPUTS
 from batch_pipeline.inference.tokens import TokenIds
 
 logger = logging.getLogger(__name__)
@@ -136,13 +139,27 @@ class EmbeddingRunner:
             torch.set_num_threads(self.num_threads)
         if quantize_int8 and self.backend != "torch":
             raise ValueError("int8 dynamic quantisation runs on backend torch")
+        if self.dtype == "int8":  # explicit: OpenVINO's int8 model, calibrated before a run
+            if not model.fixed_accuracy:
+                raise ValueError(
+                    "dtype int8 needs model.precision fixed_accuracy: its vectors fall below "
+                    "the cosine faithful holds, so they must pass the evaluation gate"
+                )
+            if backend == "torch":
+                raise ValueError("dtype int8 runs on backend openvino (NNCF's int8 model)")
+            self.backend = pick_backend(self.device, "openvino")
+        # explicit int8 takes its calibration sample from the first inputs it is given
+        self._unpinned = self.dtype == "int8"
         # several candidate paths: calibrated on a sample of the first inputs this runner sees
         self._candidates = (
-            [] if quantize_int8 else calibration_candidates(self.device, backend, dtype)
+            []
+            if quantize_int8
+            else calibration_candidates(self.device, backend, dtype, int8=model.fixed_accuracy)
         )
         if self._candidates and (self.backend, self.dtype) not in self._candidates:
             self.backend, self.dtype = self._candidates[0]  # the first candidate is the default
-        self.fidelity_min_cosine = fidelity_min_cosine
+        # the cosine a path must hold to torch fp32: the model's floor under fixed_accuracy
+        self.fidelity_min_cosine = model.min_cosine if model.fixed_accuracy else fidelity_min_cosine
         self.calibration_cache = CalibrationCache(calibration_cache)
         # OpenVINO exports live beside the calibration cache (under the home) unless told
         shared = os.environ.get(EXPORT_CACHE_ENV)
@@ -153,8 +170,6 @@ class EmbeddingRunner:
             if calibration_cache
             else None
         )
-        self._openvino: OpenVinoModel | None = None
-        self.export_seconds = 0.0  # converting the model for OpenVINO (0 when it was cached)
         self._timer = timer
         self.calibration_seconds = 0.0  # spent deciding `auto`'s path, all runs together
         self._warm = False  # has the model been called once (calibration calls it too)?
@@ -178,6 +193,9 @@ class EmbeddingRunner:
         self._autocast = self.device == "cpu" and self.dtype != "float32"
         self.model = self._load(model, quantize_int8)
         self.dimension = int(self.model.get_embedding_dimension())
+        self._openvino = OpenVinoBackend(
+            self.model, model, self._tokenize, self.token_ids, self.export_cache, self.num_threads
+        )
         if self.backend == "openvino" and not self._candidates:
             self._openvino_model()  # explicit: exported (or read back) with the model
 
@@ -218,30 +236,30 @@ class EmbeddingRunner:
 
     # -------------------------------------------------------------- calibration
 
-    def _openvino_model(self) -> OpenVinoModel:
-        """The model's OpenVINO export: read from the export cache, or made there now."""
-        if self._openvino is None:
-            texts = ["an example input to trace the model with", "and a second"]
-            try:
-                self._openvino, self.export_seconds = load_or_export(
-                    self.model,
-                    self.resolved,
-                    self._tokenize(texts),
-                    self.export_cache,
-                    cpu_model_name(),
-                    self.num_threads,
-                )
-            except (OpenVinoMissingError, ExportError) as error:
-                raise ModelLoadError(str(error)) from None
-            self.calibration_seconds += self.export_seconds  # a fixed cost, once per machine
-        return self._openvino
+    @property
+    def export_seconds(self) -> float:
+        """Converting the model for OpenVINO, and quantizing it to int8 (0 when cached)."""
+        return self._openvino.export_seconds + self._openvino.quantize_seconds
+
+    def _openvino_model(self, dtype: str = "float32") -> None:
+        """Make the OpenVINO path for `dtype` ready: the export read from the export cache,
+        or made there now; for int8, its quantized model too. A fixed cost, once per machine
+        (and calibration sample), counted with calibration, not the run's throughput."""
+        before = self.export_seconds
+        try:
+            self._openvino.exported()
+            if dtype == "int8":
+                self._openvino.int8()
+        except (OpenVinoMissingError, ExportError) as error:
+            raise ModelLoadError(str(error)) from None
+        self.calibration_seconds += self.export_seconds - before
 
     def _use(self, candidate: Candidate) -> None:
         import torch
 
         backend, dtype = candidate
         if backend == "openvino":
-            self._openvino_model()
+            self._openvino_model(dtype)
         elif self.device == "cpu":
             self._autocast = dtype != "float32"
         else:
@@ -257,8 +275,20 @@ class EmbeddingRunner:
 
     @property
     def calibrating(self) -> bool:
-        """Whether `auto` still has a path to choose (on the first inputs it is given)."""
-        return bool(self._candidates)
+        """Whether `auto` still has a path to choose, or int8 a sample to take (on the first
+        inputs it is given)."""
+        return bool(self._candidates) or self._unpinned
+
+    @property
+    def pins_int8_sample(self) -> bool:
+        """Whether `calibrate` may pin the int8 calibration sample from the inputs it gets."""
+        return self._unpinned or ("openvino", "int8") in self._candidates
+
+    @property
+    def calibration_inputs(self) -> int:
+        """How many inputs `calibrate` wants: the int8 calibration sample's size where int8
+        may run (the timing sample is drawn from them), else a few batches' worth."""
+        return CALIBRATION_INPUTS if self.pins_int8_sample else 4 * SAMPLE_INPUTS
 
     def calibrate(self, texts: list[str]) -> DtypeDecision | None:
         """Choose `auto`'s path on a median-length sample of these inputs (see
@@ -266,6 +296,10 @@ class EmbeddingRunner:
         versions and this model were measured before. None when there is nothing to choose."""
         import torch
 
+        if self._unpinned and texts:  # explicit int8: its model quantized on these inputs
+            self._openvino.pin(texts)
+            self._openvino_model("int8")
+            self._unpinned = False
         if not self._candidates or not texts:
             return self.dtype_decision
         default = (self.backend, self.dtype)
@@ -280,6 +314,10 @@ class EmbeddingRunner:
         uses_openvino = any(backend == "openvino" for backend, _ in self._candidates)
         if uses_openvino:
             about["openvino"] = openvino_version()
+        int8 = ("openvino", "int8") in self._candidates
+        if int8:  # its measurement is of the model quantized on this configuration's sample
+            self._openvino.pin(texts)
+            about["int8_sample"] = self._openvino.sample_key()
         started, exported_before = time.perf_counter(), self.export_seconds
         key = self.calibration_cache.key(**about)
         measured = self.calibration_cache.get(key, self._candidates)
@@ -292,8 +330,8 @@ class EmbeddingRunner:
                 self._use(candidate)
                 return self._forward(batch, features)
 
-            if uses_openvino:
-                self._openvino_model()  # exported before the clock starts: a cost of its own
+            if uses_openvino:  # exported (and quantized) before the clock starts: a cost apart
+                self._openvino_model("int8" if int8 else "float32")
             started = time.perf_counter()
             measured = measure(embed_as, sample, self._candidates, timer=self._timer)
             self.calibration_cache.put(key, measured, about)
@@ -315,7 +353,7 @@ class EmbeddingRunner:
     ) -> Iterable[tuple[list[int], list[str]]]:
         """The batches, after calibrating on the first ones' inputs when `auto` still has
         a decision to make and no one gave it a sample (`calibrate`) before the run."""
-        if not self._candidates:
+        if not self.calibrating:
             return batches
         iterator = iter(batches)
         head: list[tuple[list[int], list[str]]] = []
@@ -323,7 +361,7 @@ class EmbeddingRunner:
         for item in iterator:
             head.append(item)
             texts.extend(item[1])
-            if len(texts) >= CALIBRATION_HEAD:
+            if len(texts) >= (CALIBRATION_INPUTS if self.pins_int8_sample else CALIBRATION_HEAD):
                 break
         if texts:
             self.calibrate(texts)
@@ -451,7 +489,7 @@ class EmbeddingRunner:
         import torch
 
         if self.backend == "openvino":
-            output = self._openvino_model().infer(features, self.dtype)
+            output = self._openvino.infer(features, self.dtype)
             if self._normalize_here:
                 output /= np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
             return output
@@ -544,8 +582,10 @@ class EmbeddingRunner:
             return np.zeros((0, self.dimension), dtype=np.float32)
         token_ids = self.token_ids(texts)  # tokenised once: counted, planned, then padded
         counts = [len(ids) for ids in token_ids]
-        if self._candidates:
-            self.calibrate(median_sample(texts, counts))
+        if self.calibrating:  # timed on its median inputs; int8 pins a sample spread over all
+            stride = max(1, len(texts) // CALIBRATION_INPUTS)
+            head = texts[::stride][:CALIBRATION_INPUTS] if self.pins_int8_sample else None
+            self.calibrate(head or median_sample(texts, counts))
         batches = pack_batches(counts, PlanSettings(token_budget, max_batch_size))
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         stats = RunStats()

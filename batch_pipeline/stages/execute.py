@@ -228,7 +228,8 @@ def _embed(
     stats = RunStats()
     if runner.calibrating:  # choose the path on typical inputs, not the plan's shortest
         before = getattr(runner, "calibration_seconds", 0.0)
-        runner.calibrate(_middle_inputs(plan_path, done_keys, progress.total))
+        size = getattr(runner, "calibration_inputs", 4 * SAMPLE_INPUTS)  # int8 wants more
+        runner.calibrate(_middle_inputs(plan_path, done_keys, progress.total, size))
         stats.calibration_seconds += getattr(runner, "calibration_seconds", 0.0) - before
     progress.working()  # the rate counts from here: the model's load and calibration are setup
     schema = embeddings_schema(dimension)

@@ -5,11 +5,15 @@ fp32's; the same sample reuses it, another makes another; a damaged one is made 
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 from batch_pipeline.inference.runner import EmbeddingRunner
+
+if TYPE_CHECKING:
+    from batch_pipeline.index.partition import IndexPartition
 
 pytest.importorskip("nncf")
 
@@ -82,3 +86,155 @@ def test_a_damaged_int8_model_is_made_again_and_says_why(export, runner, caplog)
     )
     assert export_problem(folder) is None
     assert not list(folder.parent.glob(".discarded-*"))
+
+
+def handbook(root: Path, model: str = "") -> "IndexPartition":
+    """The sample handbook as a collection gated on its 38 labelled queries (recall@5 and
+    MRR@5 within the default tolerance, 0.02, of live's), with `model` settings."""
+    from batch_pipeline.config import load_config
+    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.state.storage import resolve_storage
+
+    (root / "pipeline.yaml").write_text(
+        "collections:\n  - name: handbook\n"
+        f'    source: {{kind: filesystem, path: {REPO / "data" / "handbook"}, glob: "**/*.md"}}\n'
+        f"    evaluation: {{path: {REPO / 'data' / 'handbook_eval.jsonl'}, k: 5}}\n"
+        + (f"model: {{{model}}}\n" if model else "")
+    )
+    config = load_config(root / "pipeline.yaml")
+    return IndexPartition(config, resolve_storage(str(root / "home")), "handbook")
+
+
+def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncalibrated(
+    runner, tmp_path, monkeypatch, capsys
+):
+    from batch_pipeline.index.search import search
+    from batch_pipeline.inference.openvino_backend import OpenVinoBackend
+
+    exports = tmp_path / "exports"
+
+    def int8_runner(model):  # noqa: ANN001, ANN202
+        return EmbeddingRunner(model, "cpu", "int8", backend="openvino", export_cache=exports)
+
+    faithful = handbook(tmp_path)
+    faithful.run("run-1", runner)
+    assert faithful.review(lambda m: runner).decision == "live"
+    before = [h.doc_id for h in search(faithful, "how do I change my password", 5, runner)]
+
+    # the switch to fixed_accuracy is a new generation, built beside live
+    fixed = handbook(tmp_path, "precision: fixed_accuracy")
+    assert fixed.index != faithful.index
+    int8 = int8_runner(fixed.model)
+    fixed.run("run-2", lambda: int8)
+    sample = sorted((exports / "int8-samples").iterdir())
+    assert len(sample) == 1  # pinned from the collection's own inputs, for every later run
+    assert fixed.live().index == faithful.index  # readers keep live until the gate passes
+    assert [h.doc_id for h in search(fixed, "how do I change my password", 5, runner)] == before
+    embedder_for = lambda m: int8 if m == fixed.model else runner  # noqa: E731
+    review = fixed.review(embedder_for)
+    assert review.decision == "promoted", review
+    candidate, live = review.scores["candidate"], review.scores["live"]
+    assert abs(candidate["recall_at_5"] - live["recall_at_5"]) <= 0.02
+    assert abs(candidate["mrr_at_5"] - live["mrr_at_5"]) <= 0.02
+    assert fixed.live().index == fixed.index
+    assert json.loads(fixed.record().model_config)["precision"] == "fixed_accuracy"
+
+    moved = fixed.generations.rollback("handbook")  # back to the faithful generation
+    assert (moved.previous, moved.live) == (fixed.index, faithful.index)
+
+    # an int8 model quantized without a real calibration (one empty input) drops recall:
+    # built as its own generation, and refused by the same gate
+    def no_calibration(self):  # noqa: ANN001, ANN202
+        row = np.asarray([[101, 102]], dtype=np.int64)  # [CLS] [SEP]
+        return [{"input_ids": row, "attention_mask": np.ones_like(row),
+                 "token_type_ids": np.zeros_like(row)}]  # fmt: skip
+
+    monkeypatch.setattr(OpenVinoBackend, "sample_features", no_calibration)
+    damaged = handbook(tmp_path, "precision: fixed_accuracy, min_cosine: 0.98")
+    assert damaged.index not in (faithful.index, fixed.index)
+    bad = int8_runner(damaged.model)
+    damaged.run("run-3", lambda: bad)
+    review = damaged.review(lambda m: bad if m == damaged.model else embedder_for(m))
+    assert review.decision == "refused" and "worse than live" in review.reason
+    assert review.scores["candidate"]["recall_at_5"] < review.scores["live"]["recall_at_5"] - 0.1
+    assert damaged.live().index == faithful.index
+
+    # generations list shows each generation's precision and the scores its review measured
+    from batch_pipeline import cli
+
+    home = ["--config", str(tmp_path / "pipeline.yaml"), "--home", str(tmp_path / "home")]
+    assert cli.main([*home, "generations", "list"]) == 0
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
+    assert "live" in lines[faithful.record().fingerprint]
+    assert "precision=faithful" in lines[faithful.record().fingerprint]
+    admitted = lines[fixed.record().fingerprint]
+    assert "precision=fixed_accuracy" in admitted and "promoted" in admitted
+    assert f"recall_at_5 {candidate['recall_at_5']:.4f}" in admitted
+    assert "refused: worse than live" in lines[damaged.record().fingerprint]
+
+
+def test_fixed_accuracy_measures_int8_beside_the_other_paths_and_pins_its_sample(
+    model, tmp_path, monkeypatch
+):
+    """A fake timer makes int8 the fastest path; its model, vectors and cosines are real."""
+    from dataclasses import replace
+
+    from batch_pipeline.inference import devices
+    from batch_pipeline.inference.openvino_backend import read_sample
+
+    monkeypatch.setattr(devices, "cpu_has_bf16_instructions", lambda: False)
+    monkeypatch.setattr(devices, "openvino_dtypes", lambda: ["float32"])
+    cost = {("torch", "float32"): 1.0, ("openvino", "float32"): 0.8, ("openvino", "int8"): 0.3}
+    clock = {"now": 0.0, "runner": None}
+
+    def timer() -> float:
+        current = clock["runner"]
+        clock["now"] += 0.0 if current is None else cost[(current.backend, current.dtype)]
+        return clock["now"]
+
+    def runner_for(resolved, cache="calibration.json"):  # noqa: ANN001, ANN202
+        made = EmbeddingRunner(
+            resolved, "cpu", calibration_cache=tmp_path / cache, timer=timer,
+            export_cache=tmp_path / "exports",
+        )  # fmt: skip
+        clock["runner"] = made
+        return made
+
+    faithful = runner_for(model)
+    faithful.embed(CHUNKS[:8])
+    labels = set(faithful.dtype_decision.summary()["candidates"])
+    assert labels == {"torch/float32", "openvino/float32"}  # faithful never offers int8
+
+    fixed = replace(model, precision="fixed_accuracy", min_cosine=0.99)
+    auto = runner_for(fixed)
+    vectors = auto.embed(CHUNKS[:40])
+    decision = auto.dtype_decision
+    assert decision.candidate == ("openvino", "int8") == (auto.backend, auto.dtype)
+    assert 0.99 <= decision.min_cosine < 0.9999, decision.summary()
+    assert "openvino/int8 ran 3.33x as fast as torch/float32" in decision.reason
+    (pinned,) = (tmp_path / "exports" / "int8-samples").iterdir()
+    assert read_sample(pinned) == auto.token_ids(CHUNKS[:40])  # the run's own first inputs
+
+    import nncf
+
+    quantize = nncf.quantize
+    monkeypatch.setattr(nncf, "quantize", lambda *a, **k: pytest.fail("quantized again"))
+    again = runner_for(fixed)
+    again.embed(CHUNKS[100:103])  # other inputs: the pinned sample and its model are reused
+    assert again.dtype_decision.cached and again.dtype == "int8"
+    np.testing.assert_allclose(again.embed(CHUNKS[:5]), vectors[:5], atol=1e-5)
+    monkeypatch.setattr(nncf, "quantize", quantize)
+
+    # a floor above int8's cosine leaves it out: the fastest path that holds it is taken
+    strict = runner_for(replace(fixed, min_cosine=0.9999), "strict.json")
+    strict.embed(CHUNKS[:40])
+    assert strict.dtype_decision.candidate == ("openvino", "float32")
+
+
+def test_explicit_int8_needs_fixed_accuracy_and_the_cpu(model):
+    from batch_pipeline.inference.devices import pick_dtype
+
+    with pytest.raises(ValueError, match="dtype int8 needs model.precision fixed_accuracy"):
+        EmbeddingRunner(model, "cpu", "int8")
+    with pytest.raises(ValueError, match="dtype int8 runs on the CPU"):
+        pick_dtype("cuda", "int8")

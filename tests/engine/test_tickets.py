@@ -648,7 +648,10 @@ def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerpri
     assert {"accuracy", "coverage", "answered_accuracy"} <= set(scores)
     args = ["--config", str(workspace.config), "--home", str(workspace.home)]
     assert cli.main([*args, "generations", "list", "--product", "tickets"]) == 0
-    assert f"classifier={trained['classifier']} (prototype " in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert f"classifier={trained['classifier']} (prototype " in listed
+    assert "precision=faithful  promoted" in listed or "precision=faithful  live" in listed
+    assert f"accuracy {scores['accuracy']:.4f}" in listed
 
     first = product.fingerprint
     flip = {"refund_request": "duplicate_charge"}

@@ -40,3 +40,12 @@ def test_the_roofline_at_the_nominal_and_the_measured_clock():
     assert unmeasured.flops("float32", measured=True) is None
     assert unmeasured.flops("bfloat16") is None  # no bf16 on this CPU
     assert "measured" not in unmeasured.describe()
+
+
+def test_the_int8_roofline_is_twice_bf16_where_there_are_bf16_dot_products(monkeypatch):
+    monkeypatch.setattr(bench_anchors, "cpu_flags", lambda: {"avx512f", "avx512_vnni"})
+    assert Roofline(2, 2.6, 32, 64, "Zen 4").flops("int8") == pytest.approx(2 * 2.6e9 * 128)
+    assert Roofline(2, 2.6, 64, 1024, "AMX").int8_flop_per_cycle == 2048
+    assert Roofline(2, 2.6, 64, None, "VNNI alone").int8_flop_per_cycle == 256
+    monkeypatch.setattr(bench_anchors, "cpu_flags", lambda: {"avx2", "fma"})
+    assert Roofline(2, 2.6, 32, None, "AVX2").int8_flop_per_cycle == 64

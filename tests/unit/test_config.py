@@ -246,3 +246,35 @@ def test_credentials_in_an_s3_endpoint_are_refused_at_load_without_quoting_them(
     field = "collections[0].source.endpoint_url" if section == "collection" else "tickets.source"
     assert field in message and "holds credentials" in message, message
     assert "s3cr3t" not in message and "AKIAKEY" not in message
+
+
+@pytest.mark.parametrize(
+    ("model", "evaluation", "says"),
+    [
+        ("{min_cosine: 0.95}", True, "min_cosine applies to precision fixed_accuracy"),
+        ("{precision: int4}", True, "model.precision"),
+        ("{precision: fixed_accuracy, min_cosine: 1.5}", True, "model.min_cosine"),
+        ("{precision: fixed_accuracy}", False, "collections[0].evaluation: model.precision "),
+    ],
+)
+def test_a_precision_the_engine_cannot_hold_is_refused_at_load(tmp_path, model, evaluation, says):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "eval.jsonl").write_text('{"query": "q", "relevant": ["a.md"]}\n')
+    text = "collections:\n  - name: kb\n    source: {kind: filesystem, path: d}\n"
+    if evaluation:
+        text += "    evaluation: {path: eval.jsonl}\n"
+    with pytest.raises(ConfigError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        load_config(write(tmp_path, text + f"model: {model}\n"))
+
+
+def test_fixed_accuracy_is_in_the_fingerprint_and_faithful_keeps_the_old_one(tmp_path):
+    from batch_pipeline.config import ModelConfig
+    from batch_pipeline.inference.fingerprint import fingerprint_of
+    from batch_pipeline.inference.models import resolve_model
+
+    faithful = resolve_model(ModelConfig())
+    fixed = resolve_model(ModelConfig(precision="fixed_accuracy"))
+    looser = resolve_model(ModelConfig(precision="fixed_accuracy", min_cosine=0.98))
+    assert "precision" not in faithful.identity()  # fingerprints from before precision stand
+    prints = {fingerprint_of(m.identity()) for m in (faithful, fixed, looser)}
+    assert len(prints) == 3

@@ -42,6 +42,29 @@ class GenerationRecord:
     def passed_partitions(self) -> set[str]:
         return set(json.loads(self.full_passes or "[]"))
 
+    @property
+    def precision(self) -> str | None:
+        """The embedding precision class it was built under (`model.precision`: faithful or
+        fixed_accuracy), from the model config it keeps: a collection's is the model's, the
+        ticket product's holds it under `model`. None for a product without one."""
+        try:
+            built = json.loads(self.model_config or "{}")
+        except ValueError:
+            return None
+        model = built.get("model", built) if isinstance(built, dict) else None
+        if isinstance(model, dict) and "document_prefix" in model:
+            return str(model.get("precision", "faithful"))
+        return None
+
+    def admitting_scores(self) -> dict[str, float]:
+        """The scores its last review measured it at (its own, not live's): what admitted
+        it, or refused it."""
+        try:
+            scores = json.loads(self.scores or "{}").get("candidate") or {}
+        except (ValueError, AttributeError):
+            return {}
+        return {k: v for k, v in scores.items() if isinstance(v, float)}
+
 
 @dataclass(frozen=True)
 class AuditEntry:
