@@ -80,6 +80,8 @@ bench: setup
 	$(BIN)/python -m batch_pipeline.bench
 	@echo "== the README chunk set (installed packages' long descriptions: mixed lengths, code)"
 	$(BIN)/python -m batch_pipeline.bench --chunks benchmarks/readme_chunks.jsonl
+	@echo "== retrieval on the handbook's evaluation set, faithful and int8 (add --cranfield DIR for a public set)"
+	$(BIN)/python -m batch_pipeline.bench.retrieval --int8
 
 clean-state:
 	rm -rf .batch_pipeline

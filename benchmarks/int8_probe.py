@@ -1,6 +1,8 @@
-"""Experiment for issue 54 (not a product path yet): all-MiniLM-L6-v2's OpenVINO export
-quantized to int8 (weights and activations) by NNCF's post-training quantization, against
-fp32 and bf16 on this CPU.
+"""The first experiment for issue 54, kept as NOTES.md records it: all-MiniLM-L6-v2's OpenVINO
+export quantized to int8 (weights and activations) by NNCF's post-training quantization,
+against fp32 and bf16 on this CPU, in a plain loop. The product path it led to is
+`model.precision: fixed_accuracy` (`batch_pipeline/inference/openvino_backend.py`), measured by
+`make bench`'s (d) row and `python -m batch_pipeline.bench.retrieval --int8`.
 
     .venv/bin/python benchmarks/int8_probe.py [--preset mixed|performance] [--cranfield DIR]
 

@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         d_measured = [m for m, _ in d_runs]
         rows["d"] = {
             **path_row(
-                "batch_pipeline plan + EmbeddingRunner (openvino int8, fixed_accuracy)",
+                "batch_pipeline plan + EmbeddingRunner (openvino int8)",
                 "int8",
                 d_measured,
                 a_runs,

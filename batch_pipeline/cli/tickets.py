@@ -13,6 +13,7 @@ import uuid
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
@@ -73,7 +74,10 @@ def intents(product: TicketProduct, args: argparse.Namespace) -> int:
 
 def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     record = product.live().record
-    embedder = EmbeddingRunner(product.model_for(record))
+    # the home's measurements, export and int8 calibration sample, as the runs that built it
+    embedder = EmbeddingRunner(
+        product.model_for(record), calibration_cache=product.storage.home / CALIBRATION_FILE
+    )
     (prediction,) = product.classify_texts([(args.subject, args.text)], embedder, record)
     if args.json:
         print(

@@ -151,7 +151,7 @@ def gate(
         if metric in candidate and candidate[metric] < floor
     ]
     if below:
-        return GateDecision(False, "refused: " + "; ".join(below))
+        return GateDecision(False, "below its floor: " + "; ".join(below))
     if live is None:
         return GateDecision(True, "complete, and there is no live generation to compare with")
     worse = [
@@ -162,5 +162,5 @@ def gate(
         and candidate[metric] < live[metric] - tolerance
     ]
     if worse:
-        return GateDecision(False, "refused: worse than live: " + "; ".join(worse))
+        return GateDecision(False, "worse than live: " + "; ".join(worse))
     return GateDecision(True, "complete, and no worse than live within the tolerance")

@@ -95,6 +95,7 @@ class GenerationReview:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     evaluated: bool = True  # False: nothing changed since the last review, which stands
+    precision: str | None = None  # the embedding precision class it was built under, if any
 
     @classmethod
     def of(
@@ -121,6 +122,7 @@ class GenerationReview:
             scores=scores,
             warnings=warnings,
             evaluated=evaluated,
+            precision=record.precision,
         )
 
     def metadata(self) -> dict[str, object]:
@@ -135,6 +137,7 @@ class GenerationReview:
             "decision": self.decision,
             "reason": self.reason,
             "evaluated": self.evaluated,
+            **({"precision": self.precision} if self.precision else {}),
             **{f"candidate_{k}": v for k, v in self.scores.get("candidate", {}).items()},
             **{f"live_{k}": v for k, v in self.scores.get("live", {}).items()},
         }

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.names import question_index
@@ -173,8 +174,10 @@ def search(
     vector = None
     if mode != TEXT:
         model = pipeline.model_for(live.record)
-        if runner is None or runner.resolved != model:
-            runner = EmbeddingRunner(model)
+        if runner is None or runner.resolved != model:  # measured, exported, quantized: in the home
+            runner = EmbeddingRunner(
+                model, calibration_cache=pipeline.storage.home / CALIBRATION_FILE
+            )
         vector = runner.embed([model.query_prefix + query])[0]
     declared = [name for name in fields if name in present]
     extra = [*declared, "metadata"] if "metadata" in present else declared

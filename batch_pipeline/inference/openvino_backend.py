@@ -30,6 +30,9 @@ from batch_pipeline.inference.quantize import CALIBRATION_INPUTS, quantize_expor
 logger = logging.getLogger(__name__)
 
 SAMPLES_FOLDER = "int8-samples"  # under the export cache: one pinned sample per configuration
+# fewer inputs than this are not pinned (a search's one query would otherwise calibrate the
+# int8 model of every later run): int8 is then not offered until a run pins a sample
+MIN_PINNED_INPUTS = 32
 INT8 = "int8"
 TRACE_TEXTS = ["an example input to trace the model with", "and a second"]
 
@@ -80,16 +83,17 @@ class OpenVinoBackend:
         configuration = CalibrationCache.key(**self.resolved.identity())
         return self.cache / SAMPLES_FOLDER / f"{configuration}.npz"
 
-    def pin(self, texts: list[str]) -> None:
+    def pin(self, texts: list[str]) -> bool:
         """Take the int8 calibration sample: the one pinned for this configuration, or else
-        the first `CALIBRATION_INPUTS` of `texts`, pinned now for every later run."""
+        the first `CALIBRATION_INPUTS` of `texts`, pinned now for every later run. False when
+        there is none and `texts` are too few to pin (`MIN_PINNED_INPUTS`)."""
         if self._sample is not None:
-            return
+            return True
         path = self.sample_path
         if path.is_file():
             try:
                 self._sample = read_sample(path)
-                return
+                return True
             except (OSError, ValueError, KeyError) as error:
                 logger.warning(
                     "the int8 calibration sample %s cannot be read (%s): pinning this run's "
@@ -97,10 +101,11 @@ class OpenVinoBackend:
                     path,
                     type(error).__name__,
                 )
-        if not texts:
-            raise ValueError("int8 calibration needs at least one input")
+        if len(texts) < MIN_PINNED_INPUTS:
+            return False
         self._sample = self.token_ids(texts[:CALIBRATION_INPUTS])
         write_sample(path, self._sample)
+        return True
 
     def sample_features(self) -> list[dict[str, np.ndarray]]:
         """The pinned sample as model inputs, one input per entry (what the tokenizer gives

@@ -52,7 +52,7 @@ from batch_pipeline.inference.devices import (
 )
 from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.models import ResolvedModel
-from batch_pipeline.inference.openvino_backend import OpenVinoBackend
+from batch_pipeline.inference.openvino_backend import MIN_PINNED_INPUTS, OpenVinoBackend
 from batch_pipeline.inference.openvino_model import (
     EXPORT_CACHE_ENV,
     ExportError,
@@ -297,9 +297,28 @@ class EmbeddingRunner:
         import torch
 
         if self._unpinned and texts:  # explicit int8: its model quantized on these inputs
-            self._openvino.pin(texts)
+            if not self._openvino.pin(texts):
+                raise ModelLoadError(
+                    f"dtype int8 has no calibration sample pinned for this model in "
+                    f"{self._openvino.sample_path.parent}, and {len(texts)} inputs are too few "
+                    f"to pin one (at least {MIN_PINNED_INPUTS}): run the collection first"
+                )
             self._openvino_model("int8")
             self._unpinned = False
+        if ("openvino", "int8") in self._candidates and texts and not self._openvino.pin(texts):
+            logger.warning(
+                "int8 is not measured: no calibration sample is pinned for this model in %s, "
+                "and %d inputs are too few to pin one (at least %d)",
+                self._openvino.sample_path.parent,
+                len(texts),
+                MIN_PINNED_INPUTS,
+            )
+            self._candidates.remove(("openvino", "int8"))
+            if len(self._candidates) < 2:
+                self._candidates = []
+                self.dtype_decision = DtypeDecision(
+                    self.dtype, "no int8 calibration sample; one path left", backend=self.backend
+                )
         if not self._candidates or not texts:
             return self.dtype_decision
         default = (self.backend, self.dtype)
@@ -316,7 +335,6 @@ class EmbeddingRunner:
             about["openvino"] = openvino_version()
         int8 = ("openvino", "int8") in self._candidates
         if int8:  # its measurement is of the model quantized on this configuration's sample
-            self._openvino.pin(texts)
             about["int8_sample"] = self._openvino.sample_key()
         started, exported_before = time.perf_counter(), self.export_seconds
         key = self.calibration_cache.key(**about)

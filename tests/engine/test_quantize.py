@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV
 from batch_pipeline.inference.runner import EmbeddingRunner
 
 if TYPE_CHECKING:
@@ -138,6 +139,10 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
     assert abs(candidate["mrr_at_5"] - live["mrr_at_5"]) <= 0.02
     assert fixed.live().index == fixed.index
     assert json.loads(fixed.record().model_config)["precision"] == "fixed_accuracy"
+    # a reader's search loads its own runner: it finds the pinned sample, and pins no query
+    monkeypatch.setenv(EXPORT_CACHE_ENV, str(exports))
+    assert search(fixed, "how do I change my password", 5)
+    assert sorted((exports / "int8-samples").iterdir()) == sample
 
     moved = fixed.generations.rollback("handbook")  # back to the faithful generation
     assert (moved.previous, moved.live) == (fixed.index, faithful.index)
@@ -238,3 +243,20 @@ def test_explicit_int8_needs_fixed_accuracy_and_the_cpu(model):
         EmbeddingRunner(model, "cpu", "int8")
     with pytest.raises(ValueError, match="dtype int8 runs on the CPU"):
         pick_dtype("cuda", "int8")
+
+
+def test_int8_is_not_calibrated_on_a_handful_of_inputs(model, tmp_path, caplog):
+    """A search's one query must not become the calibration of every later run's model."""
+    from dataclasses import replace
+
+    from batch_pipeline.inference.devices import ModelLoadError
+
+    fixed = replace(model, precision="fixed_accuracy")
+    explicit = EmbeddingRunner(fixed, "cpu", "int8", backend="openvino", export_cache=tmp_path)
+    with pytest.raises(ModelLoadError, match="1 inputs are too few to pin one"):
+        explicit.embed(["how do I reset my password"])
+    caplog.set_level(logging.WARNING)
+    auto = EmbeddingRunner(fixed, "cpu", export_cache=tmp_path, calibration_cache=tmp_path / "c")
+    auto.embed(["how do I reset my password"])
+    assert "int8 is not measured: no calibration sample is pinned" in caplog.text
+    assert auto.dtype != "int8" and not (tmp_path / "int8-samples").exists()
