@@ -78,8 +78,10 @@ def calibration_line(calibration: dict) -> str | None:
         f"chose {calibration['path']} ({calibration['reason']}); measured in "
         f"{calibration['seconds']:g} s: {candidates}"
     )
-    if calibration.get("export_seconds"):
-        line += f"; exported the model in {calibration['export_seconds']:g} s"
+    if calibration.get("export_seconds"):  # the OpenVINO export, and its int8 model if measured
+        int8 = "openvino/int8" in calibration["candidates"]
+        made = "exported and quantized" if int8 else "exported"
+        line += f"; {made} the model in {calibration['export_seconds']:g} s"
     return line
 
 

@@ -9,6 +9,7 @@ import torch
 
 from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV, openvino_dtypes
 from batch_pipeline.inference.runner import EmbeddingRunner, RunStats
+from tests.support import PathClock
 
 TEXTS = [
     "Reset links expire after 30 minutes.",
@@ -224,17 +225,13 @@ def test_auto_calibrates_on_the_first_inputs_and_caches_the_decision(
     monkeypatch.setattr(devices, "cpu_has_bf16_instructions", lambda: True)
     monkeypatch.setattr(devices, "openvino_dtypes", lambda: ["float32"])
     monkeypatch.delenv(EXPORT_CACHE_ENV)  # the export goes under this home, as it does for users
-    cost = {("torch", "float32"): 1.0, ("torch", "bfloat16"): 0.7, ("openvino", "float32"): 0.5}
-    clock = {"now": 0.0, "runner": None}
-
-    def timer() -> float:
-        current = clock["runner"]
-        clock["now"] += 0.0 if current is None else cost[(current.backend, current.dtype)]
-        return clock["now"]
+    timer = PathClock(
+        {("torch", "float32"): 1.0, ("torch", "bfloat16"): 0.7, ("openvino", "float32"): 0.5}
+    )
 
     cache = tmp_path / "calibration.json"
     auto = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
-    clock["runner"] = auto
+    timer.runner = auto
     assert auto.dtype_decision is None and (auto.backend, auto.dtype) == ("torch", "float32")
     texts = [f"how do I change setting number {i} of my account" for i in range(20)]
     stats, started = RunStats(), time.perf_counter()
@@ -255,10 +252,10 @@ def test_auto_calibrates_on_the_first_inputs_and_caches_the_decision(
     assert cache.is_file()
 
     again = EmbeddingRunner(model, device="cpu", calibration_cache=cache, timer=timer)
-    clock["runner"], before = again, clock["now"]
+    timer.runner, before = again, timer.now
     again.embed(texts[:3])
     assert again.dtype_decision.cached and again.backend == "openvino"
-    assert clock["now"] == before  # nothing was timed: the cache answered
+    assert timer.now == before  # nothing was timed: the cache answered
     assert again.dtype_decision.export_seconds == 0  # and the export was read back
 
     stricter = EmbeddingRunner(

@@ -12,6 +12,7 @@ import pytest
 
 from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV
 from batch_pipeline.inference.runner import EmbeddingRunner
+from tests.support import PathClock
 
 if TYPE_CHECKING:
     from batch_pipeline.index.partition import IndexPartition
@@ -189,20 +190,16 @@ def test_fixed_accuracy_measures_int8_beside_the_other_paths_and_pins_its_sample
 
     monkeypatch.setattr(devices, "cpu_has_bf16_instructions", lambda: False)
     monkeypatch.setattr(devices, "openvino_dtypes", lambda: ["float32"])
-    cost = {("torch", "float32"): 1.0, ("openvino", "float32"): 0.8, ("openvino", "int8"): 0.3}
-    clock = {"now": 0.0, "runner": None}
-
-    def timer() -> float:
-        current = clock["runner"]
-        clock["now"] += 0.0 if current is None else cost[(current.backend, current.dtype)]
-        return clock["now"]
+    timer = PathClock(
+        {("torch", "float32"): 1.0, ("openvino", "float32"): 0.8, ("openvino", "int8"): 0.3}
+    )
 
     def runner_for(resolved, cache="calibration.json"):  # noqa: ANN001, ANN202
         made = EmbeddingRunner(
             resolved, "cpu", calibration_cache=tmp_path / cache, timer=timer,
             export_cache=tmp_path / "exports",
         )  # fmt: skip
-        clock["runner"] = made
+        timer.runner = made
         return made
 
     faithful = runner_for(model)

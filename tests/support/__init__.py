@@ -335,3 +335,19 @@ def skewed_lease_clock(monkeypatch) -> dict[str, float]:  # noqa: ANN001
 
     monkeypatch.setattr(lease_module, "time", Clock())
     return offset
+
+
+class PathClock:
+    """A fake timer for `auto`'s calibration: each call advances by the cost the path the
+    watched `runner` is on (`(backend, dtype)`) is given, so a test decides which path is
+    fastest while the vectors and their cosines stay real."""
+
+    def __init__(self, cost: dict[tuple[str, str], float]) -> None:
+        self.cost = cost
+        self.now = 0.0
+        self.runner = None  # the EmbeddingRunner being timed; None: time stands still
+
+    def __call__(self) -> float:
+        if self.runner is not None:
+            self.now += self.cost[(self.runner.backend, self.runner.dtype)]
+        return self.now
