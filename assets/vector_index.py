@@ -80,7 +80,7 @@ def _land_report(landed: Landed) -> LandReport:
     completeness = summary.completeness  # of the table as land left it
     backfill = engine.backfill_estimate(measures.partition_inputs)
     unread = engine.unread_excess(run_id, measures.attempted)
-    indexes = engine.index_health(summary.indexes)
+    indexes = summary.index_health or engine.index_health(summary.indexes)
     for problem in indexes.problems:
         context.log.warning(f"index not current: {problem}")
     for name, reason in (summary.indexes.built if summary.indexes else {}).items():

@@ -33,7 +33,7 @@ from batch_pipeline.stages.collect import (
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
-from batch_pipeline.state.table_indexes import IndexUpkeep
+from batch_pipeline.state.table_indexes import IndexHealth, IndexUpkeep
 from batch_pipeline.state.tracking import CONTENT_FAILURE_REASONS, FailureRecord, TrackingStore
 from batch_pipeline.state.vector_store import LINEAGE_COLUMNS, VectorStore
 
@@ -70,6 +70,9 @@ class LandSummary:
     completeness: dict[str, float | int] = field(default_factory=dict)
     measures: RunMeasures | None = None
     indexes: IndexUpkeep | None = None  # what the land's upkeep did to the table's indexes
+    # the indexes as the land left them, read under its lease: another shard's land that
+    # commits rows after it cannot make them look stale (`indexes_current` reads this)
+    index_health: IndexHealth | None = None
 
     def metadata(self) -> dict[str, object]:
         upkeep = self.indexes.metadata() if self.indexes is not None else {}

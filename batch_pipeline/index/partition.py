@@ -329,6 +329,7 @@ class IndexPartition(StagedPartition):
             indexes = self.indexes()
             if indexes is not None:  # under the lease: one upkeep at a time
                 summary.indexes = indexes.keep_current()
+            summary.index_health = self.index_health(summary.indexes)  # before others land
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
             summary.reconciled = reconcile_index(self.store, self.tracking, self.index)

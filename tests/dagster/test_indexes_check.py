@@ -47,3 +47,29 @@ def test_indexes_current_fails_naming_the_index_whose_build_failed(workspace, mo
         assert metadata_of(result, "vector_index")["documents_landed"] == 3  # committed
         planned = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
         assert "index_generation" not in planned  # blocked: no review on stale indexes
+
+
+def test_rows_another_shard_lands_after_this_land_do_not_fail_its_check(workspace, monkeypatch):
+    """The check reads the indexes as this land left them, under its lease: four shards of
+    one collection land into one table, and another's commit may come before the asset
+    reads (a CI run once failed so, on 20 rows of another shard)."""
+    import pyarrow as pa
+
+    from batch_pipeline.index.partition import IndexPartition
+
+    land = IndexPartition.land
+
+    def land_then_another_shard_lands(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        summary = land(self, *args, **kwargs)
+        table = self.store.open(self.index)
+        row = table.to_arrow().slice(0, 1)
+        column = row.schema.get_field_index("chunk_id")
+        table.add(row.set_column(column, "chunk_id", pa.array(["another-shard#0"])))
+        return summary
+
+    monkeypatch.setattr(IndexPartition, "land", land_then_another_shard_lands)
+    with dg.instance_for_test() as instance:
+        result = materialize(workspace, instance, fake_model=True)
+        found = check(result)
+        assert found.passed, found.metadata
+        assert found.metadata["unindexed_rows"].value == 0
