@@ -42,7 +42,7 @@ from batch_pipeline.inference.batching import (
     PlanSettings,
     budget_from_memory,
 )
-from batch_pipeline.inference.calibration import median_sample, min_cosine
+from batch_pipeline.inference.calibration import cosines, median_sample, min_cosine
 from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
@@ -219,12 +219,6 @@ def int8_runner(
     return made, None
 
 
-def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return float(np.mean(np.sum(a * b, axis=1)))
-
-
 def run_anchor(anchor, texts: list[str], counts: list[int]) -> Measurement:  # noqa: ANN001
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -360,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
                 d_info["padding_efficiency"],
                 real,
             ),
-            "mean_cosine_vs_a": round(mean_cosine(d_measured[-1].vectors, a_runs[-1].vectors), 6),
+            "mean_cosine_vs_a": round(
+                float(np.mean(cosines(d_measured[-1].vectors, a_runs[-1].vectors))), 6
+            ),
             "ratio_over_b_median": round(
                 statistics.median(
                     b.seconds / d.seconds for b, d in zip(b_measured, d_measured, strict=True)

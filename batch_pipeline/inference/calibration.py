@@ -129,10 +129,15 @@ class DtypeDecision:
         return values
 
 
-def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each row's cosine between `a` and `b`."""
     a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
     b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return float(np.min(np.sum(a * b, axis=1)))
+    return np.sum(a * b, axis=1)
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.min(cosines(a, b)))
 
 
 def median_sample(
