@@ -15,6 +15,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.index_generation import INDEX_GENERATION
+from assets.partitions import partition_check
 from assets.product_stages import (
     Context,
     LandCheck,
@@ -24,6 +25,7 @@ from assets.product_stages import (
     build_product_assets,
 )
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
+from assets.vector_index import INDEXES_CURRENT
 from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE, BRIEF_STAGES
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
@@ -86,6 +88,14 @@ STAGE_CHARTS = {
 }
 CHARTS = RUN_CHARTS | {"briefs_landed", "briefs_failed", "review_candidate_*"}
 QUESTION_ROWS = "question_rows"
+QUESTION_ROWS_DESCRIPTION = (
+    "With briefs.index_questions, each live brief's questions as retrieval rows beside the "
+    "collection's vector index (`<collection>_questions__<fingerprint>`, one per index "
+    "generation), embedded with that generation's model and tied to their document: replaced "
+    "when its live brief changes, deleted with it. Search reads them with the chunks. Reports "
+    "the live index's recall@k and MRR@k on the evaluation set with and without them, "
+    "measured in the same run. Materialises nothing while the setting is off."
+)
 QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*", "mrr_at_*"})
 
 
@@ -227,24 +237,36 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
     """The briefs' four stage assets from the builder (collect is the collection's own),
     and their question rows."""
 
-    @dg.asset(
+    @dg.multi_asset(
         name=QUESTION_ROWS,
-        deps=[BRIEF_LAND.asset],
-        kinds={"lancedb"},
-        output_required=False,
+        specs=[
+            dg.AssetSpec(
+                QUESTION_ROWS,
+                deps=[BRIEF_LAND.asset],
+                description=QUESTION_ROWS_DESCRIPTION,
+                kinds={"lancedb"},
+                group_name=BRIEFS_GROUP,
+                owners=BRIEFS_OWNERS,
+                skippable=True,  # nothing while briefs.index_questions is off
+            )
+        ],
+        check_specs=[
+            partition_check(
+                INDEXES_CURRENT,
+                QUESTION_ROWS,
+                partitions,
+                "Each question table carries every index the collection's index: settings ask "
+                "for, each readable and lacking at most max_unindexed_rows rows, as this run's "
+                "land left it under the table's landing lease; fails naming the index that is "
+                "missing, damaged or behind, or whose build failed.",
+            )
+        ],
+        can_subset=True,  # so the check, too, is skipped while the setting is off
         partitions_def=partitions,
-        group_name=BRIEFS_GROUP,
-        owners=BRIEFS_OWNERS,
         required_resource_keys={"pipeline", "generation", "inference"},
     )
     def question_rows(context: Context):  # noqa: ANN202 - a MaterializeResult, or nothing
-        """With briefs.index_questions, each live brief's questions as retrieval rows beside
-        the collection's vector index (`<collection>_questions__<fingerprint>`, one per index
-        generation), embedded with that generation's model and tied to their document:
-        replaced when its live brief changes, deleted with it. Search reads them with the
-        chunks. Reports the live index's recall@k and MRR@k on the evaluation set with and
-        without them, measured in the same run. Materialises nothing while the setting is
-        off."""
+        """The question rows' land (QUESTION_ROWS_DESCRIPTION), with its indexes check."""
         opened = _opened(context)
         product = opened[0] if opened is not None else None
         if product is None or not product.settings.index_questions:
@@ -258,8 +280,18 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
                 "dagster/uri": dg.MetadataValue.path(product.store.table_uri(result.live_table)),
                 "dagster/row_count": result.live_rows,
             }
+        indexes = result.index_health
+        for problem in indexes.problems:
+            context.log.warning(f"question index not current: {problem}")
         yield dg.MaterializeResult(
-            metadata={**table, **as_metadata(result.metadata(), QUESTION_CHARTS)}
+            metadata={**table, **as_metadata(result.metadata(), QUESTION_CHARTS)},
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=INDEXES_CURRENT,
+                    passed=indexes.ok,
+                    metadata=as_metadata(indexes.metadata(), {"unindexed_rows"}),
+                )
+            ],
         )
 
     return [*build_product_assets(BRIEF_ASSETS, partitions), question_rows]

@@ -80,7 +80,7 @@ def _land_report(landed: Landed) -> LandReport:
     completeness = summary.completeness  # of the table as land left it
     backfill = engine.backfill_estimate(measures.partition_inputs)
     unread = engine.unread_excess(run_id, measures.attempted)
-    indexes = summary.index_health or engine.index_health(summary.indexes)
+    indexes = summary.index_health or engine.index_health(summary.indexes, (engine.index,))
     for problem in indexes.problems:
         context.log.warning(f"index not current: {problem}")
     for name, reason in (summary.indexes.built if summary.indexes else {}).items():
@@ -220,7 +220,7 @@ INDEX_ASSETS = ProductAssets(
         ),
         LandCheck(
             INDEXES_CURRENT,
-            "The generation's table and its question rows carry every index the collection's "
+            "The generation's table carries every index the collection's "
             "index: settings ask for (the ANN index from vector.min_rows rows on, a full-text "
             "index per full_text column), each readable and lacking at most max_unindexed_rows "
             "rows (LanceDB's index_stats); fails naming the index that is missing, damaged or "

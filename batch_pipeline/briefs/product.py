@@ -63,7 +63,7 @@ from batch_pipeline.names import briefs_product_name, generation_index, question
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.retrieval import VectorParams
 from batch_pipeline.state.storage import StorageLocations
-from batch_pipeline.state.table_indexes import TableIndexes
+from batch_pipeline.state.table_indexes import IndexHealth, TableIndexes
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore, in_filter
 
@@ -318,13 +318,18 @@ class BriefProduct:
             lambda: self.store.scan_batches(live.index, list(QUESTION_COLUMNS)),
         )
 
-    def _keep_indexes_current(self, table_name: str) -> None:
-        """The question rows get the collection's indexes, as its chunks do."""
+    def _keep_indexes_current(self, table_name: str) -> IndexHealth:
+        """The question rows get the collection's indexes, as its chunks do; their health as
+        this upkeep left them (what the question rows' `indexes_current` check reads)."""
         table = self.store.open(table_name)
-        if table is not None:
-            retention = timedelta(hours=self.config.maintenance.version_retention_hours)
-            settings = self.collection.index
-            TableIndexes(table, table_name, settings, self.tracking, retention).keep_current()
+        if table is None:
+            return IndexHealth({})
+        retention = timedelta(hours=self.config.maintenance.version_retention_hours)
+        settings = self.collection.index
+        indexes = TableIndexes(table, table_name, settings, self.tracking, retention)
+        upkeep = indexes.keep_current()
+        failed = {f"{table_name}.{name}": why for name, why in upkeep.failed.items()}
+        return IndexHealth({table_name: indexes.states()}, failed)
 
     def land_questions(self, embedder_for: EmbedderFor, run_id: str) -> QuestionRows:
         """With `index_questions`, bring every index generation's question rows to the live
@@ -337,18 +342,23 @@ class BriefProduct:
             return QuestionRows("waiting: no brief generation is live yet")
         fields = dict(self.collection.metadata.fields)
         summaries = []
+        health = IndexHealth({})
         for record in self.question_generations():
             model = index_model(record)
-            summaries.append(
-                land_questions(
-                    self.store, record.index_name, briefs, embedder_for(model), model, run_id,
-                    fields,
-                )
-            )  # fmt: skip
-            self._keep_indexes_current(question_index(record.index_name))
+            table = question_index(record.index_name)
+            # one land at a time per question table (each shard's run lands the collection's
+            # questions: the second finds nothing to do), and its indexes read as it left them
+            with self.tracking.landing_lease(table, owner=run_id):
+                summaries.append(
+                    land_questions(
+                        self.store, record.index_name, briefs, embedder_for(model), model,
+                        run_id, fields,
+                    )
+                )  # fmt: skip
+                health = health.with_(self._keep_indexes_current(table))
         live = self.registry.live(self.collection_name)
         if live is None:
-            return QuestionRows("landed", summaries)
+            return QuestionRows("landed", summaries, index_health=health)
         scores = None
         if self.collection.evaluation is not None:
             model = index_model(live)
@@ -358,4 +368,5 @@ class BriefProduct:
                 VectorParams.of(self.collection.index.vector),
             )  # fmt: skip
         table = question_index(live.index_name)
-        return QuestionRows("landed", summaries, scores, self.store.count_rows(table), table)
+        rows = self.store.count_rows(table)
+        return QuestionRows("landed", summaries, scores, rows, table, health)

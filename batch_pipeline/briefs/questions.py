@@ -33,6 +33,7 @@ from batch_pipeline.iterables import batched
 from batch_pipeline.names import generation_fingerprint, question_index
 from batch_pipeline.state.retrieval import DEFAULT_PARAMS, VectorParams
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets
+from batch_pipeline.state.table_indexes import IndexHealth
 from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.state.vector_store import VectorStore
 
@@ -82,6 +83,8 @@ class QuestionRows:
     scores: dict[str, float] | None = None
     live_rows: int = 0  # question rows beside the live index
     live_table: str | None = None  # and their table
+    # every question table's indexes as its land left them, under its lease
+    index_health: IndexHealth = field(default_factory=lambda: IndexHealth({}))
 
     def metadata(self) -> dict[str, object]:
         return {

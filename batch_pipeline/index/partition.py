@@ -329,7 +329,9 @@ class IndexPartition(StagedPartition):
             indexes = self.indexes()
             if indexes is not None:  # under the lease: one upkeep at a time
                 summary.indexes = indexes.keep_current()
-            summary.index_health = self.index_health(summary.indexes)  # before others land
+            # as this land left them, before another lands (the question rows are landed,
+            # and their indexes checked, by the briefs' question_rows under their own lease)
+            summary.index_health = self.index_health(summary.indexes, (self.index,))
             # under the lease: concurrent shard runs update the same generation record
             self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
             summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
@@ -354,11 +356,13 @@ class IndexPartition(StagedPartition):
         retention = timedelta(hours=self.config.maintenance.version_retention_hours)
         return TableIndexes(table, name, self.collection.index, self.tracking, retention)
 
-    def index_health(self, upkeep: IndexUpkeep | None = None) -> IndexHealth:
-        """The indexes of the generation's table and of its question rows, with what `upkeep`
-        (a land's) failed to build: what the indexes_current check reads."""
+    def index_health(
+        self, upkeep: IndexUpkeep | None = None, tables: tuple[str, ...] | None = None
+    ) -> IndexHealth:
+        """The indexes of `tables` (the generation's table and its question rows unless
+        given), with what `upkeep` (a land's, of the generation's table) failed to build."""
         states = {}
-        for name in (self.index, question_index(self.index)):
+        for name in tables or (self.index, question_index(self.index)):
             indexes = self.indexes(name)
             if indexes is not None:
                 states[name] = indexes.states()

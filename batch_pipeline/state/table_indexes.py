@@ -248,8 +248,9 @@ def _short(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class IndexHealth:
-    """The indexes of a generation's tables (its chunks and its question rows) as they stand
-    after a land, and what is wrong with them: what `indexes_current` checks."""
+    """The indexes of tables as a land left them, and what is wrong with them: what an
+    `indexes_current` check reads (`vector_index`'s for the generation's chunks,
+    `question_rows`' for the question rows each lands)."""
 
     states: dict[str, list[IndexState]]  # table -> its expected indexes
     failed: dict[str, str] = field(default_factory=dict)  # index -> why this land's build failed
@@ -264,6 +265,10 @@ class IndexHealth:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def with_(self, other: "IndexHealth") -> "IndexHealth":
+        """This health and `other`'s, of other tables, as one."""
+        return IndexHealth(self.states | other.states, self.failed | other.failed)
 
     def metadata(self) -> dict[str, object]:
         states = [s for found in self.states.values() for s in found]

@@ -182,3 +182,34 @@ def test_a_where_on_a_field_declared_after_the_questions_landed_searches_the_chu
                   where="product = 'billing'")  # fmt: skip
     assert hits and {(h.doc_id, h.metadata["product"]) for h in hits} == {("refunds.md", "billing")}
     assert all(h.section != "question" for h in hits)
+
+
+def test_a_question_land_waits_for_another_run_s_lease_on_its_table(ws):
+    """Each shard's run lands the collection's questions: one run at a time per question
+    table, under its landing lease, so two runs never write it together and the second finds
+    nothing to do. The land reports the table's indexes as it left them, under the lease."""
+    import threading
+
+    pipes = Pipelines(ws)
+    pipes.index.run("run-1", lambda: FakeEmbedder(pipes.index.model))
+    pipes.index.review(pipes.embedder_for)
+    pipes.briefs.partition("handbook").run("run-1", lambda: pipes.generator)
+    pipes.briefs.review(pipes.embedder_for)
+    table = question_index(pipes.index.index)
+    landed = []
+    with pipes.tracking.landing_lease(table, owner="another-shard-run"):
+        worker = threading.Thread(
+            target=lambda: landed.append(pipes.briefs.land_questions(pipes.embedder_for, "run-2"))
+        )
+        worker.start()
+        worker.join(timeout=2.0)
+        assert worker.is_alive() and not landed  # waiting for the lease
+        assert pipes.store.open(table) is None
+    worker.join(timeout=60)
+    (result,) = landed
+    assert result.metadata()["questions_embedded"] == 9
+    health = result.index_health
+    assert set(health.states) == {table} and health.ok, health.problems
+    assert health.metadata()["unindexed_rows"] == 0
+    again = pipes.briefs.land_questions(pipes.embedder_for, "run-3")
+    assert again.metadata()["questions_embedded"] == 0 and again.index_health.ok
