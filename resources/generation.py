@@ -7,7 +7,11 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, generation_executors
+from batch_pipeline.executors.generation import (
+    DEFAULT_EXECUTOR,
+    generation_executors,
+    parallel_problem,
+)
 from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
 from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
@@ -167,12 +171,15 @@ class GenerationResource(dg.ConfigurableResource):
                 f"GenerationResource.executor must be one of "
                 f"{', '.join(generation_executors())}, got {self.executor!r}"
             )
-        if self.data_parallel_size > 1 and self.executor != "vllm-run-batch":
-            raise ValueError(
-                "GenerationResource.data_parallel_size: above 1 needs executor vllm-run-batch "
-                "(vLLM's offline engine in the run's process is one engine); or shard the "
-                "collection and give each shard's run its own GPU"
+        if self.tensor_parallel_size > 1 or self.data_parallel_size > 1:
+            problem = parallel_problem(
+                self.executor,
+                self.chat_model(),
+                self.tensor_parallel_size,
+                self.data_parallel_size,
             )
+            if problem is not None:
+                raise ValueError(f"GenerationResource.{problem[0]}: {problem[1]}")
         if self.executor == OPENAI_BATCH and self.api_base is None:
             raise ValueError(
                 f"GenerationResource.api_base: the {OPENAI_BATCH} executor needs the Batch "

@@ -68,15 +68,18 @@ def brief_product(
     dtype: str = "auto",
     executor: str = DEFAULT_EXECUTOR,
     batch_api: BatchApiSettings | None = None,
+    engine_options: dict[str, int] | None = None,
 ) -> BriefProduct:
     """A collection's briefs, its documents read through `documents_for` (the collection's
     own partitions). Without `generator`, vLLM on the generation resource's defaults: the
     shipped chat model, `dtype: auto` decided (and cached) here; its engine starts only if
     there is work. `executor` names what runs the plan (`generation_executors`); `batch_api`
-    says where the openai-batch executor submits."""
+    says where the openai-batch executor submits; `engine_options` set the engine's other
+    settings (`EngineSettings`: `tensor_parallel_size`, ...)."""
     if generator is None:
         model = resolve_chat_model(None, storage.home)
-        engine = engine_settings_for(model, device, dtype, storage.home / CALIBRATION_FILE)
+        cache = storage.home / CALIBRATION_FILE
+        engine = engine_settings_for(model, device, dtype, cache, **(engine_options or {}))
         generator = VllmGenerator(model, engine)
         plan_settings = plan_settings or plan_settings_for(engine)
     return BriefProduct(

@@ -135,6 +135,18 @@ def _parser() -> argparse.ArgumentParser:
         "vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch files, or "
         "openai-batch, the same files through a Batch API at --api-base",
     )
+    for side, meaning in (
+        ("tensor", "GPUs one engine's layers are split over (a model too big for one GPU)"),
+        ("data", "engines, one per GPU (or tensor-parallel group), each taking a share of the "
+         "requests: --executor vllm-run-batch only"),
+    ):  # fmt: skip
+        run.add_argument(
+            f"--{side}-parallel-size",
+            type=whole_number(1),
+            default=1,
+            metavar="N",
+            help=f"--kind briefs: {meaning} (default 1)",
+        )
     brief_commands.add_batch_api_flags(run)
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")

@@ -9,9 +9,10 @@ from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.cli.briefs import batch_api_of
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.declaration import Product, ProductEnv, ProductTarget
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
+from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, parallel_problem
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
+from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.runner import LoadedModels
 from batch_pipeline.products import configured_products, product_env, product_targets
 from batch_pipeline.state.storage import resolve_storage
@@ -97,6 +98,16 @@ class CommandContext:
     def briefs(self, collection: str, args: argparse.Namespace):  # noqa: ANN201
         """A collection's document briefs (a ConfigError if it has none)."""
         (name,) = self.collections(collection)
+        executor = getattr(args, "executor", None) or DEFAULT_EXECUTOR
+        parallel = {
+            field: getattr(args, field, None) or 1
+            for field in ("tensor_parallel_size", "data_parallel_size")
+        }
+        if max(parallel.values()) > 1:
+            model = resolve_chat_model(None, self.storage.home)
+            problem = parallel_problem(executor, model, **parallel)
+            if problem is not None:
+                raise ConfigError(f"--{problem[0].replace('_', '-')}: {problem[1]}")
         return brief_product(
             self.config,
             self.storage,
@@ -106,8 +117,9 @@ class CommandContext:
             self.partition,
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
-            executor=getattr(args, "executor", None) or DEFAULT_EXECUTOR,
+            executor=executor,
             batch_api=batch_api_of(args),
+            engine_options=parallel,
         )
 
     def pipeline(self, collection: str) -> IndexPartition:

@@ -68,8 +68,24 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> None:
         args.collection = ctx.config.locate(args.partition)[0].name
 
 
+def _chat_model_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that only a chat-model run (`--kind briefs`) reads."""
+    return [
+        flag
+        for flag, value in (
+            ("--executor", args.executor),
+            ("--api-base", args.api_base),
+            ("--tensor-parallel-size", args.tensor_parallel_size > 1),
+            ("--data-parallel-size", args.data_parallel_size > 1),
+        )
+        if value
+    ]
+
+
 def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     _run_target(ctx, args)
+    if args.kind != BRIEFS.name and (flags := _chat_model_flags(args)):
+        raise ConfigError(f"{', '.join(flags)}: for --kind briefs only, not --kind {args.kind}")
     if args.kind not in RUN_KINDS:
         return _run_declared(ctx, args)
     if args.kind == BRIEFS.name:

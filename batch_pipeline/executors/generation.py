@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.generate import GenerateSummary, execute_prompts
@@ -59,9 +60,28 @@ def generation_executors() -> dict[str, type]:
 
     return {
         DEFAULT_EXECUTOR: GenerationExecutor,
-        "vllm-run-batch": RunBatchExecutor,
+        RUN_BATCH: RunBatchExecutor,
         NAME: OpenAIBatchExecutor,
     }
 
 
 DEFAULT_EXECUTOR = "vllm"
+RUN_BATCH = "vllm-run-batch"
+
+
+def parallel_problem(
+    executor: str, model: ChatModel, tensor_parallel_size: int, data_parallel_size: int
+) -> tuple[str, str] | None:
+    """The setting that cannot run, and why, for the generation resource and `run` alike:
+    data parallelism is engines in processes of their own (`vllm-run-batch` only), and
+    tensor parallelism must split the model's attention heads evenly. None if both can."""
+    if data_parallel_size > 1 and executor != RUN_BATCH:
+        return (
+            "data_parallel_size",
+            f"above 1 needs executor {RUN_BATCH} (vLLM's offline engine in the run's process "
+            "is one engine); or shard the collection and give each shard's run its own GPU",
+        )
+    if tensor_parallel_size > 1 and executor not in (DEFAULT_EXECUTOR, RUN_BATCH):
+        return ("tensor_parallel_size", f"splits a vLLM engine: executor {executor} runs none")
+    why = model.tensor_parallel_problem(tensor_parallel_size)
+    return ("tensor_parallel_size", why) if why is not None else None

@@ -111,6 +111,7 @@ class RunBatchExecutor(GenerationExecutor):
         settings = self.generator.settings
         summary = summary_of_plan(record, settings.device, settings.dtype)
         summary.executor = "vllm-run-batch"
+        summary.devices = settings.devices
         rows = generations_schema()
         with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
             keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())

@@ -186,6 +186,7 @@ class ChatModel:
     files_hash: str
     hidden_size: int
     num_layers: int
+    num_heads: int  # attention heads: what tensor parallelism splits
     num_kv_heads: int
     head_dim: int
     max_position_embeddings: int
@@ -198,6 +199,25 @@ class ChatModel:
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """One token's keys and values over every layer."""
         return self.num_layers * self.num_kv_heads * self.head_dim * 2 * dtype_bytes
+
+    def tensor_parallel_problem(self, size: int) -> str | None:
+        """Why `size` engines' worth of GPUs cannot split this model's attention (vLLM's
+        rule: the heads divide evenly, and the key/value heads either divide or are
+        replicated evenly), or None."""
+        if size <= 1:
+            return None
+        kv = self.num_kv_heads
+        if self.num_heads % size == 0 and (kv % size == 0 if size <= kv else size % kv == 0):
+            return None
+        fits = [
+            n
+            for n in range(1, self.num_heads + 1)
+            if self.num_heads % n == 0 and (kv % n == 0 if n <= kv else n % kv == 0)
+        ]
+        return (
+            f"{size} does not split {self.name}'s {self.num_heads} attention heads "
+            f"({kv} key/value heads) evenly; it can be one of {', '.join(map(str, fits))}"
+        )
 
     def ready(self) -> Path:
         """The model's folder; the shipped model's converted from its GGUF file first if it
@@ -235,6 +255,7 @@ def _shape(config: dict, where: Path) -> dict[str, int]:
         return {
             "hidden_size": int(config["hidden_size"]),
             "num_layers": int(config["num_hidden_layers"]),
+            "num_heads": heads,
             "num_kv_heads": int(config.get("num_key_value_heads") or heads),
             "head_dim": int(config.get("head_dim") or int(config["hidden_size"]) // heads),
             "max_position_embeddings": int(config.get("max_position_embeddings") or 2048),

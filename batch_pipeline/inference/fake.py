@@ -103,6 +103,7 @@ def fake_chat_model() -> ChatModel:
         files_hash="fake",
         hidden_size=576,
         num_layers=30,
+        num_heads=9,
         num_kv_heads=3,
         head_dim=64,
         max_position_embeddings=8192,
@@ -114,6 +115,7 @@ class FakeGenerator:
 
     device = "fake"
     dtype = "float32"
+    devices = 1
 
     def __init__(self, model: ChatModel | None = None) -> None:
         self.model = model or fake_chat_model()

@@ -147,6 +147,7 @@ class Generator(Protocol):
     model: ChatModel
     device: str
     dtype: str
+    devices: int  # devices its engines hold: what an hour of execute costs, in device hours
 
     def token_counts(self, prompts: list[Prompt]) -> list[int]:
         """Each prompt's tokens, chat template included, by the model's own tokenizer."""

@@ -67,6 +67,12 @@ class EngineSettings:
         return options
 
     @property
+    def devices(self) -> int:
+        """The GPUs the engines hold (tensor x data parallel), what execute's time is priced
+        by; one on the CPU, whose engines share the one host."""
+        return self.tensor_parallel_size * self.data_parallel_size if self.device == "cuda" else 1
+
+    @property
     def kv_cache_bytes(self) -> int | None:
         """The KV cache's size where it is set in bytes (CPU); None on CUDA, where vLLM sizes
         it from `gpu_memory_utilization` after loading the weights."""
@@ -220,6 +226,7 @@ class VllmGenerator:
         self.settings = settings
         self.device = settings.device
         self.dtype = settings.dtype
+        self.devices = settings.devices
         self._tokenizer = None
         self._llm = None
         self.load_seconds = 0.0

@@ -58,7 +58,8 @@ class RunMeasures:
     dtype: str | None = None
     backend: str | None = None  # what ran the model: torch or openvino
     fidelity_min_cosine: float | None = None  # vs torch fp32; 1.0 when run in torch fp32
-    device_price_hour: float = 0.0
+    devices: int = 1  # devices execute held (GPUs: tensor x data parallel)
+    device_price_hour: float = 0.0  # of them all: the device kind's price times `devices`
     host_price_hour: float = 0.0
     currency: str = "USD"
     window_seconds: float | None = None
@@ -88,6 +89,7 @@ class RunMeasures:
         """A run's measures from what its execute recorded (`ExecuteSummary.record`), the
         prices and window in force, and `values` (the partition, times and counts)."""
         device = executed.get("device")
+        devices = int(executed.get("devices") or 1)  # GPUs its engines held
         cost = config.cost
         token_cost = executed.get("token_cost")
         window = executed.get("window_seconds") or run_window_seconds(config, trigger)
@@ -102,7 +104,10 @@ class RunMeasures:
             backend=executed.get("backend"),
             calibration=dict(executed.get("calibration") or {}),
             fidelity_min_cosine=executed.get("fidelity_min_cosine"),
-            device_price_hour=cost.device_price(device) if device and token_cost is None else 0.0,
+            devices=devices,
+            device_price_hour=(
+                cost.device_price(device) * devices if device and token_cost is None else 0.0
+            ),
             host_price_hour=cost.host_hour,
             currency=cost.currency,
             window_seconds=float(window),
@@ -217,6 +222,7 @@ class RunMeasures:
                 cost_per_1k_inputs=round(self.cost_per_1k_inputs or 0.0, 6),
                 cost_per_1m_tokens=_rounded(self.cost_per_1m_tokens, 6),
                 device=self.device,
+                devices=self.devices,
                 dtype=self.dtype,
                 backend=self.backend,
                 fidelity_min_cosine=self.fidelity_min_cosine,
@@ -315,11 +321,11 @@ def backfill_estimate(
     throughput = measured_throughput(runs)
     if throughput is None:
         return None
-    device = next((r.device for r in runs if r.device), "cpu")
+    device, devices = next(((r.device, r.devices) for r in runs if r.device), ("cpu", 1))
     return BackfillEstimate(
         inputs=inputs,
         inputs_per_second=throughput,
-        device_price_hour=config.cost.device_price(device),
+        device_price_hour=config.cost.device_price(device) * devices,
         window_seconds=run_window_seconds(config, SCHEDULE),
     )
 

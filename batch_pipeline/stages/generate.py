@@ -85,6 +85,7 @@ class GenerateSummary:
     not_the_inputs: set[str] = field(default_factory=set)
     engine_faults: int = 0  # outputs of this run the engine failed (`ENGINE_FAULTS`)
     executor: str = "vllm"  # what ran the plan (`generation_executors`)
+    devices: int = 1  # devices the engines held (GPUs: tensor x data parallel)
     # a provider's prices per million input and output tokens: its cost is counted in tokens
     token_prices: tuple[float, float] | None = None
     batches_submitted: list[str] = field(default_factory=list)  # provider batch ids
@@ -117,13 +118,13 @@ class GenerateSummary:
         return self.valid / asked if asked else None
 
     def cost_per_1k_requests(self, price_per_hour: float) -> float | None:
-        """The marginal cost of 1,000 requests: at this run's rate on a priced device, or at
-        a provider's token prices."""
+        """The marginal cost of 1,000 requests: at this run's rate on its priced devices (an
+        hour of each), or at a provider's token prices."""
         if self.token_cost is not None:
             requests = self.stats.requests
             return self.token_cost / requests * 1000 if requests else None
         rate = self.stats.requests_per_second
-        return price_per_hour / 3600 / rate * 1000 if rate else None
+        return price_per_hour * self.devices / 3600 / rate * 1000 if rate else None
 
     def record(self) -> dict[str, object]:
         """What land needs, written into the output file's footer."""
@@ -149,6 +150,7 @@ class GenerateSummary:
             "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
             "preemptions": s.preemptions,
             "executor": self.executor,
+            "devices": self.devices if ran else None,
             "token_cost": self.token_cost,
             "batches_submitted": self.batches_submitted,
             "batches_collected": self.batches_collected,
@@ -189,6 +191,7 @@ class GenerateSummary:
                 total_tokens_per_second=round(s.total_tokens_per_second, 1),
                 engine_load_seconds=round(s.load_seconds, 3),
                 device=self.device,
+                devices=self.devices,
                 dtype=self.dtype,
             )
             optional = {
@@ -302,6 +305,7 @@ def _generate(
     progress.start()
     generator = get_generator()
     summary.device, summary.dtype = generator.device, generator.dtype
+    summary.devices = generator.devices
     progress.working()  # the rate counts from here (and the engine's start is set aside)
     stats = summary.stats
     set_aside = stats.load_seconds

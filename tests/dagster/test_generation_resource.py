@@ -136,6 +136,7 @@ def test_the_gpu_fields_reach_run_batch_s_command_line():
         files_hash="h",
         hidden_size=64,
         num_layers=2,
+        num_heads=4,
         num_kv_heads=1,
         head_dim=64,
         max_position_embeddings=2048,
@@ -151,3 +152,62 @@ def test_the_gpu_fields_reach_run_batch_s_command_line():
     assert spread[spread.index("--tensor-parallel-size") + 1] == "2"
     with pytest.raises(ValueError, match="vllm-run-batch"):
         VllmGenerator(model, eight).engine()  # the in-process engine refuses data parallelism
+
+
+def test_tensor_parallelism_must_split_the_model_s_heads_and_be_an_engine_s():
+    """The shipped model has 9 attention heads (3 key/value heads): vLLM refuses 2 GPUs per
+    engine at its start; the resource refuses it at load, naming the field and what fits."""
+    from batch_pipeline.executors.generation import parallel_problem
+    from batch_pipeline.inference.fake import fake_chat_model
+
+    model = fake_chat_model()  # the shipped model's shape
+    assert parallel_problem("vllm", model, 3, 1) is None
+    assert parallel_problem("vllm-run-batch", model, 3, 2) is None
+    field, why = parallel_problem("vllm-run-batch", model, 2, 1)
+    assert field == "tensor_parallel_size" and "one of 1, 3, 9" in why
+    assert parallel_problem("openai-batch", model, 3, 1)[0] == "tensor_parallel_size"
+    assert parallel_problem("vllm", model, 1, 2)[0] == "data_parallel_size"
+
+    @dg.asset
+    def needs_generation(generation: GenerationResource) -> None:
+        """Asks for the resource."""
+
+    for settings, words in (
+        ({"tensor_parallel_size": 2}, "attention heads"),
+        ({"executor": "vllm-run-batch", "tensor_parallel_size": 4}, "one of 1, 3, 9"),
+    ):
+        with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+            dg.materialize(
+                [needs_generation], resources={"generation": GenerationResource(**settings)}
+            )
+        message = str(raised.value.__cause__)
+        assert message.startswith("GenerationResource.tensor_parallel_size:") and words in message
+
+
+def test_execute_is_priced_by_the_gpus_its_engines_hold():
+    """Eight GPUs for an hour cost eight GPU hours: the run records the devices, and its cost
+    per 1,000 requests (and the run's measures) is the device price times them."""
+    from batch_pipeline.config import PipelineConfig
+    from batch_pipeline.inference.vllm_generator import EngineSettings
+    from batch_pipeline.measures.run import RunMeasures
+    from batch_pipeline.stages.generate import GenerateSummary, GenerationStats
+
+    assert EngineSettings(device="cuda", tensor_parallel_size=2, data_parallel_size=4).devices == 8
+    assert EngineSettings(device="cpu", data_parallel_size=2).devices == 1  # one host
+    stats = GenerationStats(requests=1000, seconds=100.0)
+    one = GenerateSummary(stats=stats, device="cuda", dtype="bfloat16")
+    eight = GenerateSummary(stats=stats, device="cuda", dtype="bfloat16", devices=8)
+    assert eight.cost_per_1k_requests(3.6) == pytest.approx(8 * one.cost_per_1k_requests(3.6))
+    assert eight.metadata(3.6)["devices"] == 8
+    config = PipelineConfig.model_validate(
+        {"collections": [{"name": "c", "source": {"kind": "filesystem", "path": "."}}],
+         "cost": {"device_hour": {"cuda": 3.6}}}
+    )  # fmt: skip
+    executed = {"inputs": 1000, "seconds": 100.0, "device": "cuda", "devices": 8}
+    measures = RunMeasures.from_execute(
+        executed, config, "manual", partition="c", started_at=0.0, finished_at=200.0
+    )
+    assert measures.device_price_hour == pytest.approx(8 * 3.6)
+    assert measures.execute_cost == pytest.approx(8 * 3.6 * 100 / 3600)
+    assert measures.metadata()["devices"] == 8
+    assert RunMeasures.from_record(measures.record()).devices == 8

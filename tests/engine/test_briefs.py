@@ -532,3 +532,25 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
     healthy = FakeGenerator()
     run(product, "run-2", healthy)
     assert len(product.briefs.rows(product.index)) == 3 and healthy.generated == []  # resumed
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--kind", "briefs", "--data-parallel-size", "2"],
+         "--data-parallel-size: above 1 needs executor vllm-run-batch"),
+        (["--kind", "briefs", "--executor", "vllm-run-batch", "--tensor-parallel-size", "2"],
+         "--tensor-parallel-size: 2 does not split SmolLM2-135M-Instruct's 9 attention heads"),
+        (["--tensor-parallel-size", "3"],
+         "--tensor-parallel-size: for --kind briefs only, not --kind index"),
+        (["--executor", "vllm-run-batch"], "--executor: for --kind briefs only"),
+    ],
+)  # fmt: skip
+def test_run_refuses_parallel_flags_no_engine_can_take_before_anything_runs(
+    briefs_workspace, capsys, flags, said
+):
+    args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    assert cli.main([*args, "run", "--collection", "handbook", *flags, "--run-id", "r1"]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"batch-pipeline: {said}")
+    tracking = TrackingStore(resolve_storage(str(briefs_workspace["home"])).tracking_url)
+    assert tracking.runs_with_id("r1") == []  # refused before any stage ran

@@ -14,12 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "batch-pipeline"
 
 
-def cli(workspace, *args):
+def cli(workspace, *args, env: dict[str, str] | None = None):
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "BATCH_PIPELINE_CONFIG": str(workspace / "pipeline.yaml"),
         "BATCH_PIPELINE_HOME": str(workspace / "home"),
+        **(env or {}),
     }
     done = subprocess.run(
         [str(CLI), *args], capture_output=True, text=True, timeout=600, env=env, cwd=workspace

@@ -96,6 +96,7 @@ runs = sa.Table(
     sa.Column("execute_seconds", sa.Float),  # embedding the inputs: the marginal time
     sa.Column("fixed_seconds", sa.Float),  # model load, calibration, warm-up: once per run
     sa.Column("device", sa.String(32)),
+    sa.Column("devices", sa.Integer),  # devices execute held (GPUs: tensor x data parallel)
     sa.Column("dtype", sa.String(16)),
     sa.Column("backend", sa.String(16)),  # what ran the model: torch, openvino
     sa.Column("calibration", sa.Text),  # JSON: how execute chose its backend and dtype
