@@ -34,6 +34,7 @@ class ReportedRun:
             "inputs_per_second": _round(m.inputs_per_second, 2),
             "tokens_per_second": _round(m.tokens_per_second, 1),
             "device": m.device,
+            "devices": m.devices,
             "dtype": m.dtype,
             "backend": m.backend,
             "executor": m.executor,
@@ -139,10 +140,13 @@ def trend_line(summary: dict[str, object]) -> str:
 
 def run_path(run: dict) -> str | None:
     """What ran a run's model, as `report` shows it: the backend (or a chat model's executor)
-    and the dtype; a provider's batch API by its executor alone."""
+    and the dtype, and the GPUs where more than one (`vllm-run-batch/bfloat16 x8`); a
+    provider's batch API by its executor alone."""
     executor = run.get("executor")
     if executor == "openai-batch":
         return executor
     if not run.get("dtype"):
         return None
-    return f"{executor or run.get('backend') or 'torch'}/{run['dtype']}"
+    path = f"{executor or run.get('backend') or 'torch'}/{run['dtype']}"
+    devices = run.get("devices") or 1
+    return f"{path} x{devices}" if devices > 1 else path

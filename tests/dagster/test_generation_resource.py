@@ -211,3 +211,13 @@ def test_execute_is_priced_by_the_gpus_its_engines_hold():
     assert measures.execute_cost == pytest.approx(8 * 3.6 * 100 / 3600)
     assert measures.metadata()["devices"] == 8
     assert RunMeasures.from_record(measures.record()).devices == 8
+
+
+def test_report_names_the_gpus_a_run_held():
+    from batch_pipeline.measures.report import run_path
+
+    run = {"executor": "vllm-run-batch", "dtype": "bfloat16"}
+    assert run_path(run) == "vllm-run-batch/bfloat16"
+    assert run_path({**run, "devices": 1}) == "vllm-run-batch/bfloat16"
+    assert run_path({**run, "devices": 8}) == "vllm-run-batch/bfloat16 x8"
+    assert run_path({"executor": "openai-batch", "devices": None}) == "openai-batch"
