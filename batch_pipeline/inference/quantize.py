@@ -53,8 +53,9 @@ def sample_key(samples: Sequence[dict[str, np.ndarray]]) -> str:
     return digest.hexdigest()[:16]
 
 
-def quantized_folder(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> Path:
-    return export.with_name(f"{export.name}-int8-{sample_key(samples)}")
+def quantized_folder(export: Path, key: str) -> Path:
+    """Where the int8 model of `export` calibrated on the sample hashed to `key` lives."""
+    return export.with_name(f"{export.name}-int8-{key}")
 
 
 def quantize_export(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> Path:
@@ -63,7 +64,8 @@ def quantize_export(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> P
     same sample and checks out, made (again) otherwise. Its folder."""
     if not samples:
         raise ValueError("int8 calibration needs at least one input")
-    folder = quantized_folder(export, samples)
+    key = sample_key(samples)
+    folder = quantized_folder(export, key)
     if (folder / INFO_FILE).is_file():
         problem = export_problem(folder)
         if problem is None:
@@ -83,7 +85,7 @@ def quantize_export(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> P
         preset=getattr(nncf.QuantizationPreset, PRESET.upper()),
         subset_size=len(samples),
     )
-    about = {"preset": PRESET, "sample": sample_key(samples), "inputs": len(samples),
+    about = {"preset": PRESET, "sample": key, "inputs": len(samples),
              "nncf": nncf.__version__}  # fmt: skip
     save_folder(quantized, folder, {"inputs": names, "quantized": about}, "the int8 model")
     return folder

@@ -69,7 +69,8 @@ def test_the_int8_model_stays_close_to_fp32_and_is_made_once_per_sample(
     monkeypatch.setattr(nncf, "quantize", lambda *a, **k: pytest.fail("quantized again"))
     assert quantize.quantize_export(export, sample) == folder  # the same sample: reused
     other = one_each(runner, CHUNKS[200:210])
-    assert quantize.quantized_folder(export, other) != folder  # another sample: another model
+    other_key = quantize.sample_key(other)
+    assert quantize.quantized_folder(export, other_key) != folder  # another sample: another model
 
 
 def test_a_damaged_int8_model_is_made_again_and_says_why(export, runner, caplog):
