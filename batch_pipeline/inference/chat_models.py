@@ -204,16 +204,14 @@ class ChatModel:
         """Why `size` engines' worth of GPUs cannot split this model's attention (vLLM's
         rule: the heads divide evenly, and the key/value heads either divide or are
         replicated evenly), or None."""
-        if size <= 1:
-            return None
         kv = self.num_kv_heads
-        if self.num_heads % size == 0 and (kv % size == 0 if size <= kv else size % kv == 0):
+
+        def splits(n: int) -> bool:
+            return self.num_heads % n == 0 and (kv % n == 0 if n <= kv else n % kv == 0)
+
+        if size <= 1 or splits(size):
             return None
-        fits = [
-            n
-            for n in range(1, self.num_heads + 1)
-            if self.num_heads % n == 0 and (kv % n == 0 if n <= kv else n % kv == 0)
-        ]
+        fits = [n for n in range(1, self.num_heads + 1) if splits(n)]
         return (
             f"{size} does not split {self.name}'s {self.num_heads} attention heads "
             f"({kv} key/value heads) evenly; it can be one of {', '.join(map(str, fits))}"
