@@ -37,8 +37,9 @@ from assets.stage_io import RUN_CHARTS, STAGE_CHARTS, as_metadata, parquet_metad
 from batch_pipeline.declaration import Product, ProductKind
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.generations.review import GenerationReview
+from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.products import product_for_partition
-from batch_pipeline.runs import Engine, RunRequest, StagedPartition, StageOutput
+from batch_pipeline.runs import Engine, Landing, RunRequest, StagedPartition, StageOutput
 from batch_pipeline.stages import COLLECT, Stage
 
 Context = dg.AssetExecutionContext
@@ -59,14 +60,23 @@ class LandCheck:
 
 @dataclass(frozen=True)
 class Landed:
-    """What the land reported on: the run, the product and partition, land's summary, and
-    the generation's review (None for a product reviewed by an asset of its own)."""
+    """What the land reported on: the run, the product and partition, the landing (the
+    product's summary and the frame's record of the run), and the generation's review (None
+    for a product reviewed by an asset of its own)."""
 
     context: Context
     product: Product
     partition: StagedPartition
-    summary: object  # the product's land summary
+    landing: Landing
     review: GenerationReview | None
+
+    @property
+    def summary(self):  # noqa: ANN201 - the product's land summary
+        return self.landing.summary
+
+    @property
+    def measures(self) -> RunMeasures:
+        return self.landing.measures
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,7 @@ def _summary_metadata(context: Context, stage: Stage, partition, output) -> dict
 
 
 def _land_metadata(landed: Landed) -> LandReport:
-    return LandReport(landed.summary.metadata())
+    return LandReport(landed.landing.metadata())
 
 
 @dataclass(frozen=True)
@@ -286,7 +296,7 @@ def build_product_assets(
             upstream(context, partition, stage) for stage in (collect, prepare, execute)
         )
         try:
-            summary = partition.land_stage(
+            landing = partition.land_stage(
                 request(context, partition, config.allow_mass_delete),
                 collected,
                 prepared,
@@ -299,18 +309,20 @@ def build_product_assets(
             )
         except spec.fatal as error:  # retrying cannot fix it
             raise dg.Failure(description=str(error), allow_retries=False) from None
-        report = spec.land_report(Landed(context, product, partition, summary, review))
+        report = spec.land_report(Landed(context, product, partition, landing, review))
         reviewed = review.metadata().items() if review is not None else ()
         values = {
             **report.metadata,
-            **summary.measures.metadata(),
+            "deletions_held": landing.deletions_held,
+            "deletions_held_reason": landing.deletions_held_reason,
+            **landing.measures.metadata(),
             **partition.rolling_measures(),
             "generation": partition.index,
             **({"generations_dropped": len(dropped)} if spec.reviews else {}),
             **{f"review_{k}": v for k, v in reviewed if k not in ("generation", "fingerprint")},
         }
         held_check = held_deletions_check(
-            context, summary.deletions_held, summary.deletions_held_reason
+            context, landing.deletions_held, landing.deletions_held_reason
         )
         return dg.MaterializeResult(
             metadata=as_metadata(values, spec.land_charts),

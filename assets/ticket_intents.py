@@ -96,14 +96,14 @@ def _land_report(landed: Landed) -> LandReport:
         context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
     shift = summary.mix.shift
     limit = context.resources.pipeline.config.tickets.max_mix_shift
-    completeness = summary.measures.completeness
+    completeness = landed.measures.completeness
     metadata = {
         "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
         "dagster/row_count": summary.mix.total,
         "dagster/column_schema": column_schema(
             intent_schema(product.model.embedding_dimension), DESCRIBED
         ),
-        **intent_mix_table(summary.metadata(product.taxonomy.names)),
+        **intent_mix_table(summary.metadata()),
         "taxonomy_version": product.taxonomy.version,
         "model_fingerprint": product.model_fingerprint,
         "fingerprints": FINGERPRINTS,

@@ -67,7 +67,7 @@ def _land_report(landed: Landed) -> LandReport:
     context, engine, summary = landed.context, landed.partition, landed.summary
     config = context.resources.pipeline.config
     run_id = context.run.run_id
-    measures, report = summary.measures, summary.reconciled
+    measures, report = landed.measures, summary.reconciled
     maintenance = {}
     if is_reconcile(context.run.tags):
         maintenance = engine.nightly_maintenance(

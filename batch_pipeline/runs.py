@@ -6,12 +6,16 @@ and a landing that records the run.
   stale) and runs collect -> prepare -> plan -> execute -> land. Plan and execute are the
   frame's own, through the partition's `executor` (embedding or generation, see
   `batch_pipeline.executors`); a product writes collect, prepare and land.
-- `landing` is the land stage's frame. On entry it takes the generation's landing lease, reads
-  the table's version and records the run's start (so a run that dies after a commit is
+- `landing` is the land stage's frame, and only the frame opens it (`StagedPartition.land_stage`
+  calls the product's `land` inside it). On entry it takes the generation's landing lease,
+  reads the table's version and records the run's start (so a run that dies after a commit is
   known). The product's land does its own work inside, asks the run's mass-deletion guard
-  before it deletes (`LandedRun.hold_deletions`), and reports a `RunOutcome`. On exit it
-  gathers every stage's seconds, builds the run's measures, writes its typed `RunRecord`,
-  drops the checkpoints the run has landed and prunes old stage files.
+  before it deletes (`LandedRun.hold_deletions`), and reports a `RunOutcome`, whose `deleted`
+  the frame holds against what the guard cleared. On exit it gathers every stage's seconds,
+  builds the run's measures, writes its typed `RunRecord`, drops the checkpoints the run has
+  landed and prunes old stage files. The land hands on a `Landing`: the product's summary and
+  the frame's record of the run (its measures and what the guard held back), which the assets
+  and the commands read.
 
 A product brings its stages and its counts; nothing here knows documents from tickets.
 """
@@ -57,12 +61,17 @@ class StageOutput:
 Engine = Embedder | Generator  # what an executor runs: an embedding model, or a chat model
 
 
+def no_engine() -> Engine:
+    """The loader of a request that must not load a model (a land replayed by hand)."""
+    raise RuntimeError("this run was given no engine to load")
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a run of one partition was asked to do; every stage reads what concerns it."""
 
     run_id: str
-    load: Callable[[], Engine]  # loads the executor's engine, called only if there is work
+    load: Callable[[], Engine] = no_engine  # loads the executor's engine, only if there is work
     options: ExecuteOptions = field(default_factory=ExecuteOptions)
     doc_ids: list[str] | None = None  # a targeted run (products that support it)
     trigger: str = MANUAL
@@ -144,6 +153,7 @@ class RunOutcome:
     counts: dict[str, int]
     attempted: int  # inputs the run tried to land or remove
     failed: int  # of those, failed in any stage
+    deleted: int  # inputs the land removed: never more than the guard cleared
     partition_inputs: int  # model inputs a full rebuild of the partition would compute
     table_version: int | None
     quarantined: int = 0
@@ -161,15 +171,53 @@ class LandedRun:
     measures: RunMeasures | None = None
     deletions_held: int = 0
     deletions_held_reason: str | None = None
+    cleared: int = 0  # deletions the guard let through: the most the land may remove
 
     def hold_deletions(self, deleting: int, adding: int = 0) -> str | None:
         """Why the land must not delete `deleting` inputs (while adding `adding` new ones),
         recorded on the run, or None when it may. Every product's land asks before it
-        deletes; what is held stays, and the run's record and checks say so."""
+        deletes; what is held stays, and the run's record and checks say so. A land that
+        removes more than it was cleared for fails in the frame (`RunOutcome.deleted`)."""
         held = self.guard.refusal(deleting, adding)
         if held is not None:
             self.deletions_held, self.deletions_held_reason = deleting, held
+        else:
+            self.cleared += deleting
         return held
+
+
+class UnguardedDeletionError(RuntimeError):
+    """A product's land removed inputs the mass-deletion guard did not clear: a bug in the
+    product, never an operator's doing."""
+
+
+@dataclass(frozen=True)
+class Landing:
+    """What a land hands on: the product's own summary (its nouns) and the frame's record of
+    the run (its measures, what the mass-deletion guard held back)."""
+
+    summary: object  # the product's land summary, with `metadata()`
+    run: LandedRun
+
+    @property
+    def measures(self) -> RunMeasures:
+        return self.run.measures
+
+    @property
+    def deletions_held(self) -> int:
+        return self.run.deletions_held
+
+    @property
+    def deletions_held_reason(self) -> str | None:
+        return self.run.deletions_held_reason
+
+    def metadata(self) -> dict[str, object]:
+        """The product's land metadata, and what the frame held back."""
+        return {
+            **self.summary.metadata(),
+            "deletions_held": self.deletions_held,
+            "deletions_held_reason": self.deletions_held_reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -182,25 +230,19 @@ class StageFiles:
 
 
 @contextmanager
-def landing(
-    scope: RunScope,
-    run_id: str,
-    files: StageFiles,
-    trigger: str = MANUAL,
-    retries: int = 0,
-    started_at: float | None = None,
-    allow_mass_delete: bool = False,
-) -> Iterator[LandedRun]:
-    """The land stage's frame (see the module docstring). `started_at` is when the run began
-    (default: when its collect started); `retries` how many of its steps were retried;
-    `allow_mass_delete` confirms deletions beyond the mass-deletion limits."""
+def landing(scope: RunScope, request: RunRequest, files: StageFiles) -> Iterator[LandedRun]:
+    """The land stage's frame (see the module docstring), for the run `request` asked for:
+    its `started_at` is when the run began (default: when its collect started), `retries`
+    how many of its steps were retried, `allow_mass_delete` confirms deletions beyond the
+    mass-deletion limits."""
+    run_id, started_at = request.run_id, request.started_at
     land_started = time.perf_counter()
     limits = scope.config.limits
     guard = DeletionGuard(
         limits.max_delete_fraction,
         limits.max_delete_documents,
         scope.landed_inputs,
-        confirmed=allow_mass_delete,
+        confirmed=request.allow_mass_delete,
         unit=f"{scope.unit} of {scope.partition}",  # "landed tickets of 2026-11-29"
     )
     with scope.tracking.landing_lease(scope.index, owner=run_id):
@@ -217,6 +259,12 @@ def landing(
     outcome = run.outcome
     if outcome is None:
         raise RuntimeError(f"the land of run {run_id} reported no outcome")
+    if outcome.deleted > run.cleared:
+        raise UnguardedDeletionError(
+            f"the land of run {run_id} removed {outcome.deleted} {scope.unit} of "
+            f"{scope.partition} but the mass-deletion guard cleared {run.cleared}: every "
+            "land asks `LandedRun.hold_deletions` before it deletes"
+        )
     executed = execute_record(files.executed)
     # a run that collected another's provider batches is that run's second half: one record,
     # from when the submitting run started
@@ -237,14 +285,14 @@ def landing(
     run.measures = RunMeasures.from_execute(
         executed,
         scope.config,
-        trigger,
+        request.trigger,
         partition=scope.partition,
         started_at=started_at or collected_at(files.collected),
         finished_at=time.time(),
         unit=scope.unit,
         attempted=outcome.attempted,
         failed=outcome.failed,
-        retries=retries,
+        retries=request.retries,
         quarantined=outcome.quarantined,
         completeness=outcome.completeness,
         partition_inputs=outcome.partition_inputs,
@@ -291,8 +339,8 @@ def remove_landed_checkpoints(checkpoints: StagePath, executed: StagePath) -> No
 
 class StagedPartition(ABC):
     """One partition of a product, as the frame runs it: the product writes `collect`,
-    `prepare` and `land` (each `*_stage` reads what concerns it from the request) and says
-    where it lands; plan, execute, the run and its scope are the frame's."""
+    `prepare` and `land` (each reads what concerns it from the request) and says where it
+    lands; plan, execute, the landing, the run and its scope are the frame's."""
 
     config: PipelineConfig
     tracking: TrackingStore
@@ -347,9 +395,10 @@ class StagedPartition(ABC):
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput: ...
 
     @abstractmethod
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> object: ...
+    def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> object:
+        """The product's land, inside the frame's `landing`: write its rows, ask
+        `run.hold_deletions` before deleting anything, and set `run.outcome`. Returns the
+        product's land summary (with `metadata()`)."""
 
     # ------------------------------------------------------------- the frame's
 
@@ -389,6 +438,16 @@ class StagedPartition(ABC):
             self.unit,
             self.landed_inputs,
         )
+
+    def land_stage(
+        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
+    ) -> Landing:
+        """Land the run: the product's `land` inside the frame's `landing`, which holds back
+        mass deletions and records the run with its measures."""
+        files = StageFiles(collected, prepared, executed)
+        with landing(self.run_scope, request, files) as run:
+            summary = self.land(run, request, files)
+        return Landing(summary, run)
 
     def plan(
         self, run_id: str, prepared: StagePath, options: ExecuteOptions | None = None

@@ -130,6 +130,7 @@ def peak_rss_mib() -> float:
 
 
 def run_size(documents: int) -> dict:
+    from batch_pipeline.runs import RunRequest
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -179,12 +180,8 @@ def run_size(documents: int) -> dict:
         )
         timed(
             "land",
-            lambda: pipeline.land(
-                "bench",
-                collected.path,
-                chunks.path,
-                embeddings.path,
-                pipeline.model.embedding_dimension,
+            lambda: pipeline.land_stage(
+                RunRequest("bench"), collected.path, chunks.path, embeddings.path
             ),
         )
         figures["table_rows"] = pipeline.store.stats(pipeline.index).rows

@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from batch_pipeline.briefs.store import BriefStore, brief_fields, brief_schema
 from batch_pipeline.config.output_schema import OutputSchema
-from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.state.staging import StagePath, read_batches, read_table, stage_summary
 
 LAND_GROUP = 2000  # briefs per commit: memory holds one group, not the run
@@ -45,9 +44,6 @@ class BriefLandSummary:
     failed: dict[str, str] = field(default_factory=dict)  # doc_id -> why
     failed_keys: dict[str, str] = field(default_factory=dict)  # doc_id -> its staleness key
     table_version: int | None = None
-    deletions_held: int = 0  # briefs of deleted documents kept: beyond the mass-deletion limits
-    deletions_held_reason: str | None = None
-    measures: RunMeasures | None = None  # the run's, set by the frame once it has landed
     batches_pending: int = 0  # a provider's batches still running: the next run lands them
 
     def metadata(self) -> dict[str, object]:
@@ -55,8 +51,6 @@ class BriefLandSummary:
             "briefs_landed": len(self.landed_ids),
             "briefs_deleted": len(self.deleted_ids),
             "briefs_failed": len(self.failed),
-            "deletions_held": self.deletions_held,
-            "deletions_held_reason": self.deletions_held_reason,
             "batches_pending": self.batches_pending,
         }
 
@@ -68,7 +62,7 @@ def land_briefs(
     index: str,
     output: OutputSchema,
     lineage: BriefLineage,
-    hold_deletions: Callable[[int, int], str | None] | None = None,
+    hold_deletions: Callable[[int, int], str | None],
 ) -> BriefLandSummary:
     """Land a run's briefs into the generation's table (see the module docstring).
     `hold_deletions(deleting, adding)` is the run frame's mass-deletion guard: the reason
@@ -84,10 +78,8 @@ def land_briefs(
     deleted = list(prepared.get("deleted") or [])
     summary = BriefLandSummary()
     # weighed before anything lands; the stale documents bound the new ones from above
-    held = hold_deletions(len(deleted), int(prepared.get("stale") or 0)) if hold_deletions else None
-    if held is not None:
-        summary.deletions_held, summary.deletions_held_reason = len(deleted), held
-        deleted = []
+    if hold_deletions(len(deleted), int(prepared.get("stale") or 0)) is not None:
+        deleted = []  # those briefs stay; the frame records what it held back
     schema = brief_schema(output)
     rows: list[dict] = []
 

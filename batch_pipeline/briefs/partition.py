@@ -13,12 +13,12 @@ from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, pre
 from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.runs import (
+    LandedRun,
     ProductPartition,
     RunOutcome,
     RunRequest,
     StageFiles,
     StageOutput,
-    landing,
 )
 from batch_pipeline.sources.reading import read_document
 from batch_pipeline.stages import Stage
@@ -114,21 +114,12 @@ class BriefPartition(ProductPartition):
         )
         return StageOutput(out, summary)
 
-    def land(
-        self,
-        run_id: str,
-        collected: StagePath,
-        prepared: StagePath,
-        executed: StagePath,
-        trigger: str,
-        retries: int = 0,
-        started_at: float | None = None,
-        allow_mass_delete: bool = False,
-    ) -> BriefLandSummary:
-        """Land the run's briefs in the run frame, and record each document's failure.
-        Deletions beyond the mass-deletion limits are held back
-        (`BriefLandSummary.deletions_held`) unless `allow_mass_delete`."""
-        product = self.product
+    def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> BriefLandSummary:
+        """Land the run's briefs inside the frame's landing (`StagedPartition.land_stage`),
+        deleting only what its mass-deletion guard clears, and record each document's
+        failure."""
+        product, run_id = self.product, request.run_id
+        prepared, executed = files.prepared, files.executed
         lineage = BriefLineage(
             collection=product.collection_name,
             partition=self.partition,
@@ -138,55 +129,52 @@ class BriefPartition(ProductPartition):
             model_fingerprint=product.model.fingerprint,
             run_id=run_id,
         )
-        files = StageFiles(collected, prepared, executed)
         product.record()
-        scope = self.run_scope
-        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
-            summary = land_briefs(
-                prepared,
-                executed,
-                product.briefs,
-                self.index,
-                product.output,
-                lineage,
-                run.hold_deletions,
+        summary = land_briefs(
+            prepared,
+            executed,
+            product.briefs,
+            self.index,
+            product.output,
+            lineage,
+            run.hold_deletions,
+        )
+        failures = [  # under the key it failed with: not tried again while that holds
+            FailureRecord(
+                doc_id,
+                "execute",
+                "invalid_output",
+                "InvalidOutput",
+                reason,
+                content_hash=summary.failed_keys.get(doc_id),
             )
-            failures = [  # under the key it failed with: not tried again while that holds
-                FailureRecord(
-                    doc_id,
-                    "execute",
-                    "invalid_output",
-                    "InvalidOutput",
-                    reason,
-                    content_hash=summary.failed_keys.get(doc_id),
-                )
-                for doc_id, reason in sorted(summary.failed.items())
-            ]
-            known = self.tracking.failures_by_doc(self.index) if failures else {}
-            rekeyed = [  # a failure under another key counts no try against this one
-                f.doc_id
-                for f in failures
-                if f.doc_id in known and known[f.doc_id].get("content_hash") != f.content_hash
-            ]
-            gone = summary.landed_ids + summary.deleted_ids + rekeyed
-            self.tracking.forget_failures(self.index, gone)
-            self.tracking.record_failures(self.index, failures, run_id)
-            total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
-            prepared_summary = stage_summary(prepared)
-            self._track(total, prepared_summary)
-            run.outcome = RunOutcome(
-                counts={
-                    "briefs_generated": len(summary.landed_ids),
-                    "briefs_deleted": len(summary.deleted_ids),
-                    "briefs_failed": len(summary.failed),
-                    "briefs_in_table": total,
-                },
-                attempted=len(summary.landed_ids) + len(summary.failed) + len(summary.deleted_ids),
-                failed=len(summary.failed),
-                partition_inputs=total + len(summary.failed),
-                table_version=summary.table_version,
-            )
-        summary.measures = run.measures
+            for doc_id, reason in sorted(summary.failed.items())
+        ]
+        known = self.tracking.failures_by_doc(self.index) if failures else {}
+        rekeyed = [  # a failure under another key counts no try against this one
+            f.doc_id
+            for f in failures
+            if f.doc_id in known and known[f.doc_id].get("content_hash") != f.content_hash
+        ]
+        gone = summary.landed_ids + summary.deleted_ids + rekeyed
+        self.tracking.forget_failures(self.index, gone)
+        self.tracking.record_failures(self.index, failures, run_id)
+        total = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
+        prepared_summary = stage_summary(prepared)
+        self._track(total, prepared_summary)
+        run.outcome = RunOutcome(
+            counts={
+                "briefs_generated": len(summary.landed_ids),
+                "briefs_deleted": len(summary.deleted_ids),
+                "briefs_failed": len(summary.failed),
+                "briefs_in_table": total,
+            },
+            attempted=len(summary.landed_ids) + len(summary.failed) + len(summary.deleted_ids),
+            failed=len(summary.failed),
+            deleted=len(summary.deleted_ids),
+            partition_inputs=total + len(summary.failed),
+            table_version=summary.table_version,
+        )
         summary.batches_pending = int(stage_summary(executed).get("pending_batches") or 0)
         return summary
 
@@ -222,17 +210,3 @@ class BriefPartition(ProductPartition):
 
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
         return self.prepare(request.run_id, collected)
-
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> BriefLandSummary:
-        return self.land(
-            request.run_id,
-            collected,
-            prepared,
-            executed,
-            request.trigger,
-            started_at=request.started_at,
-            retries=request.retries,
-            allow_mass_delete=request.allow_mass_delete,
-        )

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.questions import QuestionRows
 from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
@@ -28,6 +27,7 @@ from batch_pipeline.executors.openai_batch import BatchApiSettings, window_secon
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.measures.progress import ProgressSink, duration
 from batch_pipeline.reports.text import printable
+from batch_pipeline.runs import Landing
 
 DEFAULT_LIMIT = 20  # briefs `briefs` prints without --doc-id
 
@@ -159,11 +159,11 @@ def run_briefs(
     interval: float,
     embedder_for: EmbedderFor,
     on_wait: Callable[[str, str], None],
-) -> BriefLandSummary:
+) -> Landing:
     """Run the briefs of the whole collection, or of the shard `--partition` names, then
     review their generation (faithfulness embeds with `embedder_for`'s models);
-    `on_wait(holder, partition)` hears a run that holds the partition. Returns the land's
-    summary."""
+    `on_wait(holder, partition)` hears a run that holds the partition. Returns the land
+    summary and the frame's record of the run."""
     run_id = args.run_id or str(uuid.uuid4())
     generator = product.generator
     partition = product.partition(getattr(args, "partition", None) or product.collection_name)
@@ -190,7 +190,7 @@ def run_briefs(
             product.config.cost.device_price(generator.device)
         ),
         "land": land.metadata(),
-        "failed": land.failed,
+        "failed": land.summary.failed,
         "measures": measures.metadata() if measures is not None else None,
         "review": review.metadata(),
         "questions": questions.metadata(),
@@ -234,7 +234,7 @@ def run_briefs(
                 "(estimated)"
             )
         print(line)
-    for doc_id, reason in sorted(land.failed.items())[:10]:
+    for doc_id, reason in sorted(land.summary.failed.items())[:10]:
         print(f"  failed: {printable(doc_id)}: {printable(reason)}")
     scores = (review.scores or {}).get("candidate") or {}
     figures = ", ".join(f"{k} {v:.3f}" for k, v in sorted(scores.items()))

@@ -9,22 +9,20 @@ from typing import TextIO
 from tqdm import tqdm
 
 from batch_pipeline.briefs.kind import BRIEFS
-from batch_pipeline.briefs.land import BriefLandSummary
 from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli import tickets as ticket_commands
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.index.kind import INDEX
-from batch_pipeline.index.land import LandSummary
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate, duration
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.products import KINDS, kind_named, product_for_partition
+from batch_pipeline.runs import Landing
 from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE, STAGES
 from batch_pipeline.tickets.kind import TICKETS
-from batch_pipeline.tickets.land import TicketLandSummary
 
 RUN_KINDS = tuple(kind.name for kind in KINDS)  # the built-in kinds `run --kind` takes
 OLD_KIND_SPELLING = (INDEX.name, BRIEFS.name)  # `run --product index|briefs`, for a release
@@ -138,7 +136,7 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                 "per 1k inputs (estimated)"
             )
         print(line)
-        upkeep = summaries[LAND.name].indexes
+        upkeep = summaries[LAND.name].summary.indexes
         for name, reason in (upkeep.built if upkeep else {}).items():
             print(f"  index {name} built: {reason}")
         for name, reason in (upkeep.failed if upkeep else {}).items():
@@ -232,9 +230,7 @@ def _unread(pipeline: IndexPartition, run_id: str, measures: RunMeasures) -> int
     return UNREAD_EXIT
 
 
-def _held_deletions(
-    landed: LandSummary | TicketLandSummary | BriefLandSummary, asset: str = LAND.asset
-) -> int:
+def _held_deletions(landed: Landing, asset: str = LAND.asset) -> int:
     """Exit status 3, and what to do, when the run held back a mass deletion."""
     if not landed.deletions_held:
         return 0

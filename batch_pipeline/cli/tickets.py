@@ -125,16 +125,17 @@ def run_day(  # noqa: ANN201
             "run_id": run_id,
             "day": args.day,
             **{name: s.metadata() for name, s in summaries.items() if name != "land"},
-            "land": landed.metadata(product.taxonomy.names),
+            "land": landed.metadata(),
             "measures": measures.metadata(),
             "generation": review.metadata(),
         }
         print(json.dumps(report, indent=2, default=str))
         return landed
+    day = landed.summary
     print(
-        f"run {run_id}: {args.day}: {landed.tickets_classified} tickets classified, "
-        f"{landed.tickets_unchanged} unchanged, {landed.tickets_removed} removed, "
-        f"{len(landed.failures)} failed; {duration(measures.wall_seconds)} wall-clock"
+        f"run {run_id}: {args.day}: {day.tickets_classified} tickets classified, "
+        f"{day.tickets_unchanged} unchanged, {day.tickets_removed} removed, "
+        f"{len(day.failures)} failed; {duration(measures.wall_seconds)} wall-clock"
     )
     print(f"  generation {review.generation}: {review.decision}: {review.reason}")
     return landed

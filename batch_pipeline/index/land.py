@@ -20,7 +20,6 @@ from batch_pipeline.faults import crash_point
 from batch_pipeline.index.join import vectors_in_chunk_order
 from batch_pipeline.index.prepare import CHUNKS_SCHEMA
 from batch_pipeline.iterables import batched
-from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.sources.reading import metadata_json
 from batch_pipeline.stages.collect import (
     CHANGED,
@@ -61,14 +60,11 @@ class LandSummary:
     table_version: int | None = None
     documents_superseded: int = 0  # a concurrent run landed newer content first
     compacted: bool = False  # small commits had piled up past the thresholds
-    deletions_held: int = 0  # deletions not landed: more than the mass-deletion limits allow
-    deletions_held_reason: str | None = None
     failures: list[FailureRecord] = field(default_factory=list)
-    # set by the pipeline once landed: the table checked against tracking, the partition's
-    # completeness from that check, and the run's measures
+    # set by the pipeline once landed: the table checked against tracking, and the
+    # partition's completeness from that check
     reconciled: ReconcileReport | None = None
     completeness: dict[str, float | int] = field(default_factory=dict)
-    measures: RunMeasures | None = None
     indexes: IndexUpkeep | None = None  # what the land's upkeep did to the table's indexes
     # the indexes as the land left them, read under its lease: another shard's land that
     # commits rows after it cannot make them look stale (`indexes_current` reads this)
@@ -89,8 +85,6 @@ class LandSummary:
             "chunks_removed": self.chunks_removed,
             "documents_superseded": self.documents_superseded,
             "compacted": self.compacted,
-            "deletions_held": self.deletions_held,
-            "deletions_held_reason": self.deletions_held_reason,
         }
 
 
@@ -104,7 +98,7 @@ class LandingContext:
     fingerprint: str
     dimension: int
     # the frame's mass-deletion guard: why deleting (n, while adding m) is held back, or None
-    hold_deletions: Callable[[int, int], str | None] | None = None
+    hold_deletions: Callable[[int, int], str | None]
     metadata_fields: dict[str, str] = field(default_factory=dict)  # declared: name -> type
 
 
@@ -143,7 +137,7 @@ def land_documents(
 
     deleted_set = set(deleted)
     # weighed before anything lands, against what the partition held when the run began
-    held = ctx.hold_deletions(len(deleted), added) if ctx.hold_deletions else None
+    held = ctx.hold_deletions(len(deleted), added)
 
     def not_superseded(doc_ids: list[str]) -> list[str]:
         """Drop documents another run landed newer content of since this run collected."""
@@ -222,9 +216,7 @@ def land_documents(
     if group:
         commit(group, [])
         finished.update(group)
-    if held is not None:  # land everything else; these stay pending until confirmed
-        summary.deletions_held, summary.deletions_held_reason = len(deleted), held
-    else:
+    if held is None:  # else land everything else; these stay pending until confirmed
         for batch in batched(deleted, DOCS_PER_COMMIT):
             commit({}, batch)
     if summary.table_version is None:

@@ -35,18 +35,17 @@ from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resol
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import (
     DOCUMENTS,
-    MANUAL,
     BackfillEstimate,
     backfill_estimate,
 )
 from batch_pipeline.names import generation_index, question_index
 from batch_pipeline.runs import (
+    LandedRun,
     RunOutcome,
     RunRequest,
     StagedPartition,
     StageFiles,
     StageOutput,
-    landing,
 )
 from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
 from batch_pipeline.stages import COLLECT, PREPARE, STAGES, Stage
@@ -282,67 +281,50 @@ class IndexPartition(StagedPartition):
         """Execute checkpoints, shared by the runs of one model fingerprint until landed."""
         return self.staging.checkpoint_dir(self.partition, self.fingerprint)
 
-    def land(
-        self,
-        run_id: str,
-        collected: StagePath,
-        chunks: StagePath,
-        embeddings: StagePath,
-        dimension: int,
-        trigger: str = MANUAL,
-        retries: int = 0,
-        started_at: float | None = None,
-        allow_mass_delete: bool = False,
-    ) -> LandSummary:
-        """Land the run in the run frame (`batch_pipeline.runs.landing`), which records it
-        with its measures: `trigger` says what started it, `retries` how many of its steps
-        were retried, `started_at` when it started (default: when its collect started).
-        Deletions beyond the mass-deletion limits are held back
-        (`LandSummary.deletions_held`) unless `allow_mass_delete`."""
-        upkeep = self.config.maintenance
-        files = StageFiles(collected, chunks, embeddings)
-        scope = self.run_scope
-        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
-            ctx = LandingContext(
-                collection=self.name,
-                index=self.index,
-                partition=self.partition,
-                run_id=run_id,
-                model_name=self.model.name,
-                fingerprint=self.fingerprint,
-                dimension=dimension,
-                hold_deletions=run.hold_deletions,
-                metadata_fields=dict(self.collection.metadata.fields),
-            )
-            summary: LandSummary = land_documents(
-                self.store, self.tracking, ctx, collected, chunks, embeddings
-            )
-            summary.compacted = bool(
-                self.store.maintain_if_needed(
-                    self.index,
-                    upkeep.max_fragments,
-                    upkeep.max_versions,
-                    timedelta(minutes=upkeep.threshold_version_retention_minutes),
-                )
-            )
-            self.tracking.record_failures(self.index, summary.failures, run_id)
-            indexes = self.indexes()
-            if indexes is not None:  # under the lease: one upkeep at a time
-                summary.indexes = indexes.keep_current()
-            # as this land left them, before another lands (the question rows are landed,
-            # and their indexes checked, by the briefs' question_rows under their own lease)
-            summary.index_health = self.index_health(summary.indexes, (self.index,))
-            # under the lease: concurrent shard runs update the same generation record
-            self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
-            summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
-            summary.completeness = partition_completeness(
-                self.tracking,
+    def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> LandSummary:
+        """Land the run's documents inside the frame's landing (`StagedPartition.land_stage`),
+        asking its mass-deletion guard before deleting; then the table's upkeep, its indexes,
+        the generation's record and the partition's completeness, under the landing lease."""
+        upkeep, run_id, collected = self.config.maintenance, request.run_id, files.collected
+        ctx = LandingContext(
+            collection=self.name,
+            index=self.index,
+            partition=self.partition,
+            run_id=run_id,
+            model_name=self.model.name,
+            fingerprint=self.fingerprint,
+            dimension=self.model.embedding_dimension,
+            hold_deletions=run.hold_deletions,
+            metadata_fields=dict(self.collection.metadata.fields),
+        )
+        summary: LandSummary = land_documents(
+            self.store, self.tracking, ctx, collected, files.prepared, files.executed
+        )
+        summary.compacted = bool(
+            self.store.maintain_if_needed(
                 self.index,
-                self.config.limits.quarantine_after_failures,
-                summary.reconciled,
+                upkeep.max_fragments,
+                upkeep.max_versions,
+                timedelta(minutes=upkeep.threshold_version_retention_minutes),
             )
-            run.outcome = self._outcome(run_id, summary)
-        summary.measures = run.measures
+        )
+        self.tracking.record_failures(self.index, summary.failures, run_id)
+        indexes = self.indexes()
+        if indexes is not None:  # under the lease: one upkeep at a time
+            summary.indexes = indexes.keep_current()
+        # as this land left them, before another lands (the question rows are landed,
+        # and their indexes checked, by the briefs' question_rows under their own lease)
+        summary.index_health = self.index_health(summary.indexes, (self.index,))
+        # under the lease: concurrent shard runs update the same generation record
+        self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
+        summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
+        summary.completeness = partition_completeness(
+            self.tracking,
+            self.index,
+            self.config.limits.quarantine_after_failures,
+            summary.reconciled,
+        )
+        run.outcome = self._outcome(run_id, summary)
         return summary
 
     def indexes(self, index: str | None = None) -> TableIndexes | None:
@@ -403,6 +385,7 @@ class IndexPartition(StagedPartition):
                 + failed
             ),
             failed=failed,
+            deleted=landed.documents_deleted,
             quarantined=int(completeness["documents_quarantined"]),
             completeness=float(completeness["completeness"]),
             partition_inputs=self.landed_totals()[1],
@@ -494,18 +477,3 @@ class IndexPartition(StagedPartition):
 
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
         return self.prepare(request.run_id, collected, request.progress, request.progress_interval)
-
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> LandSummary:
-        return self.land(
-            request.run_id,
-            collected,
-            prepared,
-            executed,
-            self.model.embedding_dimension,
-            trigger=request.trigger,
-            started_at=request.started_at,
-            retries=request.retries,
-            allow_mass_delete=request.allow_mass_delete,
-        )

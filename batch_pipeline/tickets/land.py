@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.state.staging import StagePath, read_batches, read_table
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
@@ -44,21 +43,18 @@ class TicketLandSummary:
     tickets_removed: int = 0
     table_version: int | None = None
     committed: bool = False
-    deletions_held: int = 0  # tickets gone from the export beyond the mass-deletion limits
-    deletions_held_reason: str | None = None
     failures: list[FailureRecord] = field(default_factory=list)
     mix: IntentMix = field(default_factory=IntentMix)
-    measures: RunMeasures | None = None  # set once the run is recorded
+    intents: list[str] = field(default_factory=list)  # the taxonomy's, in its order
 
-    def metadata(self, intents: list[str]) -> dict[str, object]:
+    def metadata(self) -> dict[str, object]:
         return {
             "tickets_newly_classified": self.tickets_classified,
             "tickets_unchanged": self.tickets_unchanged,
             "tickets_removed": self.tickets_removed,
             "tickets_failed": len(self.failures),
-            "deletions_held": self.deletions_held,
             "committed": self.committed,
-            **self.mix.metadata(intents),
+            **self.mix.metadata(self.intents),
         }
 
 
@@ -78,13 +74,13 @@ def land_day(
     embeddings_path: StagePath | Path,
     known_vectors: Callable[[], dict[str, np.ndarray]],
     classifier: Callable[[], IntentClassifier],
-    hold_deletions: Callable[[int, int], str | None] | None = None,
+    hold_deletions: Callable[[int, int], str | None],
 ) -> TicketLandSummary:
     """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
     this model computed before, by input hash; `classifier()` is only called if some ticket
     needs classifying. Tickets gone from the export that `hold_deletions` (the run frame's
-    mass-deletion guard) holds back keep their rows (`deletions_held`): an export that
-    shrank that far is more likely broken."""
+    mass-deletion guard) holds back keep their rows: an export that shrank that far is more
+    likely broken."""
     summary = TicketLandSummary()
     columns = ["ticket_id", "channel", "input_hash", "input_text"]
     inputs = read_table(inputs_path, columns).to_pylist()
@@ -104,10 +100,8 @@ def land_day(
     listed = {row["ticket_id"] for row in inputs}
     gone = [at for ticket_id, at in by_ticket.items() if ticket_id not in listed]
     new = sum(1 for row in inputs if row["ticket_id"] not in by_ticket)
-    held = hold_deletions(len(gone), new) if hold_deletions is not None else None
-    if held is not None:
+    if hold_deletions(len(gone), new) is not None:
         keep += gone
-        summary.deletions_held, summary.deletions_held_reason = len(gone), held
     else:
         summary.tickets_removed = len(gone)
     new_rows = pa.Table.from_pylist([], schema=intent_schema(target.dimension))

@@ -2,7 +2,7 @@
 land inside the frame, and where its runs are recorded."""
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
@@ -11,16 +11,15 @@ import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.embedding import EmbeddingExecutor
-from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import load_tokenizer
-from batch_pipeline.measures.run import MANUAL, TICKETS
+from batch_pipeline.measures.run import TICKETS
 from batch_pipeline.runs import (
+    LandedRun,
     ProductPartition,
     RunOutcome,
     RunRequest,
     StageFiles,
     StageOutput,
-    landing,
 )
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, read_table
@@ -123,55 +122,43 @@ class DayPartition(ProductPartition):
                 counts.append(dict(Counter(rows["intent"].to_pylist())))
         return counts
 
-    def land(
-        self,
-        run_id: str,
-        collected: StagePath,
-        inputs: StagePath,
-        embeddings: StagePath,
-        get_runner: Callable[[], Embedder],
-        trigger: str = MANUAL,
-        retries: int = 0,
-        started_at: float | None = None,
-        allow_mass_delete: bool = False,
-    ) -> TicketLandSummary:
-        """Classify and write the day, and record its failures, in the run frame
-        (`batch_pipeline.runs.landing`), which records the run with its measures. Tickets
-        gone from the export beyond the mass-deletion limits keep their rows unless
-        `allow_mass_delete` (`TicketLandSummary.deletions_held`)."""
+    def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> TicketLandSummary:
+        """Classify and write the day, and record its failures, inside the frame's landing
+        (`StagedPartition.land_stage`); tickets gone from the export are removed only as far
+        as its mass-deletion guard clears. The classifier loads the run's engine only if a
+        ticket needs classifying."""
         product = self.product
         index = product.index
         record = product.record()
         target = DayTarget(
             index,
             self.partition,
-            run_id,
+            request.run_id,
             product.model_fingerprint,
             product.taxonomy.version,
             product.model.embedding_dimension,
         )
         collected_rows = read_table(
-            collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
+            files.collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
         )
-        files = StageFiles(collected, inputs, embeddings)
-        scope = self.run_scope
-        with landing(scope, run_id, files, trigger, retries, started_at, allow_mass_delete) as run:
-            summary = land_day(
-                product.intents,
-                target,
-                inputs,
-                embeddings,
-                self.known_vectors,
-                lambda: product.classifier_for(record, get_runner),
-                run.hold_deletions,
-            )
-            summary.failures = collected_failures(collected_rows) + summary.failures
-            product.tracking.replace_failures(index, f"{self.partition}/", summary.failures, run_id)
-            rows = product.store.count_rows(index)
-            product.registry.update(product.name, product.fingerprint, rows=rows, documents=rows)
-            run.outcome = self._outcome(collected_rows.num_rows, summary, collected_rows)
+        summary = land_day(
+            product.intents,
+            target,
+            files.prepared,
+            files.executed,
+            self.known_vectors,
+            lambda: product.classifier_for(record, request.load),
+            run.hold_deletions,
+        )
+        summary.intents = product.taxonomy.names
+        summary.failures = collected_failures(collected_rows) + summary.failures
+        product.tracking.replace_failures(
+            index, f"{self.partition}/", summary.failures, request.run_id
+        )
+        rows = product.store.count_rows(index)
+        product.registry.update(product.name, product.fingerprint, rows=rows, documents=rows)
+        run.outcome = self._outcome(collected_rows.num_rows, summary, collected_rows)
         summary.mix = summary.mix.with_shift(self.trailing_counts())
-        summary.measures = run.measures
         return summary
 
     @staticmethod
@@ -189,6 +176,7 @@ class DayPartition(ProductPartition):
             },
             attempted=read,
             failed=len(landed.failures),
+            deleted=landed.tickets_removed,
             completeness=landed.mix.total / valid if valid else 1.0,
             partition_inputs=valid,
             table_version=landed.table_version,
@@ -203,18 +191,3 @@ class DayPartition(ProductPartition):
 
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
         return self.prepare(request.run_id, collected)
-
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> TicketLandSummary:
-        return self.land(
-            request.run_id,
-            collected,
-            prepared,
-            executed,
-            request.load,
-            trigger=request.trigger,
-            started_at=request.started_at,
-            retries=request.retries,
-            allow_mass_delete=request.allow_mass_delete,
-        )

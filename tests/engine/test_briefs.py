@@ -62,7 +62,7 @@ def test_every_document_is_briefed_once_into_typed_rows_with_their_lineage(brief
     result = run(product, "run-1")
     rows = product.briefs.rows(product.index)
     assert [r["doc_id"] for r in rows] == ["account/reset-password.md", "notes.txt", "refunds.md"]
-    assert result["land"].failed == {}
+    assert result["land"].summary.failed == {}
     for row in rows:
         assert len(row["questions"]) == 3 and row["audience"] == "owner"
         assert json.loads(row["raw_output"])["summary"] == row["summary"]
@@ -96,7 +96,7 @@ def test_a_deleted_document_loses_its_brief(briefs_workspace):
     run(product, "run-1")
     (briefs_workspace["docs"] / "notes.txt").unlink()
     result = run(product, "run-2")
-    assert result["land"].deleted_ids == ["notes.txt"]
+    assert result["land"].summary.deleted_ids == ["notes.txt"]
     assert [r["doc_id"] for r in product.briefs.rows(product.index)] == [
         "account/reset-password.md",
         "refunds.md",
@@ -129,7 +129,11 @@ def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_wor
     schema_path.write_text(json.dumps(schema))
     product = product_of(briefs_workspace)
     result = run(product, "run-1")
-    assert set(result["land"].failed) == {"account/reset-password.md", "notes.txt", "refunds.md"}
+    assert set(result["land"].summary.failed) == {
+        "account/reset-password.md",
+        "notes.txt",
+        "refunds.md",
+    }
     assert product.briefs.rows(product.index) == []
     failures = product.tracking.failures_by_doc(product.index)
     assert "summary" in failures["refunds.md"]["message"]
@@ -138,7 +142,9 @@ def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_wor
     assert review.decision == "refused" and "3 of 3 documents have no valid brief" in review.reason
     again = run(product, "run-2")  # greedy: the same key would fail the same way
     assert again["prepare"].failed_before == 3 and len(product.generator.generated) == 3
-    assert set(product.tracking.failures_by_doc(product.index)) == set(result["land"].failed)
+    assert set(product.tracking.failures_by_doc(product.index)) == set(
+        result["land"].summary.failed
+    )
 
 
 class CrashingGenerator(FakeGenerator):
@@ -191,7 +197,7 @@ def test_a_large_run_lands_in_groups_and_every_brief_lands_whole(briefs_workspac
     product = product_of(briefs_workspace)
     result = run(product, "run-1")
     assert len(product.briefs.rows(product.index)) == 3
-    assert result["land"].table_version >= 3  # three commits, not one
+    assert result["land"].summary.table_version >= 3  # three commits, not one
 
 
 def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
@@ -271,7 +277,7 @@ def test_a_rerun_with_nothing_changed_does_not_promote_a_generation_lacking_brie
     document of the full pass counts, the one that failed included."""
     product = product_of(briefs_workspace, OfficeFailingGenerator())
     first = run(product, "run-1")
-    assert set(first["land"].failed) == {"notes.txt"}
+    assert set(first["land"].summary.failed) == {"notes.txt"}
     review = product.review(lambda model: pytest.fail("no live index"))
     assert review.decision == "refused" and "1 of 3 documents have no valid brief" in review.reason
     again = run(product, "run-2")
@@ -311,7 +317,7 @@ def test_a_prompt_refused_by_an_engine_setting_is_generated_once_the_setting_is_
     config, storage, name, generator, documents, _, tracking, store = product_args(briefs_workspace)
     settings = PromptPlanSettings(max_model_len=300)
     tight = BriefProduct(config, storage, name, generator, documents, settings, tracking, store)
-    first = run(tight, "run-1")["land"]
+    first = run(tight, "run-1")["land"].summary
     assert len(first.failed) == 3 and all("max_model_len" in r for r in first.failed.values())
     assert first.failed_keys == {}  # the setting's, not the documents'
     failures = tight.tracking.failures_by_doc(tight.index)
@@ -320,7 +326,7 @@ def test_a_prompt_refused_by_an_engine_setting_is_generated_once_the_setting_is_
     roomy = product_of(briefs_workspace)  # max_model_len back to its default
     assert roomy.fingerprint == tight.fingerprint  # an engine setting: the same generation
     second = run(roomy, "run-2")
-    assert second["execute"].stats.requests == 3 and second["land"].failed == {}
+    assert second["execute"].stats.requests == 3 and second["land"].summary.failed == {}
     assert len(roomy.briefs.rows(roomy.index)) == 3
 
 
@@ -373,8 +379,8 @@ def test_a_request_failed_in_the_engine_is_sent_again_and_never_checkpointed(bri
     product = product_of(briefs_workspace)
     office = lambda prompt: "office" in prompt.user  # noqa: E731
     first = run(product, "run-1", FailingEngine(office))
-    assert set(first["land"].failed) == {"notes.txt"}  # listed, with the engine's reason
-    assert "finish_reason=error" in first["land"].failed["notes.txt"]
+    assert set(first["land"].summary.failed) == {"notes.txt"}  # listed, with the engine's reason
+    assert "finish_reason=error" in first["land"].summary.failed["notes.txt"]
     assert first["execute"].engine_faults == 1
     again = FakeGenerator()
     second = run(product, "run-2", again)  # not the document's failure: tried again
@@ -409,7 +415,7 @@ def test_an_invalid_output_in_bfloat16_is_tried_once_more_and_float32_s_is_not(
     generator = HalfPrecisionOfficeFailing()
     product = product_of(briefs_workspace, generator)
     assert product.invalid_output_tries == 2
-    assert set(run(product, "run-1")["land"].failed) == {"notes.txt"}
+    assert set(run(product, "run-1")["land"].summary.failed) == {"notes.txt"}
     second = run(product, "run-2")
     assert second["prepare"].failed_before == 0 and generator.calls == 2  # tried again
     third = run(product, "run-3")
@@ -425,8 +431,8 @@ def test_an_invalid_output_in_bfloat16_is_tried_once_more_and_float32_s_is_not(
 def test_a_retried_bfloat16_output_that_comes_out_valid_lands(briefs_workspace):
     generator = HalfPrecisionOfficeFailing(heals=2)
     product = product_of(briefs_workspace, generator)
-    assert set(run(product, "run-1")["land"].failed) == {"notes.txt"}
-    assert run(product, "run-2")["land"].failed == {}
+    assert set(run(product, "run-1")["land"].summary.failed) == {"notes.txt"}
+    assert run(product, "run-2")["land"].summary.failed == {}
     assert len(product.briefs.rows(product.index)) == 3
     assert product.tracking.failures_by_doc(product.index) == {}
 

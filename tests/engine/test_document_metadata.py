@@ -63,7 +63,7 @@ def test_front_matter_fills_typed_columns_and_a_change_to_it_alone_embeds_nothin
     assert {r["product"] for r in after} == {"accounts"}
     assert [r["vector"] for r in after] == [r["vector"] for r in rows]
     assert {r["run_id"] for r in after} == {"run-1"}  # the vectors' lineage is kept
-    assert out["land"].table_version == version + 1  # one commit (then the index upkeep)
+    assert out["land"].summary.table_version == version + 1  # one commit (then the index upkeep)
 
 
 def test_search_filters_on_declared_fields_and_shows_metadata(workspace, make_pipeline, runner):

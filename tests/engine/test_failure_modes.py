@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from batch_pipeline.config import load_config
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.runs import RunRequest
 from batch_pipeline.state.storage import resolve_storage
 
 
@@ -47,8 +48,7 @@ def test_a_document_deleted_between_collect_and_prepare(make_pipeline, runner, w
     chunks = pipeline.prepare("run-1", collected.path)
     plan = pipeline.plan("run-1", chunks.path)
     embeddings = pipeline.execute("run-1", plan.path, lambda: runner)
-    dim = pipeline.model.embedding_dimension
-    pipeline.land("run-1", collected.path, chunks.path, embeddings.path, dim)
+    pipeline.land_stage(RunRequest("run-1"), collected.path, chunks.path, embeddings.path)
     assert "refunds.md" in doc_ids(pipeline)  # landed from the collected snapshot
     out = pipeline.run("run-2", runner)
     assert out["collect"].counts["deleted"] == 1
@@ -120,7 +120,7 @@ def test_hostile_doc_ids_are_escaped_everywhere(hostile_sql, runner, tmp_path):
             .values(body="Edited body.", updated_at=datetime(2026, 11, 2, tzinfo=UTC))
         )
     out = pipeline.run("run-2", runner)
-    assert out["land"].documents_deleted == 1 and out["land"].documents_landed == 1
+    assert out["land"].summary.documents_deleted == 1 and out["land"].summary.documents_landed == 1
     assert doc_ids(pipeline) == ({*HOSTILE, "plain"} - {"a' OR 1=1 --"})
     assert pipeline.tracking.document_count(pipeline.index) == len(HOSTILE)
 
@@ -155,7 +155,7 @@ def test_an_unreadable_folder_is_unseen_not_deleted(
 
     monkeypatch.setattr(os, "scandir", unlistable)
     out = pipeline.run("run-2", fake_embedder)
-    assert out["land"].documents_deleted == 0 and out["collect"].counts["deleted"] == 0
+    assert out["land"].summary.documents_deleted == 0 and out["collect"].counts["deleted"] == 0
     assert "private/salaries.md" in doc_ids(pipeline)
     assert out["collect"].metadata()["unlisted"] == ["private/"]
     (failure,) = pipeline.tracking.list_failures(pipeline.index)
@@ -290,7 +290,7 @@ def test_a_file_name_that_is_not_utf8_is_a_failure_and_the_rest_lands(
     (failure,) = pipeline.tracking.list_failures(pipeline.index)
     assert "the name 'caf\\\\xe9.md' is not UTF-8: rename the file" in failure["message"]
     assert {"notes.txt", "refunds.md"} <= doc_ids(pipeline)
-    assert out["land"].documents_landed >= 2
+    assert out["land"].summary.documents_landed >= 2
     args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
     for command in ("status", "doctor", "failures"):
         assert cli.main([*args, command]) in (0, 1)

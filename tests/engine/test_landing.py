@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.index import join, land
+from batch_pipeline.runs import RunRequest
 from batch_pipeline.state.staging import read_table
 
 
@@ -38,7 +39,7 @@ def test_small_join_buckets_and_commit_groups_land_the_same_table(
     got = _table(pipeline)
 
     assert got.keys() == expected.keys()
-    assert out["land"].documents_landed == len({r["doc_id"] for r in expected.values()})
+    assert out["land"].summary.documents_landed == len({r["doc_id"] for r in expected.values()})
     for chunk_id, row in expected.items():
         assert got[chunk_id]["input_hash"] == row["input_hash"]
         np.testing.assert_array_equal(got[chunk_id]["vector"], row["vector"])
@@ -116,14 +117,14 @@ def test_a_run_overtaken_by_newer_content_counts_those_chunks_as_superseded(
     path.write_text("# Refund policy\n\nVersion two, newer, of the refund rules.\n")
     os.utime(path, (1_900_000_100, 1_900_000_100))
     fast = make_pipeline().run("run-b", fake_embedder)  # ... run B lands version two first
-    assert fast["land"].documents_landed == 1
+    assert fast["land"].summary.documents_landed == 1
 
     chunks = pipeline.prepare("run-a", slow.path)
     plan = pipeline.plan("run-a", chunks.path)
     embeddings = pipeline.execute("run-a", plan.path, lambda: fake_embedder)
-    landed = pipeline.land(
-        "run-a", slow.path, chunks.path, embeddings.path, pipeline.model.embedding_dimension
-    )
+    landed = pipeline.land_stage(
+        RunRequest("run-a"), slow.path, chunks.path, embeddings.path
+    ).summary
     assert landed.documents_superseded == 1 and landed.documents_landed == 0
     assert landed.chunks_superseded == chunks.summary.chunks > 0
     assert landed.chunks_written == landed.chunks_embedded == 0

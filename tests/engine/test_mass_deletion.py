@@ -119,7 +119,7 @@ def test_an_emptied_source_lands_the_rest_and_holds_the_deletions(source, fake_e
     source.put(*NEW)
 
     landed = engine_for(source).run("run-2", fake_embedder)["land"]
-    assert landed.documents_landed == 1 and landed.documents_deleted == 0
+    assert landed.summary.documents_landed == 1 and landed.summary.documents_deleted == 0
     assert landed.deletions_held == 4
     assert landed.deletions_held_reason == (
         "the run would delete 4 of 4 landed documents of kb (100%), "
@@ -132,7 +132,7 @@ def test_an_emptied_source_lands_the_rest_and_holds_the_deletions(source, fake_e
     assert pipeline.tracking.freshness(pipeline.index)["pending"] == 4
 
     confirmed = engine_for(source).run("run-3", fake_embedder, allow_mass_delete=True)["land"]
-    assert confirmed.documents_deleted == 4 and confirmed.deletions_held == 0
+    assert confirmed.summary.documents_deleted == 4 and confirmed.deletions_held == 0
     assert pipeline.store.stats(pipeline.index).documents == 1
     assert pipeline.tracking.freshness(pipeline.index)["pending"] == 0
 
@@ -141,7 +141,7 @@ def test_deleting_less_than_the_limit_needs_no_confirmation(source, fake_embedde
     engine_for(source).run("run-1", fake_embedder)
     source.remove("page-0.md")  # 1 of 4: 25%
     landed = engine_for(source).run("run-2", fake_embedder)["land"]
-    assert landed.documents_deleted == 1 and landed.deletions_held == 0
+    assert landed.summary.documents_deleted == 1 and landed.deletions_held == 0
 
 
 def test_replacing_a_few_old_documents_by_many_new_ones_is_no_mass_deletion(source, fake_embedder):
@@ -151,8 +151,8 @@ def test_replacing_a_few_old_documents_by_many_new_ones_is_no_mass_deletion(sour
     for n in range(12):  # ... while twelve new ones come: 4 of the 12 it will hold
         source.put(f"new-{n:02d}.md", f"# New {n}\n\nA new page, number {n}.\n")
     landed = engine_for(source).run("run-2", fake_embedder)["land"]
-    assert landed.deletions_held == 0 and landed.documents_deleted == 4
-    assert landed.documents_landed == 12
+    assert landed.deletions_held == 0 and landed.summary.documents_deleted == 4
+    assert landed.summary.documents_landed == 12
 
 
 def test_the_cli_exits_3_and_says_how_to_confirm(source, fake_embedder, capsys, monkeypatch):

@@ -127,8 +127,8 @@ def test_a_refused_request_is_its_document_s_failure_and_not_sent_again(provider
     batch_api.fail = lambda cid: (refused.append(cid) or 400) if not refused else None
     landed = run(product, "run-1")["land"]
     assert [len(ids) for ids in batch_api.created] == [8]  # a 400 says the request is bad
-    assert len(briefs(product)) == 7 and len(landed.failed) == 1
-    assert "status 400" in next(iter(landed.failed.values()))
+    assert len(briefs(product)) == 7 and len(landed.summary.failed) == 1
+    assert "status 400" in next(iter(landed.summary.failed.values()))
 
 
 def test_an_expired_batch_lands_what_completed_and_plans_the_rest_again(provider, batch_api):
@@ -136,7 +136,7 @@ def test_an_expired_batch_lands_what_completed_and_plans_the_rest_again(provider
     batch_api.expire_after = 3  # each batch answers three requests before its window ends
     landed = run(product, "run-1")["land"]
     assert [len(ids) for ids in batch_api.created] == [8, 5]  # the expired five, once more
-    assert len(briefs(product)) == 6 and landed.failed == {}  # not failures: no answer yet
+    assert len(briefs(product)) == 6 and landed.summary.failed == {}  # not failures: no answer yet
     assert product.tracking.failure_count(product.index) == 0
     batch_api.expire_after = None
     run(product, "run-2")  # the two left are planned again

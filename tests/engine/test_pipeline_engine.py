@@ -8,6 +8,7 @@ import pytest
 from batch_pipeline.config import ConfigError
 from batch_pipeline.index import partition as pipeline_module
 from batch_pipeline.inference.devices import ModelLoadError
+from batch_pipeline.runs import RunRequest
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import collect
 
@@ -37,8 +38,8 @@ def test_full_run_lands_every_chunk_with_lineage(make_pipeline, runner):
     pipeline = make_pipeline()
     out = pipeline.run("run-1", runner)
     landed = rows(pipeline)
-    assert out["land"].documents_landed == 3
-    assert len(landed) == out["prepare"].chunks == out["land"].chunks_written
+    assert out["land"].summary.documents_landed == 3
+    assert len(landed) == out["prepare"].chunks == out["land"].summary.chunks_written
     assert {r["doc_id"] for r in landed.values()} == {
         "account/reset-password.md",
         "refunds.md",
@@ -85,7 +86,7 @@ def test_second_run_embeds_nothing(make_pipeline, runner):
     assert out["collect"].counts["unchanged"] == 3
     assert out["plan"].inputs == 0
     assert out["execute"].stats.inputs == 0
-    assert out["land"].chunks_written == 0
+    assert out["land"].summary.chunks_written == 0
     assert rows(pipeline) == before
 
 
@@ -131,8 +132,8 @@ def test_deleting_a_file_removes_its_rows(make_pipeline, runner, workspace):
     (workspace["docs"] / "refunds.md").unlink()
     out = pipeline.run("run-2", runner)
     assert out["collect"].counts["deleted"] == 1
-    assert out["land"].documents_deleted == 1
-    assert out["land"].chunks_removed >= 1
+    assert out["land"].summary.documents_deleted == 1
+    assert out["land"].summary.chunks_removed >= 1
     assert all(r["doc_id"] != "refunds.md" for r in rows(pipeline).values())
     assert "refunds.md" not in pipeline.tracking.landed_documents(pipeline.index)
 
@@ -147,10 +148,10 @@ def test_replaying_a_run_changes_nothing(make_pipeline, runner, workspace):
     chunks = pipeline.prepare(run_id, collected.path)
     plan = pipeline.plan(run_id, chunks.path)
     embeddings = pipeline.execute(run_id, plan.path, lambda: runner)
-    dim = pipeline.model.embedding_dimension
-    pipeline.land(run_id, collected.path, chunks.path, embeddings.path, dim)
+    request = RunRequest(run_id)
+    pipeline.land_stage(request, collected.path, chunks.path, embeddings.path)
     first = rows(pipeline)
-    replay = pipeline.land(run_id, collected.path, chunks.path, embeddings.path, dim)
+    replay = pipeline.land_stage(request, collected.path, chunks.path, embeddings.path).summary
     second = rows(pipeline)
     assert replay.chunks_removed == 0
     assert second.keys() == first.keys()
@@ -188,7 +189,7 @@ def test_bad_input_is_recorded_and_the_run_goes_on(
     pipeline = make_pipeline()
     out = pipeline.run("run-1", runner)
     assert out["collect"].counts["failed"] == 1
-    assert out["land"].documents_landed == 3  # everything else landed
+    assert out["land"].summary.documents_landed == 3  # everything else landed
     failures = pipeline.tracking.list_failures(pipeline.index)
     assert [(f["doc_id"], f["reason"], f["stage"]) for f in failures] == [(name, reason, "collect")]
     assert failures[0]["message"]

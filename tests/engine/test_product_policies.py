@@ -1,7 +1,9 @@
-"""The policies every product follows because it is a product, shown on each of the three:
-the run frame's mass-deletion guard, `generations.review: every_run`, and the retention of
-retired generations. No product writes any of them; the frame (`runs.landing`) and the
-reviewer (`GenerationReviewer`) do."""
+"""The policies every product follows because it is a product, shown on every kind the
+registry holds (the built-in ones and the test product `tests/lengths/`, declared), by one
+body each that never asks which kind it runs: the run frame's mass-deletion guard,
+`generations.review: every_run`, and the retention of retired generations. No product writes
+any of them; the frame (`StagedPartition.land_stage`) and the reviewer (`GenerationReviewer`)
+do."""
 
 import json
 import shutil
@@ -11,17 +13,21 @@ from pathlib import Path
 import pytest
 
 from batch_pipeline.config import load_config
+from batch_pipeline.declaration import Product, ProductTarget
 from batch_pipeline.generations.registry import DROPPED, RETIRED
+from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.fake import FakeGenerator
-from batch_pipeline.products import configured_products
+from batch_pipeline.products import KINDS, kind_named, product_env, product_targets
+from batch_pipeline.runs import UnguardedDeletionError
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
+from tests.lengths.kind import LENGTHS
 from tests.support import write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = "2026-11-29"
-PRODUCTS = ["vector_index", "document_briefs", "ticket_intents"]
+KIND_NAMES = [kind.name for kind in (*KINDS, LENGTHS)]  # every kind there is
 
 
 def sample_tickets(count: int = 12) -> list[dict]:
@@ -30,8 +36,9 @@ def sample_tickets(count: int = 12) -> list[dict]:
 
 
 class Workspace:
-    """One collection with briefs, and the ticket intents, over folders; the products' runs
-    with the FAKE embedder and generator (the policies, not the models, are under test)."""
+    """One collection with every product a collection can have, and the ticket intents, over
+    folders; each product's runs on the FAKE embedder or generator, as its model needs (the
+    policies, not the models, are under test)."""
 
     def __init__(self, root: Path, embedder, generations: str = "") -> None:  # noqa: ANN001
         self.root = root
@@ -52,7 +59,12 @@ class Workspace:
             "  source: {kind: filesystem, path: exports}\n"
             "  taxonomy: intent_taxonomy.yaml\n"
             "  evaluation: {path: eval.jsonl, tolerance: 1.0, min_accuracy: 0.0}\n"
-            '  start_date: "2026-11-20"\n' + generations
+            '  start_date: "2026-11-20"\n'
+            "products:\n"
+            "  lengths:\n"
+            "    declaration: tests.lengths.kind:LENGTHS\n"
+            "    collections: [handbook]\n"
+            "    buckets: [100, 200]\n" + generations
         )
         self.generator = FakeGenerator()
 
@@ -60,65 +72,97 @@ class Workspace:
         lines = "\n".join(json.dumps(t) for t in tickets) + "\n"
         (self.root / "exports" / f"{DAY}.jsonl").write_text(lines)
 
-    def product(self, kind: str):  # noqa: ANN201 - a products.Product
+    def target(self, kind: str) -> ProductTarget:
+        config = load_config(self.root / "pipeline.yaml")
+        (target,) = [t for t in product_targets(config) if t.kind == kind]
+        return target
+
+    def product(self, kind: str) -> Product:
+        """The workspace's one product of `kind`, opened through the registry."""
         config = load_config(self.root / "pipeline.yaml")
         storage = resolve_storage(str(self.root / "home"))
         tracking, store = TrackingStore(storage.tracking_url), VectorStore(storage.lancedb_uri)
-        products = configured_products(config, storage, tracking, store, generator=self.generator)
-        (product,) = [p for p in products if p.kind == kind]
-        return product
+        env = product_env(config, storage, tracking, store, self.generator)
+        return kind_named(kind, config).open(env, self.target(kind))
 
-    def run(self, product, run_id: str, allow_mass_delete: bool = False):  # noqa: ANN001, ANN201
-        """One run of the product's partition; its land's summary."""
-        engine, embedder = product.engine, self.embedder
-        if product.kind == "vector_index":
-            partition, runner = engine, lambda: embedder
-        elif product.kind == "document_briefs":
-            partition, runner = engine.partition("handbook"), lambda: self.generator
-        else:
-            partition, runner = engine.day(DAY), lambda: embedder
-        return partition.run(run_id, runner, allow_mass_delete=allow_mass_delete)["land"]
+    def key(self, kind: str) -> str:
+        """The partition a run of the product takes: its collection, or the sample's day."""
+        return self.target(kind).collection or DAY
 
-    def lose_inputs(self, kind: str) -> None:
-        """What an unmounted volume or a truncated export looks like: most inputs gone."""
-        if kind == "ticket_intents":
-            self.write_tickets(sample_tickets()[:2])  # 10 of 12 gone
-            return
+    def run(self, kind: str, run_id: str, allow_mass_delete: bool = False):  # noqa: ANN201
+        """One run of the product's partition, on the FAKE engine its model needs; the
+        landing (the product's summary and the frame's record)."""
+        partition = self.product(kind).partition(self.key(kind))
+
+        def engine():  # noqa: ANN202
+            return self.generator if isinstance(partition.model, ChatModel) else self.embedder
+
+        return partition.run(run_id, engine, allow_mass_delete=allow_mass_delete)["land"]
+
+    def lose_inputs(self) -> None:
+        """What an unmounted volume or a truncated export looks like, for every product at
+        once: every document gone, and 10 of the day's 12 tickets."""
         shutil.rmtree(self.docs)
-        self.docs.mkdir()  # every document gone
+        self.docs.mkdir()
+        self.write_tickets(sample_tickets()[:2])
 
-    def rows(self, product) -> int:  # noqa: ANN001
-        return product.engine.store.count_rows(product.index)
+    def rows(self, kind: str) -> int:
+        product = self.product(kind)
+        return product.store.count_rows(product.index)
 
 
-@pytest.mark.parametrize("kind", PRODUCTS)
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_every_product_holds_back_a_mass_deletion_until_it_is_confirmed(
     kind, tmp_path, fake_embedder
 ):
     ws = Workspace(tmp_path, fake_embedder)
-    product = ws.product(kind)
-    ws.run(product, "run-1")
-    before = ws.rows(product)
+    ws.run(kind, "run-1")
+    before = ws.rows(kind)
     assert before > 0
-    ws.lose_inputs(kind)
+    ws.lose_inputs()
 
-    held = ws.run(ws.product(kind), "run-2")
+    held = ws.run(kind, "run-2")
     assert held.deletions_held > 0
     assert "more than limits.max_delete_fraction (0.5)" in held.deletions_held_reason
-    whose = {"ticket_intents": f"tickets of {DAY}"}.get(kind, "documents of handbook")
-    assert f"landed {whose} (" in held.deletions_held_reason  # it names what it weighed
-    assert ws.rows(product) == before  # nothing was deleted
-    (record, *_) = product.engine.tracking.partition_runs(
-        [DAY if kind == "ticket_intents" else "handbook"], 1, product.index
-    )
+    unit = ws.product(kind).partition(ws.key(kind)).unit
+    assert f"landed {unit} of {ws.key(kind)} (" in held.deletions_held_reason  # what it weighed
+    assert held.metadata()["deletions_held"] == held.deletions_held  # the frame's, reported
+    assert ws.rows(kind) == before  # nothing was deleted
+    product = ws.product(kind)
+    (record, *_) = product.engine.tracking.partition_runs([ws.key(kind)], 1, product.index)
     assert record["run_id"] == "run-2" and record["deletions_held"] == held.deletions_held
 
-    confirmed = ws.run(ws.product(kind), "run-3", allow_mass_delete=True)
+    confirmed = ws.run(kind, "run-3", allow_mass_delete=True)
     assert confirmed.deletions_held == 0
-    assert ws.rows(product) < before
+    assert ws.rows(kind) < before
 
 
-@pytest.mark.parametrize("kind", PRODUCTS)
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_a_land_that_deletes_past_the_guard_fails_in_the_frame(
+    kind, tmp_path, fake_embedder, monkeypatch
+):
+    """A product's land that removes inputs without the guard's clearance fails the run: the
+    frame holds every land's reported deletions against what the guard cleared."""
+    ws = Workspace(tmp_path, fake_embedder)
+    ws.run(kind, "run-1")
+    ws.lose_inputs()
+    partition_class = kind_named(kind, load_config(tmp_path / "pipeline.yaml")).partition
+    monkeypatch.setattr(  # a land that never asks, as a careless product would write it
+        partition_class, "land", _land_without_asking(partition_class.land)
+    )
+    with pytest.raises(UnguardedDeletionError, match="cleared 0"):
+        ws.run(kind, "run-2", allow_mass_delete=True)
+
+
+def _land_without_asking(land):  # noqa: ANN001, ANN202
+    def unasked(self, run, request, files):  # noqa: ANN001, ANN202
+        run.hold_deletions = lambda deleting, adding=0: None  # deletes, and never asks
+        return land(self, run, request, files)
+
+    return unasked
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_every_product_reviews_again_on_every_run_only_when_configured(
     kind, tmp_path, fake_embedder
 ):
@@ -128,19 +172,19 @@ def test_every_product_reviews_again_on_every_run_only_when_configured(
     for policy, evaluated in (("on_change", False), ("every_run", True)):
         ws = Workspace(tmp_path / policy, fake_embedder, f"generations: {{review: {policy}}}\n")
         product = ws.product(kind)
-        ws.run(product, "run-1")
+        ws.run(kind, "run-1")
         assert product.review(embedder_for).evaluated
         again = ws.product(kind).review(embedder_for)
         assert again.evaluated is evaluated, policy
 
 
-@pytest.mark.parametrize("kind", PRODUCTS)
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_every_product_drops_retired_generations_after_their_retention(
     kind, tmp_path, fake_embedder
 ):
     ws = Workspace(tmp_path, fake_embedder, "generations: {retention_days: 2}\n")
     product = ws.product(kind)
-    ws.run(product, "run-1")
+    ws.run(kind, "run-1")
     reviewer = product.reviewer
     registry, name = reviewer.registry, product.name
     registry.promote(name, product.fingerprint, "first", already_live_ok=True)

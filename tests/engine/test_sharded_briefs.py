@@ -77,9 +77,11 @@ def test_a_shard_deletes_only_its_own_documents_briefs(sharded):
     other = next(s for s in SHARDS if s != owner)
     (docs / gone).unlink()
     landed = run(product, other, "run-other")["land"]
-    assert landed.deleted_ids == [] and gone in briefed(product)  # not another shard's to delete
+    assert landed.summary.deleted_ids == [] and gone in briefed(
+        product
+    )  # not another shard's to delete
     landed = run(product, owner, "run-owner")["land"]
-    assert landed.deleted_ids == [gone]
+    assert landed.summary.deleted_ids == [gone]
     assert set(briefed(product)) == ARTICLES - {gone}
     record = product.registry.get(product.name, product.fingerprint)
     assert (record.documents, record.rows) == (23, 23)
@@ -94,7 +96,7 @@ def test_an_emptied_shard_holds_its_deletions_against_its_own_share(sharded):
     for doc_id in mine:  # a quarter of the collection, all of the shard
         (docs / doc_id).unlink()
     landed = run(product, shard, "run-empty")["land"]
-    assert landed.deletions_held == len(mine) and landed.deleted_ids == []
+    assert landed.deletions_held == len(mine) and landed.summary.deleted_ids == []
     assert set(briefed(product)) == ARTICLES
 
 

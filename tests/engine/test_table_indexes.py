@@ -46,7 +46,7 @@ def test_a_land_builds_the_full_text_indexes_and_leaves_the_small_table_to_a_fla
 ):
     pipeline = partition(tmp_path, count=8)
     landed = pipeline.run("run-1", fake_embedder)["land"]
-    assert set(landed.indexes.built) == {"text_idx", "title_idx"}
+    assert set(landed.summary.indexes.built) == {"text_idx", "title_idx"}
     assert names(pipeline) == {"text_idx", "title_idx"}  # under min_rows: no ANN index
     health = pipeline.index_health()
     assert health.ok and health.metadata()["unindexed_rows"] == 0
@@ -62,7 +62,9 @@ def test_the_ann_index_comes_at_min_rows_and_a_one_document_publish_leaves_none_
     page = tmp_path / "docs" / "article-03.md"
     page.write_text(page.read_text() + "\n\nA new paragraph about error code E4242.\n")
     landed = pipeline.run("run-2", fake_embedder)["land"]
-    assert landed.indexes.built == {} and landed.indexes.folded  # folded, not rebuilt
+    assert (
+        landed.summary.indexes.built == {} and landed.summary.indexes.folded
+    )  # folded, not rebuilt
     states = [s for found in pipeline.index_health().states.values() for s in found]
     assert {s.name for s in states} == {VECTOR_INDEX, "text_idx", "title_idx"}
     assert all(s.present and s.unindexed_rows == 0 for s in states)  # none left unindexed
@@ -78,7 +80,7 @@ def test_the_ann_index_is_retrained_once_the_table_outgrows_its_training(tmp_pat
     for page in (tmp_path / "more").iterdir():
         page.rename(tmp_path / "docs" / f"more-{page.name}")
     landed = pipeline.run("run-2", fake_embedder)["land"]
-    reason = landed.indexes.built[VECTOR_INDEX]
+    reason = landed.summary.indexes.built[VECTOR_INDEX]
     assert f"from {trained:,} rows at training" in reason and "rebuild_growth 1.5" in reason
     assert pipeline.tracking.index_builds(pipeline.index)[VECTOR_INDEX].rows > trained
 
@@ -92,9 +94,9 @@ def test_a_failed_build_leaves_the_land_committed_and_names_the_index(
     monkeypatch.setattr(TableIndexes, "_config", fail)
     pipeline = partition(tmp_path, count=8)
     landed = pipeline.run("run-1", fake_embedder)["land"]
-    assert landed.documents_landed == 8  # the rows are in
-    assert set(landed.indexes.failed) == {"text_idx", "title_idx"}
-    health = pipeline.index_health(landed.indexes)
+    assert landed.summary.documents_landed == 8  # the rows are in
+    assert set(landed.summary.indexes.failed) == {"text_idx", "title_idx"}
+    health = pipeline.index_health(landed.summary.indexes)
     assert not health.ok
     assert any(p.startswith("text_idx: build failed: OSError") for p in health.problems)
     monkeypatch.undo()
@@ -122,7 +124,7 @@ def test_a_damaged_index_is_found_and_built_again(tmp_path, fake_embedder):
         search(reader, query, k=1, runner=fake_embedder, mode="text")
     assert search(reader, query, k=1, runner=fake_embedder)[0].doc_id == "article-07.md"
     landed = pipeline.run("run-2", fake_embedder)["land"]
-    assert all(reason.startswith("damaged") for reason in landed.indexes.built.values())
+    assert all(reason.startswith("damaged") for reason in landed.summary.indexes.built.values())
     assert pipeline.index_health().ok
 
 

@@ -122,7 +122,7 @@ def tickets(request, tmp_path):
 
 def run_day(product: TicketProduct, runner, day: str = DAY, run_id: str = "r1"):  # noqa: ANN001, ANN201
     out = product.day(day).run(run_id, runner)
-    return out["land"], out
+    return out["land"].summary, out
 
 
 def embedder_for(runner):  # noqa: ANN001, ANN201

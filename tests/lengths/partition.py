@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batch_pipeline.measures.run import DOCUMENTS, RunMeasures
+from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.runs import (
+    LandedRun,
     ProductPartition,
     RunOutcome,
     RunRequest,
     StageFiles,
     StageOutput,
-    landing,
 )
 from batch_pipeline.stages import COLLECT, Stage
 from batch_pipeline.stages.collect import CHANGED, FAILED, NEW, QUARANTINED, UNCHANGED
@@ -60,17 +60,12 @@ class LengthLandSummary:
     landed: int = 0
     deleted: int = 0
     failed: dict[str, str] = field(default_factory=dict)
-    deletions_held: int = 0
-    deletions_held_reason: str | None = None
-    measures: RunMeasures | None = None
 
     def metadata(self) -> dict[str, object]:
         return {
             "documents_landed": self.landed,
             "documents_deleted": self.deleted,
             "documents_failed": len(self.failed),
-            "deletions_held": self.deletions_held,
-            "deletions_held_reason": self.deletions_held_reason,
         }
 
 
@@ -140,70 +135,53 @@ class LengthPartition(ProductPartition):
             }
         return StageOutput(out, Counted(len(prepared)))
 
-    def land_stage(
-        self, request: RunRequest, collected: StagePath, prepared: StagePath, executed: StagePath
-    ) -> LengthLandSummary:
+    def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> LengthLandSummary:
         product, run_id = self.product, request.run_id
         product.record()
-        facts = stage_summary(prepared)
-        buckets = dict(
-            zip(*(c.to_pylist() for c in read_table(executed, ["input_hash", "bucket"]).columns),
-                strict=True)
-        )  # fmt: skip
+        facts = stage_summary(files.prepared)
+        executed = read_table(files.executed, ["input_hash", "bucket"])
+        buckets = dict(zip(*(c.to_pylist() for c in executed.columns), strict=True))
         summary = LengthLandSummary()
-        files = StageFiles(collected, prepared, executed)
-        scope = self.run_scope
-        with landing(
-            scope,
+        deleted = list(facts["deleted"])
+        if run.hold_deletions(len(deleted), int(facts["stale"])) is not None:
+            deleted = []
+        rows = [  # by document: two documents with one content each get their own row
+            {"doc_id": r["doc_id"], "partition": self.partition,
+             "bucket": buckets[r["input_hash"]], "size": r["size"],
+             "input_hash": r["input_hash"], "run_id": run_id, "fingerprint": self.fingerprint}
+            for r in read_table(files.prepared).to_pylist()
+            if r["stale"] and r["input_hash"] in buckets
+        ]  # fmt: skip
+        table = self.store.open(self.index) or self.store.create_table(self.index, TABLE)
+        merge = table.merge_insert("doc_id").when_matched_update_all()
+        merge = merge.when_not_matched_insert_all()
+        if deleted:
+            merge = merge.when_not_matched_by_source_delete(in_filter("doc_id", deleted))
+        if rows or deleted:
+            commit_with_retries(table, lambda: merge.execute(pa.Table.from_pylist(rows, TABLE)))
+        summary.landed, summary.deleted = len(rows), len(deleted)
+        summary.failed = dict(facts["unread"])
+        self.tracking.forget_failures(self.index, [r["doc_id"] for r in rows] + deleted)
+        self.tracking.record_failures(
+            self.index,
+            [FailureRecord(d, "prepare", "unreadable", "UnreadableDocument", why)
+             for d, why in sorted(summary.failed.items())],
             run_id,
-            files,
-            request.trigger,
-            request.retries,
-            request.started_at,
-            request.allow_mass_delete,
-        ) as run:
-            deleted = list(facts["deleted"])
-            held = run.hold_deletions(len(deleted), int(facts["stale"]))
-            if held is not None:
-                summary.deletions_held, summary.deletions_held_reason = len(deleted), held
-                deleted = []
-            rows = [  # by document: two documents with one content each get their own row
-                {"doc_id": r["doc_id"], "partition": self.partition,
-                 "bucket": buckets[r["input_hash"]], "size": r["size"],
-                 "input_hash": r["input_hash"], "run_id": run_id, "fingerprint": self.fingerprint}
-                for r in read_table(prepared).to_pylist()
-                if r["stale"] and r["input_hash"] in buckets
-            ]  # fmt: skip
-            table = self.store.open(self.index) or self.store.create_table(self.index, TABLE)
-            merge = table.merge_insert("doc_id").when_matched_update_all()
-            merge = merge.when_not_matched_insert_all()
-            if deleted:
-                merge = merge.when_not_matched_by_source_delete(in_filter("doc_id", deleted))
-            if rows or deleted:
-                commit_with_retries(table, lambda: merge.execute(pa.Table.from_pylist(rows, TABLE)))
-            summary.landed, summary.deleted = len(rows), len(deleted)
-            summary.failed = dict(facts["unread"])
-            self.tracking.forget_failures(self.index, [r["doc_id"] for r in rows] + deleted)
-            self.tracking.record_failures(
-                self.index,
-                [FailureRecord(d, "prepare", "unreadable", "UnreadableDocument", why)
-                 for d, why in sorted(summary.failed.items())],
-                run_id,
+        )  # fmt: skip
+        total = self.store.count_rows(self.index)
+        if facts["full_pass"]:
+            product.registry.update(
+                product.name, self.fingerprint, rows=total,
+                documents=int(facts["documents"]), full_pass=True,
             )  # fmt: skip
-            total = self.store.count_rows(self.index)
-            if facts["full_pass"]:
-                product.registry.update(
-                    product.name, self.fingerprint, rows=total,
-                    documents=int(facts["documents"]), full_pass=True,
-                )  # fmt: skip
-            else:
-                product.registry.update(product.name, self.fingerprint, rows=total)
-            run.outcome = RunOutcome(
-                counts={"documents_bucketed": len(rows), "documents_deleted": len(deleted)},
-                attempted=len(rows) + len(deleted) + len(summary.failed),
-                failed=len(summary.failed),
-                partition_inputs=total,
-                table_version=table.version,
-            )
-        summary.measures = run.measures
+        else:
+            product.registry.update(product.name, self.fingerprint, rows=total)
+        run.outcome = RunOutcome(
+            counts={"documents_bucketed": len(rows), "documents_deleted": len(deleted)},
+            attempted=len(rows) + len(deleted) + len(summary.failed),
+            failed=len(summary.failed),
+            deleted=len(deleted),
+            partition_inputs=total,
+            table_version=table.version,
+        )
         return summary

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.runs import RunRequest
 from batch_pipeline.stages import execute
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import read_table
@@ -163,7 +164,7 @@ def test_landing_removes_only_the_checkpoints_it_used(make_pipeline, runner):
     ours = {info.path.split("/")[-2] for info in pipeline.checkpoint_dir().files(recursive=True)}
     assert len(ours) == 2  # run-a's own folder, and run-b's
 
-    pipeline.land("run-a", collected.path, chunks.path, embeddings.path, 384)
+    pipeline.land_stage(RunRequest("run-a"), collected.path, chunks.path, embeddings.path)
 
     left = pipeline.checkpoint_dir().files(recursive=True)
     assert [info.path for info in left] == [in_progress.path]
@@ -196,7 +197,9 @@ def test_checkpoints_removed_while_resuming_are_embedded_instead(
     assert second.summary.stats.inputs == len(expected)  # embedded instead
     got = read_table(second.path, ["input_hash", "vector"])
     assert sorted(got["input_hash"].to_pylist()) == sorted(expected)
-    landed = pipeline.land("run-2", collected.path, chunks.path, second.path, 384)
+    landed = pipeline.land_stage(
+        RunRequest("run-2"), collected.path, chunks.path, second.path
+    ).summary
     assert not landed.failures
     assert reconcile_index(pipeline.store, pipeline.tracking, pipeline.index).ok
 
