@@ -1,13 +1,12 @@
 """What a Dagster run tells the engine about itself: its trigger, its start, its retries, and
 what the operator confirmed (`LandConfig`)."""
 
-from typing import Protocol
-
 import dagster as dg
 from pydantic import Field
 
 from assets.stage_io import as_metadata
-from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
+from batch_pipeline.declaration import Product, review_after_run
+from batch_pipeline.generations.review import EmbedderFor, GenerationReview
 from batch_pipeline.triggers.tags import is_nightly, trigger_of
 
 RUN_RETRY_TAG = "dagster/retry_number"  # set on a run that re-executes a failed one
@@ -58,20 +57,11 @@ def held_deletions_check(
     )
 
 
-class Reviewed(Protocol):
-    """A product as its land asset reviews it."""
-
-    reviewer: GenerationReviewer
-
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview: ...
-
-
 def nightly_review(
-    context: dg.AssetExecutionContext, product: Reviewed, embedder_for: EmbedderFor
+    context: dg.AssetExecutionContext, product: Product, embedder_for: EmbedderFor
 ) -> tuple[GenerationReview, list[str]]:
-    """The product's generation review after a land, and the retired generations dropped:
-    a nightly run (the reconciliation, or the product's daily schedule) forces the review
-    and drops what is past `generations.retention_days`, for every product alike."""
-    nightly = is_nightly(context.run.tags)
-    review = product.review(embedder_for, force=nightly)
-    return review, product.reviewer.drop_retired() if nightly else []
+    """The product's generation review after a land, and the retired generations dropped: a
+    nightly run (the reconciliation, or the product's daily schedule) forces the review and
+    drops what is past `generations.retention_days` (`declaration.review_after_run`, which
+    `run --trigger schedule` takes too)."""
+    return review_after_run(product, embedder_for, nightly=is_nightly(context.run.tags))

@@ -14,13 +14,15 @@ them to every product that runs on them.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
 from batch_pipeline.inference.generator import Generator
-from batch_pipeline.runs import StagedPartition, StageOutput
+from batch_pipeline.measures.progress import duration
+from batch_pipeline.runs import Engine, Landing, StagedPartition, StageOutput
 from batch_pipeline.sources import DocumentSource
 from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.storage import StorageLocations
@@ -77,6 +79,26 @@ class Product(Protocol):
         """One of its partitions (a Dagster partition key), as the run frame runs it."""
         ...
 
+    def engine_loader(
+        self, partition: StagedPartition, embedder_for: EmbedderFor
+    ) -> Callable[[], Engine]:
+        """What a run of `partition` loads, only if it has work: an embedding product's model
+        through `embedder_for`, a chat-model product's generator."""
+        ...
+
+    def after_review(self, embedder_for: EmbedderFor, run_id: str) -> dict[str, object]:
+        """What the product does after a run's review, by name (the briefs land their
+        questions): `RunReport.extra`."""
+        ...
+
+    def run_json(self, report: "RunReport") -> dict[str, object]:
+        """A run of it, as `run --json` prints it."""
+        ...
+
+    def run_lines(self, report: "RunReport") -> list[str]:
+        """A run of it, as `run` prints it."""
+        ...
+
     def status(self) -> dict[str, object]: ...
 
     def health(self) -> dict[str, object]: ...
@@ -115,6 +137,102 @@ class ProductFace:
     def partition(self, key: str) -> StagedPartition:
         return self.engine.partition(key)
 
+    def engine_loader(
+        self, partition: StagedPartition, embedder_for: EmbedderFor
+    ) -> Callable[[], Engine]:
+        return lambda: embedder_for(partition.model)
+
+    def after_review(self, embedder_for: EmbedderFor, run_id: str) -> dict[str, object]:
+        return {}
+
+    def run_json(self, report: "RunReport") -> dict[str, object]:
+        return report.as_dict()
+
+    def run_lines(self, report: "RunReport") -> list[str]:
+        """Its land's counts in its own nouns, the run's clock and cost, the review."""
+        return [
+            f"run {report.run_id} of {self.name}: {report.counts_line()}",
+            report.measures_line(),
+            report.review_line(),
+        ]
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run of a product's partition as the commands report it: the stages' summaries by
+    name (land's a `runs.Landing`), the generation's review, what was dropped by retention,
+    and what the product did after its review (`extra`)."""
+
+    run_id: str
+    product: str
+    partition: StagedPartition
+    summaries: dict[str, object]
+    review: GenerationReview
+    dropped: list[str] = field(default_factory=list)  # retired generations' tables dropped
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def landing(self) -> Landing:
+        return self.summaries[self.partition.stages[-1].name]
+
+    def stage_metadata(self) -> dict[str, dict[str, object]]:
+        stages = self.partition.stages
+        return {stage.name: self.summaries[stage.name].metadata() for stage in stages}
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "product": self.product,
+            "partition": self.partition.partition,
+            **self.stage_metadata(),
+            "measures": self.landing.measures.metadata(),
+            "generation": self.review.metadata(),
+            **({"generations_dropped": self.dropped} if self.dropped else {}),
+            **self.extra,
+        }
+
+    def counts_line(self) -> str:
+        """The land's counts in the product's nouns: "3 documents landed, 0 deleted"."""
+        return ", ".join(
+            f"{value} {name.replace('_', ' ')}"
+            for name, value in self.landing.metadata().items()
+            if isinstance(value, int)
+            and not isinstance(value, bool)
+            and not name.startswith("deletions_held")
+        )
+
+    def measures_line(self) -> str:
+        """The run's wall-clock against its window, and its throughput and cost."""
+        m = self.landing.measures
+        line = f"  {duration(m.wall_seconds)} wall-clock, " + (
+            f"{m.window_used_fraction:.1%} of its {duration(m.window_seconds)} window"
+        )
+        if m.inputs:
+            line += (
+                f"; {m.inputs_per_second:,.1f} inputs/s on {m.device} "
+                f"({m.backend or 'torch'} {m.dtype}), {m.cost_per_1k_inputs:.6f} {m.currency} "
+                "per 1k inputs (estimated)"
+            )
+        return line
+
+    def review_line(self) -> str:
+        review = self.review
+        line = f"  generation {review.generation}: {review.decision}: {review.reason}"
+        if self.dropped:
+            line += f"; retention dropped {', '.join(self.dropped)}"
+        return line
+
+
+def review_after_run(
+    product: Product, embedder_for: EmbedderFor, nightly: bool
+) -> tuple[GenerationReview, list[str]]:
+    """A product's generation review after a run, and the retired generations dropped: a
+    nightly run (the schedule's, a cron's `run --trigger schedule`) forces the review and
+    drops what is past `generations.retention_days`, for every product alike, from Dagster
+    and from the command line."""
+    review = product.review(embedder_for, force=nightly)
+    return review, product.reviewer.drop_retired() if nightly else []
+
 
 class CollectionDocuments(Protocol):
     """What a product over a collection's documents takes of one of its partitions: its
@@ -147,6 +265,7 @@ class ProductEnv:
     generator: Generator | None = None
     device: str = "auto"  # where a default engine runs
     dtype: str = "auto"
+    execution: ExecutorChoice = field(default_factory=ExecutorChoice)  # which executor runs
 
 
 @dataclass(frozen=True)
@@ -165,6 +284,7 @@ class ProductKind:
 
     name: str  # index, briefs, tickets: what `run --kind` says
     package: str  # its folder, batch_pipeline.<name>: it imports no other product
+    family: str | None  # the model family its executor runs: embed, generate; None: no model
     section: type  # its configuration section's model
     targets: Callable[[PipelineConfig], list[ProductTarget]]  # the configured products
     open: Callable[[ProductEnv, ProductTarget], Product]  # one of them, behind its face

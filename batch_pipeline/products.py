@@ -9,9 +9,12 @@ test loop over `kinds_for(config)` and `configured_products`, and never ask whic
 hold.
 """
 
+from datetime import date
+
 from batch_pipeline.briefs.kind import BRIEFS
 from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.declaration import Product, ProductEnv, ProductKind, ProductTarget
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.index.kind import INDEX
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
@@ -69,6 +72,7 @@ def product_env(
     generator: Generator | None = None,
     device: str = "auto",
     dtype: str = "auto",
+    execution: ExecutorChoice | None = None,
 ) -> ProductEnv:
     """What opening a product takes; a collection partition's documents are read by its
     vector index's collect."""
@@ -81,6 +85,7 @@ def product_env(
         generator,
         device,
         dtype,
+        execution or ExecutorChoice(),
     )
 
 
@@ -106,17 +111,50 @@ def configured_products(
     ]
 
 
-def product_for_partition(kind: ProductKind, env: ProductEnv, key: str) -> Product:
-    """The product of `kind` that the Dagster partition `key` belongs to: the one over the
-    key's collection, or the kind's one product when it runs over no collection (by day)."""
-    targets = kind.targets(env.config)
+def target_for_partition(kind: ProductKind, config: PipelineConfig, key: str) -> ProductTarget:
+    """The configured product of `kind` that the Dagster partition `key` belongs to: the one
+    over the key's collection, or the kind's one product when it runs over no collection (a
+    day at a time, and `key` must be a day); a ConfigError in one line otherwise."""
+    targets = kind.targets(config)
+    if not targets:
+        raise ConfigError(f"no product of kind {kind.name} is configured")
     by_collection = [t for t in targets if t.collection is not None]
     if by_collection:
-        collection, _shard = env.config.locate(key)
+        try:
+            collection, _shard = config.locate(key)
+        except KeyError as error:
+            raise ConfigError(f"--kind {kind.name}: {error.args[0]}") from None
         matching = [t for t in by_collection if t.collection == collection.name]
         if not matching:
             raise ConfigError(f"collection {collection.name!r} has no product of kind {kind.name}")
-        return kind.open(env, matching[0])
-    if not targets:
-        raise ConfigError(f"no product of kind {kind.name} is configured")
-    return kind.open(env, targets[0])
+        return matching[0]
+    try:
+        date.fromisoformat(key)
+    except ValueError:
+        raise ConfigError(
+            f"--kind {kind.name} runs a day at a time: {key!r} is not a day (give --day YYYY-MM-DD)"
+        ) from None
+    return targets[0]
+
+
+def product_for_partition(kind: ProductKind, env: ProductEnv, key: str) -> Product:
+    """The product of `kind` that the Dagster partition `key` belongs to
+    (`target_for_partition`), opened."""
+    return kind.open(env, target_for_partition(kind, env.config, key))
+
+
+def kind_for_partition(config: PipelineConfig, key: str) -> ProductKind:
+    """The first kind, in the registry's order, with a product over the partition `key`: a
+    collection's key runs its vector index, a day the ticket intents; a ConfigError naming
+    the kinds tried when none has one."""
+    kinds = kinds_for(config)
+    for kind in kinds:
+        try:
+            target_for_partition(kind, config, key)
+        except ConfigError:
+            continue
+        return kind
+    raise ConfigError(
+        f"no product runs the partition {key!r}: not a configured collection or shard, nor a "
+        f"day of a product that runs by day (kinds: {', '.join(k.name for k in kinds)})"
+    )

@@ -402,6 +402,11 @@ class StagedPartition(ABC):
 
     # ------------------------------------------------------------- the frame's
 
+    def unread_excess(self, run_id: str, attempted: int) -> str | None:
+        """Why a landed run read too little of its source to count as a success (`run` exits
+        4), or None: products that read no source never say so."""
+        return None
+
     def measured_partitions(self) -> list[str]:
         """The partitions whose runs this partition's rolling figures are taken over (by
         default its own; a product whose partitions are alike, its every one)."""

@@ -10,7 +10,7 @@ from batch_pipeline.briefs import report
 from batch_pipeline.briefs.partition import BriefPartition
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.review import BriefScorer, CoversCollectionRule
-from batch_pipeline.config import BriefsConfig, PipelineConfig
+from batch_pipeline.config import BriefsConfig, ConfigError, PipelineConfig
 from batch_pipeline.declaration import (
     CollectionDocuments,
     Lines,
@@ -18,14 +18,21 @@ from batch_pipeline.declaration import (
     ProductFace,
     ProductKind,
     ProductTarget,
+    RunReport,
 )
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, GenerationExecutor
+from batch_pipeline.executors.generation import (
+    DEFAULT_EXECUTOR,
+    GenerationExecutor,
+    parallel_problem,
+)
 from batch_pipeline.executors.openai_batch import BatchApiSettings
+from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
 from batch_pipeline.names import briefs_product_name
+from batch_pipeline.runs import Engine, StagedPartition
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
@@ -41,6 +48,23 @@ class DocumentBriefs(ProductFace):
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     engine: BriefProduct
+
+    def engine_loader(
+        self, partition: StagedPartition, embedder_for: EmbedderFor
+    ) -> Callable[[], Engine]:
+        """The briefs' chat model (its engine starts only if there is work)."""
+        return lambda: self.engine.generator
+
+    def after_review(self, embedder_for: EmbedderFor, run_id: str) -> dict[str, object]:
+        """The live briefs' questions, landed as retrieval rows after the review (they follow
+        live), with the retrieval they measured."""
+        return {"questions": self.engine.land_questions(embedder_for, run_id).metadata()}
+
+    def run_json(self, run: RunReport) -> dict[str, object]:
+        return report.run_json(self.engine, run)
+
+    def run_lines(self, run: RunReport) -> list[str]:
+        return report.run_lines(self.engine, run)
 
     def run_groups(self) -> list[list[str]]:
         """The collection's partitions, one group: the briefs run on the collection, or on
@@ -98,6 +122,17 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 
 def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
+    """A collection's briefs on the executor `env.execution` names (a ConfigError, naming
+    the setting as its caller spells it, for a parallel size no engine can take)."""
+    choice = env.execution
+    executor = choice.name or DEFAULT_EXECUTOR
+    options = {k: v for k, v in choice.engine_options.items() if v and v > 1}
+    if options and env.generator is None:
+        sizes = {f"{side}_parallel_size": options.get(f"{side}_parallel_size", 1)
+                 for side in ("tensor", "data")}  # fmt: skip
+        problem = parallel_problem(executor, resolve_chat_model(None, env.storage.home), **sizes)
+        if problem is not None:
+            raise ConfigError(f"{choice.spelled(problem[0])}: {problem[1]}")
     product = brief_product(
         env.config,
         env.storage,
@@ -108,6 +143,9 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
         env.generator,
         device=env.device,
         dtype=env.dtype,
+        executor=executor,
+        batch_api=choice.batch_api,
+        engine_options=options,
     )
     return DocumentBriefs(product)
 
@@ -115,6 +153,7 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
 BRIEFS = ProductKind(
     name=NAME,
     package="batch_pipeline.briefs",
+    family="generate",
     section=BriefsConfig,
     targets=targets,
     open=open_briefs,

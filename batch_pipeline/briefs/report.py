@@ -4,9 +4,18 @@ model, the generations and the table's health. `doctor` also checks the collecti
 """
 
 from batch_pipeline.briefs.product import BriefProduct
+from batch_pipeline.declaration import RunReport
+from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.health.tables import table_damage
-from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
+from batch_pipeline.measures.progress import duration
+from batch_pipeline.reports.text import (
+    doctor_line,
+    generations_line,
+    printable,
+    table_summary,
+    text,
+)
 from batch_pipeline.sources import SourceUnavailableError
 
 KIND = "document_briefs"
@@ -106,3 +115,98 @@ def health_line(r: dict[str, object]) -> str:
         table_summary(r),
         f"{r['failing_documents']} failing documents",
     )
+
+
+def run_json(product: BriefProduct, report: RunReport) -> dict[str, object]:
+    """A run of the briefs, as `run --json` prints it: its stages (execute priced at the
+    device's hourly price), the documents that failed with why, the measures, the review and
+    the question rows it landed after."""
+    summaries, landing = report.summaries, report.landing
+    price = product.config.cost.device_price(product.generator.device)
+    return {
+        "run_id": report.run_id,
+        "product": report.product,
+        "partition": report.partition.partition,
+        "generation": product.index,
+        "prepare": summaries["prepare"].metadata(),
+        "plan": summaries["plan"].metadata(),
+        "execute": summaries["execute"].metadata(price),
+        "land": landing.metadata(),
+        "failed": landing.summary.failed,
+        "measures": landing.measures.metadata() if landing.measures is not None else None,
+        "review": report.review.metadata(),
+        **({"generations_dropped": report.dropped} if report.dropped else {}),
+        **report.extra,
+    }
+
+
+def run_lines(product: BriefProduct, report: RunReport) -> list[str]:
+    """A run of the briefs in a few lines: briefs generated, landed, deleted and failed; the
+    provider's batches or the engine's pace; the clock and cost; the review; the question
+    rows."""
+    values = run_json(product, report)
+    execute, land = values["execute"], values["land"]
+    lines = [
+        f"run {report.run_id}: {execute['requests_generated']} briefs generated, "
+        f"{land['briefs_landed']} landed, {land['briefs_deleted']} deleted, "
+        f"{land['briefs_failed']} failed ({product.index})"
+    ]
+    if execute["executor"] == OPENAI_BATCH:
+        lines.append(
+            f"  {execute.get('batches_submitted', 0)} batches submitted, "
+            f"{execute.get('batches_collected', 0)} collected, "
+            f"{execute.get('batches_pending', 0)} still at the provider"
+            + (
+                " (the next run collects them, and submits nothing new meanwhile)"
+                if execute.get("batches_pending")
+                else ""
+            )
+        )
+    elif execute["requests_generated"]:
+        lines.append(
+            f"  {execute['output_tokens_per_second']:,.1f} output tokens/s, "
+            f"{execute['requests_per_second']:.2f} documents/s on {execute['device']} "
+            f"({execute['dtype']}), {duration(execute['seconds'])} generating after "
+            f"{duration(execute['engine_load_seconds'])} starting the engine; "
+            f"valid {execute.get('valid_share', 0):.1%}"
+        )
+    measures = report.landing.measures
+    if measures is not None:
+        line = (
+            f"  {duration(measures.wall_seconds)} wall-clock, {measures.window_used_fraction:.1%}"
+            f" of its {duration(measures.window_seconds)} window"
+        )
+        if measures.inputs:
+            line += (
+                f"; {measures.cost_per_1k_inputs:.6f} {measures.currency} per 1k documents "
+                "(estimated)"
+            )
+        lines.append(line)
+    for doc_id, reason in sorted(report.landing.summary.failed.items())[:10]:
+        lines.append(f"  failed: {printable(doc_id)}: {printable(reason)}")
+    review = report.review
+    scores = (review.scores or {}).get("candidate") or {}
+    figures = ", ".join(f"{k} {v:.3f}" for k, v in sorted(scores.items()))
+    lines.append(report.review_line())
+    if figures:
+        lines.append(f"  scores: {figures}")
+    questions = report.extra.get("questions")
+    if product.settings.index_questions and questions is not None:
+        lines.append(f"  {question_line(questions)}")
+    return lines
+
+
+def question_line(found: dict[str, object]) -> str:
+    """The question rows' run in one line (`QuestionRows.metadata()`), with the retrieval
+    they measured."""
+    line = (
+        f"question rows: {found['questions_status']}; {found['questions_embedded']} embedded, "
+        f"{found['question_rows']} beside the live index"
+    )
+    scores = found
+    pairs = sorted(k.removesuffix("_chunks") for k in scores if k.endswith("_chunks"))
+    if pairs:
+        line += "; " + ", ".join(
+            f"{m} {scores[m + '_chunks']:.3f} -> {scores[m + '_with_questions']:.3f}" for m in pairs
+        )
+    return line

@@ -29,7 +29,6 @@ import importlib
 import json
 import signal
 import sys
-import textwrap
 import threading
 from datetime import datetime
 from itertools import groupby
@@ -38,17 +37,16 @@ from types import ModuleType
 import sqlalchemy as sa
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.cli import briefs as brief_commands
 from batch_pipeline.cli.context import CommandContext, to_json
-from batch_pipeline.cli.run import RUN_KINDS, run_command
+from batch_pipeline.cli.executors import add_executor_flags
+from batch_pipeline.cli.run import run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
-from batch_pipeline.executors.generation import generation_executors
 from batch_pipeline.executors.openai_batch import ProviderBatchError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
-from batch_pipeline.generations.run_history import invalidate_run, restore_before_run
-from batch_pipeline.index.search import CollectionNotIndexedError, search
+from batch_pipeline.generations.run_history import invalidate_run
+from batch_pipeline.index.search import CollectionNotIndexedError
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
 from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
 from batch_pipeline.inference.devices import BACKENDS
@@ -65,7 +63,6 @@ from batch_pipeline.products import KINDS, kinds_for, product_targets
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.generate import EngineFaultError
-from batch_pipeline.state.retrieval import MODES
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 
@@ -92,22 +89,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    find = commands.add_parser("search", help="the chunks best ranked for a query")
-    find.add_argument("query")
-    find.add_argument("--collection", required=True)
-    find.add_argument("-k", type=int, default=5, help="number of results (default 5)")
-    find.add_argument(
-        "--mode",
-        choices=MODES,
-        help="vector (embedding), text (BM25) or hybrid (both, fused by reciprocal rank); "
-        "default: the collection's index.search",
-    )
-    find.add_argument(
-        "--where",
-        help="filter on metadata fields, e.g. \"product = 'billing' AND draft = false\"",
-    )
-    find.add_argument("--json", action="store_true", help="print JSON")
-
     status = commands.add_parser("status", help="rows, last run, model and staleness")
     _product_option(status)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -125,29 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--kind",
-        help=f"which of a collection's products to run: {', '.join(RUN_KINDS)} or a kind the "
-        "configuration declares (products:); its vector index by default, tickets with --day",
+        help=f"which product over the partition to run: {', '.join(k.name for k in KINDS)} or "
+        "a kind the configuration declares (products:); default: the first kind with a "
+        "product over it (a collection's vector index; the tickets with --day)",
     )
-    run.add_argument(
-        "--executor",
-        choices=sorted(generation_executors()),
-        help="what runs a chat model's plan (--kind briefs): vllm, in this process (default), "
-        "vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch files, or "
-        "openai-batch, the same files through a Batch API at --api-base",
-    )
-    for side, meaning in (
-        ("tensor", "GPUs one engine's layers are split over (a model too big for one GPU)"),
-        ("data", "engines, one per GPU (or tensor-parallel group), each taking a share of the "
-         "requests: --executor vllm-run-batch only"),
-    ):  # fmt: skip
-        run.add_argument(
-            f"--{side}-parallel-size",
-            type=whole_number(1),
-            default=1,
-            metavar="N",
-            help=f"--kind briefs: {meaning} (default 1)",
-        )
-    brief_commands.add_batch_api_flags(run)
+    add_executor_flags(run)
     run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
     run.add_argument("--run-id", help="default: a new UUID")
     run.add_argument("--device", default="auto")
@@ -232,10 +195,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--yes", action="store_true", help="confirm: without it, only says what")
 
-    restore = commands.add_parser("restore", help="restore the live table to before a run")
-    restore.add_argument("--collection", required=True)
-    restore.add_argument("--before-run", required=True, dest="run_id")
-
     for module in kind_commands():  # each kind's own commands, as its declaration names them
         module.add_commands(commands)
 
@@ -243,28 +202,6 @@ def _parser() -> argparse.ArgumentParser:
     _product_option(failed)
     failed.add_argument("--json", action="store_true", help="print JSON")
     return parser
-
-
-def _search(ctx: CommandContext, args: argparse.Namespace) -> int:
-    hits = search(ctx.pipeline(args.collection), args.query, args.k, where=args.where,
-                  mode=args.mode)  # fmt: skip
-    if args.json:
-        print(json.dumps([h.as_dict() for h in hits], indent=2))
-        return 0
-    if not hits:
-        print("no results")
-    for hit in hits:  # names and texts come from the source: printed escaped
-        print(f"{hit.rank}. {hit.score:.4f}  {printable(hit.doc_id)}  [{printable(hit.chunk_id)}]")
-        where = " > ".join(printable(p) for p in (hit.title, hit.section) if p)
-        if where:
-            print(f"   {where}")
-        if hit.metadata:
-            pairs = sorted(hit.metadata.items())
-            print("   " + ", ".join(printable(f"{k}={v}") for k, v in pairs))
-        flat = " ".join(hit.text.split())
-        snippet = textwrap.shorten(printable(flat), width=220, placeholder=" ...")
-        print(textwrap.indent(textwrap.fill(snippet, 96), "   "))
-    return 0
 
 
 def _status(ctx: CommandContext, args: argparse.Namespace) -> int:
@@ -477,17 +414,6 @@ def _repair(ctx: CommandContext, args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore(ctx: CommandContext, args: argparse.Namespace) -> int:
-    result = restore_before_run(
-        ctx.tracking, ctx.store, GenerationRegistry(ctx.tracking), args.collection, args.run_id
-    )
-    print(
-        f"{result.index}: restored version {result.restored_version} "
-        f"(now version {result.version}); the next full run re-lands what the source has"
-    )
-    return 0
-
-
 def _fault_line(error: BaseException) -> str | None:
     """One line for an infrastructure fault that stopped a command midway (a database that
     stopped answering, a full disk), with what to do; None for anything else."""
@@ -553,7 +479,6 @@ def kind_commands() -> list[ModuleType]:
 
 def _main(args: argparse.Namespace) -> int:
     commands = {
-        "search": _search,
         "status": _status,
         "run": run_command,
         "report": _report,
@@ -561,7 +486,6 @@ def _main(args: argparse.Namespace) -> int:
         "doctor": _doctor,
         "generations": _generations,
         "invalidate-run": _invalidate,
-        "restore": _restore,
         "repair": _repair,
         **{name: run for module in kind_commands() for name, run in module.COMMANDS.items()},
     }

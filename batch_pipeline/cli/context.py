@@ -5,20 +5,21 @@ import argparse
 import json
 from datetime import datetime
 
-from batch_pipeline.briefs.kind import brief_product
-from batch_pipeline.cli.briefs import batch_api_of
+from batch_pipeline.cli.executors import executor_choice
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.declaration import Product, ProductEnv, ProductTarget
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR, parallel_problem
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.declaration import Product, ProductEnv, ProductKind, ProductTarget
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
-from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.runner import LoadedModels
-from batch_pipeline.products import configured_products, product_env, product_targets
+from batch_pipeline.products import (
+    configured_products,
+    product_env,
+    product_for_partition,
+    product_targets,
+)
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.product import TicketProduct
 
 
 def plain(value: object) -> object:
@@ -66,10 +67,6 @@ class CommandContext:
             raise ConfigError(f"unknown product {name!r}; configured: {', '.join(targets)}")
         return targets[name]
 
-    def partition(self, partition: str) -> IndexPartition:
-        """One partition's engine: a collection, or one shard of it."""
-        return IndexPartition(self.config, self.storage, partition, self.tracking, self.store)
-
     def runners(self, args: argparse.Namespace) -> LoadedModels:
         """Models loaded once per command, with `--device`, `--dtype` and `--backend` where
         given; `auto`'s measurements (and OpenVINO exports) are cached under the home."""
@@ -80,8 +77,9 @@ class CommandContext:
             calibration_cache=self.storage.home / CALIBRATION_FILE,
         )
 
-    def product_env(self, args: argparse.Namespace) -> ProductEnv:
-        """What opening a product takes, with `--device` and `--dtype` where given."""
+    def product_env(self, args: argparse.Namespace | None = None) -> ProductEnv:
+        """What opening a product takes, with `--device`, `--dtype` and the executor flags
+        (`cli/executors.py`) where given."""
         return product_env(
             self.config,
             self.storage,
@@ -89,40 +87,20 @@ class CommandContext:
             self.store,
             device=getattr(args, "device", "auto"),
             dtype=getattr(args, "dtype", "auto"),
+            execution=executor_choice(args) if args is not None else ExecutorChoice(),
         )
 
-    def tickets(self) -> TicketProduct:
-        """The ticket intent product's engine (a ConfigError if it is not configured)."""
-        return TicketProduct(self.config, self.storage, self.tracking, self.store)
+    def product_of(
+        self, kind: ProductKind, key: str, args: argparse.Namespace | None = None
+    ) -> Product:
+        """The product of `kind` over the partition `key` (a collection, a shard, a day),
+        opened with `args`' settings; a ConfigError in one line when it has none."""
+        return product_for_partition(kind, self.product_env(args), key)
 
-    def briefs(self, collection: str, args: argparse.Namespace):  # noqa: ANN201
-        """A collection's document briefs (a ConfigError if it has none)."""
-        (name,) = self.collections(collection)
-        executor = getattr(args, "executor", None) or DEFAULT_EXECUTOR
-        parallel = {
-            field: getattr(args, field, None) or 1
-            for field in ("tensor_parallel_size", "data_parallel_size")
-        }
-        if max(parallel.values()) > 1:
-            model = resolve_chat_model(None, self.storage.home)
-            problem = parallel_problem(executor, model, **parallel)
-            if problem is not None:
-                raise ConfigError(f"--{problem[0].replace('_', '-')}: {problem[1]}")
-        return brief_product(
-            self.config,
-            self.storage,
-            name,
-            self.tracking,
-            self.store,
-            self.partition,
-            device=getattr(args, "device", "auto"),
-            dtype=getattr(args, "dtype", "auto"),
-            executor=executor,
-            batch_api=batch_api_of(args),
-            engine_options=parallel,
-        )
-
-    def pipeline(self, collection: str) -> IndexPartition:
-        """The whole collection's engine (all its shards), for a configured collection."""
-        (name,) = self.collections(collection)
-        return self.partition(name)
+    def kind_product(self, kind: ProductKind) -> Product:
+        """The one product of a kind that runs over no collection (the ticket intents); a
+        ConfigError when none is configured."""
+        targets = kind.targets(self.config)
+        if not targets:
+            raise ConfigError(f"no product of kind {kind.name} is configured")
+        return kind.open(self.product_env(), targets[0])

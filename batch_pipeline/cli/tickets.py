@@ -2,21 +2,19 @@
 
     batch-pipeline intents --day 2026-11-29 [--examples N] [--json]
     batch-pipeline classify "I was charged twice this month" [--subject S] [--json]
-    batch-pipeline run --day 2026-11-29 [--trigger schedule] [--json]   (no Dagster)
+    batch-pipeline run --day 2026-11-29 [--trigger schedule] [--json]   (`run`'s, no Dagster)
 
 Readers use the live generation; before one exists, `intents` says how to build it.
 """
 
 import argparse
 import json
-import uuid
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.runner import EmbeddingRunner
-from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import printable
+from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.product import TicketProduct
 from batch_pipeline.tickets.report import classifier_line, evaluation_line
 
@@ -98,51 +96,8 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     return 0
 
 
-def run_day(  # noqa: ANN201
-    product: TicketProduct,
-    args: argparse.Namespace,
-    runner_for,  # noqa: ANN001
-    progress,  # noqa: ANN001
-    options: ExecuteOptions,
-):
-    """One day's five stages without Dagster, then the generation's review; `runner_for`
-    loads each model once, `options` sets the plan and execute. Returns the day's land
-    summary."""
-    run_id = args.run_id or str(uuid.uuid4())
-    summaries = product.day(args.day).run(
-        run_id,
-        lambda: runner_for(product.model),
-        options,
-        trigger=args.trigger,
-        progress=progress,
-        allow_mass_delete=args.allow_mass_delete,
-    )
-    review = product.review(runner_for)
-    landed = summaries["land"]
-    measures = landed.measures
-    if args.json:
-        report = {
-            "run_id": run_id,
-            "day": args.day,
-            **{name: s.metadata() for name, s in summaries.items() if name != "land"},
-            "land": landed.metadata(),
-            "measures": measures.metadata(),
-            "generation": review.metadata(),
-        }
-        print(json.dumps(report, indent=2, default=str))
-        return landed
-    day = landed.summary
-    print(
-        f"run {run_id}: {args.day}: {day.tickets_classified} tickets classified, "
-        f"{day.tickets_unchanged} unchanged, {day.tickets_removed} removed, "
-        f"{len(day.failures)} failed; {duration(measures.wall_seconds)} wall-clock"
-    )
-    print(f"  generation {review.generation}: {review.decision}: {review.reason}")
-    return landed
-
-
 # the ticket product's own commands, by name (`TICKETS.commands` names this module)
 COMMANDS = {
-    "intents": lambda ctx, args: intents(ctx.tickets(), args),
-    "classify": lambda ctx, args: classify(ctx.tickets(), args),
+    "intents": lambda ctx, args: intents(ctx.kind_product(TICKETS).engine, args),
+    "classify": lambda ctx, args: classify(ctx.kind_product(TICKETS).engine, args),
 }

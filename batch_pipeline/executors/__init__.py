@@ -31,6 +31,19 @@ class ExecuteOptions:
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY  # batches between checkpoints
 
 
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """Which executor runs a product's plan, and its settings, as the caller chose them (the
+    CLI's flags or a Dagster resource's fields): a product reads them from its `ProductEnv`,
+    never through its constructor's arguments. None and empty fields take the defaults."""
+
+    name: str | None = None  # an executor's name (`--executor`); None: the family's default
+    batch_api: Any = None  # where a Batch API executor submits (`BatchApiSettings`)
+    engine_options: dict[str, int] = field(default_factory=dict)  # tensor_parallel_size, ...
+    # how the caller spells a setting in an error: "--tensor-parallel-size" for the CLI
+    spelled: Callable[[str], str] = field(default=lambda setting: setting)
+
+
 class Executor(Protocol):
     """Plans and runs a product's model inputs (see the module docstring)."""
 

@@ -5,7 +5,14 @@ scored by retrieval on the collection's evaluation set."""
 from typing import ClassVar
 
 from batch_pipeline.config import CollectionConfig, PipelineConfig
-from batch_pipeline.declaration import Lines, ProductEnv, ProductFace, ProductKind, ProductTarget
+from batch_pipeline.declaration import (
+    Lines,
+    ProductEnv,
+    ProductFace,
+    ProductKind,
+    ProductTarget,
+    RunReport,
+)
 from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.index import report
 from batch_pipeline.index.lifecycle import FullPassRule, RetrievalScorer
@@ -22,6 +29,12 @@ class VectorIndex(ProductFace):
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     engine: IndexPartition
+
+    def run_json(self, run: RunReport) -> dict[str, object]:
+        return report.run_json(run)
+
+    def run_lines(self, run: RunReport) -> list[str]:
+        return report.run_lines(run)
 
     def run_groups(self) -> list[list[str]]:
         """The collection's own key and, when sharded, each shard's, one group each."""
@@ -55,6 +68,7 @@ def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
 INDEX = ProductKind(
     name=NAME,
     package="batch_pipeline.index",
+    family="embed",
     section=CollectionConfig,
     targets=targets,
     open=open_index,
@@ -64,4 +78,5 @@ INDEX = ProductKind(
     scorer=RetrievalScorer,
     report="batch_pipeline.index.report",
     definitions="batch_pipeline.definitions:index_definitions",
+    commands="batch_pipeline.cli.index",
 )

@@ -1,6 +1,7 @@
 """A collection's vector index in `batch-pipeline status` and `doctor`: what is in the index,
 when it landed, what is stale, completeness, reconciliation and the table's health."""
 
+from batch_pipeline.declaration import RunReport
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
 from batch_pipeline.health.tables import damage_report
@@ -9,6 +10,7 @@ from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import BackfillEstimate
 from batch_pipeline.reports.text import doctor_line, table_lines, table_summary
 from batch_pipeline.sources import SourceUnavailableError
+from batch_pipeline.stages import COLLECT, EXECUTE, LAND, PREPARE
 from batch_pipeline.stages.collect import (
     CHANGED,
     DELETED,
@@ -231,3 +233,36 @@ def health_line(r: dict[str, object]) -> str:
 def _indexes_text(indexes: dict[str, object]) -> str:
     """The table's indexes as doctor's line shows them: how many, and the rows they lack."""
     return f"{indexes['indexes']} indexes, {indexes['unindexed_rows']:,} rows unindexed"
+
+
+def run_json(report: RunReport) -> dict[str, object]:
+    """A run of the index, as `run --json` prints it: every stage, the documents that failed
+    in any stage, the measures and the review (and `chunks_embedded`, execute's old name for
+    `inputs_embedded`, until the next release: CHANGELOG.md)."""
+    values = report.as_dict()
+    execute = values[EXECUTE.name]
+    execute["chunks_embedded"] = execute["inputs_embedded"]
+    values["documents_failed"] = sum(
+        values[stage.name]["documents_failed"] for stage in (COLLECT, PREPARE, LAND)
+    )
+    return values
+
+
+def run_lines(report: RunReport) -> list[str]:
+    """A run of the index in a few lines: what it embedded, landed, deleted and failed; its
+    clock and cost; its review; what its land's upkeep did to the table's indexes."""
+    values = run_json(report)
+    land = values[LAND.name]
+    lines = [
+        f"run {report.run_id}: {values[EXECUTE.name]['inputs_embedded']} chunks embedded, "
+        f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
+        f"{values['documents_failed']} failed",
+        report.measures_line(),
+        report.review_line(),
+    ]
+    upkeep = report.landing.summary.indexes
+    for name, reason in (upkeep.built if upkeep else {}).items():
+        lines.append(f"  index {name} built: {reason}")
+    for name, reason in (upkeep.failed if upkeep else {}).items():
+        lines.append(f"  index {name} NOT built: {reason} (the next land tries again; doctor)")
+    return lines

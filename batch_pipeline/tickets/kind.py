@@ -5,7 +5,14 @@ day live holds, scored by accuracy on the labelled tickets."""
 from typing import ClassVar
 
 from batch_pipeline.config import PipelineConfig, TicketsConfig
-from batch_pipeline.declaration import Lines, ProductEnv, ProductFace, ProductKind, ProductTarget
+from batch_pipeline.declaration import (
+    Lines,
+    ProductEnv,
+    ProductFace,
+    ProductKind,
+    ProductTarget,
+    RunReport,
+)
 from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.tickets import report
 from batch_pipeline.tickets.partition import DayPartition
@@ -22,6 +29,12 @@ class TicketIntents(ProductFace):
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     engine: TicketProduct
+
+    def run_json(self, run: RunReport) -> dict[str, object]:
+        return report.run_json(run)
+
+    def run_lines(self, run: RunReport) -> list[str]:
+        return report.run_lines(run)
 
     def run_groups(self) -> list[list[str]]:
         """Every due day, in one group: a day runs once a night, as a rule."""
@@ -50,6 +63,7 @@ def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
 TICKETS = ProductKind(
     name=NAME,
     package="batch_pipeline.tickets",
+    family="embed",
     section=TicketsConfig,
     targets=targets,
     open=open_tickets,

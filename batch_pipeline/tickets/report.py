@@ -9,8 +9,10 @@ store; `doctor` also checks that the export can be read.
 from dataclasses import dataclass
 from datetime import date
 
+from batch_pipeline.declaration import RunReport
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.health.tables import table_damage
+from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.mix import IntentMix
@@ -234,3 +236,20 @@ def evaluation_line(scores: dict) -> str:
     if scores.get("confusions"):
         line += "; confused: " + ", ".join(scores["confusions"])
     return line
+
+
+def run_json(report: RunReport) -> dict[str, object]:
+    """A day's run, as `run --json` prints it: every stage, the measures and the review."""
+    return {**report.as_dict(), "day": report.partition.partition}
+
+
+def run_lines(report: RunReport) -> list[str]:
+    """A day's run in two lines: what it classified, kept, removed and failed, and the
+    review."""
+    day, measures = report.landing.summary, report.landing.measures
+    return [
+        f"run {report.run_id}: {report.partition.partition}: {day.tickets_classified} tickets "
+        f"classified, {day.tickets_unchanged} unchanged, {day.tickets_removed} removed, "
+        f"{len(day.failures)} failed; {duration(measures.wall_seconds)} wall-clock",
+        report.review_line(),
+    ]

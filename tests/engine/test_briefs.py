@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from batch_pipeline import cli
+from batch_pipeline.briefs import kind
 from batch_pipeline.briefs.product import BriefProduct
-from batch_pipeline.cli import context as cli_context
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.fake import FakeGenerator
@@ -206,7 +206,7 @@ def test_the_briefs_command_prints_the_first_by_doc_id_and_says_how_many_in_all(
     product = product_of(briefs_workspace)
     run(product, "run-1")
     # the command reads the generation the FAKE generator built (its model names the table)
-    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: product)
+    monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: product)
     base = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
     briefs = [*base, "briefs", "--collection", "handbook", "--candidate"]
 
@@ -368,7 +368,7 @@ def test_a_run_whose_every_request_failed_in_the_engine_fails_as_the_run_s(
     args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
     (briefs_workspace["docs"] / "notes.txt").write_text("The office moved to the harbour.")
     failing = product_of(briefs_workspace, FailingEngine())
-    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: failing)
+    monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: failing)
     capsys.readouterr()
     assert cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs"]) == 2
     said = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
@@ -450,7 +450,6 @@ def test_a_briefs_table_that_lost_a_data_file_is_repaired_like_any_product_s(
     data = briefs_workspace["home"] / "lancedb" / f"{product.index}.lance" / "data"
     newest = max(data.iterdir(), key=lambda path: path.stat().st_mtime_ns)
     newest.unlink()
-    from batch_pipeline.briefs import kind
 
     monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: product)  # the FAKE's
     args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
@@ -477,7 +476,6 @@ def test_a_disk_that_fills_during_generation_stops_in_one_line_and_the_rerun_res
     only what no checkpoint holds."""
     import errno
 
-    from batch_pipeline.briefs import kind
     from batch_pipeline.stages import checkpointed
 
     for n in range(6):
@@ -489,7 +487,6 @@ def test_a_disk_that_fills_during_generation_stops_in_one_line_and_the_rerun_res
     one = PromptPlanSettings(chunk_size=1)  # a checkpoint per output
     product = BriefProduct(config, storage, name, generator, documents, one, tracking, store)
     monkeypatch.setattr(kind, "brief_product", lambda *args, **kwargs: product)
-    monkeypatch.setattr(cli_context, "brief_product", lambda *args, **kwargs: product)
     written = []
     write = checkpointed.write_part
 

@@ -4,10 +4,9 @@ going live."""
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 from batch_pipeline import cli
-from batch_pipeline.cli import briefs as brief_commands
+from batch_pipeline.cli import run as run_commands
 from tests.support import write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,20 +68,23 @@ def test_run_names_a_product_by_its_name_and_a_kind_by_kind(tmp_path, capsys, mo
         extra="    briefs: {prompt: prompt.yaml, output_schema: schema.json}\n",
     )
     base = ["--config", str(config), "--home", str(tmp_path / "home")]
-    ran: list[str] = []
+    ran: list[tuple[str, str]] = []
+    real = run_commands.run_partition
 
-    def run_briefs(product, *_):  # noqa: ANN001, ANN002, ANN202 - the briefs' run, recorded
-        ran.append(product.name)
-        return SimpleNamespace(deletions_held=0)  # a landing that held nothing back
+    def run_partition(ctx, args, kind, key):  # noqa: ANN001, ANN202 - briefs recorded, not run
+        if kind != "briefs":
+            return real(ctx, args, kind, key)
+        ran.append((kind, key))
+        return 0
 
-    monkeypatch.setattr(brief_commands, "run_briefs", run_briefs)
+    monkeypatch.setattr(run_commands, "run_partition", run_partition)
     assert cli.main([*base, "run", "--product", "handbook_briefs"]) == 0
     assert cli.main([*base, "run", "--collection", "handbook", "--kind", "briefs"]) == 0
-    assert ran == ["handbook_briefs", "handbook_briefs"]
+    assert ran == [("briefs", "handbook"), ("briefs", "handbook")]
     assert capsys.readouterr().err == ""
 
     assert cli.main([*base, "run", "--collection", "handbook", "--product", "briefs"]) == 0
-    assert ran[-1] == "handbook_briefs"
+    assert ran[-1] == ("briefs", "handbook")
     assert "--product briefs is now --kind briefs" in capsys.readouterr().err
 
     assert cli.main([*base, "run", "--product", "handbook", "--json", "--run-id", "r1"]) == 0
@@ -96,3 +98,15 @@ def test_run_names_a_product_by_its_name_and_a_kind_by_kind(tmp_path, capsys, mo
     )
     assert cli.main([*base, "run"]) == 2
     assert "run needs --collection, --partition, --day or --product" in capsys.readouterr().err
+    # a kind nobody declared, and partitions no product runs, fail in one line; nothing
+    # falls through to another product
+    for args, said in (
+        (["--kind", "nosuch", "--collection", "handbook"],
+         "unknown kind 'nosuch'; kinds: index, briefs, tickets"),
+        (["--collection", "nowhere"], "no product runs the partition 'nowhere'"),
+        (["--kind", "tickets", "--collection", "handbook"], "no product of kind tickets"),
+        (["--day", "2026-11-29"], "no product runs the partition '2026-11-29'"),
+    ):  # fmt: skip
+        assert cli.main([*base, "run", *args, "--run-id", "r2"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"batch-pipeline: {said}") and err.count("\n") == 1, err

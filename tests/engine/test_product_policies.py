@@ -7,6 +7,7 @@ do."""
 
 import json
 import shutil
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -200,3 +201,37 @@ def test_every_product_drops_retired_generations_after_their_retention(
     assert not store.has_table(product.index)
     assert registry.get(name, product.fingerprint).state == DROPPED
     assert registry.audit_log(name)[-1].action == "drop"
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_a_cli_run_with_trigger_schedule_drops_every_products_retired_generations(
+    kind, tmp_path, fake_embedder, monkeypatch, capsys
+):
+    """Cron deployments say `run --trigger schedule`: that run is nightly for every product,
+    as the Dagster schedules' are (forced review, retention), through the one `run`."""
+    from batch_pipeline.cli import main
+    from batch_pipeline.cli.context import CommandContext
+
+    ws = Workspace(tmp_path, fake_embedder, "generations: {retention_days: 1}\n")
+    product = ws.product(kind)
+    registry, name = product.reviewer.registry, product.name
+    old = registry.ensure(name, "e" * 16, f"{name}__{'e' * 16}", {})
+    week_ago = (datetime.now(UTC) - timedelta(days=7)).timestamp()
+    registry.update(name, old.fingerprint, state=RETIRED, retired_at=week_ago)
+    env = CommandContext.product_env
+    monkeypatch.setattr(  # the FAKE engines: the policy, not the models, is under test
+        CommandContext, "product_env",
+        lambda ctx, args=None: replace(env(ctx, args), generator=ws.generator),
+    )  # fmt: skip
+    monkeypatch.setattr(CommandContext, "runners", lambda ctx, args: lambda model: fake_embedder)
+    base = ["--config", str(tmp_path / "pipeline.yaml"), "--home", str(tmp_path / "home")]
+    args = ["run", "--kind", kind, "--partition", ws.key(kind)]
+
+    assert main([*base, *args]) == 0  # a manual run keeps them
+    assert registry.get(name, old.fingerprint).state == RETIRED
+    capsys.readouterr()
+    assert main([*base, *args, "--trigger", "schedule", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["generations_dropped"] == [old.index_name]
+    assert registry.get(name, old.fingerprint).state == DROPPED
+    assert report["product"] == name and report["partition"] == ws.key(kind)

@@ -44,6 +44,7 @@ def open_lengths(env: ProductEnv, target: ProductTarget) -> DocumentLengths:
 LENGTHS = ProductKind(
     name=NAME,
     package="tests.lengths",
+    family=None,
     section=LengthsConfig,
     targets=targets,
     open=open_lengths,

@@ -1,0 +1,104 @@
+"""`run`'s executor flags, for every kind whose executor runs a model: which executor by name
+(`--executor`), the engine's parallel sizes, and where a Batch API executor submits. What they
+choose reaches the product through its `ProductEnv` (`executors.ExecutorChoice`)."""
+
+import argparse
+
+from batch_pipeline.arguments import whole_number
+from batch_pipeline.executors import ExecutorChoice
+from batch_pipeline.executors.generation import generation_executors
+from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
+
+PARALLEL = ("tensor_parallel_size", "data_parallel_size")
+
+
+def add_executor_flags(run: argparse.ArgumentParser) -> None:
+    """`--executor`, the parallel sizes and the Batch API's flags."""
+    run.add_argument(
+        "--executor",
+        choices=sorted(generation_executors()),
+        help="what runs a chat model's plan (a kind that generates: briefs): vllm, in this "
+        "process (default), vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch "
+        "files, or openai-batch, the same files through a Batch API at --api-base",
+    )
+    for side, meaning in (
+        ("tensor", "GPUs one engine's layers are split over (a model too big for one GPU)"),
+        ("data", "engines, one per GPU (or tensor-parallel group), each taking a share of the "
+         "requests: --executor vllm-run-batch only"),
+    ):  # fmt: skip
+        run.add_argument(
+            f"--{side}-parallel-size",
+            type=whole_number(1),
+            default=1,
+            metavar="N",
+            help=f"{meaning} (default 1)",
+        )
+    api = run.add_argument_group("openai-batch executor")
+    api.add_argument("--api-base", help="the Batch API's base URL (a provider's or a gateway's)")
+    api.add_argument(
+        "--api-model",
+        help="the provider's name of the model (default: the chat "
+        "model's; another model is another generation)",
+    )
+    api.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the key (default OPENAI_API_KEY)",
+    )
+    api.add_argument("--completion-window", default="24h", help="default 24h")
+    api.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wait at most this long for the batches (default: until done; 0: "
+        "submit and return, and collect with the next run)",
+    )
+    for side in ("input", "output"):
+        api.add_argument(
+            f"--price-per-million-{side}-tokens",
+            type=float,
+            default=0.0,
+            help=f"the provider's batch price of {side} tokens, for the measures",
+        )
+
+
+def executor_flags_given(args: argparse.Namespace) -> list[str]:
+    """The executor flags given that change anything (a kind whose executor runs no such
+    model refuses them)."""
+    return [
+        flag
+        for flag, value in (
+            ("--executor", getattr(args, "executor", None)),
+            ("--api-base", getattr(args, "api_base", None)),
+            ("--tensor-parallel-size", (getattr(args, "tensor_parallel_size", 1) or 1) > 1),
+            ("--data-parallel-size", (getattr(args, "data_parallel_size", 1) or 1) > 1),
+        )
+        if value
+    ]
+
+
+def batch_api_of(args: argparse.Namespace) -> BatchApiSettings | None:
+    """The Batch API executor's settings from `run`'s flags; None without --api-base."""
+    if getattr(args, "api_base", None) is None:
+        return None
+    window_seconds(args.completion_window)  # a ConfigError naming the flag's value
+    return BatchApiSettings(
+        api_base=args.api_base,
+        api_key_env=args.api_key_env,
+        model=args.api_model,
+        completion_window=args.completion_window,
+        wait_seconds=args.wait,
+        price_per_million_input_tokens=args.price_per_million_input_tokens,
+        price_per_million_output_tokens=args.price_per_million_output_tokens,
+    )
+
+
+def executor_choice(args: argparse.Namespace) -> ExecutorChoice:
+    """What the flags chose, spelled as flags in any error a product raises about them."""
+    return ExecutorChoice(
+        name=getattr(args, "executor", None),
+        batch_api=batch_api_of(args),
+        engine_options={field: getattr(args, field, 1) or 1 for field in PARALLEL},
+        spelled=lambda setting: "--" + setting.replace("_", "-"),
+    )
