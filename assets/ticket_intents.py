@@ -134,7 +134,7 @@ def _land_report(landed: Landed) -> LandReport:
 
 
 def _opened(context: Context) -> tuple[TicketProduct, StagedPartition]:
-    product = context.resources.pipeline.tickets()
+    product = context.resources.pipeline.tickets(execution=context.resources.inference.execution())
     return product, product.day(context.partition_key)
 
 

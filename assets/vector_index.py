@@ -158,7 +158,8 @@ def _land_report(landed: Landed) -> LandReport:
 
 def _opened(context: Context) -> tuple[IndexPartition, IndexPartition]:
     # the index's partition is its own product here: its review is index_generation's
-    partition = context.resources.pipeline.partition(context.partition_key)
+    execution = context.resources.inference.execution()
+    partition = context.resources.pipeline.partition(context.partition_key, execution=execution)
     return partition, partition
 
 

@@ -9,6 +9,7 @@ test loop over `kinds_for(config)` and `configured_products`, and never ask whic
 hold.
 """
 
+from dataclasses import replace
 from datetime import date
 
 from batch_pipeline.briefs.kind import BRIEFS
@@ -85,7 +86,7 @@ def product_env(
         generator,
         device,
         dtype,
-        execution or ExecutorChoice(),
+        replace(execution or ExecutorChoice(), device=device, dtype=dtype),
     )
 
 

@@ -9,11 +9,11 @@ from pydantic import Field, PrivateAttr
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
-    generation_executors,
     parallel_problem,
 )
 from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
 from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
+from batch_pipeline.executors.registry import GENERATE, executor_names
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -166,10 +166,10 @@ class GenerationResource(dg.ConfigurableResource):
             generation_device(self.device)
         except ValueError as error:
             raise ValueError(f"GenerationResource.device: {error}") from None
-        if self.executor not in generation_executors():
+        if self.executor not in executor_names(GENERATE):
             raise ValueError(
                 f"GenerationResource.executor must be one of "
-                f"{', '.join(generation_executors())}, got {self.executor!r}"
+                f"{', '.join(executor_names(GENERATE))}, got {self.executor!r}"
             )
         if self.tensor_parallel_size > 1 or self.data_parallel_size > 1:
             problem = parallel_problem(

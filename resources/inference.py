@@ -5,7 +5,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.registry import EMBED, executor_names
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -32,6 +33,12 @@ class InferenceResource(dg.ConfigurableResource):
     device memory.
     """
 
+    executor: str = Field(
+        default="local",
+        description="What embeds the plan: local (this process: torch or OpenVINO, as "
+        "measured), vllm (vLLM's engine in this process) or vllm-run-batch (vLLM's own "
+        "run-batch over the plan's OpenAI batch files, in a subprocess).",
+    )
     device: str = Field(default="auto", description="auto, cuda, cuda:N, mps or cpu.")
     dtype: str = Field(
         default="auto",
@@ -80,6 +87,11 @@ class InferenceResource(dg.ConfigurableResource):
     _runners: LoadedModels = PrivateAttr()
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if self.executor not in executor_names(EMBED):
+            raise ValueError(
+                f"InferenceResource.executor must be one of {', '.join(executor_names(EMBED))}, "
+                f"got {self.executor!r}"
+            )
         self._runners = LoadedModels(
             device=self.device,
             dtype=self.dtype,
@@ -97,6 +109,10 @@ class InferenceResource(dg.ConfigurableResource):
             pick_dtype("cpu", self.dtype)
         except ValueError as error:
             raise ValueError(f"InferenceResource: {error}") from None
+
+    def execution(self) -> ExecutorChoice:
+        """Which executor embeds, on this resource's device and dtype."""
+        return ExecutorChoice(name=self.executor, device=self.device, dtype=self.dtype)
 
     def resolved_device(self) -> str:
         return pick_device(self.device)

@@ -8,6 +8,7 @@ from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
 from batch_pipeline.declaration import ProductEnv
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.executors.openai_batch import BatchApiSettings
 from batch_pipeline.index.partition import IndexPartition
@@ -73,9 +74,15 @@ class PipelineResource(dg.ConfigurableResource):
     def storage(self) -> StorageLocations:
         return self._storage
 
-    def partition(self, partition: str, s3: S3Resource | None = None) -> IndexPartition:
+    def partition(
+        self,
+        partition: str,
+        s3: S3Resource | None = None,
+        execution: ExecutorChoice | None = None,
+    ) -> IndexPartition:
         """The engine for one partition (a collection or one of its shards); S3 sources read
-        through `s3`."""
+        through `s3`, and its plan embedded by the executor `execution` names (the inference
+        resource's)."""
         return IndexPartition(
             self._config,
             self._storage,
@@ -83,6 +90,7 @@ class PipelineResource(dg.ConfigurableResource):
             self._tracking,
             self._store,
             s3_client=lambda source: _s3_client(s3, source),
+            execution=execution,
         )
 
     def briefs(
@@ -127,11 +135,16 @@ class PipelineResource(dg.ConfigurableResource):
             lambda key: self.partition(key, s3),
         )
 
-    def tickets(self, s3: S3Resource | None = None) -> TicketProduct:
-        """The ticket intent product's engine (days come from `.day(partition_key)`)."""
+    def tickets(
+        self, s3: S3Resource | None = None, execution: ExecutorChoice | None = None
+    ) -> TicketProduct:
+        """The ticket intent product's engine (days come from `.day(partition_key)`), its
+        plans embedded by the executor `execution` names (the inference resource's)."""
         source = self._config.tickets.source if self._config.tickets else None
         client = _s3_client(s3, source) if isinstance(source, TicketS3Export) else None
-        return TicketProduct(self._config, self._storage, self._tracking, self._store, client)
+        return TicketProduct(
+            self._config, self._storage, self._tracking, self._store, client, execution
+        )
 
 
 def _s3_client(s3: S3Resource | None, source: S3SourceConfig | TicketS3Export):  # noqa: ANN202

@@ -8,18 +8,20 @@ alternates (a) `model.encode(texts, batch_size=32)`, (c) on CPU, ONNX Runtime fp
 length-sorted batches of 32 (how FastEmbed and Infinity run; `batch_pipeline.bench.anchors`)
 and (b) the batch plan (tokenising once to count, de-duplication, sorting, packing under a
 padded-token budget) run through `EmbeddingRunner`, which pads the planned token ids as
-execute does, on the path `auto` chose (measured here, on the set's
-median-length inputs, as execute measures it), and on CPU (d) the same plan on OpenVINO's
-int8 model (`model.precision: fixed_accuracy`, `dtype: int8`, calibrated on the set's first
-300 chunks as a collection's first run pins them), over several rounds (forwards, then
-backwards). It prints each path's tokens/s, ratio to (a), minimum cosine to (a), padding
-efficiency, peak RSS and, on CPU, share of the roofline (cores x clock x FLOP per cycle,
-stated; int8's is twice bf16's where the CPU has bf16 dot products) at the nominal clock
-and at the clock measured after the rounds, with the path decision and what calibrating
-cost. On CUDA it prints the fraction of the bf16 roofline reached instead.
+execute does, on the path `auto` chose (measured here, on the set's median-length inputs, as
+execute measures it), and on CPU (d) the same plan on OpenVINO's int8 model
+(`model.precision: fixed_accuracy`, `dtype: int8`, calibrated on the set's first 300 chunks
+as a collection's first run pins them), and (e) the same plan on the `vllm` embedding
+executor (vLLM's `LLM.embed`, fp32 on CPU, fp16 on a GPU; left out where vLLM is not
+installed, or with --no-vllm), over several rounds (forwards, then backwards). It prints
+each path's tokens/s, ratio to (a), minimum cosine to (a), padding efficiency, peak RSS and,
+on CPU, share of the roofline (cores x clock x FLOP per cycle, stated; int8's is twice
+bf16's where the CPU has bf16 dot products) at the nominal clock and at the clock measured
+after the rounds, with the path decision and what calibrating cost. On CUDA it prints the
+fraction of the bf16 roofline reached instead.
 
-It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow; openvino
-and onnxruntime where they are installed), so it runs on a bare GPU machine.
+It imports torch and sentence-transformers only (no dagster, lancedb or pyarrow; openvino,
+onnxruntime and vllm where they are installed), so it runs on a bare GPU machine.
 """
 
 import argparse
@@ -44,7 +46,7 @@ from batch_pipeline.inference.batching import (
 )
 from batch_pipeline.inference.calibration import cosines, median_sample, min_cosine
 from batch_pipeline.inference.devices import BACKENDS
-from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.embedder import Embedder, RunStats
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.measures.memory import PeakRss
@@ -105,10 +107,14 @@ def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
 
 
 def run_engine(
-    runner: EmbeddingRunner, texts: list[str], settings: PlanSettings, model: ResolvedModel
+    runner: EmbeddingRunner,
+    texts: list[str],
+    settings: PlanSettings,
+    model: ResolvedModel,
+    engine: Embedder | None = None,
 ) -> tuple[Measurement, dict]:
     """The pipeline's path: tokenise once to count (prepare), plan (dedupe, sort, pack), run
-    the planned token ids (execute); all inside the timer."""
+    the planned token ids (execute) on `engine` (default: `runner`); all inside the timer."""
     synchronize(runner.device)
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -125,7 +131,7 @@ def run_engine(
             )
             for b in batches
         )
-        for positions, vectors in runner.run(jobs, stats):
+        for positions, vectors in (engine or runner).run(jobs, stats):
             out[positions] = vectors
         # a repeated text was embedded once, at its first position: give every repeat its vector
         first: dict[str, int] = {}
@@ -219,6 +225,19 @@ def int8_runner(
     return made, None
 
 
+def vllm_embedder(runner: EmbeddingRunner, model: ResolvedModel) -> tuple[Embedder | None, str]:
+    """(e): the `vllm` embedding executor's engine on the runner's device, fp32 on CPU (the
+    reference), or None and why where vLLM does not run."""
+    try:
+        from batch_pipeline.inference.vllm_embedder import VllmEmbedder, embed_engine_settings
+
+        engine = VllmEmbedder(model, embed_engine_settings(runner.device, "auto"))
+        engine.engine()
+    except Exception as error:  # noqa: BLE001 - not installed, no device: the row is left out
+        return None, f"(e) vllm left out: {type(error).__name__}: {str(error)[:200]}"
+    return engine, f"(e) vllm: engine started in {engine.load_seconds:.1f} s (once per run)"
+
+
 def run_anchor(anchor, texts: list[str], counts: list[int]) -> Measurement:  # noqa: ANN001
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -254,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-path", default=os.environ.get("BATCH_PIPELINE_MODEL_PATH"))
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--no-int8", action="store_true", help="leave out (d), the int8 path")
+    parser.add_argument(
+        "--no-vllm", action="store_true", help="leave out (e), the vllm embedding executor"
+    )
     args = parser.parse_args(argv)
 
     texts = load_chunks(Path(args.chunks))
@@ -272,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     anchor, anchor_note = onnx_anchor(runner, model)
     int8, int8_note = (None, None) if args.no_int8 else int8_runner(runner, args, texts)
     int8_model = int8.resolved if int8 is not None else None
+    vllm, vllm_note = (None, None) if args.no_vllm else vllm_embedder(runner, model)
 
     # warm-up: kernels, allocator, thread pools
     run_baseline(runner, texts[:64])
@@ -280,12 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         run_anchor(anchor, texts[:64], counts[:64])
     if int8 is not None:
         run_engine(int8, texts[:64], settings, int8_model)
+    if vllm is not None:
+        run_engine(runner, texts[:64], settings, model, vllm)
 
     a_runs: list[Measurement] = []
     b_runs: list[tuple[Measurement, dict]] = []
     c_runs: list[Measurement] = []
     d_runs: list[tuple[Measurement, dict]] = []
+    e_runs: list[tuple[Measurement, dict]] = []
     paths = ["a", "b"] + (["c"] if anchor is not None else []) + (["d"] if int8 else [])
+    paths += ["e"] if vllm is not None else []
     for round_index in range(args.rounds):
         for which in paths if round_index % 2 == 0 else paths[::-1]:
             if which == "a":
@@ -294,13 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                 b_runs.append(run_engine(runner, texts, settings, model))
             elif which == "c":
                 c_runs.append(run_anchor(anchor, texts, counts))
-            else:
+            elif which == "d":
                 d_runs.append(run_engine(int8, texts, settings, int8_model))
+            else:
+                e_runs.append(run_engine(runner, texts, settings, model, vllm))
         print(
             f"round {round_index + 1}/{args.rounds}: a {a_runs[-1].seconds:.2f}s  "
             f"b {b_runs[-1][0].seconds:.2f}s"
             + (f"  c {c_runs[-1].seconds:.2f}s" if c_runs else "")
-            + (f"  d {d_runs[-1][0].seconds:.2f}s" if d_runs else ""),
+            + (f"  d {d_runs[-1][0].seconds:.2f}s" if d_runs else "")
+            + (f"  e {e_runs[-1][0].seconds:.2f}s" if e_runs else ""),
             file=sys.stderr,
         )
 
@@ -365,6 +395,24 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "quantize_seconds": round(int8.export_seconds, 3),
         }
+    if e_runs:
+        e_measured = [m for m, _ in e_runs]
+        rows["e"] = {
+            **path_row(
+                f"batch_pipeline plan + executor vllm (LLM.embed {vllm.dtype})",
+                vllm.dtype,
+                e_measured,
+                a_runs,
+                1.0,  # vLLM packs sequences: no padding
+                real,
+            ),
+            "ratio_over_b_median": round(
+                statistics.median(
+                    b.seconds / e.seconds for b, e in zip(b_measured, e_measured, strict=True)
+                ),
+                3,
+            ),
+        }
     ratios = [a.seconds / b.seconds for a, b in zip(a_runs, b_measured, strict=True)]
     result = {
         "chunks": len(texts),
@@ -388,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         result["anchor_note"] = anchor_note
     if int8_note:
         result["int8_note"] = int8_note
+    if vllm_note:
+        result["vllm_note"] = vllm_note
     work = flops(counts, model)
     result["flop_per_token"] = round(work / real)
     if runner.device.startswith("cuda"):
@@ -410,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "int8_tokens_per_s": _per_token(roof.flops("int8"), work / real),
         }
-        for key in ("a", "b", "c", "d"):
+        for key in ("a", "b", "c", "d", "e"):
             if key in result:
                 seconds = result[key]["seconds_median"]
                 for field, measured in (
@@ -467,7 +517,7 @@ def _print_table(result: dict) -> None:
         f"{at_clock:>9}{'padding':>9}{'RSS MiB':>9}"
     )
     print(header)
-    for key in ("a", "c", "b", "d"):
+    for key in ("a", "c", "b", "d", "e"):
         if key not in result:
             continue
         row = result[key]
@@ -486,7 +536,9 @@ def _print_table(result: dict) -> None:
             f"quantized in {d['quantize_seconds']} s (once per sample and machine)"
             + (f"; int8 roofline {roof['int8_tokens_per_s']} tokens/s" if roof else "")
         )
-    for note in ("anchor_note", "int8_note"):
+    if "e" in result:
+        print(f"(e) vllm: {result['e']['ratio_over_b_median']}x (b), the local executor")
+    for note in ("anchor_note", "int8_note", "vllm_note"):
         if note in result:
             print(result[note])
     if "roofline_fraction_bf16" in result:

@@ -26,6 +26,7 @@ from batch_pipeline.executors.generation import (
     parallel_problem,
 )
 from batch_pipeline.executors.openai_batch import BatchApiSettings
+from batch_pipeline.executors.registry import GENERATE, check_executor
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
@@ -125,7 +126,7 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
     """A collection's briefs on the executor `env.execution` names (a ConfigError, naming
     the setting as its caller spells it, for a parallel size no engine can take)."""
     choice = env.execution
-    executor = choice.name or DEFAULT_EXECUTOR
+    executor = check_executor(GENERATE, choice.name, choice.spelled("executor"))
     options = {k: v for k, v in choice.engine_options.items() if v and v > 1}
     if options and env.generator is None:
         sizes = {f"{side}_parallel_size": options.get(f"{side}_parallel_size", 1)

@@ -37,7 +37,6 @@ from batch_pipeline.declaration import CollectionDocuments
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     GenerationExecutor,
-    generation_executors,
 )
 from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
 from batch_pipeline.executors.openai_batch import (
@@ -45,6 +44,7 @@ from batch_pipeline.executors.openai_batch import (
     BatchLedger,
     OpenAIBatchExecutor,
 )
+from batch_pipeline.executors.registry import GENERATE, executor_class
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
 from batch_pipeline.generations.review import (
@@ -154,14 +154,9 @@ class BriefProduct:
     @property
     def executor(self) -> GenerationExecutor:
         """The chat model's prompt plan and generation, under the briefs' sampling and
-        output schema, on the executor named `executor_name` (`generation_executors`): its
-        outputs, and so its generation, are the same whichever runs it."""
-        executors = generation_executors()
-        chosen = executors.get(self.executor_name)
-        if chosen is None:
-            raise ConfigError(
-                f"unknown executor {self.executor_name!r}; executors: {', '.join(executors)}"
-            )
+        output schema, on the generate executor named `executor_name` (`executors.registry`):
+        its outputs, and so its generation, are the same whichever runs it."""
+        chosen = executor_class(GENERATE, self.executor_name)
         if getattr(chosen, "runs_vllm", False) and not hasattr(self.generator, "settings"):
             raise ConfigError(
                 f"the {self.executor_name} executor runs vLLM's own engine: it needs the vLLM "

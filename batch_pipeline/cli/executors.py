@@ -6,20 +6,25 @@ import argparse
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.generation import generation_executors
 from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
+from batch_pipeline.executors.registry import EXECUTORS, all_executor_names
 
 PARALLEL = ("tensor_parallel_size", "data_parallel_size")
 
 
 def add_executor_flags(run: argparse.ArgumentParser) -> None:
     """`--executor`, the parallel sizes and the Batch API's flags."""
+    families = "; ".join(
+        f"{family}: {', '.join(names)} (default {next(iter(names))})"
+        for family, names in EXECUTORS.items()
+    )
     run.add_argument(
         "--executor",
-        choices=sorted(generation_executors()),
-        help="what runs a chat model's plan (a kind that generates: briefs): vllm, in this "
-        "process (default), vllm-run-batch, vLLM's own run-batch over the plan's OpenAI batch "
-        "files, or openai-batch, the same files through a Batch API at --api-base",
+        choices=all_executor_names(),
+        help="what runs the kind's plan, by its model family's executors: " + families + ". "
+        "local embeds in this process (torch or OpenVINO); vllm runs vLLM's engine in this "
+        "process; vllm-run-batch runs vLLM's own run-batch over the plan's OpenAI batch "
+        "files; openai-batch sends the same files to a Batch API at --api-base",
     )
     for side, meaning in (
         ("tensor", "GPUs one engine's layers are split over (a model too big for one GPU)"),
@@ -63,13 +68,14 @@ def add_executor_flags(run: argparse.ArgumentParser) -> None:
         )
 
 
-def executor_flags_given(args: argparse.Namespace) -> list[str]:
-    """The executor flags given that change anything (a kind whose executor runs no such
-    model refuses them)."""
+def executor_flags_given(args: argparse.Namespace, engine_only: bool = False) -> list[str]:
+    """The executor flags given that change anything (a kind that runs no model refuses
+    them); with `engine_only`, those that only a chat model's engine takes (an embedding
+    kind refuses them)."""
     return [
         flag
         for flag, value in (
-            ("--executor", getattr(args, "executor", None)),
+            ("--executor", not engine_only and getattr(args, "executor", None)),
             ("--api-base", getattr(args, "api_base", None)),
             ("--tensor-parallel-size", (getattr(args, "tensor_parallel_size", 1) or 1) > 1),
             ("--data-parallel-size", (getattr(args, "data_parallel_size", 1) or 1) > 1),

@@ -19,6 +19,7 @@ from batch_pipeline.cli.executors import executor_flags_given
 from batch_pipeline.config import ConfigError
 from batch_pipeline.declaration import RunReport, review_after_run
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors.registry import GENERATE, check_executor
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate
 from batch_pipeline.measures.run import SCHEDULE
@@ -32,7 +33,7 @@ from batch_pipeline.runs import Landing, StagedPartition
 
 HELD_DELETIONS_EXIT = 3
 UNREAD_EXIT = 4
-MODEL_FAMILY = "generate"  # the executor flags' family (chat models) until embeddings have any
+ENGINE_FAMILY = GENERATE  # the family whose engines take parallel sizes and a Batch API
 
 
 def _old_kind_spelling(ctx: CommandContext, args: argparse.Namespace) -> None:
@@ -83,8 +84,12 @@ def run_partition(ctx: CommandContext, args: argparse.Namespace, kind_name: str,
     """Run the product of kind `kind_name` over the partition `key`, review it, report it;
     the exit status."""
     kind = kind_named(kind_name, ctx.config)
-    if kind.family != MODEL_FAMILY and (flags := executor_flags_given(args)):
-        runnable = [k.name for k in kinds_for(ctx.config) if k.family == MODEL_FAMILY]
+    if kind.family is None and (flags := executor_flags_given(args)):
+        raise ConfigError(f"{', '.join(flags)}: --kind {kind.name} runs no model")
+    if kind.family is not None:
+        check_executor(kind.family, getattr(args, "executor", None), "--executor")
+    if kind.family != ENGINE_FAMILY and (flags := executor_flags_given(args, engine_only=True)):
+        runnable = [k.name for k in kinds_for(ctx.config) if k.family == ENGINE_FAMILY]
         raise ConfigError(
             f"{', '.join(flags)}: for --kind {', '.join(runnable)} only, not --kind {kind.name}"
         )

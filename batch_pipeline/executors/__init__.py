@@ -8,8 +8,10 @@ outputs.
 - `Executor`: plans a product's prepared inputs and runs the plan, loading its engine (an
   embedder, a chat model) only when there is work.
 
-`embedding.EmbeddingExecutor` embeds (the vector index, the ticket intents);
-`generation.GenerationExecutor` generates on a chat model (the document briefs).
+Which executors exist, by model family and name, is `registry.EXECUTORS`: `local` (the
+default), `vllm` and `vllm-run-batch` embed (the vector index, the ticket intents); `vllm`
+(the default), `vllm-run-batch` and `openai-batch` generate on a chat model (the document
+briefs).
 """
 
 from collections.abc import Callable
@@ -38,6 +40,8 @@ class ExecutorChoice:
     never through its constructor's arguments. None and empty fields take the defaults."""
 
     name: str | None = None  # an executor's name (`--executor`); None: the family's default
+    device: str = "auto"  # the inference settings an embedding engine runs on (`--device`)
+    dtype: str = "auto"  # (`--dtype`)
     batch_api: Any = None  # where a Batch API executor submits (`BatchApiSettings`)
     engine_options: dict[str, int] = field(default_factory=dict)  # tensor_parallel_size, ...
     # how the caller spells a setting in an error: "--tensor-parallel-size" for the CLI

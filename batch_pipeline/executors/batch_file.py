@@ -1,12 +1,16 @@
-"""The OpenAI batch file: the boundary between a chat model's plan and whatever runs it.
+"""The OpenAI batch file: the boundary between a plan and whatever runs it, for every model
+family.
 
 One request per line (`custom_id`, `method`, `url`, `body`), as OpenAI's Batch API, vLLM's
 `run-batch` and Ray Data LLM all read it:
 
-- `custom_id` is the prompt's staleness key (its input hash);
-- `url` is `/v1/chat/completions`;
-- `body` holds the messages, the model, `max_tokens`, the temperature (0: greedy) and, with
-  an output schema, `response_format` = that JSON schema (strict).
+- `custom_id` is the input's key in the plan (a prompt's staleness key, an embedding input's
+  position in the run);
+- `url` is `/v1/chat/completions` for a chat model: `body` holds the messages, the model,
+  `max_tokens`, the temperature (0: greedy) and, with an output schema, `response_format` =
+  that JSON schema (strict);
+- `url` is `/v1/embeddings` for an embedding model: `body` holds the model and the input's
+  token ids, as the plan cut them.
 
 `write_request_files` splits the requests at the format's limits (50,000 requests or 200 MB a
 file). `read_results` reads the output files and the error files an engine wrote back, in any
@@ -23,9 +27,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from batch_pipeline.inference.generator import Prompt, Sampling
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
+EMBEDDINGS = "/v1/embeddings"
 MAX_REQUESTS = 50_000  # a batch file's limit, in requests
 MAX_BYTES = 200 * 1024 * 1024  # and in bytes
 SCHEMA_NAME = "output"
@@ -57,6 +64,15 @@ def request_line(prompt: Prompt, model: str, sampling: Sampling, schema: dict | 
     return {"custom_id": prompt.key, "method": "POST", "url": CHAT_COMPLETIONS, "body": body}
 
 
+def embedding_request_line(key: str, token_ids: list[int], model: str, normalize: bool) -> dict:
+    """One embedding request of the batch file: the input as the plan's token ids. Not
+    normalising is vLLM's extension of the request (`use_activation`), sent only then."""
+    body: dict[str, object] = {"model": model, "input": list(token_ids)}
+    if not normalize:
+        body["use_activation"] = False
+    return {"custom_id": key, "method": "POST", "url": EMBEDDINGS, "body": body}
+
+
 def write_request_files(
     prompts: Iterable[Prompt],
     folder: Path,
@@ -66,7 +82,18 @@ def write_request_files(
     max_requests: int = MAX_REQUESTS,
     max_bytes: int = MAX_BYTES,
 ) -> list[Path]:
-    """The prompts as batch files `requests-00000.jsonl`, ... in `folder`, each within
+    """The prompts as batch files (`write_batch_files`)."""
+    requests = (request_line(prompt, model, sampling, schema) for prompt in prompts)
+    return write_batch_files(requests, folder, max_requests, max_bytes)
+
+
+def write_batch_files(
+    requests: Iterable[dict],
+    folder: Path,
+    max_requests: int = MAX_REQUESTS,
+    max_bytes: int = MAX_BYTES,
+) -> list[Path]:
+    """Request lines as batch files `requests-00000.jsonl`, ... in `folder`, each within
     `max_requests` lines and `max_bytes` bytes; streamed: memory holds one line. A single
     request larger than `max_bytes` is a BatchFileError naming it."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,12 +101,12 @@ def write_request_files(
     out = None
     lines = size = 0
     try:
-        for prompt in prompts:
-            line = (json.dumps(request_line(prompt, model, sampling, schema)) + "\n").encode()
+        for request in requests:
+            line = (json.dumps(request) + "\n").encode()
             if len(line) > max_bytes:
                 raise BatchFileError(
-                    f"request {prompt.key} is {len(line):,} bytes, over a batch file's "
-                    f"{max_bytes:,}"
+                    f"request {request['custom_id']} is {len(line):,} bytes, over a batch "
+                    f"file's {max_bytes:,}"
                 )
             if out is None or lines >= max_requests or size + len(line) > max_bytes:
                 if out is not None:
@@ -100,7 +127,7 @@ class BatchResult:
     """What came back for one request: its output, or why there is none."""
 
     key: str  # the request's custom_id
-    text: str | None  # the message's content; None when the request failed
+    text: str | None  # the message's content; None when the request failed or embedded
     finish_reason: str | None
     prompt_tokens: int = 0
     output_tokens: int = 0
@@ -108,6 +135,7 @@ class BatchResult:
     # a failure that says nothing of the request (expired, throttled, the server's own
     # trouble): worth sending again, where a 4xx refusal is the request's own failure
     retryable: bool = False
+    vector: np.ndarray | None = None  # an embedding request's vector (float32)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -145,8 +173,15 @@ def result_of(line: dict) -> BatchResult:
         retryable = status is None or status == 429 or (isinstance(status, int) and status >= 500)
         return BatchResult(key, None, None, error=error, retryable=retryable)
     try:
-        choice = body["choices"][0]
         usage = body.get("usage") or {}
+        if "data" in body:  # an embedding
+            vector = body["data"][0]["embedding"]
+            if not isinstance(vector, list):
+                raise TypeError(f"embedding is {type(vector).__name__}, not a list of floats")
+            vector = np.asarray(vector, dtype=np.float32)  # a quarter of a list's memory
+            tokens = int(usage.get("prompt_tokens") or 0)
+            return BatchResult(key, None, "stop", tokens, 0, vector=vector)
+        choice = body["choices"][0]
         return BatchResult(
             key,
             choice["message"]["content"] or "",

@@ -1,10 +1,14 @@
-"""The embedding executor: token-budget batches of stale inputs, run through an `Embedder`
-(the vector index's chunks, the ticket intents' tickets)."""
+"""The `local` embedding executor, and what every embedding executor shares: token-budget
+batches of stale inputs (the vector index's chunks, the ticket intents' tickets), run through
+an `Embedder`. The executors differ only in that engine: `local` runs the product's own
+(torch, OpenVINO, int8: `inference.runner`), `vllm` and `vllm-run-batch` run vLLM's
+(`executors.vllm_embedding`)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.registry import EMBED, executor_class
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.measures.progress import ProgressSink
@@ -15,9 +19,16 @@ from batch_pipeline.state.staging import StagePath
 
 @dataclass(frozen=True)
 class EmbeddingExecutor:
-    """Embeds with `model` (see `batch_pipeline.stages.plan` and `.execute`)."""
+    """Embeds with `model` (see `batch_pipeline.stages.plan` and `.execute`) on the engine
+    the run loads: the inference settings' device and dtype are that engine's."""
 
     model: ResolvedModel
+    device: str = "auto"  # the inference settings (`--device`, the inference resource's)
+    dtype: str = "auto"
+
+    def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
+        """What execute embeds with: the run's own engine (`load`), for `local`."""
+        return load
 
     def plan(self, prepared: StagePath, out: StagePath, options: ExecuteOptions) -> PlanSummary:
         return plan_stale_chunks(prepared, out, options.plan, self.model, options.dtype_bytes)
@@ -35,10 +46,16 @@ class EmbeddingExecutor:
         return execute_plan(
             planned,
             out,
-            load,
+            self.engine(load),
             self.model.embedding_dimension,
             checkpoints,
             options.checkpoint_every,
             progress,
             progress_interval,
         )
+
+
+def embedding_executor(model: ResolvedModel, choice: ExecutorChoice | None) -> EmbeddingExecutor:
+    """The embedding executor `choice` names (`local` when it names none), for `model`."""
+    choice = choice or ExecutorChoice()
+    return executor_class(EMBED, choice.name)(model, choice.device, choice.dtype)

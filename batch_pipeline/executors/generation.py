@@ -50,22 +50,7 @@ class GenerationExecutor:
         )
 
 
-def generation_executors() -> dict[str, type]:
-    """The executors a chat-model product may run on, by the name `--executor` and the
-    generation resource's `executor` take: in this process on vLLM (the default), vLLM's own
-    `run-batch` over the plan's OpenAI batch files in a subprocess, or any OpenAI-compatible
-    Batch API over the same files."""
-    from batch_pipeline.executors.openai_batch import NAME, OpenAIBatchExecutor
-    from batch_pipeline.executors.run_batch import RunBatchExecutor
-
-    return {
-        DEFAULT_EXECUTOR: GenerationExecutor,
-        RUN_BATCH: RunBatchExecutor,
-        NAME: OpenAIBatchExecutor,
-    }
-
-
-DEFAULT_EXECUTOR = "vllm"
+DEFAULT_EXECUTOR = "vllm"  # the registry's first generate executor
 RUN_BATCH = "vllm-run-batch"
 
 

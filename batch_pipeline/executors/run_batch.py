@@ -78,12 +78,21 @@ def run_batch_command(generator, requests: Path, results: Path) -> list[str]:  #
     return command
 
 
-def run_batch_environment(generator) -> dict[str, str]:  # noqa: ANN001
+def run_batch_environment(device: str, kv_cache_gib: int) -> dict[str, str]:
     """The subprocess's environment: offline, and the CPU engine's KV cache as configured."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    if generator.settings.device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(generator.settings.kv_cache_gib)
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     return env
+
+
+def run_batch_file(command: list[str], env: dict[str, str], results: Path) -> None:
+    """One batch file through `vllm run-batch` (`command` names both files); a
+    RunBatchError holding the end of its output when it fails or writes no results."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not results.is_file():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-TAIL_LINES:])
+        raise RunBatchError(f"vllm run-batch exited with {done.returncode}:\n{tail}")
 
 
 @dataclass(frozen=True)
@@ -144,16 +153,13 @@ class RunBatchExecutor(GenerationExecutor):
         """One batch file through run-batch; its outputs into the output, one checkpoint."""
         results = requests.with_name(requests.name.replace("requests", "results"))
         began = time.perf_counter()
-        done = subprocess.run(
+        run_batch_file(
             run_batch_command(self.generator, requests, results),
-            env=run_batch_environment(self.generator),
-            capture_output=True,
-            text=True,
-            check=False,
+            run_batch_environment(
+                self.generator.settings.device, self.generator.settings.kv_cache_gib
+            ),
+            results,
         )
-        if done.returncode != 0 or not results.is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-TAIL_LINES:])
-            raise RunBatchError(f"vllm run-batch exited with {done.returncode}:\n{tail}")
         found = read_results([results])
         with requests.open(encoding="utf-8") as lines:
             keys = [json.loads(line)["custom_id"] for line in lines]

@@ -45,7 +45,15 @@ class VectorIndex(ProductFace):
     def partition(self, key: str) -> IndexPartition:
         """One of the collection's partitions: itself, or one of its shards."""
         engine = self.engine
-        return IndexPartition(engine.config, engine.storage, key, engine.tracking, engine.store)
+        return IndexPartition(
+            engine.config,
+            engine.storage,
+            key,
+            engine.tracking,
+            engine.store,
+            engine.s3_client,
+            engine.execution,
+        )
 
     def status(self) -> dict[str, object]:
         return report.collection_status(self.engine)
@@ -61,7 +69,9 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
     return VectorIndex(
-        IndexPartition(env.config, env.storage, target.name, env.tracking, env.store)
+        IndexPartition(
+            env.config, env.storage, target.name, env.tracking, env.store, None, env.execution
+        )
     )
 
 

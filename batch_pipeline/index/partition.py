@@ -13,7 +13,8 @@ from datetime import timedelta
 from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
-from batch_pipeline.executors.embedding import EmbeddingExecutor
+from batch_pipeline.executors import ExecutorChoice
+from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import GenerationRegistry
 from batch_pipeline.generations.review import (
@@ -91,6 +92,7 @@ class IndexPartition(StagedPartition):
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
         s3_client: S3ClientFactory | None = None,
+        execution: ExecutorChoice | None = None,
     ) -> None:
         try:
             self.collection: CollectionConfig
@@ -104,6 +106,7 @@ class IndexPartition(StagedPartition):
         self.store = store or VectorStore(storage.lancedb_uri, storage.storage_options)
         self.staging = storage.staging()
         self.s3_client = s3_client
+        self.execution = execution or ExecutorChoice()  # which executor embeds, and on what
 
     @property
     def name(self) -> str:
@@ -122,7 +125,7 @@ class IndexPartition(StagedPartition):
 
     @property
     def executor(self) -> EmbeddingExecutor:
-        return EmbeddingExecutor(self.model)
+        return embedding_executor(self.model, self.execution)
 
     @cached_property
     def fingerprint(self) -> str:

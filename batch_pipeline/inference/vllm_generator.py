@@ -19,12 +19,9 @@ is `kv_cache_gib` of host memory (`VLLM_CPU_KVCACHE_SPACE`); on CUDA the engine 
 """
 
 import itertools
-import logging
 import os
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,6 +33,7 @@ from batch_pipeline.inference.calibration import (
 )
 from batch_pipeline.inference.chat_models import ChatModel, ChatModelNotAvailableError
 from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
+from batch_pipeline.inference.vllm_engine import first_line, loading, start_engine
 
 GENERATION_DTYPES = ("auto", "bfloat16", "float16", "float32")
 MIN_SPEEDUP = 1.15  # bf16 is taken on CPU only when its matmuls are at least this much faster
@@ -238,7 +236,7 @@ class VllmGenerator:
             from transformers import AutoTokenizer
 
             folder = self.model.ready()
-            with _loading(f"the chat model's tokenizer at {folder}"):
+            with loading(f"the chat model's tokenizer at {folder}", ChatModelNotAvailableError):
                 self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
         return self._tokenizer
 
@@ -250,7 +248,7 @@ class VllmGenerator:
         except TemplateError as error:  # a sandbox refusal (SecurityError) among them
             raise ChatModelNotAvailableError(
                 f"the chat template of the chat model at {self.model.path} was refused "
-                f"({type(error).__name__}: {_first_line(error)}); give the model a template "
+                f"({type(error).__name__}: {first_line(error)}); give the model a template "
                 "that renders messages only"
             ) from error
 
@@ -278,42 +276,28 @@ class VllmGenerator:
                     "their own: use the vllm-run-batch executor (vLLM's offline LLM is one "
                     "engine in one process)"
                 )
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in this process
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            # vLLM logs to stdout by default; here its records go through `logging` (Dagster
-            # and the CLI decide where), errors only unless VLLM_LOGGING_LEVEL says otherwise
-            os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-            logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))
-            if s.device == "cpu":
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(s.kv_cache_gib)
             started = time.perf_counter()
             options: dict[str, object] = dict(s.parallel_options)
             if s.device == "cuda":
                 options["gpu_memory_utilization"] = s.gpu_memory_utilization
             else:
                 options["kv_cache_memory_bytes"] = s.kv_cache_bytes
-            with warnings.catch_warnings():
-                # as it starts, vLLM's kernel dispatcher reads every attribute of every loaded
-                # module, torch.distributed's deprecated `reduce_op` among them: two
-                # FutureWarnings on every run, about vLLM and not about the run
-                warnings.filterwarnings("ignore", message=".*reduce_op", category=FutureWarning)
-                from vllm import LLM
-
-                folder = self.model.ready()
-                with _loading(f"the chat model at {folder}"):
-                    self._llm = LLM(
-                        model=str(folder),
-                        dtype=s.dtype,
-                        max_model_len=s.max_model_len,
-                        max_num_seqs=s.max_num_seqs,
-                        enforce_eager=s.enforce_eager,
-                        enable_prefix_caching=s.enable_prefix_caching,
-                        disable_log_stats=False,  # the counters the run's measures read
-                        use_tqdm_on_load=False,
-                        structured_outputs_config=STRUCTURED_OUTPUTS,
-                        seed=ENGINE_SEED,
-                        **options,
-                    )
+            self._llm = start_engine(
+                self.model.ready(),
+                "the chat model",
+                s.device,
+                s.kv_cache_gib,
+                ChatModelNotAvailableError,
+                dtype=s.dtype,
+                max_model_len=s.max_model_len,
+                max_num_seqs=s.max_num_seqs,
+                enforce_eager=s.enforce_eager,
+                enable_prefix_caching=s.enable_prefix_caching,
+                disable_log_stats=False,  # the counters the run's measures read
+                structured_outputs_config=STRUCTURED_OUTPUTS,
+                seed=ENGINE_SEED,
+                **options,
+            )
             self.load_seconds = time.perf_counter() - started
         return self._llm
 
@@ -469,25 +453,6 @@ def _run_stats(out: list[Generation], seconds: float, before: dict, llm) -> Gene
         preemptions=int(delta["vllm:num_preemptions"]) if "vllm:num_preemptions" in delta else None,
         calls=1,
     )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else "no message"
-
-
-@contextmanager
-def _loading(what: str) -> Iterator[None]:
-    """A model folder that does not load (a truncated weights file, a bad config) is a
-    `ChatModelNotAvailableError` in one line; the cause stays attached for --debug."""
-    try:
-        yield
-    except ChatModelNotAvailableError:
-        raise
-    except Exception as error:  # noqa: BLE001 - whatever the loaders raise, said in one line
-        raise ChatModelNotAvailableError(
-            f"{what} did not load ({type(error).__name__}: {_first_line(error)})"
-        ) from error
 
 
 def chat_token_counts(tokenizer, prompts: list[Prompt]) -> list[int]:

@@ -173,7 +173,9 @@ class TableIndexes:
             dim = self.table.schema.field(VECTOR_COLUMN).type.list_size
             probe = np.zeros(dim, dtype=np.float32)
             probe[0] = 1.0
-            self.table.search(probe).metric(DISTANCE).limit(1).select(["chunk_id"]).to_list()
+            self.table.search(probe).metric(DISTANCE).limit(1).select(
+                ["chunk_id", "_distance"]
+            ).to_list()
         else:
             query = self.table.search("probe", query_type="fts", fts_columns=spec.column)
             query.limit(1).select(["chunk_id", "_score"]).to_list()

@@ -57,7 +57,9 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 
 def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
-    return TicketIntents(TicketProduct(env.config, env.storage, env.tracking, env.store))
+    return TicketIntents(
+        TicketProduct(env.config, env.storage, env.tracking, env.store, None, env.execution)
+    )
 
 
 TICKETS = ProductKind(

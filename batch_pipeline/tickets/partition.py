@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors.embedding import EmbeddingExecutor
+from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.inference.models import load_tokenizer
 from batch_pipeline.measures.run import TICKETS
 from batch_pipeline.runs import (
@@ -54,7 +54,7 @@ class DayPartition(ProductPartition):
 
     @property
     def executor(self) -> EmbeddingExecutor:
-        return EmbeddingExecutor(self.model)
+        return embedding_executor(self.model, self.product.execution)
 
     def _same_model_rows(self, columns: list[str]) -> Iterator:
         """These columns of the day's rows in every generation of this model."""

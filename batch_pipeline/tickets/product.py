@@ -26,6 +26,7 @@ import numpy as np
 
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -102,8 +103,10 @@ class TicketProduct:
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
         s3_client: object | None = None,
+        execution: ExecutorChoice | None = None,
     ) -> None:
         self.config = config
+        self.execution = execution or ExecutorChoice()  # which executor embeds, and on what
         self.settings = tickets_config(config)
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)

@@ -546,10 +546,15 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
          "--tensor-parallel-size: 2 does not split SmolLM2-135M-Instruct's 9 attention heads"),
         (["--tensor-parallel-size", "3"],
          "--tensor-parallel-size: for --kind briefs only, not --kind index"),
-        (["--executor", "vllm-run-batch"], "--executor: for --kind briefs only"),
+        (["--api-base", "http://127.0.0.1:9"], "--api-base: for --kind briefs only"),
+        (["--executor", "openai-batch"],
+         "--executor 'openai-batch' runs no embed model; embed executors: local, vllm, "
+         "vllm-run-batch"),
+        (["--kind", "briefs", "--executor", "local"],
+         "--executor 'local' runs no generate model; generate executors: vllm, "),
     ],
 )  # fmt: skip
-def test_run_refuses_parallel_flags_no_engine_can_take_before_anything_runs(
+def test_run_refuses_executor_flags_no_engine_can_take_before_anything_runs(
     briefs_workspace, capsys, flags, said
 ):
     args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]

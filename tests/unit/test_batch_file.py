@@ -1,15 +1,18 @@
-"""The OpenAI batch file, the boundary between a chat model's plan and what runs it: the
+"""The OpenAI batch file, the boundary between a plan and what runs it: the
 requests split at the format's limits, and the results joined by custom_id in any order,
 failures inline or in an error file, a request with no line left without a result."""
 
 import json
 import random
 
+import numpy as np
 import pytest
 
 from batch_pipeline.executors.batch_file import (
     CHAT_COMPLETIONS,
+    EMBEDDINGS,
     BatchFileError,
+    embedding_request_line,
     read_results,
     request_line,
     write_request_files,
@@ -104,3 +107,25 @@ def test_a_broken_line_names_its_file_and_line(tmp_path):
     (tmp_path / "out.jsonl").write_text('{"response": {}}\n')
     with pytest.raises(BatchFileError, match=r"out.jsonl line 1: no custom_id"):
         read_results([tmp_path / "out.jsonl"])
+
+
+def test_an_embedding_request_carries_the_plans_token_ids_and_its_result_a_vector(tmp_path):
+    line = embedding_request_line("7", [101, 2129, 102], "all-MiniLM-L6-v2", normalize=True)
+    assert line == {"custom_id": "7", "method": "POST", "url": EMBEDDINGS,
+                    "body": {"model": "all-MiniLM-L6-v2", "input": [101, 2129, 102]}}  # fmt: skip
+    raw = embedding_request_line("7", [101], "m", normalize=False)["body"]
+    assert raw["use_activation"] is False  # vLLM's extension: sent only when it matters
+
+    body = {"object": "list", "data": [{"index": 0, "object": "embedding",
+                                        "embedding": [0.6, 0.8]}],
+            "usage": {"prompt_tokens": 3, "total_tokens": 3}}  # fmt: skip
+    ok = {"custom_id": "7", "response": {"status_code": 200, "body": body}}
+    refused = {"custom_id": "8", "response": {"status_code": 400, "body": {
+        "error": {"code": "too_long", "message": "over the model's length"}}}}  # fmt: skip
+    (tmp_path / "out.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (ok, refused)))
+    results = read_results([tmp_path / "out.jsonl"])
+    assert results["7"].vector.dtype == np.float32
+    assert results["7"].vector.tolist() == pytest.approx([0.6, 0.8])
+    assert results["7"].error is None and results["7"].prompt_tokens == 3
+    assert results["8"].vector is None and not results["8"].retryable
+    assert results["8"].error == "status 400; too_long: over the model's length"

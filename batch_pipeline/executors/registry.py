@@ -1,0 +1,64 @@
+"""The registry of executors: one line per executor, keyed by the model family it runs
+(`embed`, `generate`) and the name `--executor` and the resources' `executor` field take.
+
+Every executor of a family plans alike (the family's plan: token-budget batches for an
+embedder, the prompt plan for a chat model) and differs in what runs the plan. Adding one is
+a module in `batch_pipeline/executors/` and a line here; the CLI's choices, the resources'
+checks and the products' lookup all read this table.
+"""
+
+from importlib import import_module
+
+from batch_pipeline.config import ConfigError
+
+EMBED, GENERATE = "embed", "generate"
+
+# family -> executor name -> "module:class"; each family's first line is its default
+EXECUTORS: dict[str, dict[str, str]] = {
+    EMBED: {
+        "local": "batch_pipeline.executors.embedding:EmbeddingExecutor",
+        "vllm": "batch_pipeline.executors.vllm_embedding:VllmEmbeddingExecutor",
+        "vllm-run-batch": "batch_pipeline.executors.vllm_embedding:RunBatchEmbeddingExecutor",
+    },
+    GENERATE: {
+        "vllm": "batch_pipeline.executors.generation:GenerationExecutor",
+        "vllm-run-batch": "batch_pipeline.executors.run_batch:RunBatchExecutor",
+        "openai-batch": "batch_pipeline.executors.openai_batch:OpenAIBatchExecutor",
+    },
+}
+
+
+def executor_names(family: str) -> tuple[str, ...]:
+    """The executors of `family`, its default first; a ConfigError for an unknown family."""
+    if family not in EXECUTORS:
+        raise ConfigError(f"unknown model family {family!r}; families: {', '.join(EXECUTORS)}")
+    return tuple(EXECUTORS[family])
+
+
+def default_executor(family: str) -> str:
+    """What runs `family`'s plans when no executor is named."""
+    return executor_names(family)[0]
+
+
+def all_executor_names() -> list[str]:
+    """Every executor's name, of any family (what `--executor` accepts)."""
+    return sorted({name for names in EXECUTORS.values() for name in names})
+
+
+def check_executor(family: str, name: str | None, spelled: str = "executor") -> str:
+    """`name`, or the family's default when None; a ConfigError in one line, naming the
+    family's executors, when `family` has none called so."""
+    names = executor_names(family)
+    if name is None:
+        return names[0]
+    if name not in names:
+        raise ConfigError(
+            f"{spelled} {name!r} runs no {family} model; {family} executors: {', '.join(names)}"
+        )
+    return name
+
+
+def executor_class(family: str, name: str | None) -> type:
+    """The class of `family`'s executor `name` (the default when None), imported on demand."""
+    module, _, attribute = EXECUTORS[family][check_executor(family, name)].partition(":")
+    return getattr(import_module(module), attribute)
