@@ -5,10 +5,9 @@ and runs batches under `torch.inference_mode`, or on CPU through the model's Ope
 where that measured faster (`batch_pipeline.inference.openvino_backend`): under
 `model.precision: fixed_accuracy` its int8 model is one more path to measure, held to the
 model's cosine floor instead of `fidelity_min_cosine`. A batch that carries
-its inputs' token ids (the plan's, from prepare) is padded, not tokenised again; the first
-such batch is checked once against the model's own tokenizer, and a model that reads the
-texts otherwise is tokenised instead, with a warning. The next batches are made ready on a
-worker thread behind a bounded queue, overlapping the forward passes.
+its inputs' token ids (the plan's, from prepare) is padded, not tokenised again, and the next
+batches are made ready on a worker thread while the model runs
+(`batch_pipeline.inference.batch_features`).
 On CUDA it uses fp16/bf16, pinned memory and non-blocking copies; a CUDA out-of-memory error
 splits the batch in two and lowers the budget for the rest of the run. An input that fails on
 its own is reported, not dropped.
@@ -20,16 +19,15 @@ for that backend), so the GPU check can import it on a bare machine.
 import itertools
 import logging
 import os
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.inference.batch_features import BatchFeatures, Prepared
 from batch_pipeline.inference.calibration import (
     SAMPLE_INPUTS,
     SAMPLE_TOKENS,
@@ -72,42 +70,6 @@ def is_out_of_memory(error: BaseException) -> bool:
 
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     return isinstance(error, oom) or "out of memory" in str(error).lower()
-
-
-@dataclass
-class _Prepared:
-    positions: list[int]
-    texts: list[str]
-    features: dict
-    token_ids: Sequence[Sequence[int]] | None = None  # carried from the plan, if it had them
-    tokenized: bool = True  # whether the features were tokenised here (not padded ids)
-
-    def part(self, runner: "EmbeddingRunner", rows: slice) -> "_Prepared":
-        """Some of the batch's inputs, made ready as the batch was."""
-        ids = None if self.token_ids is None else self.token_ids[rows]
-        return _Prepared.made(runner, self.positions[rows], self.texts[rows], ids)
-
-    @classmethod
-    def made(
-        cls,
-        runner: "EmbeddingRunner",
-        positions: list[int],
-        texts: list[str],
-        token_ids: Sequence[Sequence[int]] | None,
-    ) -> "_Prepared":
-        """A batch made ready by `runner`: its carried token ids padded, or its texts
-        tokenised (`EmbeddingRunner._features`)."""
-        features, tokenized = runner._features(texts, token_ids)
-        return cls(positions, texts, features, token_ids, tokenized)
-
-
-def _same_features(a: dict, b: dict) -> bool:
-    """Whether two batches of model features are equal, key by key and value by value."""
-    import torch
-
-    return a.keys() == b.keys() and all(
-        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a
-    )
 
 
 class EmbeddingRunner:
@@ -173,9 +135,6 @@ class EmbeddingRunner:
         self._timer = timer
         self.calibration_seconds = 0.0  # spent deciding `auto`'s path, all runs together
         self._warm = False  # has the model been called once (calibration calls it too)?
-        # do padded carried token ids equal what this model's tokenizer gives? None: not yet
-        # checked (the first batch that carries them is); False: tokenise every batch
-        self._carried_ids: bool | None = None
         explicit = dtype != "auto" or backend != "auto"
         self.dtype_decision: DtypeDecision | None = (
             None
@@ -192,9 +151,15 @@ class EmbeddingRunner:
         # autocast (layer norms and softmax stay fp32); on GPUs the weights are cast.
         self._autocast = self.device == "cpu" and self.dtype != "float32"
         self.model = self._load(model, quantize_int8)
+        self.batch_features = BatchFeatures(self.model, model, self.device)
         self.dimension = int(self.model.get_embedding_dimension())
         self._openvino = OpenVinoBackend(
-            self.model, model, self._tokenize, self.token_ids, self.export_cache, self.num_threads
+            self.model,
+            model,
+            self.batch_features.tokenize,
+            self.token_ids,
+            self.export_cache,
+            self.num_threads,
         )
         if self.backend == "openvino" and not self._candidates:
             self._openvino_model()  # explicit: exported (or read back) with the model
@@ -342,7 +307,8 @@ class EmbeddingRunner:
         cached = measured is not None
         if measured is None:
             sample = median_sample(texts, self.token_counts(texts), budget=SAMPLE_TOKENS)
-            features = self._tokenize(sample)  # once: the timed calls time the model alone
+            # once: the timed calls time the model alone
+            features = self.batch_features.tokenize(sample)
 
             def embed_as(candidate: Candidate, batch: list[str]) -> np.ndarray:
                 self._use(candidate)
@@ -387,111 +353,7 @@ class EmbeddingRunner:
 
     # ------------------------------------------------------------------ running
 
-    def _tokenize(self, texts: list[str]) -> dict:
-        return self._placed(self.model.preprocess(texts))
-
-    def _placed(self, features: dict) -> dict:
-        """On CUDA, the tensors in pinned memory, so their copies to the device overlap."""
-        if self.device.startswith("cuda"):
-            features = {
-                k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in features.items()
-            }
-        return features
-
-    def _padded(self, token_ids: Sequence[Sequence[int]]) -> dict:
-        """Token ids padded into the features the model's tokenizer gives a batch: input ids
-        and attention mask on its padding side, token type ids (zeros, one text per input)
-        where it gives them, and the non-tensor entries sentence-transformers adds."""
-        import torch
-
-        tokenizer = self.model.tokenizer
-        longest = max(len(ids) for ids in token_ids)
-        input_ids = np.full((len(token_ids), longest), tokenizer.pad_token_id or 0, np.int64)
-        mask = np.zeros_like(input_ids)
-        left = tokenizer.padding_side == "left"
-        for row, ids in enumerate(token_ids):
-            span = slice(longest - len(ids), None) if left else slice(0, len(ids))
-            input_ids[row, span] = ids
-            mask[row, span] = 1
-        features = {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(mask),
-        }
-        if "token_type_ids" in tokenizer.model_input_names:
-            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
-        return {**self._feature_extras, **features}
-
-    @cached_property
-    def _feature_extras(self) -> dict:
-        """What the model's preprocessing adds beside tensors (sentence-transformers names
-        the modality), taken once from a tokenised example."""
-        example = self.model.preprocess(["an example"])
-        return {k: v for k, v in example.items() if not hasattr(v, "shape")}
-
-    def _features(
-        self, texts: list[str], token_ids: Sequence[Sequence[int]] | None
-    ) -> tuple[dict, bool]:
-        """A batch's model features, and whether its texts were tokenised for them. Carried
-        token ids are padded, unless one is over the model's sequence limit (the tokenizer
-        cuts it as the model expects) or the first check found that this model's tokenizer
-        reads the texts otherwise (its sentence-transformers settings, say)."""
-        limit = self.resolved.max_seq_length
-        if (
-            token_ids is None
-            or self._carried_ids is False
-            or any(len(ids) > limit for ids in token_ids)
-        ):
-            return self._tokenize(texts), True
-        padded = self._padded(token_ids)
-        if self._carried_ids is None:  # once per runner: do they equal what it would feed?
-            tokenized = self.model.preprocess(texts)
-            self._carried_ids = _same_features(padded, tokenized)
-            if not self._carried_ids:
-                logger.warning(
-                    "the token ids carried from prepare differ from what model %r's own "
-                    "tokenizer gives the same texts; execute tokenises every input instead",
-                    self.resolved.name,
-                )
-                return self._placed(tokenized), True
-        return self._placed(padded), False
-
-    def _prefetch(self, batches: Iterable[PlannedBatch]) -> Iterator[_Prepared]:
-        """Make upcoming batches ready (padded or tokenised) on a worker thread, at most
-        `prefetch_batches` ahead."""
-        out: queue.Queue = queue.Queue(maxsize=self.prefetch_batches)
-        stop = threading.Event()
-        done = object()
-
-        def worker() -> None:
-            try:
-                for positions, texts, *carried in batches:
-                    if stop.is_set():
-                        return
-                    ids = carried[0] if carried else None
-                    out.put(_Prepared.made(self, positions, texts, ids))
-                out.put(done)
-            except BaseException as error:  # noqa: BLE001 - re-raised in the consumer
-                out.put(error)
-
-        thread = threading.Thread(target=worker, name="batch-features", daemon=True)
-        thread.start()
-        try:
-            while True:
-                item = out.get()
-                if item is done:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            while thread.is_alive():
-                try:
-                    out.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.05)
-
-    def _warm_up(self, prepared: _Prepared) -> float:
+    def _warm_up(self, prepared: Prepared) -> float:
         """Call the model once on the first input, untimed by the run, so the first batch
         does not carry one-off costs (kernel selection, CUDA context, allocator growth);
         the seconds it took, 0 once warm."""
@@ -499,7 +361,7 @@ class EmbeddingRunner:
             return 0.0
         started = time.perf_counter()
         text = prepared.texts[:1]
-        self._forward(text, self._tokenize(text))
+        self._forward(text, self.batch_features.tokenize(text))
         self._warm = True
         return time.perf_counter() - started
 
@@ -522,7 +384,7 @@ class EmbeddingRunner:
                 output = torch.nn.functional.normalize(output, p=2, dim=1)
             return output.cpu().numpy()
 
-    def _run_batch(self, prepared: _Prepared, stats: RunStats) -> list[tuple[int, np.ndarray]]:
+    def _run_batch(self, prepared: Prepared, stats: RunStats) -> list[tuple[int, np.ndarray]]:
         """Run one batch, splitting it on out-of-memory until single inputs fail on their own."""
         try:
             vectors = self._forward(prepared.texts, prepared.features)
@@ -543,16 +405,16 @@ class EmbeddingRunner:
             half = len(prepared.texts) // 2
             results = []
             for rows in (slice(0, half), slice(half, None)):
-                results += self._run_batch(prepared.part(self, rows), stats)
+                results += self._run_batch(prepared.part(self.batch_features, rows), stats)
             return results
 
-    def _capped(self, prepared: _Prepared, limit: int | None) -> Iterator[_Prepared]:
+    def _capped(self, prepared: Prepared, limit: int | None) -> Iterator[Prepared]:
         """The batch itself, or slices of at most `limit` inputs after an out-of-memory."""
         if limit is None or len(prepared.texts) <= limit:
             yield prepared
             return
         for start in range(0, len(prepared.texts), limit):
-            yield prepared.part(self, slice(start, start + limit))
+            yield prepared.part(self.batch_features, slice(start, start + limit))
 
     def _free_cache(self) -> None:
         import torch
@@ -573,7 +435,9 @@ class EmbeddingRunner:
         stats = stats if stats is not None else RunStats()
         limit: int | None = None
         started, calibrated_before = time.perf_counter(), self.calibration_seconds
-        for prepared in self._prefetch(self._calibrated(batches)):
+        for prepared in self.batch_features.prefetched(
+            self._calibrated(batches), self.prefetch_batches
+        ):
             warming = self._warm_up(prepared)
             stats.warmup_seconds += warming
             started += warming

@@ -91,7 +91,8 @@ def test_run_yields_positions_for_each_batch(runner):
 
 
 def test_carried_token_ids_are_padded_not_tokenised_again(runner, monkeypatch):
-    monkeypatch.setattr(runner, "_carried_ids", None)  # as a fresh runner: checked once
+    # as a fresh runner: checked once
+    monkeypatch.setattr(runner.batch_features, "carried_ids", None)
     token_ids = runner.token_ids(TEXTS)
     order = sorted(range(len(TEXTS)), key=lambda i: len(token_ids[i]))
     batches = [
@@ -113,7 +114,7 @@ def test_token_ids_the_model_s_tokenizer_does_not_give_are_not_used(runner, monk
     """Ids counted by a tokenizer that reads the texts otherwise (other settings, another
     model's vocabulary) would embed the wrong inputs: the first batch's check refuses them,
     and the runner tokenises every batch after it too."""
-    monkeypatch.setattr(runner, "_carried_ids", None)
+    monkeypatch.setattr(runner.batch_features, "carried_ids", None)
     wrong = runner.token_ids(TEXTS[::-1])  # another text's ids for each text
     batches = [(list(range(6)), TEXTS[:6], wrong[:6]), (list(range(6, 18)), TEXTS[6:], wrong[6:])]
     stats = RunStats()
@@ -132,7 +133,7 @@ def test_carried_ids_over_the_model_s_limit_are_cut_by_its_tokenizer(runner, mon
     from batch_pipeline.inference.models import load_tokenizer
     from batch_pipeline.text.chunking import model_token_ids
 
-    monkeypatch.setattr(runner, "_carried_ids", None)
+    monkeypatch.setattr(runner.batch_features, "carried_ids", None)
     long = TEXTS[3] * 12  # prepare keeps ids uncut: here over the 256 the model reads
     texts = [TEXTS[0], long]
     carried = model_token_ids(load_tokenizer(runner.resolved.path), texts)
