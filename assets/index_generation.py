@@ -4,7 +4,9 @@ import dagster as dg
 
 from assets.partitions import OWNERS, partition_check
 from assets.stage_io import as_metadata
+from batch_pipeline.declaration import review_after_run
 from batch_pipeline.generations.drift import drift_report
+from batch_pipeline.index.kind import VectorIndex
 from batch_pipeline.stages import LAND
 from batch_pipeline.triggers.tags import is_nightly
 from resources.inference import InferenceResource
@@ -46,9 +48,11 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         """The collection's model generation built by this configuration: its completeness,
         its recall@k and MRR@k on the collection's evaluation set against the live generation,
         and the promotion decision with its reason. Promotion is one atomic switch of the live
-        pointer; readers keep using the old generation until then."""
+        pointer; readers keep using the old generation until then. A nightly run forces the
+        review and drops the retired generations past retention, as every product's does."""
         engine = pipeline.partition(context.partition_key)
-        review = engine.review(inference.runner, force=is_nightly(context.run.tags))
+        nightly = is_nightly(context.run.tags)
+        review, dropped = review_after_run(VectorIndex(engine), inference.runner, nightly)
         for warning in review.warnings:
             context.log.warning(warning)
         settings = pipeline.config.generations
@@ -69,8 +73,9 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
                 passed=True,
                 metadata={"checked": False, "why": "the table is unchanged since the last check"},
             )
+        metadata = {**review.metadata(), "generations_dropped": len(dropped)}
         return dg.MaterializeResult(
-            metadata=as_metadata(review.metadata(), CHARTS), check_results=[drift_check]
+            metadata=as_metadata(metadata, CHARTS), check_results=[drift_check]
         )
 
     return index_generation

@@ -465,13 +465,11 @@ class IndexPartition(StagedPartition):
         return self.lifecycle.review(embedder_for, force=force)
 
     def nightly_maintenance(self, version_retention: timedelta, owner: str) -> dict[str, int]:
-        """Compact the table, clean up versions older than `version_retention`, and drop
-        this collection's generations retired longer than `generations.retention_days`
-        ago (the reviewer's retention, as for every product)."""
+        """Compact the table and clean up versions older than `version_retention`. (Retired
+        generations past retention are dropped by the nightly review, as every product's
+        are: `declaration.review_after_run`.)"""
         with self.tracking.landing_lease(self.index, owner=owner):
-            done = self.store.maintain(self.index, version_retention)
-        dropped = self.lifecycle.reviewer.drop_retired()
-        return {**done, "generations_dropped": len(dropped)}
+            return self.store.maintain(self.index, version_retention)
 
     # -------------------------------------------------------------------- a run
 

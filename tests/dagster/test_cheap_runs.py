@@ -1,6 +1,8 @@
 """A run that finds nothing to do loads no model: not in execute, and not in
 index_generation, whose review and drift check stand while the table is unchanged."""
 
+from datetime import UTC, datetime, timedelta
+
 import dagster as dg
 
 from resources.testing import FakeInferenceResource
@@ -47,6 +49,31 @@ def test_a_no_op_run_loads_no_model_and_the_last_review_stands(workspace):
         assert drift.passed and drift.metadata["checked"].value is False
         nightly = materialize_all(workspace, instance, tags={"batch_pipeline/mode": "reconcile"})
         assert metadata_of(nightly, "index_generation")["evaluated"] is True and LOADS
+
+
+def test_the_nightly_review_drops_the_index_s_retired_generations_past_retention(workspace):
+    """The index's retention is every product's: the nightly review drops what retired
+    longer than `generations.retention_days` ago (`declaration.review_after_run`)."""
+    from batch_pipeline.config import load_config
+    from batch_pipeline.generations.registry import DROPPED, RETIRED, GenerationRegistry
+    from batch_pipeline.state.storage import resolve_storage
+    from batch_pipeline.state.tracking import TrackingStore
+
+    with dg.instance_for_test() as instance:
+        materialize_all(workspace, instance)
+        config = load_config(workspace["config"])
+        tracking = TrackingStore(resolve_storage(str(workspace["home"])).tracking_url)
+        registry = GenerationRegistry(tracking)
+        old = registry.ensure("handbook", "e" * 16, f"handbook__{'e' * 16}", {})
+        ago = datetime.now(UTC) - timedelta(days=config.generations.retention_days + 1)
+        registry.update("handbook", old.fingerprint, state=RETIRED, retired_at=ago.timestamp())
+
+        manual = materialize_all(workspace, instance)
+        assert metadata_of(manual, "index_generation")["generations_dropped"] == 0
+        assert registry.get("handbook", old.fingerprint).state == RETIRED  # kept till nightly
+        nightly = materialize_all(workspace, instance, tags={"batch_pipeline/mode": "reconcile"})
+        assert metadata_of(nightly, "index_generation")["generations_dropped"] == 1
+        assert registry.get("handbook", old.fingerprint).state == DROPPED
 
 
 def test_a_targeted_run_loads_the_model_once_for_execute_and_the_review(workspace):
