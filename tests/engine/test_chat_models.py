@@ -9,6 +9,7 @@ from batch_pipeline.inference import chat_models
 from batch_pipeline.inference.chat_models import (
     ChatModelNotAvailableError,
     convert_gguf,
+    resolve_chat_model,
     shipped_gguf,
 )
 
@@ -139,3 +140,21 @@ def test_a_chat_template_reaching_for_python_objects_is_refused_in_one_line(
     said = str(refused.value)
     assert "chat template of the chat model at" in said and "was refused (SecurityError" in said
     assert "\n" not in said and not marker.exists()  # one line; nothing ran
+
+
+def test_a_real_chat_model_is_named_once_for_every_command_by_its_variable(
+    chat_model_dir, tmp_path, monkeypatch
+):
+    """`$BATCH_PIPELINE_CHAT_MODEL` points every command and the code location at a folder
+    of one's own: the shipped 135M model is only the default stand-in."""
+    shipped = resolve_chat_model(None, tmp_path)
+    assert shipped.name == "SmolLM2-135M-Instruct"
+    own = tmp_path / "my-chat-model"
+    own.symlink_to(chat_model_dir)
+    monkeypatch.setenv(chat_models.CHAT_MODEL_ENV, str(own))
+    chosen = resolve_chat_model(None, tmp_path)
+    assert chosen.path == own and chosen.source_gguf is None  # loaded as it is
+    assert chosen.fingerprint != shipped.fingerprint  # its briefs are a generation of their own
+    monkeypatch.setenv(chat_models.CHAT_MODEL_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(ChatModelNotAvailableError, match=r"\$BATCH_PIPELINE_CHAT_MODEL"):
+        resolve_chat_model(None, tmp_path)

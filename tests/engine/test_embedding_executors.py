@@ -121,3 +121,32 @@ def test_an_input_run_batch_wrote_nothing_for_fails_the_run(monkeypatch):
     embedder = RunBatchEmbedder(resolve_model(ModelConfig()), EmbedEngineSettings())
     with pytest.raises(RunBatchError, match="wrote no result for input 1"):
         list(embedder.run(batches([2])))
+
+
+@pytest.mark.parametrize("name", ["local", "vllm", "vllm-run-batch"])
+def test_every_embedding_kind_runs_its_plan_on_the_executor_the_choice_names(name, tmp_path):
+    """`run --executor NAME` and the inference resource reach every kind that embeds through
+    `ProductEnv.execution`, never through the product's constructor."""
+    from batch_pipeline.config import REPO_ROOT, load_config
+    from batch_pipeline.products import kinds_for, product_env, product_for_partition
+    from batch_pipeline.state.storage import resolve_storage
+    from batch_pipeline.state.tracking import TrackingStore
+    from batch_pipeline.state.vector_store import VectorStore
+
+    config = load_config(REPO_ROOT / "pipeline.yaml")
+    storage = resolve_storage(str(tmp_path / "home"))
+    env = product_env(
+        config,
+        storage,
+        TrackingStore(storage.tracking_url),
+        VectorStore(storage.lancedb_uri),
+        device="cpu",
+        execution=ExecutorChoice(name=name),
+    )
+    keys = {"index": "handbook", "tickets": "2026-11-29"}
+    embedding = [kind for kind in kinds_for(config) if kind.family == EMBED]
+    assert sorted(kind.name for kind in embedding) == sorted(keys)
+    for kind in embedding:
+        partition = product_for_partition(kind, env, keys[kind.name]).partition(keys[kind.name])
+        assert type(partition.executor) is executor_class(EMBED, name), kind.name
+        assert partition.executor.device == "cpu"  # the inference settings ride with it
