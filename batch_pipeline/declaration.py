@@ -289,12 +289,14 @@ class ProductKind:
     targets: Callable[[PipelineConfig], list[ProductTarget]]  # the configured products
     open: Callable[[ProductEnv, ProductTarget], Product]  # one of them, behind its face
     partition: type  # its `runs.StagedPartition`
-    executor: type  # what runs its plan (`batch_pipeline.executors`)
     rule: type  # its `CompletenessRule`
     scorer: type | None  # its `Scorer`, where it has a labelled set
     report: str  # the module of its status and doctor reports
     definitions: str  # `module:function` giving its Dagster definitions for a configuration
     commands: str | None = None  # the module of its own commands, where it has any
+    # its own executor, for a kind whose plan runs no model (family None); a kind of a model
+    # family runs the executor its run names from that family's (`executors.registry`)
+    executor: type | None = None
     # what `generations list` says of one of its generations beyond every product's fields,
     # from the generation's recorded configuration ('' for nothing)
     generation_note: Callable[[dict[str, object]], str] = lambda model_config: ""

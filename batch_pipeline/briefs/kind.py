@@ -22,7 +22,6 @@ from batch_pipeline.declaration import (
 )
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
-    GenerationExecutor,
     parallel_problem,
 )
 from batch_pipeline.executors.openai_batch import BatchApiSettings
@@ -159,7 +158,6 @@ BRIEFS = ProductKind(
     targets=targets,
     open=open_briefs,
     partition=BriefPartition,
-    executor=GenerationExecutor,
     rule=CoversCollectionRule,
     scorer=BriefScorer,
     report="batch_pipeline.briefs.report",

@@ -13,7 +13,6 @@ from batch_pipeline.declaration import (
     ProductTarget,
     RunReport,
 )
-from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.index import report
 from batch_pipeline.index.lifecycle import FullPassRule, RetrievalScorer
 from batch_pipeline.index.partition import IndexPartition
@@ -83,7 +82,6 @@ INDEX = ProductKind(
     targets=targets,
     open=open_index,
     partition=IndexPartition,
-    executor=EmbeddingExecutor,
     rule=FullPassRule,
     scorer=RetrievalScorer,
     report="batch_pipeline.index.report",

@@ -13,7 +13,6 @@ from batch_pipeline.declaration import (
     ProductTarget,
     RunReport,
 )
-from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.tickets import report
 from batch_pipeline.tickets.partition import DayPartition
 from batch_pipeline.tickets.product import TicketProduct
@@ -70,7 +69,6 @@ TICKETS = ProductKind(
     targets=targets,
     open=open_tickets,
     partition=DayPartition,
-    executor=EmbeddingExecutor,
     rule=HoldsLiveDaysRule,
     scorer=AccuracyScorer,
     report="batch_pipeline.tickets.report",
