@@ -519,6 +519,7 @@ class StagedPartition(ABC):
             allow_mass_delete,
             started_at=time.time(),
         )
+        self.executor  # noqa: B018 - settings no executor can run fail before any stage does
         lease_key = self.staging_key
         with self.tracking.partition_lease(lease_key, owner=run_id, on_wait=on_wait) as held:
             collected = self.collect_stage(request)

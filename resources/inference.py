@@ -17,6 +17,7 @@ from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.devices import dtype_bytes, pick_backend, pick_device, pick_dtype
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.runner import EmbeddingRunner, LoadedModels
+from batch_pipeline.inference.vllm_embedder import settings_problem
 from batch_pipeline.state.storage import resolve_storage
 
 
@@ -92,6 +93,10 @@ class InferenceResource(dg.ConfigurableResource):
                 f"InferenceResource.executor must be one of {', '.join(executor_names(EMBED))}, "
                 f"got {self.executor!r}"
             )
+        problem = None if self.executor == "local" else settings_problem(self.device, self.dtype)
+        if problem is not None:  # found now, before a run collects anything
+            raise ValueError(f"InferenceResource.{problem[0]} with executor {self.executor}: "
+                             f"{problem[1]}")  # fmt: skip
         self._runners = LoadedModels(
             device=self.device,
             dtype=self.dtype,
@@ -112,7 +117,12 @@ class InferenceResource(dg.ConfigurableResource):
 
     def execution(self) -> ExecutorChoice:
         """Which executor embeds, on this resource's device and dtype."""
-        return ExecutorChoice(name=self.executor, device=self.device, dtype=self.dtype)
+        return ExecutorChoice(
+            name=self.executor,
+            device=self.device,
+            dtype=self.dtype,
+            spelled=lambda setting: f"InferenceResource.{setting}",
+        )
 
     def resolved_device(self) -> str:
         return pick_device(self.device)

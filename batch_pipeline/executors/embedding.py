@@ -5,7 +5,7 @@ an `Embedder`. The executors differ only in that engine: `local` runs the produc
 (`executors.vllm_embedding`)."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.registry import EMBED, executor_class
@@ -25,6 +25,8 @@ class EmbeddingExecutor:
     model: ResolvedModel
     device: str = "auto"  # the inference settings (`--device`, the inference resource's)
     dtype: str = "auto"
+    # how the caller spells a setting in an error (`--dtype`, `InferenceResource.dtype`)
+    spelled: Callable[[str], str] = field(default=lambda setting: setting, compare=False)
 
     def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
         """What execute embeds with: the run's own engine (`load`), for `local`."""
@@ -58,4 +60,4 @@ class EmbeddingExecutor:
 def embedding_executor(model: ResolvedModel, choice: ExecutorChoice | None) -> EmbeddingExecutor:
     """The embedding executor `choice` names (`local` when it names none), for `model`."""
     choice = choice or ExecutorChoice()
-    return executor_class(EMBED, choice.name)(model, choice.device, choice.dtype)
+    return executor_class(EMBED, choice.name)(model, choice.device, choice.dtype, choice.spelled)

@@ -15,9 +15,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
+from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     embedding_request_line,
@@ -32,23 +34,11 @@ from batch_pipeline.executors.run_batch import (
     run_batch_file,
 )
 from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
-from batch_pipeline.inference.vllm_embedder import VllmEmbedder, embed_engine_settings
-
-
-@dataclass(frozen=True)
-class VllmEmbeddingExecutor(EmbeddingExecutor):
-    """Embeds on vLLM's offline engine in the run's process."""
-
-    def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
-        return lambda: VllmEmbedder(self.model, embed_engine_settings(self.device, self.dtype))
-
-
-@dataclass(frozen=True)
-class RunBatchEmbeddingExecutor(EmbeddingExecutor):
-    """Embeds through `vllm run-batch` in a subprocess, a batch file at a time."""
-
-    def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
-        return lambda: RunBatchEmbedder(self.model, embed_engine_settings(self.device, self.dtype))
+from batch_pipeline.inference.vllm_embedder import (
+    VllmEmbedder,
+    embed_engine_settings,
+    settings_problem,
+)
 
 
 class RunBatchEmbedder(VllmEmbedder):
@@ -132,3 +122,27 @@ class RunBatchEmbedder(VllmEmbedder):
             stats.batches += 1
             if kept:
                 yield kept, np.asarray(vectors, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class VllmEmbeddingExecutor(EmbeddingExecutor):
+    """Embeds on vLLM's offline engine in the run's process; a device or dtype vLLM cannot
+    run is a ConfigError naming the setting as its caller spells it, when the executor is
+    chosen (before any stage runs)."""
+
+    embedder: ClassVar[type[VllmEmbedder]] = VllmEmbedder
+
+    def __post_init__(self) -> None:
+        problem = settings_problem(self.device, self.dtype)
+        if problem is not None:
+            raise ConfigError(f"{self.spelled(problem[0])}: {problem[1]}")
+
+    def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
+        return lambda: self.embedder(self.model, embed_engine_settings(self.device, self.dtype))
+
+
+@dataclass(frozen=True)
+class RunBatchEmbeddingExecutor(VllmEmbeddingExecutor):
+    """Embeds through `vllm run-batch` in a subprocess, a batch file at a time."""
+
+    embedder: ClassVar[type[VllmEmbedder]] = RunBatchEmbedder

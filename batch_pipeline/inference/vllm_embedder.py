@@ -40,21 +40,30 @@ class EmbedEngineSettings:
         return {"kv_cache_memory_bytes": int(self.kv_cache_gib * (1 << 30))}
 
 
+def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
+    """(the setting, why) when vLLM cannot embed on `device` in `dtype`, found without
+    loading anything; None when it can."""
+    if dtype not in DTYPES:
+        return "dtype", (
+            f"{dtype!r} does not run on vLLM; give one of {', '.join(DTYPES)} "
+            "(int8 runs on the local executor's OpenVINO backend)"
+        )
+    if device == "mps":
+        return "device", "mps does not run vLLM; give cpu or cuda, or executor local"
+    return None
+
+
 def embed_engine_settings(device: str = "auto", dtype: str = "auto") -> EmbedEngineSettings:
     """The engine's settings for the inference settings `device` and `dtype` (the CLI's
     `--device`/`--dtype`, the inference resource's fields); a ValueError naming the setting
-    vLLM cannot run."""
-    if dtype not in DTYPES:
-        raise ValueError(
-            f"dtype {dtype!r} does not run on vLLM; give one of {', '.join(DTYPES)} "
-            "(int8 runs on the local executor's OpenVINO backend)"
-        )
+    vLLM cannot run (`settings_problem`)."""
+    problem = settings_problem(device, dtype)
+    if problem is not None:
+        raise ValueError(" ".join(problem))
     if device == "auto":
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "mps":
-        raise ValueError("device mps does not run vLLM; give cpu or cuda, or executor local")
     resolved = "cuda" if device.startswith("cuda") else "cpu"
     chosen = DTYPES[dtype] or ("float16" if resolved == "cuda" else "float32")
     return EmbedEngineSettings(device=resolved, dtype=chosen)

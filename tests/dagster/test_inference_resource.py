@@ -47,3 +47,22 @@ def test_a_run_configured_out_of_range_fails_before_any_step_naming_the_field():
             run_config={"resources": {"inference": {"config": {"token_budget": 0}}}},
         )
     assert "token_budget" in str(raised.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("executor", "setting", "value"),
+    [("vllm", "dtype", "int8"), ("vllm-run-batch", "dtype", "int8"), ("vllm", "device", "mps")],
+)
+def test_a_setting_the_executor_cannot_run_fails_before_any_step(executor, setting, value):
+    @dg.asset
+    def needs_inference(inference: InferenceResource) -> None:
+        """Asks for the resource."""
+
+    config = {"executor": executor, setting: value}
+    with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+        dg.materialize(
+            [needs_inference],
+            resources={"inference": InferenceResource()},
+            run_config={"resources": {"inference": {"config": config}}},
+        )
+    assert f"InferenceResource.{setting} with executor {executor}" in str(raised.value.__cause__)

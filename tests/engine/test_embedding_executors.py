@@ -62,6 +62,18 @@ def test_the_choice_names_the_embedding_executor_and_its_engine_settings():
         embed_engine_settings("mps", "auto")
 
 
+@pytest.mark.parametrize("name", ["vllm", "vllm-run-batch"])
+def test_settings_vllm_cannot_run_fail_when_the_executor_is_chosen(name):
+    """Before any stage runs, and spelled as the caller spells the setting."""
+    model = resolve_model(ModelConfig())
+    flags = ExecutorChoice(name=name, dtype="int8", spelled=lambda s: f"--{s}")
+    with pytest.raises(ConfigError, match=r"^--dtype: 'int8' does not run on vLLM"):
+        embedding_executor(model, flags)
+    with pytest.raises(ConfigError, match=r"^device: mps does not run vLLM"):
+        embedding_executor(model, ExecutorChoice(name=name, device="mps"))
+    assert embedding_executor(model, ExecutorChoice(name="local", dtype="int8")).dtype == "int8"
+
+
 def fake_run_batch(refuse: set[str], drop: set[str], calls: list[int]):  # noqa: ANN201
     """FAULT INJECTION, a stand-in for `vllm run-batch`: answers each request of the file with
     a vector of its token count, refuses the custom ids in `refuse` (a 400) and writes no line
