@@ -27,10 +27,11 @@ from assets.product_stages import (
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from assets.vector_index import INDEXES_CURRENT
 from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_PREPARE, BRIEF_STAGES
+from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
-from batch_pipeline.config import PipelineConfig
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
+from batch_pipeline.names import briefs_product_name
 from batch_pipeline.runs import StagedPartition
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.table_indexes import IndexHealth
@@ -113,24 +114,33 @@ def build_brief_job():  # noqa: ANN201 - an asset job
     )
 
 
-def has_briefs(config: PipelineConfig) -> bool:
-    return any(c.briefs is not None for c in config.collections)
-
-
 def _opened(context: Context) -> tuple[BriefProduct, StagedPartition] | None:
     """The partition's collection's briefs, or None when it has none. Opened once per run
-    (`PipelineResource.briefs`), so every step lands what the run's first step rendered."""
+    (`PipelineResource.opened`), so every step lands the prompt, schema and model the run's
+    first step read, in the generation they were rendered for."""
     pipeline, generation = context.resources.pipeline, context.resources.generation
     collection, _shard = pipeline.config.locate(context.partition_key)
     if collection.briefs is None:
         return None
-    product = pipeline.briefs(
-        collection.name,
-        generation.generator(),
-        generation.plan_settings(),
-        executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
-        batch_api=generation.batch_api() if hasattr(generation, "batch_api") else None,
-    )
+
+    def open_briefs() -> BriefProduct:
+        env = pipeline.product_env()
+        product = brief_product(
+            env.config,
+            env.storage,
+            collection.name,
+            env.tracking,
+            env.store,
+            env.documents_for,
+            generation.generator(),
+            generation.plan_settings(),
+            executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
+            batch_api=generation.batch_api() if hasattr(generation, "batch_api") else None,
+        )
+        product.fingerprint  # noqa: B018 - read now: the prompt, schema and model, pinned
+        return product
+
+    product = pipeline.opened(briefs_product_name(collection.name), open_briefs)
     return product, product.partition(context.partition_key)
 
 

@@ -6,7 +6,7 @@ from assets.partitions import OWNERS, partition_check
 from assets.stage_io import as_metadata
 from batch_pipeline.declaration import review_after_run
 from batch_pipeline.generations.drift import drift_report
-from batch_pipeline.index.kind import VectorIndex
+from batch_pipeline.index.kind import VectorIndex, index_partition
 from batch_pipeline.stages import LAND
 from batch_pipeline.triggers.tags import is_nightly
 from resources.inference import InferenceResource
@@ -50,7 +50,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         and the promotion decision with its reason. Promotion is one atomic switch of the live
         pointer; readers keep using the old generation until then. A nightly run forces the
         review and drops the retired generations past retention, as every product's does."""
-        engine = pipeline.partition(context.partition_key)
+        engine = index_partition(pipeline.product_env(), context.partition_key)
         nightly = is_nightly(context.run.tags)
         review, dropped = review_after_run(VectorIndex(engine), inference.runner, nightly)
         for warning in review.warnings:

@@ -7,6 +7,7 @@ from pydantic import Field
 from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, retried_if_transient
 from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
+from batch_pipeline.index.kind import index_partition
 from batch_pipeline.stages import COLLECT
 from resources.pipeline import PipelineResource
 
@@ -45,7 +46,7 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         """Every document of the collection with its content hash, source version and title,
         classified as new, changed, unchanged, deleted or failed (with the reason). A targeted
         run (from the publish sensor) looks only at the documents it names."""
-        engine = pipeline.partition(context.partition_key, s3)
+        engine = index_partition(pipeline.product_env(s3), context.partition_key)
         output = engine.collect(context.run.run_id, config.targeted_ids())
         summary = output.summary
         for failure in summary.failures:

@@ -22,6 +22,7 @@ from assets.product_stages import (
 )
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.config import PipelineConfig
+from batch_pipeline.products import product_for_partition
 from batch_pipeline.runs import StagedPartition
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
@@ -33,6 +34,7 @@ from batch_pipeline.tickets import (
 )
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
+from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.product import TicketProduct
 from batch_pipeline.tickets.report import classifier_line
 from batch_pipeline.tickets.training import LabelsRefusedError
@@ -134,7 +136,8 @@ def _land_report(landed: Landed) -> LandReport:
 
 
 def _opened(context: Context) -> tuple[TicketProduct, StagedPartition]:
-    product = context.resources.pipeline.tickets(execution=context.resources.inference.execution())
+    env = context.resources.pipeline.product_env(execution=context.resources.inference.execution())
+    product = product_for_partition(TICKETS, env, context.partition_key).engine
     return product, product.day(context.partition_key)
 
 

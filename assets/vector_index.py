@@ -23,6 +23,7 @@ from assets.product_stages import (
 from assets.source_documents import build_source_documents
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
+from batch_pipeline.index.kind import index_partition
 from batch_pipeline.index.land import table_metadata
 from batch_pipeline.index.partition import IndexPartition, configured_generations
 from batch_pipeline.stages import EXECUTE, LAND, PLAN, PREPARE, STAGES, Stage
@@ -159,7 +160,8 @@ def _land_report(landed: Landed) -> LandReport:
 def _opened(context: Context) -> tuple[IndexPartition, IndexPartition]:
     # the index's partition is its own product here: its review is index_generation's
     execution = context.resources.inference.execution()
-    partition = context.resources.pipeline.partition(context.partition_key, execution=execution)
+    env = context.resources.pipeline.product_env(execution=execution)
+    partition = index_partition(env, context.partition_key)
     return partition, partition
 
 

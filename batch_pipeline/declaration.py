@@ -13,7 +13,7 @@ mass-deletion guard, run records, checkpoints, staging) and the generation revie
 them to every product that runs on them.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -23,7 +23,7 @@ from batch_pipeline.generations.review import EmbedderFor, GenerationReview, Gen
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.runs import Engine, Landing, StagedPartition, StageOutput
-from batch_pipeline.sources import DocumentSource
+from batch_pipeline.sources import DocumentSource, S3ClientFactory
 from batch_pipeline.state.staging import StagingArea
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
@@ -235,14 +235,23 @@ def review_after_run(
 
 
 class CollectionDocuments(Protocol):
-    """What a product over a collection's documents takes of one of its partitions: its
-    source, its collect (the vector index's, handed in: no product imports another), its
-    staging area, and which documents are its own (a shard holds a share)."""
+    """What a product over a collection's documents takes of one of its partitions, and what
+    a publish sensor watches: its source (and the whole collection's), its collect (the
+    vector index's, handed in: no product imports another), its staging area, which
+    documents are its own (a shard holds a share), the versions landed and the changes seen
+    but not yet landed."""
 
     staging: StagingArea
 
     @property
     def source(self) -> DocumentSource: ...
+
+    @property
+    def collection_source(self) -> DocumentSource: ...
+
+    def landed_versions(self) -> Iterator[tuple[str, str]]: ...
+
+    def record_pending(self, changes: dict[str, float | None]) -> None: ...
 
     def collect(self, run_id: str, doc_ids: list[str] | None = None) -> StageOutput: ...
 
@@ -266,6 +275,9 @@ class ProductEnv:
     device: str = "auto"  # where a default engine runs
     dtype: str = "auto"
     execution: ExecutorChoice = field(default_factory=ExecutorChoice)  # which executor runs
+    # a client for an S3 source (the collection's, the ticket export's), with its endpoint
+    # and region; None: boto3's own defaults
+    s3_client: S3ClientFactory | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +306,12 @@ class ProductKind:
     report: str  # the module of its status and doctor reports
     definitions: str  # `module:function` giving its Dagster definitions for a configuration
     commands: str | None = None  # the module of its own commands, where it has any
+    # its assets ride the collections' job: each collection's publish sensor and the nightly
+    # reconciliation launch them with the partition's collect (a kind over collections)
+    collection_runs: bool = False
+    # the YAML key of its section, for a built-in kind configured elsewhere than under
+    # `products: <name>:` (the vector index: collections; the ticket intents: tickets)
+    configured_at: str | None = None
     # its own executor, for a kind whose plan runs no model (family None); a kind of a model
     # family runs the executor its run names from that family's (`executors.registry`)
     executor: type | None = None

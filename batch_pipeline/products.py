@@ -16,9 +16,10 @@ from batch_pipeline.briefs.kind import BRIEFS
 from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.declaration import Product, ProductEnv, ProductKind, ProductTarget
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.index.kind import INDEX
+from batch_pipeline.index.kind import INDEX, index_partition
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
+from batch_pipeline.sources import S3ClientFactory
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -74,20 +75,27 @@ def product_env(
     device: str = "auto",
     dtype: str = "auto",
     execution: ExecutorChoice | None = None,
+    s3_client: S3ClientFactory | None = None,
 ) -> ProductEnv:
     """What opening a product takes; a collection partition's documents are read by its
-    vector index's collect."""
-    return ProductEnv(
+    vector index's collect, and S3 sources through `s3_client` (None: boto3's defaults)."""
+
+    def documents_for(key: str) -> IndexPartition:
+        return index_partition(env, key)
+
+    env = ProductEnv(
         config,
         storage,
         tracking,
         store,
-        lambda key: IndexPartition(config, storage, key, tracking, store),
+        documents_for,
         generator,
         device,
         dtype,
         replace(execution or ExecutorChoice(), device=device, dtype=dtype),
+        s3_client,
     )
+    return env
 
 
 def configured_products(

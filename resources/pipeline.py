@@ -1,23 +1,22 @@
-"""The pipeline resource: configuration, storage locations and the per-collection engine."""
+"""The pipeline resource: the configuration, the storage locations and stores, and what
+opening any product takes (`product_env`); it names no product."""
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.briefs.kind import brief_product
-from batch_pipeline.briefs.product import BriefProduct
-from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
+from batch_pipeline.config import PipelineConfig, S3SourceConfig, load_config
 from batch_pipeline.declaration import ProductEnv
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
-from batch_pipeline.executors.openai_batch import BatchApiSettings
-from batch_pipeline.index.partition import IndexPartition
-from batch_pipeline.inference.generator import Generator
-from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+from batch_pipeline.products import product_env
 from batch_pipeline.state.storage import StorageLocations, resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.product import TicketProduct
+
+T = TypeVar("T")
 
 
 class PipelineResource(dg.ConfigurableResource):
@@ -51,9 +50,8 @@ class PipelineResource(dg.ConfigurableResource):
     _storage: StorageLocations = PrivateAttr()
     _tracking: TrackingStore = PrivateAttr()
     _store: VectorStore = PrivateAttr()
-    # the run's briefs, opened once: their prompt, schema and fingerprint are read at the run's
-    # first step and pinned for the rest (the code location runs a run's steps in one process)
-    _briefs: dict = PrivateAttr(default_factory=dict)
+    # the run's products opened once (`opened`), by key
+    _opened: dict = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._config = load_config(self.config_path)
@@ -74,80 +72,31 @@ class PipelineResource(dg.ConfigurableResource):
     def storage(self) -> StorageLocations:
         return self._storage
 
-    def partition(
-        self,
-        partition: str,
-        s3: S3Resource | None = None,
-        execution: ExecutorChoice | None = None,
-    ) -> IndexPartition:
-        """The engine for one partition (a collection or one of its shards); S3 sources read
-        through `s3`, and its plan embedded by the executor `execution` names (the inference
-        resource's)."""
-        return IndexPartition(
-            self._config,
-            self._storage,
-            partition,
-            self._tracking,
-            self._store,
-            s3_client=lambda source: _s3_client(s3, source),
-            execution=execution,
-        )
-
-    def briefs(
-        self,
-        collection: str,
-        generator: Generator,
-        plan_settings: PromptPlanSettings,
-        s3: S3Resource | None = None,
-        executor: str = DEFAULT_EXECUTOR,
-        batch_api: BatchApiSettings | None = None,
-    ) -> BriefProduct:
-        """A collection's document briefs, generating with `generator` (the generation
-        resource's); its documents are read as the collection's own partitions read them.
-        Opened once per run and collection: a prompt or schema edited while a run goes on
-        is the next run's, so the run's briefs land in the generation, and with the prompt
-        version, they were rendered for."""
-        if collection in self._briefs:
-            return self._briefs[collection]
-        self._briefs[collection] = product = brief_product(
-            self._config,
-            self._storage,
-            collection,
-            self._tracking,
-            self._store,
-            lambda key: self.partition(key, s3),
-            generator,
-            plan_settings,
-            executor=executor,
-            batch_api=batch_api,
-        )
-        product.fingerprint  # noqa: B018 - read now: the prompt, schema and model, pinned
-        return product
-
-    def product_env(self, s3: S3Resource | None = None) -> ProductEnv:
-        """What opening any product takes (`ProductKind.open`): the configuration, the stores,
-        and a collection partition's documents, read through `s3` where the source is S3."""
-        return ProductEnv(
-            self._config,
-            self._storage,
-            self._tracking,
-            self._store,
-            lambda key: self.partition(key, s3),
-        )
-
-    def tickets(
+    def product_env(
         self, s3: S3Resource | None = None, execution: ExecutorChoice | None = None
-    ) -> TicketProduct:
-        """The ticket intent product's engine (days come from `.day(partition_key)`), its
-        plans embedded by the executor `execution` names (the inference resource's)."""
-        source = self._config.tickets.source if self._config.tickets else None
-        client = _s3_client(s3, source) if isinstance(source, TicketS3Export) else None
-        return TicketProduct(
-            self._config, self._storage, self._tracking, self._store, client, execution
+    ) -> ProductEnv:
+        """What opening any product takes (`ProductKind.open`): the configuration, the stores,
+        S3 sources read through `s3` (with each source's own endpoint and region), and plans
+        run by the executor `execution` names (the inference resource's)."""
+        return product_env(
+            self._config,
+            self._storage,
+            self._tracking,
+            self._store,
+            execution=execution,
+            s3_client=lambda source: _s3_client(s3, source),
         )
 
+    def opened(self, key: str, open_product: Callable[[], T]) -> T:
+        """The product `key` names, opened once per run by `open_product`: what it read when
+        opened (a prompt, a schema, a model's fingerprint) is pinned for the run's other
+        steps, which the code location runs in one process."""
+        if key not in self._opened:
+            self._opened[key] = open_product()
+        return self._opened[key]
 
-def _s3_client(s3: S3Resource | None, source: S3SourceConfig | TicketS3Export):  # noqa: ANN202
+
+def _s3_client(s3: S3Resource | None, source: S3SourceConfig):  # noqa: ANN202
     """A client from the S3 resource, with the source's own endpoint and region."""
     resource = s3 or S3Resource()
     overrides = {

@@ -1,4 +1,6 @@
-"""Sensors and schedules that trigger the pipeline."""
+"""Sensors and schedules that trigger the pipeline, over any product: the collections' job,
+its publish sensors and nightly reconciliation, and the provider-batch sensor. A product's
+own triggers (the ticket intents' schedule and export sensor) are in its definitions."""
 
 from batch_pipeline.config import PipelineConfig
 from sensors.embedding_job import build_embedding_job
@@ -6,8 +8,9 @@ from sensors.nightly_schedule import build_nightly_schedule
 from sensors.publish_sensor import build_publish_sensor
 
 
-def build_triggers(config: PipelineConfig):  # noqa: ANN201
-    """The embedding job, one publish sensor per collection, and the nightly schedule."""
-    job = build_embedding_job()
+def build_triggers(config: PipelineConfig, groups: list[str]):  # noqa: ANN201
+    """The collections' job over the asset `groups`, one publish sensor per collection, and
+    the nightly schedule."""
+    job = build_embedding_job(groups)
     sensors = [build_publish_sensor(c.name, config, job) for c in config.collections]
     return job, sensors, [build_nightly_schedule(config, job)]

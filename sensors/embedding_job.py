@@ -1,19 +1,18 @@
-"""The job the sensors and the schedule launch: all five stages of one partition."""
+"""The job the publish sensors and the nightly schedule launch: one collection partition, for
+every product that rides the collections' runs."""
 
 import dagster as dg
-
-from assets.document_briefs import BRIEFS_GROUP
-from assets.index_generation import GENERATIONS_GROUP
-from assets.partitions import GROUP_NAME
 
 EMBEDDING_JOB = "embedding_job"
 
 
-def build_embedding_job():
+def build_embedding_job(groups: list[str]):  # noqa: ANN201 - an asset job
+    """The job over the asset `groups` of the products that declare they ride the collections'
+    runs (the vector index, the briefs, a declared product that says so)."""
     return dg.define_asset_job(
         EMBEDDING_JOB,
-        selection=dg.AssetSelection.groups(GROUP_NAME, GENERATIONS_GROUP, BRIEFS_GROUP),
+        selection=dg.AssetSelection.groups(*groups),
         description="Collect, prepare, plan, execute and land one collection; then review "
-        "its model generation. A collection with briefs: configured then has its stale "
-        "documents briefed too, from the same collect.",
+        "its model generation. Every product that rides the collections' runs runs from the "
+        f"same collect, on its stale documents only (asset groups: {', '.join(groups)}).",
     )

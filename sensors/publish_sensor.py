@@ -34,22 +34,22 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
         quiet = skip_without_looking(context.cursor, now, settings.interval_seconds)
         if quiet:  # decided from the cursor alone: the source is not touched
             return dg.SensorResult(skip_reason=dg.SkipReason(quiet))
-        engine = pipeline.partition(collection, s3)
+        documents = pipeline.product_env(s3).documents_for(collection)
         decision = evaluate_publish(
             collection,
-            engine.collection_source,
+            documents.collection_source,
             context.cursor,
             now=now,
             window_seconds=settings.window_seconds,
             max_docs=settings.max_docs_per_run,
-            snapshots=StateSnapshots(engine.staging.sensor_state(collection)),
-            landed=lambda: engine.landed_versions(),
+            snapshots=StateSnapshots(documents.staging.sensor_state(collection)),
+            landed=lambda: documents.landed_versions(),
         )
         if decision.cursor_reset:
             context.log.warning(
                 "unreadable cursor or lost state file: starting over from what tracking has landed"
             )
-        engine.tracking.record_pending(engine.index, decision.pending_changes)
+        documents.record_pending(decision.pending_changes)
         run_requests = [
             dg.RunRequest(
                 run_key=request.run_key,

@@ -161,6 +161,8 @@ BRIEFS = ProductKind(
     rule=CoversCollectionRule,
     scorer=BriefScorer,
     report="batch_pipeline.briefs.report",
-    definitions="batch_pipeline.definitions:brief_definitions",
+    definitions="batch_pipeline.definitions.document_briefs:brief_definitions",
+    configured_at="collections[].briefs",
+    collection_runs=True,
     commands="batch_pipeline.cli.briefs",
 )

@@ -46,7 +46,6 @@ from batch_pipeline.executors.openai_batch import ProviderBatchError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run
-from batch_pipeline.index.search import CollectionNotIndexedError
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
 from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
 from batch_pipeline.inference.devices import BACKENDS
@@ -495,7 +494,6 @@ def _main(args: argparse.Namespace) -> int:
     except (
         ConfigError,
         ModelNotAvailableError,
-        CollectionNotIndexedError,
         NoLiveGenerationError,
         GenerationError,
         SourceUnavailableError,

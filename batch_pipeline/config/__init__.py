@@ -339,13 +339,15 @@ class PipelineConfig(_Strict):
         return {name: declared.dump() for name, declared in value.items()}
 
     def declared_kinds(self) -> list[Any]:
-        """The product kinds `products:` declares (`batch_pipeline.declaration.ProductKind`)."""
-        return [declared.kind for declared in self.products.values()]
+        """The product kinds `products:` declares (`batch_pipeline.declaration.ProductKind`);
+        not the built-in ones it configures."""
+        return [d.kind for d in self.products.values() if d.declaration is not None]
 
     def product_section(self, kind: str) -> BaseModel:
-        """A declared kind's own section, validated by its model."""
+        """The section `products:` gives a kind (declared there, or built in), validated by
+        its model."""
         if kind not in self.products:
-            raise ConfigError(f"products: no kind {kind!r} is declared")
+            raise ConfigError(f"products: no kind {kind!r} is configured")
         return self.products[kind].section
 
     @field_validator("collections")

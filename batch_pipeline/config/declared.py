@@ -1,9 +1,15 @@
-"""Product kinds declared in the configuration (`products:`), beyond the built-in three.
+"""Product kinds declared in the configuration (`products:`), and the sections of built-in
+kinds configured there.
 
     products:
       lengths:                                   # the kind's name, as its declaration says
         declaration: my_products.lengths.kind:LENGTHS   # module:attribute of a ProductKind
         buckets: [200, 1000, 5000]               # the rest is the kind's own section
+
+An entry without `declaration:` configures the built-in kind of that name (one listed in the
+registry, `batch_pipeline.products.KINDS`, whose section is not elsewhere: the vector index
+is configured by `collections:`, the briefs by a collection's `briefs:`, the ticket intents
+by `tickets:`). Either way one rule checks the section: the kind's own model.
 
 The declaration is imported when the configuration loads, and the rest of the entry is
 validated by the kind's own section model (`ProductKind.section`), so a bad key fails at load
@@ -18,6 +24,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, ValidationInfo
 
 DECLARATION = "declaration"
+# the registry of built-in kinds, as module:attribute: read when a configuration is
+# validated (the registry sits above the configuration, so it is not imported here)
+BUILT_IN_KINDS = "batch_pipeline.products:KINDS"
 # what a kind's declaration must hold to be one (`batch_pipeline.declaration.ProductKind`)
 KIND_ATTRIBUTES = ("name", "package", "section", "targets", "open", "partition", "executor")
 
@@ -26,12 +35,13 @@ KIND_ATTRIBUTES = ("name", "package", "section", "targets", "open", "partition",
 class DeclaredProduct:
     """A product kind the configuration declares: where, the kind, and its section."""
 
-    declaration: str  # module:attribute
+    declaration: str | None  # module:attribute; None: the built-in kind of its name
     kind: Any  # a batch_pipeline.declaration.ProductKind (config sits below it)
     section: BaseModel
 
     def dump(self) -> dict[str, object]:
-        return {DECLARATION: self.declaration, **self.section.model_dump(mode="json")}
+        section = self.section.model_dump(mode="json")
+        return section if self.declaration is None else {DECLARATION: self.declaration, **section}
 
 
 def _kind_at(declaration: object, name: str) -> Any:
@@ -57,6 +67,24 @@ def _kind_at(declaration: object, name: str) -> Any:
     return kind
 
 
+def _built_in(name: str) -> Any:
+    """The built-in kind called `name` configured under `products:`, or a ValueError saying
+    where its section goes instead."""
+    module, attribute = BUILT_IN_KINDS.split(":")
+    kinds = {kind.name: kind for kind in getattr(importlib.import_module(module), attribute)}
+    kind = kinds.get(name)
+    if kind is None:
+        raise ValueError(
+            f"{name}: needs `{DECLARATION}: module:attribute` of a ProductKind (no built-in "
+            f"kind is called {name!r}; built-in: {', '.join(kinds)})"
+        )
+    if kind.configured_at is not None:
+        raise ValueError(
+            f"{name}: the built-in kind {name!r} is configured by `{kind.configured_at}`"
+        )
+    return kind
+
+
 def declared_products(value: object, info: ValidationInfo) -> dict[str, DeclaredProduct]:
     """`products:` validated: each entry's declaration imported, its section checked by the
     kind's own model (relative paths resolve against the config file's folder)."""
@@ -69,10 +97,13 @@ def declared_products(value: object, info: ValidationInfo) -> dict[str, Declared
         if isinstance(entry, DeclaredProduct):  # an already validated configuration
             declared[name] = entry
             continue
-        if not isinstance(entry, dict) or DECLARATION not in entry:
-            raise ValueError(f"{name}: needs `{DECLARATION}: module:attribute` of a ProductKind")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{name}: a mapping ({{{DECLARATION}: module:attribute, ...}})")
         settings = {k: v for k, v in entry.items() if k != DECLARATION}
-        kind = _kind_at(entry[DECLARATION], str(name))
+        if DECLARATION in entry:
+            kind = _kind_at(entry[DECLARATION], str(name))
+        else:
+            kind = _built_in(str(name))
         try:
             section = kind.section.model_validate(settings, context=info.context)
         except ValidationError as error:
@@ -82,5 +113,5 @@ def declared_products(value: object, info: ValidationInfo) -> dict[str, Declared
                 for e in error.errors()
             )
             raise ValueError(problems) from None
-        declared[name] = DeclaredProduct(entry[DECLARATION], kind, section)
+        declared[name] = DeclaredProduct(entry.get(DECLARATION), kind, section)
     return declared

@@ -1,17 +1,23 @@
-"""The ticket export sensor: launches a day whose export arrived after the daily schedule, was
-replaced after the day ran, or (a SQL table) gained or lost tickets since."""
+"""The ticket intents' Dagster definitions: their stage assets on daily partitions, their job,
+the daily schedule (yesterday's partition at `tickets.schedule_hour`), and the export sensor,
+which launches a day whose export arrived after the schedule, was replaced after the day ran,
+or (a SQL table) gained or lost tickets since."""
 
 from datetime import UTC, datetime
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from assets.ticket_intents import TICKETS_GROUP, build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
+from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
 from sensors.resource_params import sensor_function
 
+TICKET_JOB = "ticket_intents_job"
+TICKET_SCHEDULE = "ticket_intents_daily"
 TICKET_EXPORTS_SENSOR = "ticket_exports_sensor"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -19,6 +25,32 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
+
+
+def build_ticket_job():  # noqa: ANN201 - an asset job
+    """The ticket group's five stages; its daily partitions come from the assets."""
+    return dg.define_asset_job(
+        TICKET_JOB,
+        selection=dg.AssetSelection.groups(TICKETS_GROUP),
+        description="Collect, prepare, plan, execute and land one day of tickets; then "
+        "review the taxonomy generation.",
+    )
+
+
+def build_ticket_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:  # noqa: ANN001
+    """At `tickets.schedule_hour`:00 in `tickets.timezone`, the day that just ended."""
+    settings = config.tickets
+    return dg.build_schedule_from_partitioned_job(
+        job,
+        name=TICKET_SCHEDULE,
+        hour_of_day=settings.schedule_hour,
+        minute_of_hour=0,
+        description=f"Classify yesterday's tickets at {settings.schedule_hour:02d}:00 "
+        f"{settings.timezone}.",
+        default_status=dg.DefaultScheduleStatus.RUNNING
+        if settings.schedule_enabled
+        else dg.DefaultScheduleStatus.STOPPED,
+    )
 
 
 def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition:  # noqa: ANN001
@@ -35,7 +67,8 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             )
         }
         try:
-            states = day_states(pipeline.tickets(s3), datetime.now(UTC))
+            tickets = open_tickets(pipeline.product_env(s3), targets(pipeline.config)[0])
+            states = day_states(tickets.engine, datetime.now(UTC))
         except SourceUnavailableError as error:
             return dg.SensorResult(skip_reason=dg.SkipReason(f"export unavailable: {error}"))
         found = [s.arrival for s in states if s.arrival is not None and s.day not in in_flight]
@@ -62,3 +95,14 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             f"{arrivals.interval_seconds} s."
         ),
     )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))
+
+
+def ticket_definitions(config: PipelineConfig) -> dg.Definitions:
+    """The ticket intents, on daily partitions: their job, schedule and export sensor."""
+    job = build_ticket_job()
+    return dg.Definitions(
+        assets=build_ticket_assets(ticket_partitions(config)),
+        jobs=[job],
+        schedules=[build_ticket_schedule(config, job)],
+        sensors=[build_ticket_exports_sensor(config, job)],
+    )

@@ -66,12 +66,16 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
     return [ProductTarget(c.name, NAME, c.name) for c in config.collections]
 
 
-def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
-    return VectorIndex(
-        IndexPartition(
-            env.config, env.storage, target.name, env.tracking, env.store, None, env.execution
-        )
+def index_partition(env: ProductEnv, key: str) -> IndexPartition:
+    """The vector index of one collection partition (the collection, or one of its shards):
+    what reads a collection's documents for every product over them (`documents_for`)."""
+    return IndexPartition(
+        env.config, env.storage, key, env.tracking, env.store, env.s3_client, env.execution
     )
+
+
+def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
+    return VectorIndex(index_partition(env, target.name))
 
 
 INDEX = ProductKind(
@@ -85,6 +89,8 @@ INDEX = ProductKind(
     rule=FullPassRule,
     scorer=RetrievalScorer,
     report="batch_pipeline.index.report",
-    definitions="batch_pipeline.definitions:index_definitions",
+    definitions="batch_pipeline.definitions.vector_index:index_definitions",
+    configured_at="collections",
+    collection_runs=True,
     commands="batch_pipeline.cli.index",
 )

@@ -164,6 +164,11 @@ class IndexPartition(StagedPartition):
             return self.collection_source
         return PartitionFilter(self.collection_source, self.owns, self.partition)
 
+    def record_pending(self, changes: dict[str, float | None]) -> None:
+        """Note documents seen changed (doc id to when, None: no longer pending), for the
+        freshness report, until a run lands them."""
+        self.tracking.record_pending(self.index, changes)
+
     def landed_versions(self) -> Iterator[tuple[str, str]]:
         """(doc id, source version) of every document this generation has landed, streamed."""
         for page in self.tracking.iter_documents(self.index, ["doc_id", "source_version"]):
@@ -220,7 +225,7 @@ class IndexPartition(StagedPartition):
             known_failures,
             self.collect_limits(),
             orphans,
-            lambda changes: self.tracking.record_pending(self.index, changes),
+            self.record_pending,
             started,
         )
         self._forget_listed_gaps(summary, doc_ids, known_failures)

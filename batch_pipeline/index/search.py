@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from batch_pipeline.config import load_config
+from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.embedder import Embedder
@@ -38,8 +39,10 @@ class SearchHit:
         return asdict(self)
 
 
-class CollectionNotIndexedError(RuntimeError):
-    """Search on a collection that has never landed."""
+class CollectionNotIndexedError(NoLiveGenerationError):
+    """Search on a collection whose live table cannot be read as asked (missing, or without
+    the index the mode needs): the command line reports it as it reports no live
+    generation, in one line."""
 
 
 class WhereError(ValueError):

@@ -60,3 +60,16 @@ def test_the_declared_product_materialises_in_the_code_location(tmp_path):
         landed = metadata_of(emptied, "document_lengths")
         assert landed["deletions_held"] == 3 and landed["documents_deleted"] == 0
         assert not held_check(emptied).passed
+
+
+def test_the_declared_product_rides_the_publish_sensors_and_the_nightly_runs(tmp_path):
+    """Its declaration says `collection_runs=True`, and nothing else: the collections' job
+    that each publish sensor and the nightly reconciliation launch selects its stages with
+    the partition's collect; the ticket intents' daily job selects none of them."""
+    write_workspace(tmp_path)
+    defs = build_definitions(tmp_path / "pipeline.yaml")
+    job = defs.resolve_job_def("embedding_job")
+    selected = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
+    assert {"source_documents", "vector_index", *LENGTH_ASSETS} <= selected
+    assert defs.resolve_sensor_def("handbook_publish_sensor").job_name == job.name
+    assert defs.resolve_schedule_def("nightly_reconciliation").job_name == job.name

@@ -54,4 +54,5 @@ LENGTHS = ProductKind(
     scorer=BucketScorer,
     report="tests.lengths.report",
     definitions="tests.lengths.definitions:length_definitions",
+    collection_runs=True,  # the publish sensors and the nightly reconciliation run it
 )

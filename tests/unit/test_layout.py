@@ -2,6 +2,7 @@
 Dagster, and each stage and kind of state has a folder of its own."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,46 @@ def test_no_product_imports_another():
         assert not others, f"{module} imports another product: {others}"
 
 
+# the modules that serve every product: they reach one through the registry
+# (`batch_pipeline.products`), never by name
+GENERIC = (
+    "resources",
+    "sensors",
+    "batch_pipeline.definitions",  # the package itself: it merges the products' definitions
+    "batch_pipeline.cli",
+    "batch_pipeline.cli.run",
+    "batch_pipeline.cli.context",
+    "batch_pipeline.cli.executors",
+)
+
+
+@functools.cache
+def names_a_product(module: str) -> bool:
+    """A product's own module, or a Dagster module of one product (its assets or its
+    definitions, which import it)."""
+    if any(module == p or module.startswith(p + ".") for p in PRODUCTS):
+        return True
+    face = module.startswith(("assets.", "batch_pipeline.definitions."))
+    return face and module in MODULES and any(map(names_a_product, imports_of(MODULES[module])))
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(m for m in MODULES if m in GENERIC or m.startswith(("resources.", "sensors."))),
+)
+def test_no_generic_module_names_a_product(module):
+    named = sorted(i for i in imports_of(MODULES[module]) if names_a_product(i))
+    assert not named, f"{module} names a product: {named}"
+
+
+def test_the_generic_check_catches_a_named_product():
+    assert names_a_product("batch_pipeline.index.search")
+    assert names_a_product("assets.ticket_intents")
+    assert names_a_product("batch_pipeline.definitions.document_briefs")
+    assert not names_a_product("assets.product_stages")
+    assert not names_a_product("batch_pipeline.products")
+
+
 def test_the_height_check_catches_a_split_folder():
     """The checker itself: a folder with a module below the products and one above them."""
     assert layer_of("batch_pipeline.health.freshness") < layer_of("batch_pipeline.index")
@@ -212,6 +253,7 @@ def test_the_fourth_product_touches_no_other_folder():
     its_tests = {  # and the policy tests, which run every kind a configuration can declare
         "test_fourth_product.py",
         "test_fourth_product_assets.py",
+        "test_fifth_built_in_kind.py",
         "test_layout.py",
         "test_product_policies.py",
     }

@@ -1,0 +1,20 @@
+"""The document briefs' Dagster definitions: their stages on the collections' partitions (the
+collections' job runs them after the partition's collect), their own job, and the sensor
+that collects a provider's finished batches with it."""
+
+import dagster as dg
+
+from assets.document_briefs import build_brief_assets, build_brief_job
+from assets.partitions import collection_partitions
+from batch_pipeline.config import PipelineConfig
+from sensors.provider_batches import build_provider_batch_sensor
+
+
+def brief_definitions(config: PipelineConfig) -> dg.Definitions:
+    """The briefs of every collection with `briefs:`, their job and the provider-batch
+    sensor."""
+    job = build_brief_job()
+    sensor = build_provider_batch_sensor(job, config.partition_keys())
+    return dg.Definitions(
+        assets=build_brief_assets(collection_partitions(config)), jobs=[job], sensors=[sensor]
+    )
