@@ -30,14 +30,10 @@ KINDS: tuple[ProductKind, ...] = (INDEX, BRIEFS, TICKETS)
 
 
 def kinds_for(config: PipelineConfig | None = None) -> tuple[ProductKind, ...]:
-    """The built-in kinds, then those `config` declares (`products:`); a ConfigError when a
-    declared kind takes a built-in one's name."""
+    """The built-in kinds, then those `config` declares (`products:`; the configuration
+    refused one that takes a built-in kind's name when it loaded)."""
     if config is None:
         return KINDS
-    built_in = {kind.name for kind in KINDS}
-    for kind in config.declared_kinds():
-        if kind.name in built_in:
-            raise ConfigError(f"products.{kind.name}: {kind.name!r} is a built-in kind's name")
     return (*KINDS, *config.declared_kinds())
 
 
@@ -52,18 +48,9 @@ def kind_named(name: str, config: PipelineConfig | None = None) -> ProductKind:
 
 
 def product_targets(config: PipelineConfig) -> list[ProductTarget]:
-    """Every configured product, kind by kind in `kinds_for`'s order; a ConfigError when two
-    products would share a name (it keys their generations)."""
-    targets = [target for kind in kinds_for(config) for target in kind.targets(config)]
-    seen: dict[str, str] = {}
-    for target in targets:
-        if target.name in seen:
-            raise ConfigError(
-                f"products: {target.name!r} would name a product of kind {target.kind} and "
-                f"one of kind {seen[target.name]}; each product needs its own"
-            )
-        seen[target.name] = target.kind
-    return targets
+    """Every configured product, kind by kind in `kinds_for`'s order; each has a name of its
+    own (`config.declared.one_name_per_product`, checked when the configuration loads)."""
+    return [target for kind in kinds_for(config) for target in kind.targets(config)]
 
 
 def product_env(

@@ -36,7 +36,11 @@ from batch_pipeline.config.briefs import (
     QUESTIONS_FIELD,
     BriefsConfig,
 )
-from batch_pipeline.config.declared import DeclaredProduct, declared_products
+from batch_pipeline.config.declared import (
+    DeclaredProduct,
+    declared_products,
+    one_name_per_product,
+)
 from batch_pipeline.config.files import FileFormatError, read_yaml
 from batch_pipeline.config.index import (
     RESERVED_COLUMNS,
@@ -62,9 +66,7 @@ from batch_pipeline.config.tickets import (
     TicketSqlExport,
 )
 from batch_pipeline.names import (
-    BRIEFS_SUFFIX,
     QUESTIONS_SUFFIX,
-    briefs_product_name,
     shard_number,
 )
 
@@ -362,15 +364,10 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_name_per_product(self) -> "PipelineConfig":
-        """A product's name keys its generations: the ticket intents cannot share one with a
-        collection's vector index."""
+        """A product's name keys its generations: one rule over every kind's products, the
+        built-in kinds' and those `products:` declares (`config.declared`)."""
+        one_name_per_product(self)
         names = {c.name for c in self.collections}
-        briefs = {briefs_product_name(c.name) for c in self.collections if c.briefs is not None}
-        for name in sorted(briefs & names):  # a collection's briefs: `<collection>_briefs`
-            raise ValueError(
-                f"collections: {name!r} is a collection's name and the name of "
-                f"{name.removesuffix(BRIEFS_SUFFIX)!r}'s briefs; each product needs its own"
-            )
         questions = {
             f"{c.name}{QUESTIONS_SUFFIX}"
             for c in self.collections
@@ -381,14 +378,6 @@ class PipelineConfig(_Strict):
                 f"collections: {name!r} is a collection's name and the name of "
                 f"{name.removesuffix(QUESTIONS_SUFFIX)!r}'s question tables "
                 "(briefs.index_questions); each needs its own"
-            )
-        if self.tickets is not None and self.tickets.name in names | briefs:
-            whose = (
-                "a collection's name" if self.tickets.name in names else "a collection's briefs'"
-            )
-            raise ValueError(
-                f"tickets.name: {self.tickets.name!r} is {whose} too; each product needs its "
-                "own (its generations are kept under it)"
             )
         return self
 

@@ -67,11 +67,43 @@ def _kind_at(declaration: object, name: str) -> Any:
     return kind
 
 
+def built_in_kinds() -> tuple[Any, ...]:
+    """The registry's built-in kinds (`BUILT_IN_KINDS`)."""
+    module, attribute = BUILT_IN_KINDS.split(":")
+    return tuple(getattr(importlib.import_module(module), attribute))
+
+
+def section_of(kind: Any) -> str:
+    """Where a kind's section sits in the YAML (`collections`, `tickets`, `products.NAME`)."""
+    return kind.configured_at or f"products.{kind.name}"
+
+
+def one_name_per_product(config: Any) -> None:
+    """The one rule over every kind's products (the built-in kinds' and those `products:`
+    declares): no declared kind takes a built-in kind's name, and no two products share a
+    name, which keys their generations. A ValueError naming the sections otherwise."""
+    built_in = built_in_kinds()
+    taken = {kind.name for kind in built_in}
+    declared = config.declared_kinds()
+    for kind in declared:
+        if kind.name in taken:
+            raise ValueError(f"products.{kind.name}: {kind.name!r} is a built-in kind's name")
+    seen: dict[str, Any] = {}
+    for kind in (*built_in, *declared):
+        for target in kind.targets(config):
+            other = seen.setdefault(target.name, kind)
+            if other is not kind:
+                raise ValueError(
+                    f"{section_of(other)}, {section_of(kind)}: {target.name!r} would name a "
+                    f"product of kind {other.name} and one of kind {kind.name}; each product "
+                    "needs its own (its generations are kept under it)"
+                )
+
+
 def _built_in(name: str) -> Any:
     """The built-in kind called `name` configured under `products:`, or a ValueError saying
     where its section goes instead."""
-    module, attribute = BUILT_IN_KINDS.split(":")
-    kinds = {kind.name: kind for kind in getattr(importlib.import_module(module), attribute)}
+    kinds = {kind.name: kind for kind in built_in_kinds()}
     kind = kinds.get(name)
     if kind is None:
         raise ValueError(

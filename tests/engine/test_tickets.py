@@ -317,7 +317,7 @@ def test_bad_ticket_settings_fail_at_load_and_name_the_field(tmp_path):
     # one name per product: the ticket intents cannot take a collection's
     shutil.copy(REPO / "data" / "intent_taxonomy.yaml", workspace.taxonomy)
     workspace.config.write_text(text.replace("tickets:\n", "tickets:\n  name: handbook\n"))
-    with pytest.raises(ConfigError, match="tickets.name: 'handbook' is a collection's name too"):
+    with pytest.raises(ConfigError, match="collections, tickets: 'handbook' would name a produc"):
         load_config(workspace.config)
     for training, message in (
         ('{start: "2026-11-23"}', "tickets.training: .*give both start and end"),

@@ -200,7 +200,8 @@ def test_a_collection_named_like_another_s_briefs_is_refused_at_load(tmp_path):
     config.write_text(
         config.read_text() + "  - name: kb_briefs\n    source: {kind: filesystem, path: docs}\n"
     )
-    with pytest.raises(ConfigError, match="'kb_briefs' is a collection's name and the name of"):
+    said = r"collections, collections\[\]\.briefs: 'kb_briefs' would name a product of kind index"
+    with pytest.raises(ConfigError, match=said):
         load_config(config)
 
 
