@@ -17,14 +17,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from batch_pipeline.config import PipelineConfig
+from batch_pipeline.config import ConfigError, PipelineConfig
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.generations.review import EmbedderFor, GenerationReview, GenerationReviewer
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.measures.progress import duration
-from batch_pipeline.runs import Engine, Landing, StagedPartition, StageOutput
+from batch_pipeline.measures.run import DOCUMENTS
+from batch_pipeline.names import companion_index
+from batch_pipeline.runs import (
+    Engine,
+    Landing,
+    PartitionedProduct,
+    ProductPartition,
+    RunRequest,
+    StagedPartition,
+    StageOutput,
+)
 from batch_pipeline.sources import DocumentSource, S3ClientFactory
-from batch_pipeline.state.staging import StagingArea
+from batch_pipeline.state.staging import StagePath, StagingArea
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -260,6 +270,26 @@ class CollectionDocuments(Protocol):
         ...
 
 
+class CollectionPartition(ProductPartition):
+    """A partition of a product over a collection's documents (the briefs', a declared
+    product's): its documents and their staging area are the collection partition's
+    (`product.documents_for`), collect is theirs, and its checkpoints are under its own
+    staging key."""
+
+    unit = DOCUMENTS
+
+    def __init__(self, product: PartitionedProduct, partition: str) -> None:
+        super().__init__(product, partition)
+        self.documents: CollectionDocuments = product.documents_for(partition)
+        self.staging = self.documents.staging
+
+    def checkpoint_dir(self) -> StagePath:
+        return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
+
+    def collect_stage(self, request: RunRequest) -> StageOutput:
+        return self.documents.collect(request.run_id, request.doc_ids)
+
+
 @dataclass(frozen=True)
 class ProductEnv:
     """What opening a product takes: the configuration and the shared stores, a chat model
@@ -291,6 +321,19 @@ class ProductTarget:
 
 
 @dataclass(frozen=True)
+class Feed:
+    """Rows a product of one kind writes beside each generation of another kind's product
+    over the same collection, read with that generation: the briefs' questions beside the
+    vector index's chunks. Their table is `names.companion_index(generation, suffix)`: the
+    fed product drops it with the generation and checks its indexes, and reads it when
+    `writes(config, collection)` says the writer writes it (`feed_tables`)."""
+
+    into: str  # the kind whose generations it sits beside
+    suffix: str  # its tables' names: the generation's product name plus this
+    writes: Callable[[PipelineConfig, str], bool]  # whether it is written for a collection
+
+
+@dataclass(frozen=True)
 class ProductKind:
     """One kind of product, declared once (see the module docstring)."""
 
@@ -309,6 +352,10 @@ class ProductKind:
     # its assets ride the collections' job: each collection's publish sensor and the nightly
     # reconciliation launch them with the partition's collect (a kind over collections)
     collection_runs: bool = False
+    # what it writes beside another kind's generations (read with them), and the kinds whose
+    # live generation it reads: the frame resolves both (`feed_tables`, `input_product`)
+    feeds: tuple[Feed, ...] = ()
+    inputs: tuple[str, ...] = ()
     # the YAML key of its section, for a built-in kind configured elsewhere than under
     # `products: <name>:` (the vector index: collections; the ticket intents: tickets)
     configured_at: str | None = None
@@ -318,3 +365,29 @@ class ProductKind:
     # what `generations list` says of one of its generations beyond every product's fields,
     # from the generation's recorded configuration ('' for nothing)
     generation_note: Callable[[dict[str, object]], str] = lambda model_config: ""
+
+
+def feed_tables(config: PipelineConfig, kind: str, collection: str, index: str,
+                written: bool = False) -> list[str]:  # fmt: skip
+    """The tables other kinds' declared feeds keep beside the generation `index` of the
+    product of `kind` over `collection`: every one (what is dropped and checked with it), or,
+    `written`, those the configuration now writes (what is read with it)."""
+    return [
+        companion_index(index, feed.suffix)
+        for other in config.kinds()
+        for feed in other.feeds
+        if feed.into == kind and (not written or feed.writes(config, collection))
+    ]
+
+
+def input_product(config: PipelineConfig, reader: str, kind: str, collection: str) -> str:
+    """The product of `kind` over `collection` whose live generation the kind `reader`
+    declares it reads (`ProductKind.inputs`); a ConfigError when it does not declare it or
+    no such product is configured."""
+    kinds = {k.name: k for k in config.kinds()}
+    if kind not in kinds[reader].inputs:
+        raise ConfigError(f"the {reader} kind reads no {kind} generation: declare it in inputs")
+    for target in kinds[kind].targets(config):
+        if target.collection == collection:
+            return target.name
+    raise ConfigError(f"collection {collection!r} has no product of kind {kind}")

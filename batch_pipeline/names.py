@@ -7,8 +7,9 @@
   its document briefs (`<collection>_briefs`) and the ticket intents (`tickets.name`) are
   products. A product's *kind* is index, briefs or tickets.
 - A *generation* is one table of a product, for one fingerprint: its LanceDB table and
-  tracking key, `<product>__<fingerprint>`. A vector index generation may have a companion
-  table of its briefs' questions, `<product>_questions__<fingerprint>`.
+  tracking key, `<product>__<fingerprint>`. A generation may have companion tables that
+  another product writes beside it (a declared feed): a vector index generation's briefs'
+  questions, `<product>_questions__<fingerprint>`.
 
 Code that has one of these names and needs another asks this module; nothing else splits
 or formats these strings.
@@ -40,12 +41,16 @@ def generation_product(index: str) -> str:
     return product
 
 
+def companion_index(index: str, suffix: str) -> str:
+    """A table that another product writes beside the generation `index` (a declared feed,
+    `declaration.Feed`): `handbook__68b2...` and `_questions` -> `handbook_questions__68b2...`."""
+    return generation_index(generation_product(index) + suffix, generation_fingerprint(index))
+
+
 def question_index(index: str) -> str:
     """The companion table of a vector index generation that holds its collection's brief
     questions (`handbook__68b2...` -> `handbook_questions__68b2...`)."""
-    return generation_index(
-        generation_product(index) + QUESTIONS_SUFFIX, generation_fingerprint(index)
-    )
+    return companion_index(index, QUESTIONS_SUFFIX)
 
 
 def generation_fingerprint(index: str) -> str:

@@ -32,9 +32,7 @@ KINDS: tuple[ProductKind, ...] = (INDEX, BRIEFS, TICKETS)
 def kinds_for(config: PipelineConfig | None = None) -> tuple[ProductKind, ...]:
     """The built-in kinds, then those `config` declares (`products:`; the configuration
     refused one that takes a built-in kind's name when it loaded)."""
-    if config is None:
-        return KINDS
-    return (*KINDS, *config.declared_kinds())
+    return KINDS if config is None else config.kinds()
 
 
 def kind_named(name: str, config: PipelineConfig | None = None) -> ProductKind:

@@ -14,6 +14,11 @@ stages `batch_pipeline.stages.prompt_plan` and `.generate`.
 
 from batch_pipeline.stages import COLLECT, Stage
 
+NAME = "briefs"  # the kind's name (`run --kind briefs`)
+# the kind whose live generation the briefs read (faithfulness, their question rows' model)
+# and whose generations their question rows feed: declared, and resolved by the frame
+INDEX = "index"
+
 BRIEF_PREPARE = Stage(
     "prepare",
     "brief_prompts",

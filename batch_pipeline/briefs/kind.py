@@ -6,13 +6,14 @@ share, audience accuracy and faithfulness."""
 from collections.abc import Callable
 from typing import ClassVar
 
-from batch_pipeline.briefs import report
+from batch_pipeline.briefs import INDEX, NAME, report
 from batch_pipeline.briefs.partition import BriefPartition
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.review import BriefScorer, CoversCollectionRule
 from batch_pipeline.config import BriefsConfig, ConfigError, PipelineConfig
 from batch_pipeline.declaration import (
     CollectionDocuments,
+    Feed,
     Lines,
     ProductEnv,
     ProductFace,
@@ -31,14 +32,12 @@ from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
-from batch_pipeline.names import briefs_product_name
+from batch_pipeline.names import QUESTIONS_SUFFIX, briefs_product_name
 from batch_pipeline.runs import Engine, StagedPartition
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-
-NAME = "briefs"
 
 
 class DocumentBriefs(ProductFace):
@@ -150,6 +149,16 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
     return DocumentBriefs(product)
 
 
+# the briefs' questions, embedded beside each generation of the collection's vector index
+# (`briefs.index_questions`) and searched with its chunks
+QUESTION_ROWS = Feed(
+    into=INDEX,
+    suffix=QUESTIONS_SUFFIX,
+    writes=lambda config, name: (
+        (briefs := config.collection(name).briefs) is not None and briefs.index_questions
+    ),
+)
+
 BRIEFS = ProductKind(
     name=NAME,
     package="batch_pipeline.briefs",
@@ -164,5 +173,7 @@ BRIEFS = ProductKind(
     definitions="batch_pipeline.definitions.document_briefs:brief_definitions",
     configured_at="collections[].briefs",
     collection_runs=True,
+    feeds=(QUESTION_ROWS,),
+    inputs=(INDEX,),
     commands="batch_pipeline.cli.briefs",
 )

@@ -10,11 +10,10 @@ import pyarrow as pa
 from batch_pipeline.briefs import BRIEF_STAGES
 from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
+from batch_pipeline.declaration import CollectionPartition
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.runs import (
     LandedRun,
-    ProductPartition,
     RunOutcome,
     RunRequest,
     StageFiles,
@@ -36,15 +35,10 @@ def passes_of(record: GenerationRecord) -> dict[str, int]:
     return passes if isinstance(passes, dict) else dict.fromkeys(passes, 0)
 
 
-class BriefPartition(ProductPartition):
+class BriefPartition(CollectionPartition):
     """One partition of a collection's briefs, as the frame runs it."""
 
-    unit = DOCUMENTS
-
-    def __init__(self, product: "BriefProduct", partition: str) -> None:
-        super().__init__(product, partition)
-        self.documents = product.documents_for(partition)
-        self.staging = self.documents.staging
+    product: "BriefProduct"
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -53,9 +47,6 @@ class BriefPartition(ProductPartition):
     @property
     def executor(self) -> GenerationExecutor:
         return self.product.executor_for(self.partition)
-
-    def checkpoint_dir(self) -> StagePath:
-        return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
 
     def landed_inputs(self) -> int:
         """The documents of this partition the generation holds briefs of: what deletions
@@ -204,9 +195,6 @@ class BriefPartition(ProductPartition):
         if self.whole_collection:
             return self.product.collection.partition_keys()
         return [self.partition]
-
-    def collect_stage(self, request: RunRequest) -> StageOutput:
-        return self.documents.collect(request.run_id, request.doc_ids)
 
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
         return self.prepare(request.run_id, collected)

@@ -14,6 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
+from batch_pipeline.briefs import INDEX, NAME
 from batch_pipeline.briefs.partition import BriefPartition
 from batch_pipeline.briefs.questions import (
     QUESTION_COLUMNS,
@@ -33,7 +34,7 @@ from batch_pipeline.config import (
 )
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
-from batch_pipeline.declaration import CollectionDocuments
+from batch_pipeline.declaration import CollectionDocuments, input_product
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     GenerationExecutor,
@@ -46,13 +47,11 @@ from batch_pipeline.executors.openai_batch import (
 )
 from batch_pipeline.executors.registry import GENERATE, executor_class
 from batch_pipeline.generations.evaluation import index_model
-from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE, GenerationRegistry
+from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE
 from batch_pipeline.generations.review import (
     EmbedderFor,
-    GenerationReview,
-    GenerationReviewer,
-    LiveGeneration,
     NoLiveGenerationError,
+    ReviewedGenerations,
 )
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.fingerprint import fingerprint_of
@@ -70,7 +69,7 @@ from batch_pipeline.state.vector_store import VectorStore, in_filter
 DOCUMENT_GUARD = "control-tokens-1"  # how documents are made safe for a prompt: its version
 
 
-class BriefProduct:
+class BriefProduct(ReviewedGenerations):
     """A collection's document briefs (see the module docstring). `generator` is the chat
     model the runs use (its engine starts only when something is generated);
     `documents_for` gives a partition's documents: its source and collect."""
@@ -215,22 +214,20 @@ class BriefProduct:
     # -------------------------------------------------------------- generations
 
     @cached_property
-    def registry(self) -> GenerationRegistry:
-        return GenerationRegistry(self.tracking)
-
-    def record(self) -> GenerationRecord:
-        return self.registry.ensure(
-            self.name, self.fingerprint, self.index, self.generation_config()
-        )
-
-    @cached_property
     def embedding_model(self) -> ResolvedModel:
         """The collection's embedding model: faithfulness is measured with it."""
         return resolve_model(self.config.model)
 
+    @cached_property
+    def index_product(self) -> str:
+        """The collection's vector index, a declared input (`ProductKind.inputs`): the
+        briefs measure faithfulness against its live generation and write their question
+        rows beside its generations (a declared feed)."""
+        return input_product(self.config, NAME, INDEX, self.collection_name)
+
     def live_index(self) -> str | None:
-        """The collection's live index: faithfulness is measured against it."""
-        live = self.registry.live(self.collection_name)
+        """The collection's live index, or None: faithfulness is measured against it."""
+        live = self.registry.live(self.index_product)
         if live is None or not self.store.has_table(live.index_name):
             return None
         return live.index_name
@@ -254,11 +251,14 @@ class BriefProduct:
         matrix /= np.linalg.norm(matrix, axis=1, keepdims=True).clip(min=1e-12)
         return order, matrix
 
-    @cached_property
-    def reviewer(self) -> GenerationReviewer:
-        """The shared review, with this product's rule (briefs every document of its last
-        full pass) and scorer (valid share, audience accuracy, faithfulness)."""
-        scorer = BriefScorer(
+    # its generations: the frame's reviewer, with its rule and scorer
+    def completeness_rule(self) -> CoversCollectionRule:
+        """Briefs every document of the collection's last full pass."""
+        return CoversCollectionRule(self.tracking)
+
+    def scorer(self) -> BriefScorer:
+        """Valid share, audience accuracy, faithfulness."""
+        return BriefScorer(
             self.settings,
             self.briefs,
             self.tracking,
@@ -267,26 +267,11 @@ class BriefProduct:
             self.document_vectors,
             self.output.enums.get("audience"),
         )
-        hint = (
-            f"run the briefs first (batch-pipeline run --collection {self.collection_name} "
-            "--kind briefs)"
-        )
-        return GenerationReviewer(
-            self.registry,
-            self.name,
-            CoversCollectionRule(self.tracking),
-            scorer,
-            hint,
-            self.config.generations,
-            self.store.drop_table,
-        )
 
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        return self.reviewer.review(self.record(), embedder_for, force)
-
-    def live(self) -> LiveGeneration:
-        """What readers use: the live generation, or NoLiveGenerationError."""
-        return self.reviewer.live()
+    @property
+    def no_live_hint(self) -> str:
+        run = f"batch-pipeline run --collection {self.collection_name} --kind briefs"
+        return f"run the briefs first ({run})"
 
     # ------------------------------------------------------- questions as rows
 
@@ -296,7 +281,7 @@ class BriefProduct:
         live; the index generations' own gate compares chunks only)."""
         return [
             record
-            for record in self.registry.list_all(self.collection_name)
+            for record in self.registry.list_all(self.index_product)
             if record.state in (BUILDING, CANDIDATE, LIVE)
             and self.store.has_table(record.index_name)
         ]
@@ -351,7 +336,7 @@ class BriefProduct:
                     )
                 )  # fmt: skip
                 health = health.with_(self._keep_indexes_current(table))
-        live = self.registry.live(self.collection_name)
+        live = self.registry.live(self.index_product)
         if live is None:
             return QuestionRows("landed", summaries, index_health=health)
         scores = None

@@ -38,6 +38,7 @@ from batch_pipeline.config.briefs import (
 )
 from batch_pipeline.config.declared import (
     DeclaredProduct,
+    built_in_kinds,
     declared_products,
     one_name_per_product,
 )
@@ -339,6 +340,11 @@ class PipelineConfig(_Strict):
     @field_serializer("products")
     def _dump_products(self, value: dict[str, DeclaredProduct]) -> dict[str, object]:
         return {name: declared.dump() for name, declared in value.items()}
+
+    def kinds(self) -> tuple[Any, ...]:
+        """Every kind this configuration knows: the registry's built-in kinds, then those
+        `products:` declares (`batch_pipeline.declaration.ProductKind`)."""
+        return (*built_in_kinds(), *self.declared_kinds())
 
     def declared_kinds(self) -> list[Any]:
         """The product kinds `products:` declares (`batch_pipeline.declaration.ProductKind`);

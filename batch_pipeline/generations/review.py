@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Protocol
 
 from batch_pipeline.config import GenerationsConfig
@@ -308,3 +309,65 @@ class GenerationReviewer:
             scores,
             evaluated=False,
         )
+
+
+class ReviewedGenerations:
+    """A product's generations, reviewed by the one reviewer: a product's engine inherits
+    its registry, its generation's record, `review` and `live`, and says only what is its
+    own: `completeness_rule`, `scorer` (None without a labelled set), `no_live_hint` (what to
+    do before anything is live), `generation_config` (what its fingerprint hashes) and, for
+    a generation with more than its table, `drop_tables`. The reviewer is built here, once,
+    for every product alike.
+
+    The engine has `name`, `fingerprint`, `index`, `tracking`, `store` and `config` (whose
+    `generations` section is the review policy and retention)."""
+
+    no_live_hint = "run it first"
+
+    def completeness_rule(self) -> CompletenessRule:
+        raise NotImplementedError
+
+    def scorer(self) -> Scorer | None:
+        return None
+
+    def generation_config(self) -> dict:
+        raise NotImplementedError
+
+    def generations_settings(self) -> GenerationsConfig:
+        return self.config.generations
+
+    def drop_tables(self, index: str) -> None:
+        """A generation's tables, by its table name: its own."""
+        self.store.drop_table(index)
+
+    @cached_property
+    def registry(self) -> GenerationRegistry:
+        return GenerationRegistry(self.tracking)
+
+    def record(self) -> GenerationRecord:
+        """This configuration's generation record (registered on first use)."""
+        return self.registry.ensure(
+            self.name, self.fingerprint, self.index, self.generation_config()
+        )
+
+    @cached_property
+    def reviewer(self) -> GenerationReviewer:
+        return GenerationReviewer(
+            self.registry,
+            self.name,
+            self.completeness_rule(),
+            self.scorer(),
+            self.no_live_hint,
+            self.generations_settings(),
+            self.drop_tables,
+        )
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        """Score this generation (and live) on the labelled set and promote it if the gate
+        allows (`GenerationReviewer.review`: `force` or `generations.review: every_run`
+        re-evaluates a review whose inputs are unchanged)."""
+        return self.reviewer.review(self.record(), embedder_for, force)
+
+    def live(self) -> LiveGeneration:
+        """The live generation (what every reader uses), or NoLiveGenerationError."""
+        return self.reviewer.live()

@@ -12,3 +12,5 @@
 Collect is `batch_pipeline.stages.collect`, shared with the document briefs; plan and execute
 are the frame's, through the embedding executor.
 """
+
+NAME = "index"  # the kind's name (`run --kind index`)

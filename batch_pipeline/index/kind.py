@@ -13,11 +13,9 @@ from batch_pipeline.declaration import (
     ProductTarget,
     RunReport,
 )
-from batch_pipeline.index import report
+from batch_pipeline.index import NAME, report
 from batch_pipeline.index.lifecycle import FullPassRule, RetrievalScorer
 from batch_pipeline.index.partition import IndexPartition
-
-NAME = "index"
 
 
 class VectorIndex(ProductFace):

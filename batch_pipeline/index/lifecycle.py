@@ -7,7 +7,7 @@ retirement with its question rows.
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from batch_pipeline.config import (
@@ -25,19 +25,16 @@ from batch_pipeline.generations.evaluation import (
 from batch_pipeline.generations.registry import (
     BUILDING,
     CANDIDATE,
-    GenerationRegistry,
     generation_complete,
 )
 from batch_pipeline.generations.review import (
     PIPELINE,
     Completeness,
     EmbedderFor,
-    GenerationReview,
-    GenerationReviewer,
-    LiveGeneration,
+    ReviewedGenerations,
 )
 from batch_pipeline.inference.models import ResolvedModel
-from batch_pipeline.names import generation_index, question_index
+from batch_pipeline.names import generation_index
 from batch_pipeline.state.retrieval import DEFAULT_PARAMS, VECTOR, VectorParams
 from batch_pipeline.state.tracking import UNLISTABLE, GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -103,7 +100,7 @@ class RetrievalScorer:
         )
 
 
-class GenerationLifecycle:
+class GenerationLifecycle(ReviewedGenerations):
     """The generation a collection's current configuration builds (one model fingerprint)."""
 
     def __init__(
@@ -115,7 +112,9 @@ class GenerationLifecycle:
         fingerprint: str,
         tracking: TrackingStore,
         store: VectorStore,
+        feed_tables: Callable[[str], list[str]] = lambda index: [],
     ) -> None:
+        self.feed_tables = feed_tables  # other products' tables beside a generation
         self.collection = collection
         self.model_config = model_config
         self.model = model
@@ -123,34 +122,34 @@ class GenerationLifecycle:
         self.index = generation_index(collection.name, fingerprint)
         self.tracking = tracking
         self.store = store
-        self.registry = GenerationRegistry(tracking)
-        evaluation = collection.evaluation
-        self.reviewer = GenerationReviewer(
-            self.registry,
-            collection.name,
-            FullPassRule(store),
-            RetrievalScorer(
-                store,
-                evaluation,
-                mode=collection.index.search,
-                params=VectorParams.of(collection.index.vector),
-            )
-            if evaluation is not None
-            else None,
-            "materialise it first (make demo)",
-            settings,
-            self.drop_tables,
-        )
+        self.settings = settings  # generations: review policy and retention
 
     @property
     def name(self) -> str:
         return self.collection.name
 
-    def record(self) -> GenerationRecord:
-        """This configuration's generation record (registered on first use)."""
-        return self.registry.ensure(
-            self.name, self.fingerprint, self.index, self.model_config.model_dump(mode="json")
+    # its generations: the frame's reviewer, with its rule and scorer
+    no_live_hint = "materialise it first (make demo)"
+
+    def completeness_rule(self) -> FullPassRule:
+        """Every shard had a full pass, and nothing is pending."""
+        return FullPassRule(self.store)
+
+    def scorer(self) -> RetrievalScorer | None:
+        """Recall@k and MRR@k on the collection's evaluation set, where it has one."""
+        evaluation = self.collection.evaluation
+        if evaluation is None:
+            return None
+        index = self.collection.index
+        return RetrievalScorer(
+            self.store, evaluation, mode=index.search, params=VectorParams.of(index.vector)
         )
+
+    def generation_config(self) -> dict:
+        return self.model_config.model_dump(mode="json")
+
+    def generations_settings(self) -> GenerationsConfig:
+        return self.settings
 
     def track(self, full_pass_partitions: Iterable[str] = ()) -> None:
         """After a land (under the landing lease): count rows and documents, note the
@@ -185,15 +184,7 @@ class GenerationLifecycle:
             )
 
     def drop_tables(self, index: str) -> None:
-        """A generation's table and its briefs' question rows beside it."""
+        """A generation's table and the tables other products' feeds keep beside it."""
         self.store.drop_table(index)
-        self.store.drop_table(question_index(index))
-
-    def live(self) -> LiveGeneration:
-        """The live generation (what every reader uses), or NoLiveGenerationError."""
-        return self.reviewer.live()
-
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        """Score this generation (and live) on the evaluation set; promote it if the gate
-        allows (see `GenerationReviewer.review`)."""
-        return self.reviewer.review(self.record(), embedder_for, force)
+        for table in self.feed_tables(index):
+            self.store.drop_table(table)

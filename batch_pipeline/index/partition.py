@@ -13,6 +13,7 @@ from datetime import timedelta
 from functools import cached_property, partial
 
 from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
+from batch_pipeline.declaration import feed_tables
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.generations.evaluation import index_model
@@ -24,6 +25,7 @@ from batch_pipeline.generations.review import (
     LiveGeneration,
 )
 from batch_pipeline.health.completeness import partition_completeness
+from batch_pipeline.index import NAME
 from batch_pipeline.index.land import (
     LandingContext,
     LandSummary,
@@ -39,7 +41,7 @@ from batch_pipeline.measures.run import (
     BackfillEstimate,
     backfill_estimate,
 )
-from batch_pipeline.names import generation_index, question_index
+from batch_pipeline.names import generation_index
 from batch_pipeline.runs import (
     LandedRun,
     RunOutcome,
@@ -142,7 +144,14 @@ class IndexPartition(StagedPartition):
             self.fingerprint,
             self.tracking,
             self.store,
+            self.feed_tables,
         )
+
+    def feed_tables(self, index: str, written: bool = False) -> list[str]:
+        """The tables other products' declared feeds keep beside the generation `index` (the
+        briefs' question rows): all of them, or those the configuration now writes
+        (`declaration.feed_tables`)."""
+        return feed_tables(self.config, NAME, self.collection.name, index, written)
 
     @property
     def index(self) -> str:
@@ -349,10 +358,11 @@ class IndexPartition(StagedPartition):
     def index_health(
         self, upkeep: IndexUpkeep | None = None, tables: tuple[str, ...] | None = None
     ) -> IndexHealth:
-        """The indexes of `tables` (the generation's table and its question rows unless
-        given), with what `upkeep` (a land's, of the generation's table) failed to build."""
+        """The indexes of `tables` (the generation's table and its feeds' tables beside it
+        unless given), with what `upkeep` (a land's, of the generation's table) failed to
+        build."""
         states = {}
-        for name in tables or (self.index, question_index(self.index)):
+        for name in tables or (self.index, *self.feed_tables(self.index)):
             indexes = self.indexes(name)
             if indexes is not None:
                 states[name] = indexes.states()

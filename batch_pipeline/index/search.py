@@ -12,7 +12,6 @@ from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
-from batch_pipeline.names import question_index
 from batch_pipeline.state.retrieval import (
     MODES,
     TEXT,
@@ -120,13 +119,11 @@ def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
 MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
-def _question_tables(pipeline: IndexPartition, index: str) -> list:
-    """The live index's question rows (`briefs.index_questions`), searched with its chunks."""
-    briefs = pipeline.collection.briefs
-    if briefs is None or not briefs.index_questions:
-        return []
-    table = pipeline.store.open(question_index(index))
-    return [table] if table is not None else []
+def _feed_tables(pipeline: IndexPartition, index: str) -> list:
+    """The tables other products' feeds write beside the live index (the briefs' question
+    rows, `briefs.index_questions`), searched with its chunks."""
+    tables = (pipeline.store.open(name) for name in pipeline.feed_tables(index, written=True))
+    return [table for table in tables if table is not None]
 
 
 def open_collection(
@@ -187,7 +184,7 @@ def search(
     columns = ["doc_id", "chunk_id", "title", "section", "text", *extra]
     # question rows hold no metadata: no `where` matches them, and a table that landed before
     # a field was declared has no column to filter on
-    questions = _question_tables(pipeline, live.index) if condition is None else []
+    questions = _feed_tables(pipeline, live.index) if condition is None else []
     try:
         params = VectorParams.of(pipeline.collection.index.vector)
         rows = ranked_rows([table, *questions], query, vector, mode, k, condition, columns, params)

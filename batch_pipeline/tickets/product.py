@@ -27,13 +27,11 @@ import numpy as np
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
+from batch_pipeline.generations.registry import DROPPED
 from batch_pipeline.generations.review import (
     EmbedderFor,
-    GenerationReview,
-    GenerationReviewer,
-    LiveGeneration,
     NoLiveGenerationError,
+    ReviewedGenerations,
 )
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import fingerprint_of
@@ -93,7 +91,7 @@ def parse_day(value: str | date, settings: TicketsConfig) -> date:
     return day
 
 
-class TicketProduct:
+class TicketProduct(ReviewedGenerations):
     """What every day shares: the configuration, the taxonomy, the model, the generations."""
 
     def __init__(
@@ -112,7 +110,6 @@ class TicketProduct:
         self.tracking = tracking or TrackingStore(storage.tracking_url)
         self.store = store or VectorStore(storage.lancedb_uri, storage.storage_options)
         self.intents = IntentStore(self.store)
-        self.registry = GenerationRegistry(self.tracking)
         self.staging = storage.staging()
         self.s3_client = s3_client
 
@@ -208,29 +205,17 @@ class TicketProduct:
             "training": self.training_settings(),
         }
 
-    def record(self) -> GenerationRecord:
-        return self.registry.ensure(
-            self.name, self.fingerprint, self.index, self.generation_config()
-        )
+    # its generations: the frame's reviewer, with its rule and scorer
+    no_live_hint = "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)"
 
-    @cached_property
-    def reviewer(self) -> GenerationReviewer:
-        """The shared review, with this product's rule (holds every day live holds) and
-        scorer (accuracy on the labelled tickets)."""
+    def completeness_rule(self) -> HoldsLiveDaysRule:
+        """Holds every day the live generation holds."""
+        return HoldsLiveDaysRule(self.intents)
+
+    def scorer(self) -> AccuracyScorer | None:
+        """Accuracy on the labelled tickets, where there are any."""
         evaluation = self.settings.evaluation
-        return GenerationReviewer(
-            self.registry,
-            self.name,
-            HoldsLiveDaysRule(self.intents),
-            AccuracyScorer(evaluation, self._predict) if evaluation is not None else None,
-            "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)",
-            self.config.generations,
-            self.store.drop_table,
-        )
-
-    def live(self) -> LiveGeneration:
-        """What readers use: the live generation, or NoLiveGenerationError."""
-        return self.reviewer.live()
+        return AccuracyScorer(evaluation, self._predict) if evaluation is not None else None
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""
@@ -443,10 +428,3 @@ class TicketProduct:
         """The generation's own scores on the labelled set, as its last review kept them:
         accuracy, coverage, per-intent figures, the worst confusions ({} before a review)."""
         return json.loads(record.scores or "{}").get("own") or {}
-
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        """Gate this configuration's generation: complete (it holds every day the live one
-        holds), at least `min_accuracy`, and no worse than live within the tolerance; promote
-        it if so (see `GenerationReviewer.review`: `force` or `generations.review: every_run`
-        re-evaluates a review whose inputs are unchanged)."""
-        return self.reviewer.review(self.record(), embedder_for, force)

@@ -196,3 +196,46 @@ def test_the_frames_policies_cover_it(tmp_path, capsys):
     assert dropped == [old.index]
     assert not new.engine.store.has_table(old.index)
     assert new.reviewer.registry.get(PRODUCT, old.fingerprint).state == DROPPED
+
+
+def test_a_declared_feed_into_the_index_is_resolved_by_the_frame(tmp_path, monkeypatch):
+    """A kind declares rows it keeps beside the index's generations (`Feed`), as the briefs
+    declare their questions: the index, which names no other product, drops that table with
+    its generation and reads it only while the configuration writes it."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from batch_pipeline.declaration import Feed, feed_tables
+    from batch_pipeline.index.partition import IndexPartition
+    from tests.lengths import kind as lengths_kind
+
+    writes = {"on": True}
+    feed = Feed(into="index", suffix="_sizes", writes=lambda config, name: writes["on"])
+    feeding = dataclasses.replace(lengths_kind.LENGTHS, feeds=(feed,))
+    monkeypatch.setattr(lengths_kind, "FEEDING", feeding, raising=False)
+    text = write_workspace(tmp_path).read_text().replace(":LENGTHS", ":FEEDING")
+    (tmp_path / "pipeline.yaml").write_text(text)
+    config = load_config(tmp_path / "pipeline.yaml")
+    storage = resolve_storage(str(tmp_path / "home"))
+    store = VectorStore(storage.lancedb_uri)
+    index = IndexPartition(config, storage, "handbook", TrackingStore(storage.tracking_url), store)
+    beside = index.index.replace("handbook__", "handbook_sizes__")
+    questions = index.index.replace("handbook__", "handbook_questions__")  # the briefs' feed
+    assert index.feed_tables(index.index) == [questions, beside]
+    assert index.feed_tables(index.index, written=True) == [beside]  # the briefs are off
+    writes["on"] = False  # read only while written; dropped and checked always
+    assert index.feed_tables(index.index, written=True) == []
+    assert feed_tables(config, "tickets", "handbook", index.index) == []  # it feeds the index
+    store.create_table(beside, pa.schema([("doc_id", pa.string())]))
+    index.lifecycle.drop_tables(index.index)
+    assert not store.has_table(beside)
+
+
+def test_a_kind_reads_another_s_live_generation_only_as_a_declared_input(tmp_path):
+    from batch_pipeline.declaration import input_product
+
+    config = load_config(write_workspace(tmp_path))
+    assert input_product(config, "briefs", "index", "handbook") == "handbook"
+    with pytest.raises(ConfigError, match="the lengths kind reads no index generation"):
+        input_product(config, "lengths", "index", "handbook")

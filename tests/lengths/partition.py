@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batch_pipeline.measures.run import DOCUMENTS
+from batch_pipeline.declaration import CollectionPartition
 from batch_pipeline.runs import (
     LandedRun,
-    ProductPartition,
     RunOutcome,
     RunRequest,
     StageFiles,
@@ -69,13 +68,8 @@ class LengthLandSummary:
         }
 
 
-class LengthPartition(ProductPartition):
-    unit = DOCUMENTS
-
-    def __init__(self, product: "LengthProduct", partition: str) -> None:
-        super().__init__(product, partition)
-        self.documents = product.documents_for(partition)
-        self.staging = self.documents.staging
+class LengthPartition(CollectionPartition):
+    product: "LengthProduct"
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -84,9 +78,6 @@ class LengthPartition(ProductPartition):
     @property
     def executor(self) -> LengthExecutor:
         return LengthExecutor(self.product.settings.buckets)
-
-    def checkpoint_dir(self) -> StagePath:
-        return self.staging.checkpoint_dir(self.staging_key, self.fingerprint)
 
     def _where(self) -> str:
         return in_filter("partition", [self.partition])  # escaped
@@ -101,9 +92,6 @@ class LengthPartition(ProductPartition):
         if not self.store.has_table(self.index):
             return 0
         return self.store.count_rows(self.index, self._where())
-
-    def collect_stage(self, request: RunRequest) -> StageOutput:
-        return self.documents.collect(request.run_id, request.doc_ids)
 
     def prepare_stage(self, request: RunRequest, collected: StagePath) -> StageOutput:
         started = time.perf_counter()

@@ -7,13 +7,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from batch_pipeline.declaration import ProductEnv
-from batch_pipeline.generations.registry import GenerationRegistry
 from batch_pipeline.generations.review import (
     Completeness,
     EmbedderFor,
-    GenerationReview,
-    GenerationReviewer,
-    LiveGeneration,
+    ReviewedGenerations,
 )
 from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.names import generation_index
@@ -72,7 +69,7 @@ class BucketScorer:
         return {"bucket_accuracy": right / len(labels) if labels else 0.0}
 
 
-class LengthProduct:
+class LengthProduct(ReviewedGenerations):
     def __init__(self, env: ProductEnv, collection: str) -> None:
         self.env, self.collection_name = env, collection
         self.config, self.tracking, self.store = env.config, env.tracking, env.store
@@ -104,29 +101,15 @@ class LengthProduct:
     def partition(self, key: str) -> LengthPartition:
         return LengthPartition(self, key)
 
-    @cached_property
-    def registry(self) -> GenerationRegistry:
-        return GenerationRegistry(self.tracking)
+    # its generations: the frame's reviewer, with its rule and scorer
+    def completeness_rule(self) -> CoversPassRule:
+        return CoversPassRule()
 
-    def record(self) -> GenerationRecord:
-        return self.registry.ensure(
-            self.name, self.fingerprint, self.index, self.generation_config()
+    def scorer(self) -> "BucketScorer | None":
+        return BucketScorer(self.settings, self.store) if self.settings.labelled else None
+
+    @property
+    def no_live_hint(self) -> str:
+        return (
+            f"run it first (batch-pipeline run --collection {self.collection_name} --kind {NAME})"
         )
-
-    @cached_property
-    def reviewer(self) -> GenerationReviewer:
-        return GenerationReviewer(
-            self.registry,
-            self.name,
-            CoversPassRule(),
-            BucketScorer(self.settings, self.store) if self.settings.labelled else None,
-            f"run it first (batch-pipeline run --collection {self.collection_name} --kind {NAME})",
-            self.config.generations,
-            self.store.drop_table,
-        )
-
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        return self.reviewer.review(self.record(), embedder_for, force)
-
-    def live(self) -> LiveGeneration:
-        return self.reviewer.live()

@@ -141,6 +141,39 @@ def test_no_product_imports_another():
         assert not others, f"{module} imports another product: {others}"
 
 
+# the names in `batch_pipeline.names` that one product's tables own: no other product builds
+# them (a product reads another's output as a declared feed or input, resolved by the frame)
+OWNED_NAMES = {
+    "batch_pipeline.names.question_index": "batch_pipeline.briefs",
+    "batch_pipeline.names.QUESTIONS_SUFFIX": "batch_pipeline.briefs",
+    "batch_pipeline.names.briefs_product_name": "batch_pipeline.briefs",
+    "batch_pipeline.names.BRIEFS_SUFFIX": "batch_pipeline.briefs",
+}
+
+
+def test_no_product_builds_another_s_table_names():
+    for module in MODULES:
+        own = next((p for p in PRODUCTS if module == p or module.startswith(p + ".")), None)
+        if own is None:
+            continue
+        others = sorted(
+            name for name in imports_of(MODULES[module]) if OWNED_NAMES.get(name, own) != own
+        )
+        assert not others, f"{module} builds another product's table names: {others}"
+
+
+def test_no_product_builds_a_reviewer():
+    """The frame builds the one reviewer from what a product says (`ReviewedGenerations`)."""
+    folders = [*(REPO / p.replace(".", "/") for p in PRODUCTS), REPO / "tests" / "lengths"]
+    for path in (path for folder in folders for path in folder.rglob("*.py")):
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "GenerationReviewer"
+        ]
+        assert not calls, f"{path.relative_to(REPO)} builds a GenerationReviewer"
+
+
 # the modules that serve every product: they reach one through the registry
 # (`batch_pipeline.products`), never by name
 GENERIC = (
