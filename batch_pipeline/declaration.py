@@ -2,10 +2,13 @@
 
 Each product folder (`index/`, `tickets/`, `briefs/`) exports one `ProductKind` in its
 `kind.py`: its name, its config section, which products the configuration has of it and how
-to open one, its partition class and executor, its completeness rule and scorer, its report,
-its Dagster definitions and its own commands. `batch_pipeline.products` holds the registry of
-kinds; the commands that cover every product, the code location, the resources and the
-layout test loop over it and never ask which kind they hold.
+to open one, its partition class and model family, its completeness rule and scorer, its
+report, its Dagster definitions (and whether they ride the collections' job), its own
+commands, and what it reads of another kind (`inputs`) or writes beside another kind's
+generations (`feeds`), which the frame resolves (`input_product`, `feed_tables`): no product
+builds another's table names. `batch_pipeline.products` holds the registry of kinds; the
+commands that cover every product, the code location, the resources and the layout test
+loop over it and never ask which kind they hold.
 
 The policies every product needs are not declared here: the run frame (`runs.landing`: the
 mass-deletion guard, run records, checkpoints, staging) and the generation reviewer

@@ -4,7 +4,7 @@ A *product* owns generations (see `batch_pipeline.names`). Each kind of product 
 once, in its own folder's `kind.py` (`batch_pipeline.declaration.ProductKind`); `KINDS` lists
 the built-in ones, and a configuration's `products:` declares more (`config.declared`), from
 any importable folder. The commands that cover every product (`status`, `doctor`, `report`,
-`failures`, `generations`), the code location (`definitions.py`), `run --kind` and the layout
+`failures`, `generations`), the code location (`definitions`), `run --kind` and the layout
 test loop over `kinds_for(config)` and `configured_products`, and never ask which kind they
 hold.
 """
