@@ -82,14 +82,12 @@ def one_name_per_product(config: Any) -> None:
     """The one rule over every kind's products (the built-in kinds' and those `products:`
     declares): no declared kind takes a built-in kind's name, and no two products share a
     name, which keys their generations. A ValueError naming the sections otherwise."""
-    built_in = built_in_kinds()
-    taken = {kind.name for kind in built_in}
-    declared = config.declared_kinds()
-    for kind in declared:
+    taken = {kind.name for kind in built_in_kinds()}
+    for kind in config.declared_kinds():
         if kind.name in taken:
             raise ValueError(f"products.{kind.name}: {kind.name!r} is a built-in kind's name")
     seen: dict[str, Any] = {}
-    for kind in (*built_in, *declared):
+    for kind in config.kinds():
         for target in kind.targets(config):
             other = seen.setdefault(target.name, kind)
             if other is not kind:
