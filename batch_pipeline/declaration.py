@@ -165,6 +165,7 @@ class ProductFace:
         """Its land's counts in its own nouns, the run's clock and cost, the review."""
         return [
             f"run {report.run_id} of {self.name}: {report.counts_line()}",
+            *report.batches_lines(),
             report.measures_line(),
             report.review_line(),
         ]
@@ -220,13 +221,37 @@ class RunReport:
         line = f"  {duration(m.wall_seconds)} wall-clock, " + (
             f"{m.window_used_fraction:.1%} of its {duration(m.window_seconds)} window"
         )
-        if m.inputs:
+        if m.inputs and m.token_cost is not None:  # a provider's: priced by its tokens
+            line += (
+                f"; {m.inputs_per_second:,.1f} inputs/s through {m.executor}, "
+                f"{m.cost_per_1k_inputs:.6f} {m.currency} per 1k inputs at its batch prices"
+            )
+        elif m.inputs:
             line += (
                 f"; {m.inputs_per_second:,.1f} inputs/s on {m.device} "
                 f"({m.backend or 'torch'} {m.dtype}), {m.cost_per_1k_inputs:.6f} {m.currency} "
                 "per 1k inputs (estimated)"
             )
         return line
+
+    def batches_lines(self) -> list[str]:
+        """A provider's batches, where execute sent any (`stages.provider_batches`): how
+        many it submitted and collected, and what still waits at the provider."""
+        execute = self.summaries.get(self.partition.stages[3].name)
+        batches = getattr(execute, "batches", None)
+        if batches is None or not batches.metadata():
+            return []
+        submitted = len(batches.submitted)
+        line = (
+            f"  {submitted} provider batch{'es' if submitted != 1 else ''} submitted, "
+            f"{len(batches.collected)} collected, {batches.pending} still at the provider"
+        )
+        if batches.pending:
+            line += (
+                f"; {self.partition.unit} waiting for their answers are neither landed nor "
+                "failed: the next run collects them, and submits nothing new meanwhile"
+            )
+        return [line]
 
     def review_line(self) -> str:
         review = self.review

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.executors import ExecuteOptions, Executor
+from batch_pipeline.executors.batch_api import BatchLedger, with_ledger
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.generator import Generator
@@ -313,7 +314,8 @@ def landing(scope: RunScope, request: RunRequest, files: StageFiles) -> Iterator
     )
     if submitted_by:
         scope.tracking.merge_submitting_run(submitted_by, scope.index)
-    remove_landed_checkpoints(scope.checkpoints, files.executed)
+    if not executed.get("inputs_unanswered"):  # else kept: answers whose documents wait
+        remove_landed_checkpoints(scope.checkpoints, files.executed)
     upkeep = scope.config.maintenance
     scope.staging.prune_runs(
         scope.staging_key,
@@ -327,7 +329,9 @@ def landing(scope: RunScope, request: RunRequest, files: StageFiles) -> Iterator
 def remove_landed_checkpoints(checkpoints: StagePath, executed: StagePath) -> None:
     """Drop the checkpoints this run wrote or resumed from: their vectors are landed.
 
-    Folders of runs still executing on this partition are left to them.
+    Folders of runs still executing on this partition are left to them. (A run a provider
+    has not answered every input of keeps its checkpoints: they hold the answers for the
+    documents that wait for the rest, and the run that lands those removes them.)
     """
     used = checkpoints_used(executed)
     if used is None:  # an output written before execute recorded its folders
@@ -474,7 +478,9 @@ class StagedPartition(ABC):
         if there is work. `progress` hears how far it got every `progress_interval`
         seconds."""
         out = self.path(run_id, self.stages[3].file)
-        summary = self.executor.execute(
+        # a Batch API executor records the batches it sends under the generation and partition
+        ledger = BatchLedger(self.tracking, self.index, self.partition)
+        summary = with_ledger(self.executor, ledger).execute(
             planned,
             out,
             as_loader(load),

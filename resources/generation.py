@@ -7,12 +7,12 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from batch_pipeline.config import ConfigError
+from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
+from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     parallel_problem,
 )
-from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
-from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
 from batch_pipeline.executors.registry import GENERATE, executor_names
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model

@@ -13,7 +13,7 @@ import hashlib
 
 import dagster as dg
 
-from batch_pipeline.executors.openai_batch import ProviderBatchError, collectable
+from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
 from resources.generation import GenerationResource
 from resources.pipeline import PipelineResource
 

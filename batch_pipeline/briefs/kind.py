@@ -21,11 +21,11 @@ from batch_pipeline.declaration import (
     ProductTarget,
     RunReport,
 )
+from batch_pipeline.executors.batch_api import BatchApiSettings
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     parallel_problem,
 )
-from batch_pipeline.executors.openai_batch import BatchApiSettings
 from batch_pipeline.executors.registry import GENERATE, check_executor
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE

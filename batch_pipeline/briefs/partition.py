@@ -46,7 +46,7 @@ class BriefPartition(CollectionPartition):
 
     @property
     def executor(self) -> GenerationExecutor:
-        return self.product.executor_for(self.partition)
+        return self.product.executor
 
     def landed_inputs(self) -> int:
         """The documents of this partition the generation holds briefs of: what deletions

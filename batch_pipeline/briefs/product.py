@@ -35,16 +35,13 @@ from batch_pipeline.config import (
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
 from batch_pipeline.declaration import CollectionDocuments, input_product
+from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
+from batch_pipeline.executors.batch_api import BatchApiSettings
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     GenerationExecutor,
 )
-from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
-from batch_pipeline.executors.openai_batch import (
-    BatchApiSettings,
-    BatchLedger,
-    OpenAIBatchExecutor,
-)
+from batch_pipeline.executors.openai_batch import OpenAIBatchExecutor
 from batch_pipeline.executors.registry import GENERATE, executor_class
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE
@@ -161,20 +158,14 @@ class BriefProduct(ReviewedGenerations):
                 f"the {self.executor_name} executor runs vLLM's own engine: it needs the vLLM "
                 "generator, not a test's fake one"
             )
-        if chosen is OpenAIBatchExecutor and self.batch_api is None:
-            raise ConfigError(
-                f"the {self.executor_name} executor needs the Batch API's address: set the "
-                "generation resource's api_base (or `run --api-base URL`)"
-            )
-        return chosen(self.generator, self.sampling, self.output.schema, self.plan_settings)
-
-    def executor_for(self, partition: str) -> GenerationExecutor:
-        """The executor one partition's runs use: a provider's batches are recorded under
-        the generation and the partition."""
-        executor = self.executor
-        if isinstance(executor, OpenAIBatchExecutor):
-            ledger = BatchLedger(self.tracking, self.index, partition)
-            return replace(executor, api=self.batch_api, ledger=ledger)
+        executor = chosen(self.generator, self.sampling, self.output.schema, self.plan_settings)
+        if isinstance(executor, OpenAIBatchExecutor):  # its batches' ledger is the frame's
+            if self.batch_api is None:
+                raise ConfigError(
+                    f"the {self.executor_name} executor needs the Batch API's address: set the "
+                    "generation resource's api_base (or `run --api-base URL`)"
+                )
+            return replace(executor, api=self.batch_api)
         return executor
 
     @property
@@ -182,9 +173,9 @@ class BriefProduct(ReviewedGenerations):
         """The provider's model, where it is not the chat model the plan counts tokens with:
         its briefs are another generation's."""
         api = self.batch_api
-        if self.executor_name != OPENAI_BATCH or api is None or api.model is None:
+        if self.executor_name != OPENAI_BATCH or api is None:
             return None
-        return api.model if api.model != self.model.name else None
+        return api.served_model(self.model.name)
 
     def generation_config(self) -> dict:
         """What decides a brief besides its document: the generation's fingerprint hashes it."""

@@ -5,7 +5,7 @@ model, the generations and the table's health. `doctor` also checks the collecti
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.declaration import RunReport
-from batch_pipeline.executors.openai_batch import NAME as OPENAI_BATCH
+from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.health.tables import table_damage
 from batch_pipeline.measures.progress import duration
@@ -152,16 +152,7 @@ def run_lines(product: BriefProduct, report: RunReport) -> list[str]:
         f"{land['briefs_failed']} failed ({product.index})"
     ]
     if execute["executor"] == OPENAI_BATCH:
-        lines.append(
-            f"  {execute.get('batches_submitted', 0)} batches submitted, "
-            f"{execute.get('batches_collected', 0)} collected, "
-            f"{execute.get('batches_pending', 0)} still at the provider"
-            + (
-                " (the next run collects them, and submits nothing new meanwhile)"
-                if execute.get("batches_pending")
-                else ""
-            )
-        )
+        lines += report.batches_lines()
     elif execute["requests_generated"]:
         lines.append(
             f"  {execute['output_tokens_per_second']:,.1f} output tokens/s, "

@@ -42,7 +42,7 @@ from batch_pipeline.cli.executors import add_executor_flags
 from batch_pipeline.cli.run import run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
-from batch_pipeline.executors.openai_batch import ProviderBatchError
+from batch_pipeline.executors.batch_api import ProviderBatchError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run

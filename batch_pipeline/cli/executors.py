@@ -5,8 +5,10 @@ choose reaches the product through its `ProductEnv` (`executors.ExecutorChoice`)
 import argparse
 
 from batch_pipeline.arguments import whole_number
+from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.openai_batch import BatchApiSettings, window_seconds
+from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
+from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
 from batch_pipeline.executors.registry import EXECUTORS, all_executor_names
 
 PARALLEL = ("tensor_parallel_size", "data_parallel_size")
@@ -38,12 +40,12 @@ def add_executor_flags(run: argparse.ArgumentParser) -> None:
             metavar="N",
             help=f"{meaning} (default 1)",
         )
-    api = run.add_argument_group("openai-batch executor")
+    api = run.add_argument_group("openai-batch executor (every model family)")
     api.add_argument("--api-base", help="the Batch API's base URL (a provider's or a gateway's)")
     api.add_argument(
         "--api-model",
-        help="the provider's name of the model (default: the chat "
-        "model's; another model is another generation)",
+        help="the provider's name of the model (default: the configured chat or embedding "
+        "model's; another model is another generation, reviewed as any is)",
     )
     api.add_argument(
         "--api-key-env",
@@ -71,12 +73,12 @@ def add_executor_flags(run: argparse.ArgumentParser) -> None:
 def executor_flags_given(args: argparse.Namespace, engine_only: bool = False) -> list[str]:
     """The executor flags given that change anything (a kind that runs no model refuses
     them); with `engine_only`, those that only a chat model's engine takes (an embedding
-    kind refuses them)."""
+    kind refuses them). `--api-base` is every Batch API executor's (`batch_api_of`)."""
     return [
         flag
         for flag, value in (
             ("--executor", not engine_only and getattr(args, "executor", None)),
-            ("--api-base", getattr(args, "api_base", None)),
+            ("--api-base", not engine_only and getattr(args, "api_base", None)),
             ("--tensor-parallel-size", (getattr(args, "tensor_parallel_size", 1) or 1) > 1),
             ("--data-parallel-size", (getattr(args, "data_parallel_size", 1) or 1) > 1),
         )
@@ -85,9 +87,12 @@ def executor_flags_given(args: argparse.Namespace, engine_only: bool = False) ->
 
 
 def batch_api_of(args: argparse.Namespace) -> BatchApiSettings | None:
-    """The Batch API executor's settings from `run`'s flags; None without --api-base."""
+    """The Batch API executor's settings from `run`'s flags; None without --api-base, and a
+    ConfigError with it for another executor (it would be silently unused)."""
     if getattr(args, "api_base", None) is None:
         return None
+    if getattr(args, "executor", None) != OPENAI_BATCH:
+        raise ConfigError(f"--api-base: for --executor {OPENAI_BATCH} only")
     window_seconds(args.completion_window)  # a ConfigError naming the flag's value
     return BatchApiSettings(
         api_base=args.api_base,

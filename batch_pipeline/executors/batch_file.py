@@ -23,7 +23,7 @@ the same results.
 """
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,10 +64,16 @@ def request_line(prompt: Prompt, model: str, sampling: Sampling, schema: dict | 
     return {"custom_id": prompt.key, "method": "POST", "url": CHAT_COMPLETIONS, "body": body}
 
 
-def embedding_request_line(key: str, token_ids: list[int], model: str, normalize: bool) -> dict:
-    """One embedding request of the batch file: the input as the plan's token ids. Not
-    normalising is vLLM's extension of the request (`use_activation`), sent only then."""
-    body: dict[str, object] = {"model": model, "input": list(token_ids)}
+def embedding_request_line(
+    key: str, given: Sequence[int] | str, model: str, normalize: bool
+) -> dict:
+    """One embedding request of the batch file: the input as the plan's token ids (or as
+    text, for a model whose tokenizer is not the plan's). Not normalising is vLLM's
+    extension of the request (`use_activation`), sent only then."""
+    body: dict[str, object] = {
+        "model": model,
+        "input": given if isinstance(given, str) else list(given),
+    }
     if not normalize:
         body["use_activation"] = False
     return {"custom_id": key, "method": "POST", "url": EMBEDDINGS, "body": body}

@@ -28,6 +28,18 @@ class EmbeddingExecutor:
     # how the caller spells a setting in an error (`--dtype`, `InferenceResource.dtype`)
     spelled: Callable[[str], str] = field(default=lambda setting: setting, compare=False)
 
+    @classmethod
+    def chosen(cls, model: ResolvedModel, choice: ExecutorChoice) -> "EmbeddingExecutor":
+        """The executor `choice` configures, for `model` (a ConfigError, naming the setting
+        as the caller spells it, for settings it cannot run)."""
+        return cls(model, choice.device, choice.dtype, choice.spelled)
+
+    @property
+    def served_model(self) -> str | None:
+        """Another model than the configured one that this executor embeds with (a
+        provider's), whose vectors are another generation's; None: the configured one."""
+        return None
+
     def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
         """What execute embeds with: the run's own engine (`load`), for `local`."""
         return load
@@ -60,4 +72,4 @@ class EmbeddingExecutor:
 def embedding_executor(model: ResolvedModel, choice: ExecutorChoice | None) -> EmbeddingExecutor:
     """The embedding executor `choice` names (`local` when it names none), for `model`."""
     choice = choice or ExecutorChoice()
-    return executor_class(EMBED, choice.name)(model, choice.device, choice.dtype, choice.spelled)
+    return executor_class(EMBED, choice.name).chosen(model, choice)

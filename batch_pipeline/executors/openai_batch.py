@@ -1,50 +1,29 @@
-"""The `openai-batch` executor: the prompt plan as OpenAI batch files (`executors.batch_file`),
-handed to any OpenAI-compatible Batch API (a provider's, or a self-hosted gateway's) through
-the official `openai` client, and collected when the provider has run them.
-
-A provider's batch can take hours (its completion window is 24 h), so execute never holds a
-worker for it unless asked to (`BatchApiSettings.wait_seconds`):
-
-1. **Collect.** Every batch a run of this partition submitted and no run has collected yet
-   (the tracking store records each one by id) is asked for its status. A finished one's
-   output and error files are downloaded and joined by `custom_id`, in any order; its
-   outputs go into the partition's checkpoints, judged as every executor's are. Requests
-   that failed for a reason that says nothing of them (expired, throttled, a 5xx) are sent
-   again once, in a new batch of only their ids; a 4xx refusal is that document's failure.
-2. **Submit.** With no batch in flight, the plan's prompts that no checkpoint holds and this
-   run has not sent are written as batch files (split at 50,000 requests or 200 MB), uploaded
-   and submitted, and each batch id is recorded before anything else happens. A rerun while
-   a batch is in flight submits nothing. A crash after a submission loses nothing: the next
-   run collects the batch it recorded.
-3. **Wait**, polling with backoff, for at most `wait_seconds` (None: until every batch has
-   finished). What is still in flight then stays so: execute returns with what it collected,
-   land lands that, and the next run (the provider-batch sensor starts one when the batches
-   finish) collects the rest. A request with no result is not a brief: it is planned again.
-
-The key is read from the environment variable `api_key_env` names, and never written: the
-executor's errors are stripped of it (a provider's 401 message may quote part of it).
+"""The `openai-batch` generation executor: the prompt plan as `/v1/chat/completions` lines of
+OpenAI batch files, run by a provider's Batch API through the driver every family shares
+(`executors.batch_api`: collect, submit, wait, the ledger, the key). Its plan is the
+in-process executor's (the local tokenizer counts the prompts); an answer is judged as every
+generation executor's is, and a request with no answer is not a brief: it is planned again.
 """
 
-import json
-import os
-import random
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecuteOptions
-from batch_pipeline.executors.batch_file import (
-    CHAT_COMPLETIONS,
-    BatchResult,
-    read_results,
-    write_request_files,
+from batch_pipeline.executors.batch_api import (
+    DEVICE,
+    NAME,
+    BatchApiSettings,
+    BatchDriver,
+    BatchLedger,
+    BatchWork,
+    run_of,
+    window_seconds,
 )
+from batch_pipeline.executors.batch_file import CHAT_COMPLETIONS, BatchResult, request_line
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.faults import crash_point
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -59,108 +38,15 @@ from batch_pipeline.stages.generate import (
 )
 from batch_pipeline.stages.prompt_plan import plan_record
 from batch_pipeline.state.staging import StagePath, read_table
-from batch_pipeline.state.tracking import FINAL_STATUSES, ProviderBatch, TrackingStore
 
-NAME = "openai-batch"
-DEVICE = "provider"  # what the run's measures name as the device: priced by tokens
-FIRST, RESUBMITTED = 1, 2  # a batch's attempt: a request is sent at most twice in a run
-SHORT_KEY = 8  # characters of a key a message may keep: enough to tell keys apart
-
-
-class ProviderBatchError(RuntimeError):
-    """The Batch API refused a call or a batch failed; the message holds no key."""
-
-    def __init__(self, message: str, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient  # worth a retry as it is (batch_pipeline.transient)
-
-
-@dataclass(frozen=True)
-class BatchApiSettings:
-    """Where and how the `openai-batch` executor submits (the generation resource's fields
-    and `run --api-base` set these)."""
-
-    api_base: str
-    api_key_env: str = "OPENAI_API_KEY"
-    model: str | None = None  # the provider's name of the model; None: the chat model's
-    completion_window: str = "24h"
-    poll_seconds: float = 5.0  # the first wait between polls, doubled up to max_poll_seconds
-    max_poll_seconds: float = 300.0
-    wait_seconds: float | None = 0.0  # None: until every batch finished; 0: submit, return
-    price_per_million_input_tokens: float = 0.0
-    price_per_million_output_tokens: float = 0.0
-
-    def api_key(self) -> str:
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise ConfigError(
-                f"the {NAME} executor reads its API key from ${self.api_key_env}, which is not "
-                "set (`run --api-key-env` or the generation resource's api_key_env names "
-                "another variable)"
-            )
-        return key
-
-
-@dataclass(frozen=True)
-class BatchLedger:
-    """Where one partition's batches are recorded: the tracking store, under the generation
-    and the partition."""
-
-    tracking: TrackingStore
-    generation: str
-    partition: str
-
-    def uncollected(self) -> list[ProviderBatch]:
-        return self.tracking.provider_batches(self.generation, self.partition, uncollected=True)
-
-    def record(
-        self, batch_id: str, run_id: str, file_id: str, requests: int, attempt: int, status: str
-    ) -> None:
-        self.tracking.record_provider_batch(
-            ProviderBatch(
-                batch_id,
-                self.generation,
-                self.partition,
-                run_id,
-                file_id,
-                requests,
-                attempt,
-                status,
-                time.time(),
-            )
-        )
-
-
-def scrubbed(text: str, key: str) -> str:
-    """`text` without the key, or any run of it long enough to leak (a provider's 401 quotes
-    its start and end)."""
-    if not key:
-        return text
-    text = text.replace(key, "***")
-    for start in range(len(key) - SHORT_KEY):
-        piece = key[start : start + SHORT_KEY + 1]
-        if piece in text:
-            text = text.replace(piece, "***")
-    return text
-
-
-@dataclass
-class _Run:
-    """One execute's state: the output, the summary, what this run sent and collected."""
-
-    run_id: str
-    output: CheckpointedOutput
-    summary: GenerateSummary
-    tracker: Progress
-    sent: set[str] = field(default_factory=set)  # keys this run submitted or collected
-    submitted: bool = False
+__all__ = ["NAME", "OpenAIBatchExecutor"]
 
 
 @dataclass(frozen=True)
 class OpenAIBatchExecutor(GenerationExecutor):
-    """Generates through a Batch API (see the module docstring); its plan is the in-process
-    executor's (the local tokenizer counts the prompts)."""
+    """Generates through a Batch API (see the module docstring)."""
 
+    records_batches: ClassVar[bool] = True  # the frame gives it the partition's ledger
     api: BatchApiSettings | None = None
     ledger: BatchLedger | None = None
     sleep: Callable[[float], None] = time.sleep
@@ -179,248 +65,50 @@ class OpenAIBatchExecutor(GenerationExecutor):
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
     ) -> GenerateSummary:
-        """Collect, submit and wait (see the module docstring); `load` is not used (the
-        engine is the provider's)."""
+        """Collect, submit and wait (`executors.batch_api`); `load` is not used (the engine
+        is the provider's)."""
         if self.api is None or self.ledger is None:
-            raise ConfigError(f"the {NAME} executor needs generation.api_base")
-        key = self.api.api_key()
+            raise ConfigError(f"the {NAME} executor needs the Batch API's address (api_base)")
+        self.api.api_key()  # a missing key fails before anything is written
         started = time.perf_counter()
         record = plan_record(planned)
         summary = summary_of_plan(record, DEVICE, "provider")
         summary.executor = NAME
         summary.window_seconds = window_seconds(self.api.completion_window)
-        summary.token_prices = (
-            self.api.price_per_million_input_tokens,
-            self.api.price_per_million_output_tokens,
-        )
-        rows = generations_schema()
-        with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
+        summary.token_prices = self.api.token_prices
+        with CheckpointedOutput(
+            out, checkpoints, generations_schema(), every=1, started=started
+        ) as output:
             keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())
             resumed = output.resume(keys & output.done_keys, counted(summary))
             summary.resumed_inputs = len(resumed)
-            tracker = Progress(
-                EXECUTE.name,
-                max(0, record.prompts - len(resumed)),
-                progress,
-                unit="prompts",
-                interval=progress_interval,
-            )
+            tracker = Progress(EXECUTE.name, max(0, record.prompts - len(resumed)), progress,
+                               unit="prompts", interval=progress_interval)  # fmt: skip
             tracker.start()
-            run = _Run(run_of(out), output, summary, tracker, sent=set(resumed))
+            driver = BatchDriver(
+                self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)
+            )
+
+            def requests(done: set[str]) -> Iterable[dict]:
+                for prompt in planned_prompts(planned):  # streamed
+                    if prompt.key not in done:
+                        yield request_line(prompt, self.model_name, self.sampling, self.schema)
+
+            def take(answered: list[BatchResult]) -> None:
+                stats = summary.stats
+                stats.requests += len(answered)
+                stats.prompt_tokens += sum(r.prompt_tokens for r in answered)
+                stats.output_tokens += sum(r.output_tokens for r in answered)
+                stats.calls += 1
+                summary.chunks_run += 1
+                if answered:
+                    output.add(output_rows(answered, self.schema, summary))
+                    output.done_keys |= {r.key for r in answered}
+                tracker.advance(len(answered), 0)
+
             began = time.perf_counter()
-            with batch_client(self.api, key) as client:
-                self._drive(client, run, planned, keys)
+            driver.drive(BatchWork(CHAT_COMPLETIONS, keys, output, requests, take))
             summary.stats.seconds = time.perf_counter() - began  # submitting, polling, reading
             tracker.finish()
             output.finish(summary.record(), planned)
         return summary
-
-    # ------------------------------------------------------------------ the loop
-
-    def _drive(self, client, run: _Run, planned: StagePath, keys: set[str]) -> None:  # noqa: ANN001
-        """Collect, submit, wait: until nothing is in flight or the wait is over."""
-        wait = self.api.wait_seconds
-        deadline = None if wait is None else time.monotonic() + wait
-        pause = self.api.poll_seconds
-        while True:
-            flying = self._collect(client, run, keys)
-            if not flying and not run.submitted:
-                run.submitted = True
-                if self._submit(client, run, planned):
-                    continue  # poll what was just submitted (a fast provider may be done)
-            if not flying:
-                break
-            run.summary.pending_batches = len(flying)
-            if deadline is not None and time.monotonic() + pause > deadline:
-                break
-            self.sleep(jittered(pause))
-            pause = min(pause * 2, self.api.max_poll_seconds)
-        if not self.ledger.uncollected():
-            run.summary.pending_batches = 0
-
-    def _collect(self, client, run: _Run, keys: set[str]) -> list[ProviderBatch]:  # noqa: ANN001
-        """Each uncollected batch's status; a finished one's results into the output. The
-        batches in flight after that (resubmissions included)."""
-        for batch in self.ledger.uncollected():
-            remote = client.batches.retrieve(batch.batch_id)
-            status = str(remote.status)
-            if status not in FINAL_STATUSES:
-                if status != batch.status:
-                    self.ledger.tracking.update_provider_batch(batch.batch_id, status)
-                continue
-            if status == "failed":
-                errors = getattr(getattr(remote, "errors", None), "data", None) or []
-                said = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no reason given"
-                self.ledger.tracking.collect_provider_batch(batch.batch_id, status, run.run_id)
-                raise ProviderBatchError(f"provider batch {batch.batch_id} failed: {said}")
-            asked = self._input_keys(client, batch)
-            results = self._results(client, remote)
-            self._land_results(client, run, batch, asked, results, keys)
-            self.ledger.tracking.collect_provider_batch(batch.batch_id, status, run.run_id)
-            if batch.run_id != run.run_id:
-                run.summary.collected_from(batch.run_id, batch.submitted_at)
-        return self.ledger.uncollected()
-
-    def _land_results(self, client, run: _Run, batch: ProviderBatch, asked: dict[str, dict],
-                      results: dict[str, BatchResult], keys: set[str]) -> None:  # noqa: ANN001 # fmt: skip
-        """A finished batch's outputs into the checkpoints; its retryable failures sent again
-        once, in a batch of their own."""
-        run.sent |= set(asked)
-        fresh = [
-            r
-            for key, r in results.items()
-            if key in keys and key not in run.output.done_keys and key in asked
-        ]
-        again = [r.key for r in fresh if r.error is not None and r.retryable]
-        kept = [r for r in fresh if r.error is None or not r.retryable]
-        if batch.attempt == FIRST and again:  # sent twice and no answer: planned again
-            self._send(client, run, [asked[k] for k in again], RESUBMITTED)
-        stats = run.summary.stats
-        stats.requests += len(kept)
-        stats.prompt_tokens += sum(r.prompt_tokens for r in kept)
-        stats.output_tokens += sum(r.output_tokens for r in kept)
-        stats.calls += 1
-        run.summary.chunks_run += 1
-        run.summary.batches_collected.append(batch.batch_id)
-        if kept:
-            run.output.add(output_rows(kept, self.schema, run.summary))
-            run.output.done_keys |= {r.key for r in kept}
-        run.tracker.advance(len(kept), 0)
-
-    def _submit(self, client, run: _Run, planned: StagePath) -> bool:  # noqa: ANN001
-        """The prompts no checkpoint holds and this run has not sent, as new batches."""
-        done = run.output.done_keys | run.sent
-        todo = (p for p in planned_prompts(planned) if p.key not in done)  # streamed
-        with tempfile.TemporaryDirectory(prefix="openai-batch-") as work:
-            files = write_request_files(
-                todo, Path(work), self.model_name, self.sampling, self.schema
-            )
-            for path in files:
-                self._upload_and_create(client, run, path, FIRST)
-        return bool(files)
-
-    def _send(self, client, run: _Run, requests: list[dict], attempt: int) -> None:  # noqa: ANN001
-        """Requests (batch-file lines) as one new batch."""
-        with tempfile.TemporaryDirectory(prefix="openai-batch-") as work:
-            path = Path(work) / "requests-resubmitted.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
-            self._upload_and_create(client, run, path, attempt)
-
-    def _upload_and_create(self, client, run: _Run, path: Path, attempt: int) -> None:  # noqa: ANN001
-        with path.open("rb") as handle:
-            uploaded = client.files.create(file=(path.name, handle), purpose="batch")
-        with path.open(encoding="utf-8") as lines:
-            requests = sum(1 for line in lines if line.strip())
-        created = client.batches.create(
-            input_file_id=uploaded.id,
-            endpoint=CHAT_COMPLETIONS,
-            completion_window=self.api.completion_window,
-            metadata={
-                "generation": self.ledger.generation,
-                "partition": self.ledger.partition,
-                "run_id": run.run_id[:512],
-            },
-        )
-        self.ledger.record(
-            created.id, run.run_id, uploaded.id, requests, attempt, str(created.status)
-        )
-        run.summary.batches_submitted.append(created.id)
-        crash_point("submitted", len(run.summary.batches_submitted))
-
-    # --------------------------------------------------------------- the files
-
-    def _input_keys(self, client, batch: ProviderBatch) -> dict[str, dict]:  # noqa: ANN001
-        """The batch's requests by custom_id, read back from its input file."""
-        text = client.files.content(batch.input_file_id).text
-        requests = (json.loads(line) for line in text.splitlines() if line.strip())
-        return {r["custom_id"]: r for r in requests}
-
-    def _results(self, client, remote) -> dict[str, BatchResult]:  # noqa: ANN001
-        """The batch's output and error files, joined by custom_id."""
-        with tempfile.TemporaryDirectory(prefix="openai-batch-") as work:
-            outputs, errors = [], []
-            for file_id, found in (
-                (remote.output_file_id, outputs),
-                (remote.error_file_id, errors),
-            ):
-                if file_id:
-                    path = Path(work) / f"{file_id}.jsonl"
-                    path.write_bytes(client.files.content(file_id).content)
-                    found.append(path)
-            return read_results(outputs, errors)
-
-    # ------------------------------------------------------------------ the client
-
-
-@contextmanager
-def batch_client(api: BatchApiSettings, key: str) -> Iterator[object]:
-    """The official client at `api.api_base`; its errors as ProviderBatchError, without the
-    key (transient where the API said so: a connection, a timeout, a 429 or a 5xx)."""
-    import openai
-
-    client = openai.OpenAI(base_url=api.api_base, api_key=key, max_retries=2)
-    try:
-        yield client
-    except openai.APIStatusError as error:
-        status = error.status_code
-        transient = status == 429 or status >= 500
-        raise ProviderBatchError(
-            scrubbed(f"Batch API at {api.api_base}: {error.message}", key),
-            transient=transient,
-        ) from None
-    except openai.APIConnectionError as error:
-        raise ProviderBatchError(
-            scrubbed(f"Batch API at {api.api_base}: {error.message}", key), transient=True
-        ) from None
-    finally:
-        client.close()
-
-
-@dataclass(frozen=True)
-class Collectable:
-    """A partition whose batches have all finished at the provider: a run of it collects
-    them."""
-
-    generation: str
-    partition: str
-    batch_ids: tuple[str, ...]
-    submitted_by: str  # the run that submitted the first of them
-
-
-def collectable(api: BatchApiSettings, batches: list[ProviderBatch]) -> list[Collectable]:
-    """Of these uncollected batches, grouped by generation and partition, the groups whose
-    every batch has finished (one status call per batch)."""
-    groups: dict[tuple[str, str], list[ProviderBatch]] = {}
-    for batch in batches:
-        groups.setdefault((batch.generation, batch.partition), []).append(batch)
-    key = api.api_key()
-    ready = []
-    with batch_client(api, key) as client:
-        for (generation, partition), members in sorted(groups.items()):
-            statuses = [str(client.batches.retrieve(b.batch_id).status) for b in members]
-            if all(status in FINAL_STATUSES for status in statuses):
-                ids = tuple(sorted(b.batch_id for b in members))
-                ready.append(Collectable(generation, partition, ids, members[0].run_id))
-    return ready
-
-
-def window_seconds(completion_window: str) -> float:
-    """A completion window ("24h", "30m", "2d") in seconds; a ConfigError naming it otherwise."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    number, unit = completion_window[:-1], completion_window[-1:]
-    if unit not in units or not number.isdigit() or int(number) <= 0:
-        raise ConfigError(
-            f"generation.completion_window {completion_window!r}: give a number and a unit "
-            "(s, m, h or d), as 24h"
-        )
-    return float(int(number) * units[unit])
-
-
-def run_of(out: StagePath | Path) -> str:
-    """The run an execute output belongs to: its stage folder's name (`stage_file`)."""
-    return PurePosixPath(getattr(out, "path", str(out))).parent.name
-
-
-def jittered(seconds: float) -> float:
-    """A wait with up to a tenth added, so that many partitions do not poll in step."""
-    return seconds * (1 + random.random() / 10)

@@ -19,6 +19,8 @@ EXECUTORS: dict[str, dict[str, str]] = {
         "local": "batch_pipeline.executors.embedding:EmbeddingExecutor",
         "vllm": "batch_pipeline.executors.vllm_embedding:VllmEmbeddingExecutor",
         "vllm-run-batch": "batch_pipeline.executors.vllm_embedding:RunBatchEmbeddingExecutor",
+        "openai-batch": "batch_pipeline.executors.openai_batch_embedding:"
+        "OpenAIBatchEmbeddingExecutor",
     },
     GENERATE: {
         "vllm": "batch_pipeline.executors.generation:GenerationExecutor",

@@ -8,7 +8,9 @@ removed in commits of their own. Documents land `DOCS_PER_COMMIT` to a commit, e
 followed by its tracking record. Replaying a run writes the same rows again.
 
 A document some of whose chunks failed to embed is not landed at all (its previous rows stay)
-and is recorded as failed, so a reader never sees a partial document.
+and is recorded as failed, so a reader never sees a partial document. One whose chunk a
+provider has not answered yet (`ExecuteAnswers.awaited`) is not landed either, and stays
+pending without a failure: the run that collects the answer lands it.
 """
 
 import json
@@ -29,6 +31,7 @@ from batch_pipeline.stages.collect import (
     QUARANTINED,
     UNCHANGED,
 )
+from batch_pipeline.stages.execute import ExecuteAnswers
 from batch_pipeline.state.reconcile import ReconcileReport, chunk_digest
 from batch_pipeline.state.spill import scratch_dir
 from batch_pipeline.state.staging import StagePath, collected_at, read_batches
@@ -59,6 +62,8 @@ class LandSummary:
     chunks_superseded: int = 0
     table_version: int | None = None
     documents_superseded: int = 0  # a concurrent run landed newer content first
+    # a provider has yet to answer for one of their chunks: pending, for the next run
+    documents_awaiting: int = 0
     compacted: bool = False  # small commits had piled up past the thresholds
     failures: list[FailureRecord] = field(default_factory=list)
     # set by the pipeline once landed: the table checked against tracking, and the
@@ -84,6 +89,7 @@ class LandSummary:
             "chunks_superseded": self.chunks_superseded,
             "chunks_removed": self.chunks_removed,
             "documents_superseded": self.documents_superseded,
+            "documents_awaiting": self.documents_awaiting,
             "compacted": self.compacted,
         }
 
@@ -117,6 +123,7 @@ def land_documents(
     group of documents is one table commit followed by its tracking record.
     """
     summary = LandSummary()
+    answers = ExecuteAnswers.of(embeddings_path)
     since = collected_at(collected_path)
     changed_at: dict[str, float | None] = {}
     deleted: list[str] = []
@@ -170,7 +177,10 @@ def land_documents(
         rows: list[dict] = []
         landed_docs: list[dict] = []
         for doc_id in group:
-            doc_rows = _document_rows(rows_by_doc[doc_id], reused, ctx)
+            doc_rows = _document_rows(rows_by_doc[doc_id], reused, ctx, answers)
+            if doc_rows is None:  # a provider has not answered yet: pending, not failed
+                summary.documents_awaiting += 1
+                continue
             if isinstance(doc_rows, FailureRecord):
                 summary.failures.append(doc_rows)
                 continue
@@ -269,8 +279,10 @@ def _landed_document(
 
 
 def _document_rows(
-    chunk_rows: list[dict], reused: dict[str, dict], ctx: LandingContext
-) -> list[dict] | FailureRecord:
+    chunk_rows: list[dict], reused: dict[str, dict], ctx: LandingContext, answers: ExecuteAnswers
+) -> list[dict] | FailureRecord | None:
+    """A document's table rows; its failure when a chunk has no vector for a reason; None
+    when a provider has yet to answer for one of its chunks."""
     out = []
     # one document's chunks carry the same metadata: typed once for all of them
     metadata = metadata_columns(chunk_rows[0].get("metadata"), ctx.metadata_fields)
@@ -283,7 +295,10 @@ def _document_rows(
         }
         if chunk["stale"]:
             if chunk["vector"] is None:
-                return _failure(chunk, "a chunk could not be embedded (see the execute stage)")
+                if answers.awaited(chunk["input_hash"]):
+                    return None
+                why = "a chunk could not be embedded (see the execute stage)"
+                return _failure(chunk, answers.reason(chunk["input_hash"], why))
             lineage = {
                 "vector": chunk["vector"],
                 "model_name": ctx.model_name,

@@ -131,7 +131,7 @@ class IndexPartition(StagedPartition):
 
     @cached_property
     def fingerprint(self) -> str:
-        return model_fingerprint(self.model, self.collection.chunking)
+        return model_fingerprint(self.model, self.collection.chunking, self.executor.served_model)
 
     @cached_property
     def lifecycle(self) -> GenerationLifecycle:

@@ -257,6 +257,7 @@ def run_lines(report: RunReport) -> list[str]:
         f"run {report.run_id}: {values[EXECUTE.name]['inputs_embedded']} chunks embedded, "
         f"{land['documents_landed']} documents landed, {land['documents_deleted']} deleted, "
         f"{values['documents_failed']} failed",
+        *report.batches_lines(),
         report.measures_line(),
         report.review_line(),
     ]

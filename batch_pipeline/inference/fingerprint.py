@@ -20,6 +20,12 @@ def fingerprint_of(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def model_fingerprint(model: ResolvedModel, chunking: ChunkingConfig) -> str:
-    """The vector index's: the model and the chunking."""
-    return fingerprint_of({"model": model.identity(), "chunking": chunking.model_dump(mode="json")})
+def model_fingerprint(
+    model: ResolvedModel, chunking: ChunkingConfig, served_model: str | None = None
+) -> str:
+    """The vector index's: the model and the chunking, and the provider's model where an
+    executor embeds with another than the configured one (`EmbeddingExecutor.served_model`)."""
+    payload = {"model": model.identity(), "chunking": chunking.model_dump(mode="json")}
+    if served_model is not None:
+        payload["served_model"] = served_model
+    return fingerprint_of(payload)

@@ -25,6 +25,7 @@ from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_batches, read_groups, stage_summary
 
 
@@ -56,6 +57,21 @@ class ExecuteSummary:
     dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype and backend
     load_seconds: float = 0.0  # loading the model for this run (0 when it was loaded already)
     backend: str = "torch"  # what ran the model: torch or openvino
+    executor: str | None = None  # what ran the plan, where it is not the run's own engine
+    # a provider's: its batch prices per million input and output tokens, its batches, its
+    # completion window, and the planned inputs it has not answered yet (in flight, or
+    # unanswered twice): land keeps their documents pending, not failed
+    token_prices: tuple[float, float] | None = None
+    batches: ProviderBatches = field(default_factory=ProviderBatches)
+    window_seconds: float | None = None
+    unanswered: int = 0
+
+    @property
+    def token_cost(self) -> float | None:
+        """What the provider charges for the tokens this run embedded, at its batch price."""
+        if self.token_prices is None:
+            return None
+        return self.stats.tokens * self.token_prices[0] / 1_000_000
 
     @property
     def fixed_seconds(self) -> float:
@@ -90,6 +106,12 @@ class ExecuteSummary:
             "backend": self.backend if ran else None,
             "calibration": self.dtype_decision.summary() if ran and self.dtype_decision else {},
             "fidelity_min_cosine": self.fidelity_min_cosine if ran else None,
+            "failed": self.failed_inputs,  # input_hash -> reason: land records the reason
+            "inputs_unanswered": self.unanswered,
+            "executor": self.executor,
+            "token_cost": self.token_cost,
+            "window_seconds": self.window_seconds,
+            **self.batches.record(),
         }
 
     def metadata(self) -> dict[str, object]:
@@ -105,7 +127,14 @@ class ExecuteSummary:
             "oom_splits": s.oom_splits,
             "inputs_tokenized": s.tokenized,
             "embedding_dimension": self.dimension,
+            **self.batches.metadata(),
         }
+        if self.unanswered:
+            values["inputs_unanswered"] = self.unanswered
+        if self.executor is not None:
+            values["executor"] = self.executor
+        if self.token_cost is not None:
+            values["token_cost"] = round(self.token_cost, 6)
         if s.inputs:
             if self.dtype_decision is not None:
                 values.update(self.dtype_decision.metadata())
@@ -156,6 +185,31 @@ def execute_record(embeddings_path: StagePath | Path) -> dict[str, object]:
     """What the execute that wrote this file recorded (`ExecuteSummary.record`); {} for files
     written before it did."""
     return stage_summary(embeddings_path)
+
+
+@dataclass(frozen=True)
+class ExecuteAnswers:
+    """What an execute left without a vector, as land reads it from the output's footer:
+    the inputs that failed, with their reasons, and how many inputs a provider has not
+    answered yet (in flight, or unanswered twice). Every product's land asks it about an
+    input it finds no vector for."""
+
+    failed: dict[str, str]
+    unanswered: int = 0
+
+    @classmethod
+    def of(cls, embeddings_path: StagePath | Path) -> "ExecuteAnswers":
+        record = execute_record(embeddings_path)
+        return cls(dict(record.get("failed") or {}), int(record.get("inputs_unanswered") or 0))
+
+    def awaited(self, input_hash: str) -> bool:
+        """Whether an input with no vector is still to be answered: what holds it waits for
+        the run that collects its answer, neither landed nor failed."""
+        return self.unanswered > 0 and input_hash not in self.failed
+
+    def reason(self, input_hash: str, otherwise: str) -> str:
+        """Why an input with no vector failed, as execute recorded it, or `otherwise`."""
+        return self.failed.get(input_hash) or otherwise
 
 
 def execute_plan(

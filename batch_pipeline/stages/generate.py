@@ -43,6 +43,7 @@ from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, PromptPlanSummary, plan_record
+from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_groups, read_table
 
 # finish reasons that say the engine failed the request, not that the input did
@@ -88,19 +89,13 @@ class GenerateSummary:
     devices: int = 1  # devices the engines held (GPUs: tensor x data parallel)
     # a provider's prices per million input and output tokens: its cost is counted in tokens
     token_prices: tuple[float, float] | None = None
-    batches_submitted: list[str] = field(default_factory=list)  # provider batch ids
-    batches_collected: list[str] = field(default_factory=list)
-    pending_batches: int = 0  # still running at the provider when execute returned
+    batches: ProviderBatches = field(default_factory=ProviderBatches)  # a provider's, if any
     window_seconds: float | None = None  # a provider's completion window: the run's window
-    # the earliest other run whose provider batches this run collected, and when it submitted
-    submitted_by: str | None = None
-    submitted_at: float | None = None
 
-    def collected_from(self, run_id: str, submitted_at: float) -> None:
-        """Note a collected batch that `run_id` submitted at `submitted_at`: the run lands
-        as that run's continuation (`runs.landing`)."""
-        if self.submitted_at is None or submitted_at < self.submitted_at:
-            self.submitted_by, self.submitted_at = run_id, submitted_at
+    @property
+    def pending_batches(self) -> int:
+        """Provider batches still running when execute returned."""
+        return self.batches.pending
 
     @property
     def token_cost(self) -> float | None:
@@ -152,12 +147,8 @@ class GenerateSummary:
             "executor": self.executor,
             "devices": self.devices if ran else None,
             "token_cost": self.token_cost,
-            "batches_submitted": self.batches_submitted,
-            "batches_collected": self.batches_collected,
-            "pending_batches": self.pending_batches,
+            **self.batches.record(),
             "window_seconds": self.window_seconds,
-            "submitted_by": self.submitted_by,
-            "submitted_at": self.submitted_at,
         }
 
     def metadata(self, price_per_hour: float | None = None) -> dict[str, object]:
@@ -173,12 +164,7 @@ class GenerateSummary:
             "chunks_run": self.chunks_run,
             "executor": self.executor,
         }
-        if self.batches_submitted or self.batches_collected or self.pending_batches:
-            values.update(
-                batches_submitted=len(self.batches_submitted),
-                batches_collected=len(self.batches_collected),
-                batches_pending=self.pending_batches,
-            )
+        values.update(self.batches.metadata())
         if self.token_cost is not None:
             values["token_cost"] = round(self.token_cost, 6)
         if self.valid_share is not None:

@@ -2,7 +2,9 @@
 
 A ticket whose row in the generation already has the same input keeps that row untouched;
 the others are classified (their vector from this run's execute, or one this model already
-computed) and written; tickets gone from the export are removed. All of it is one commit
+computed) and written; tickets gone from the export are removed. A ticket a provider has not
+answered yet (`ExecuteAnswers.awaited`) keeps its earlier row, if it had one, and is neither
+classified nor failed: the run that collects the answer lands it. All of it is one commit
 scoped to the day (`IntentStore.replace_day`); with nothing to change there is no commit, so
 replaying a run changes nothing.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from batch_pipeline.stages.execute import ExecuteAnswers
 from batch_pipeline.state.staging import StagePath, read_batches, read_table
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
@@ -41,6 +44,7 @@ class TicketLandSummary:
     tickets_classified: int = 0  # by this run
     tickets_unchanged: int = 0
     tickets_removed: int = 0
+    tickets_awaiting: int = 0  # a provider has yet to answer for them: the next run lands them
     table_version: int | None = None
     committed: bool = False
     failures: list[FailureRecord] = field(default_factory=list)
@@ -53,6 +57,7 @@ class TicketLandSummary:
             "tickets_unchanged": self.tickets_unchanged,
             "tickets_removed": self.tickets_removed,
             "tickets_failed": len(self.failures),
+            "tickets_awaiting": self.tickets_awaiting,
             "committed": self.committed,
             **self.mix.metadata(self.intents),
         }
@@ -107,19 +112,26 @@ def land_day(
     new_rows = pa.Table.from_pylist([], schema=intent_schema(target.dimension))
     if todo:
         computed = _vectors_by_input(embeddings_path)
+        answers = ExecuteAnswers.of(embeddings_path)
         earlier = known_vectors() if any(r["input_hash"] not in computed for r in todo) else {}
         ready = []
         for row in todo:
             vector = computed.get(row["input_hash"])
             vector = vector if vector is not None else earlier.get(row["input_hash"])
-            if vector is None:
+            if vector is None and answers.awaited(row["input_hash"]):
+                summary.tickets_awaiting += 1  # its earlier row, if any, stays until then
+                if row["ticket_id"] in by_ticket:
+                    keep.append(by_ticket[row["ticket_id"]])
+            elif vector is None:
                 summary.failures.append(
                     FailureRecord(
                         doc_id=failure_key(target.day, row["ticket_id"]),
                         stage=TICKET_EXECUTE.name,
                         reason="inference_failed",
                         error_class="InferenceError",
-                        message="no vector was computed for this ticket's input",
+                        message=answers.reason(
+                            row["input_hash"], "no vector was computed for this ticket's input"
+                        ),
                     )
                 )
             else:

@@ -5,12 +5,14 @@ an input the engine refused being that input's failure and one it wrote nothing 
 the run. (The real engines' vectors are compared in tests/system/test_embedding_executors.)"""
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from batch_pipeline.config import ConfigError, ModelConfig
+from batch_pipeline.config import ChunkingConfig, ConfigError, ModelConfig
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors import vllm_embedding as run_batch_embedding
+from batch_pipeline.executors.batch_api import BatchApiSettings
 from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.executors.registry import (
     EMBED,
@@ -23,6 +25,7 @@ from batch_pipeline.executors.registry import (
 from batch_pipeline.executors.run_batch import RunBatchError
 from batch_pipeline.executors.vllm_embedding import RunBatchEmbedder, VllmEmbeddingExecutor
 from batch_pipeline.inference.embedder import RunStats
+from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.vllm_embedder import EmbedEngineSettings, embed_engine_settings
 
@@ -41,10 +44,10 @@ def test_a_name_its_family_lacks_fails_in_one_line_naming_the_familys_executors(
     assert default_executor(EMBED) == "local" and default_executor(GENERATE) == "vllm"
     assert check_executor(EMBED, None) == "local"
     with pytest.raises(ConfigError) as refused:
-        check_executor(EMBED, "openai-batch", "--executor")
+        check_executor(GENERATE, "local", "--executor")
     assert str(refused.value) == (
-        "--executor 'openai-batch' runs no embed model; embed executors: local, vllm, "
-        "vllm-run-batch"
+        "--executor 'local' runs no generate model; generate executors: vllm, "
+        "vllm-run-batch, openai-batch"
     )
     with pytest.raises(ConfigError, match="unknown model family 'score'"):
         check_executor("score", "local")
@@ -162,3 +165,32 @@ def test_every_embedding_kind_runs_its_plan_on_the_executor_the_choice_names(nam
         partition = product_for_partition(kind, env, keys[kind.name]).partition(keys[kind.name])
         assert type(partition.executor) is executor_class(EMBED, name), kind.name
         assert partition.executor.device == "cpu"  # the inference settings ride with it
+
+
+def test_the_batch_api_embedder_needs_an_address_and_leaves_device_and_dtype_to_it():
+    """Refused when chosen, before any stage runs, naming the setting as the caller does;
+    a provider's own model (another than the configured one) is another generation."""
+    model = resolve_model(ModelConfig())
+    flags = lambda setting: "--" + setting.replace("_", "-")  # noqa: E731
+    with pytest.raises(ConfigError, match=r"^--api-base: the openai-batch executor needs"):
+        embedding_executor(model, ExecutorChoice(name="openai-batch", spelled=flags))
+    api = BatchApiSettings(api_base="http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match=r"^--dtype: 'float16' is the provider's to choose"):
+        embedding_executor(
+            model,
+            ExecutorChoice(name="openai-batch", dtype="float16", batch_api=api, spelled=flags),
+        )
+    same = embedding_executor(model, ExecutorChoice(name="openai-batch", batch_api=api))
+    assert same.served_model is None
+    alias = replace(api, model=model.name)  # the configured model, named: the same one
+    assert (
+        embedding_executor(model, ExecutorChoice("openai-batch", batch_api=alias)).served_model
+        is None
+    )
+    other = replace(api, model="text-embedding-3-small")
+    chosen = embedding_executor(model, ExecutorChoice(name="openai-batch", batch_api=other))
+    assert chosen.served_model == "text-embedding-3-small"
+    chunking = ChunkingConfig()
+    assert model_fingerprint(model, chunking, chosen.served_model) != model_fingerprint(
+        model, chunking
+    )

@@ -1,111 +1,180 @@
-"""The `openai-batch` executor against the LOOPBACK EMULATOR of the OpenAI Batch API, through
-the official `openai` client, planning with the FAKE generator: it lands the briefs the
+"""The `openai-batch` executors of both model families, generate (the document briefs) and
+embed (the vector index), against the LOOPBACK EMULATOR of the OpenAI Batch API through the
+official `openai` client; one body per behaviour, run for each family: each lands what the
 in-process executor lands, whatever order the results come in; a partial failure is sent
-again once with only its ids; an expired batch lands what completed and plans the rest
-again; a rerun while a batch is in flight submits nothing and collects it when it finishes, and
-the submitting and the collecting run are recorded as one run;
-a crash between submit and land loses nothing; the key appears nowhere."""
+again once with only its ids; a refused request is its document's failure; an expired batch
+lands what completed and plans the rest again (not failures); a rerun while a batch is in
+flight submits nothing and collects it when it finishes, and the submitting and the
+collecting run are recorded as one run; a crash between submit and land loses nothing; the
+key appears nowhere. The briefs plan with the FAKE generator; the index embeds with the real
+all-MiniLM-L6-v2, which the emulator runs on the token ids it is sent."""
 
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from batch_pipeline.briefs.product import BriefProduct
-from batch_pipeline.config import load_config
-from batch_pipeline.executors import openai_batch
-from batch_pipeline.executors.openai_batch import BatchApiSettings, ProviderBatchError
+from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.executors import ExecutorChoice
+from batch_pipeline.executors import batch_api as batch_api_module
+from batch_pipeline.executors.batch_api import NAME, BatchApiSettings, ProviderBatchError
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.measures.run import RunMeasures
+from batch_pipeline.runs import StagedPartition
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 from tests.support import many_articles, write_briefs_config
 
-REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "BP_TEST_BATCH_API_KEY"
 ARTICLES = [f"article-{i:02d}.md" for i in range(8)]
+FAMILIES = ["generate", "embed"]
 
 
 @pytest.fixture()
 def corpus(tmp_path):
     many_articles(tmp_path / "docs", count=8)
-    config = write_briefs_config(tmp_path, ", document_tokens: 40", glob=None)
-    return config
+    return write_briefs_config(tmp_path, ", document_tokens: 40", glob=None)
 
 
-def product_of(config: Path, home: Path, executor: str = "vllm", **api: object) -> BriefProduct:
-    loaded = load_config(config)
-    storage = resolve_storage(str(home))
-    tracking = TrackingStore(storage.tracking_url)
-    store = VectorStore(storage.lancedb_uri)
-    documents = lambda key: IndexPartition(loaded, storage, key, tracking, store)  # noqa: E731
-    settings = None
-    if executor == openai_batch.NAME:
-        values = {
-            "api_key_env": KEY_ENV,
-            "poll_seconds": 0.01,
-            "max_poll_seconds": 0.02,
-            "wait_seconds": None,
-            **api,
-        }
-        settings = BatchApiSettings(**values)
-    return BriefProduct(
-        loaded,
-        storage,
-        "handbook",
-        FakeGenerator(),
-        documents,
-        None,
-        tracking,
-        store,
-        executor,
-        settings,
-    )
+def api_settings(**api: object) -> BatchApiSettings:
+    values = {
+        "api_key_env": KEY_ENV,
+        "poll_seconds": 0.01,
+        "max_poll_seconds": 0.02,
+        "wait_seconds": None,
+        **api,
+    }
+    return BatchApiSettings(**values)
+
+
+@dataclass
+class Subject:
+    """One family's product at a home, on an executor: its partition, how it runs, what it
+    has landed by document, and the failures a land counted."""
+
+    family: str
+    partition: StagedPartition
+    load: Callable[[], object]
+
+    @property
+    def tracking(self) -> TrackingStore:
+        return self.partition.tracking
+
+    @property
+    def index(self) -> str:
+        return self.partition.index
+
+    def run(self, run_id: str) -> dict:
+        return self.partition.run(run_id, self.load)
+
+    def landed(self) -> dict[str, object]:
+        """Each landed document's output: its brief, or its chunks' vectors by chunk id."""
+        if self.family == "generate":
+            product = self.partition.product
+            return {r["doc_id"]: r["raw_output"] for r in product.briefs.rows(product.index)}
+        table = self.partition.store.open(self.index)
+        rows = table.to_arrow().to_pylist() if table is not None else []
+        found: dict[str, dict] = {}
+        for row in rows:
+            found.setdefault(row["doc_id"], {})[row["chunk_id"]] = np.asarray(row["vector"])
+        return found
+
+    @staticmethod
+    def failed(land) -> dict[str, str]:  # noqa: ANN001 - the land's Landing
+        """The documents a land failed, with their reasons."""
+        summary = land.summary
+        if hasattr(summary, "failed"):
+            return dict(summary.failed)
+        return {f.doc_id: f.message for f in summary.failures}
+
+
+def same_outputs(family: str, ours: dict, theirs: dict) -> bool:
+    """The same briefs, or every chunk's vector within cosine 0.9999 of the other's."""
+    if family == "generate" or ours.keys() != theirs.keys():
+        return ours == theirs
+    for doc_id, chunks in ours.items():
+        if chunks.keys() != theirs[doc_id].keys():
+            return False
+        for chunk_id, vector in chunks.items():
+            other = theirs[doc_id][chunk_id]
+            if float(vector @ other / np.linalg.norm(vector) / np.linalg.norm(other)) < 0.9999:
+                return False
+    return True
+
+
+def engine(runner):  # noqa: ANN001, ANN201
+    """The real model on the token ids the emulator is sent: its `/v1/embeddings`."""
+
+    def embed(given: list[int]) -> list[float]:
+        ((_, vectors),) = list(runner.run([([0], [""], [given])]))
+        return vectors[0].tolist()
+
+    return embed
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request):
+    return request.param
 
 
 @pytest.fixture()
-def provider(corpus, batch_api, tmp_path, monkeypatch):
-    """The briefs on the openai-batch executor, at the emulator, with its key in the
-    environment; `make(**settings)` opens it again (a new process would)."""
+def make(family, corpus, tmp_path, runner):
+    """`make(executor, home, **api)`: the family's product at `home`, opened afresh (as a new
+    process would), on the in-process executor (None) or the openai-batch one."""
+
+    def build(executor: str | None = None, home: str = "home", **api: object) -> Subject:
+        loaded = load_config(corpus)
+        storage = resolve_storage(str(tmp_path / home))
+        tracking = TrackingStore(storage.tracking_url)
+        store = VectorStore(storage.lancedb_uri)
+        settings = api_settings(**api) if executor == NAME else None
+        if family == "embed":
+            choice = ExecutorChoice(name=executor, batch_api=settings)
+            partition = IndexPartition(loaded, storage, "handbook", tracking, store,
+                                       execution=choice)  # fmt: skip
+            return Subject(family, partition, lambda: runner)
+        documents = lambda key: IndexPartition(loaded, storage, key, tracking, store)  # noqa: E731
+        product = BriefProduct(loaded, storage, "handbook", FakeGenerator(), documents, None,
+                               tracking, store, executor or "vllm", settings)  # fmt: skip
+        return Subject(family, product.partition("handbook"), lambda: product.generator)
+
+    return build
+
+
+@pytest.fixture()
+def provider(make, batch_api, monkeypatch, runner):
+    """The family's product on the openai-batch executor, at the emulator (whose embeddings
+    are the real model's), with its key in the environment; `provider(**settings)` opens it
+    again (a new process would)."""
     monkeypatch.setenv(KEY_ENV, batch_api.api_key)
-
-    def make(**settings: object) -> BriefProduct:
-        return product_of(
-            corpus, tmp_path / "home", openai_batch.NAME, api_base=batch_api.url, **settings
-        )
-
-    return make
+    batch_api.embed = engine(runner)
+    return lambda **settings: make(NAME, api_base=batch_api.url, **settings)
 
 
-def run(product: BriefProduct, run_id: str) -> dict:
-    return product.partition("handbook").run(run_id, lambda: product.generator)
-
-
-def briefs(product: BriefProduct) -> dict[str, str]:
-    return {r["doc_id"]: r["raw_output"] for r in product.briefs.rows(product.index)}
-
-
-def test_it_lands_the_in_process_briefs_from_shuffled_results(
-    corpus, provider, batch_api, tmp_path
-):
-    in_process = product_of(corpus, tmp_path / "in-process")
-    run(in_process, "run-local")
-    product = provider()
-    assert product.index == in_process.index  # the same generation: same model, same plan
-    landed = run(product, "run-1")
-    assert sorted(briefs(product)) == ARTICLES
-    assert briefs(product) == briefs(in_process)  # joined by custom_id, in any order
-    assert landed["execute"].executor == "openai-batch"
-    assert len(batch_api.created) == 1 and len(batch_api.created[0]) == 8
-    (batch,) = product.tracking.provider_batches(product.index, "handbook")
+def test_it_lands_the_in_process_outputs_from_shuffled_results(make, provider, batch_api, family):
+    in_process = make(home="in-process")
+    in_process.run("run-local")
+    subject = provider()
+    assert subject.index == in_process.index  # the same generation: same model, same plan
+    landed = subject.run("run-1")
+    assert sorted(subject.landed()) == ARTICLES
+    assert same_outputs(family, subject.landed(), in_process.landed())  # joined by custom_id
+    assert landed["land"].measures.executor == "openai-batch"
+    assert len(batch_api.created) == 1 and len(batch_api.created[0]) >= len(ARTICLES)
+    (batch,) = subject.tracking.provider_batches(subject.index, "handbook")
     assert batch.collected_by == "run-1" and batch.status == "completed"
-    run(product, "run-2")  # nothing stale: nothing submitted, nothing changed
-    assert len(batch_api.created) == 1 and briefs(product) == briefs(in_process)
+    subject.run("run-2")  # nothing stale: nothing submitted, nothing changed
+    assert len(batch_api.created) == 1 and same_outputs(
+        family, subject.landed(), in_process.landed()
+    )
 
 
 def test_a_partial_failure_is_sent_again_once_with_only_its_ids(provider, batch_api):
-    product = provider()
+    subject = provider()
     flaky: set[str] = set()
 
     def fail(custom_id: str) -> int | None:
@@ -115,60 +184,65 @@ def test_a_partial_failure_is_sent_again_once_with_only_its_ids(provider, batch_
         return None
 
     batch_api.fail = fail
-    run(product, "run-1")
-    assert [len(ids) for ids in batch_api.created] == [8, 3]
+    subject.run("run-1")
+    assert [len(ids) for ids in batch_api.created[1:]] == [3]
     assert sorted(batch_api.created[1]) == sorted(flaky)  # only the failed ids
-    assert sorted(briefs(product)) == ARTICLES
+    assert sorted(subject.landed()) == ARTICLES
 
 
 def test_a_refused_request_is_its_document_s_failure_and_not_sent_again(provider, batch_api):
-    product = provider()
+    subject = provider()
     refused: list[str] = []
     batch_api.fail = lambda cid: (refused.append(cid) or 400) if not refused else None
-    landed = run(product, "run-1")["land"]
-    assert [len(ids) for ids in batch_api.created] == [8]  # a 400 says the request is bad
-    assert len(briefs(product)) == 7 and len(landed.summary.failed) == 1
-    assert "status 400" in next(iter(landed.summary.failed.values()))
+    landed = subject.run("run-1")["land"]
+    assert len(batch_api.created) == 1  # a 400 says the request is bad: not sent again
+    failed = Subject.failed(landed)
+    assert len(subject.landed()) == 7 and len(failed) == 1
+    assert "status 400" in next(iter(failed.values()))
+    assert subject.tracking.failure_count(subject.index) == 1
 
 
 def test_an_expired_batch_lands_what_completed_and_plans_the_rest_again(provider, batch_api):
-    product = provider()
+    subject = provider()
     batch_api.expire_after = 3  # each batch answers three requests before its window ends
-    landed = run(product, "run-1")["land"]
-    assert [len(ids) for ids in batch_api.created] == [8, 5]  # the expired five, once more
-    assert len(briefs(product)) == 6 and landed.summary.failed == {}  # not failures: no answer yet
-    assert product.tracking.failure_count(product.index) == 0
+    landed = subject.run("run-1")["land"]
+    first = len(batch_api.created[0])
+    assert [len(ids) for ids in batch_api.created] == [first, first - 3]  # the expired, again
+    assert len(subject.landed()) < len(ARTICLES)  # a document waits for all its answers
+    assert Subject.failed(landed) == {}  # not failures: no answer yet
+    assert subject.tracking.failure_count(subject.index) == 0
     batch_api.expire_after = None
-    run(product, "run-2")  # the two left are planned again
-    assert [len(ids) for ids in batch_api.created] == [8, 5, 2]
-    assert sorted(briefs(product)) == ARTICLES
+    subject.run("run-2")  # only what is still unanswered is sent: answers are kept
+    assert [len(ids) for ids in batch_api.created] == [first, first - 3, first - 6]
+    assert sorted(subject.landed()) == ARTICLES
 
 
 def test_a_rerun_while_a_batch_is_in_flight_submits_nothing_then_collects_it(provider, batch_api):
-    product = provider(wait_seconds=0)  # submit and return, as a Dagster step does
+    subject = provider(wait_seconds=0)  # submit and return, as a Dagster step does
     batch_api.hold = True  # the provider is slow today
-    first = run(product, "run-1")
-    assert first["execute"].pending_batches == 1 and briefs(product) == {}
-    second = run(product, "run-2")
+    first = subject.run("run-1")
+    assert first["execute"].batches.pending == 1 and subject.landed() == {}
+    assert subject.tracking.failure_count(subject.index) == 0  # waiting is not failing
+    second = subject.run("run-2")
     assert len(batch_api.created) == 1  # in flight: nothing submitted again
-    assert second["execute"].pending_batches == 1 and briefs(product) == {}
+    assert second["execute"].batches.pending == 1 and subject.landed() == {}
     batch_api.hold, batch_api.polls_to_finish = False, 1  # done by the next poll
-    third = run(product, "run-3")
-    assert len(batch_api.created) == 1 and third["execute"].pending_batches == 0
-    assert sorted(briefs(product)) == ARTICLES
-    (batch,) = product.tracking.provider_batches(product.index)
+    third = subject.run("run-3")
+    assert len(batch_api.created) == 1 and third["execute"].batches.pending == 0
+    assert sorted(subject.landed()) == ARTICLES
+    (batch,) = subject.tracking.provider_batches(subject.index)
     assert (batch.run_id, batch.collected_by) == ("run-1", "run-3")
 
 
 def test_the_submitting_and_the_collecting_run_are_recorded_as_one_run(provider, batch_api):
-    product = provider(wait_seconds=0)  # the step submits and returns; a later run collects
+    subject = provider(wait_seconds=0)  # the step submits and returns; a later run collects
     batch_api.hold = True
-    run(product, "run-1")
-    (submitting,) = product.tracking.runs_with_id("run-1")
-    assert submitting["attempted"] == 0  # it landed nothing: its briefs are at the provider
+    subject.run("run-1")
+    (submitting,) = subject.tracking.runs_with_id("run-1")
+    assert submitting["attempted"] == 0  # it landed nothing: its outputs are at the provider
     batch_api.hold, batch_api.polls_to_finish = False, 1
-    run(product, "run-2")
-    records = product.tracking.partition_runs(["handbook"], 10, product.index)
+    subject.run("run-2")
+    records = subject.tracking.partition_runs(["handbook"], 10, subject.index)
     assert [r["run_id"] for r in records] == ["run-2"]  # one run, not two
     (one,) = records
     assert one["submitted_by"] == "run-1"
@@ -176,7 +250,7 @@ def test_the_submitting_and_the_collecting_run_are_recorded_as_one_run(provider,
     measures = RunMeasures.from_record(one)
     assert measures.submitted_by == "run-1" and measures.executor == "openai-batch"
     assert measures.attempted == len(ARTICLES) and measures.window_seconds == 86400
-    assert product.tracking.runs_with_id("run-1") == []
+    assert subject.tracking.runs_with_id("run-1") == []
 
 
 def test_a_crash_between_submit_and_land_loses_nothing(provider, batch_api, monkeypatch):
@@ -187,28 +261,31 @@ def test_a_crash_between_submit_and_land_loses_nothing(provider, batch_api, monk
         if stage == "submitted":
             raise Crash  # as a SIGKILL right after the batch id was recorded
 
-    monkeypatch.setattr(openai_batch, "crash_point", crash)
+    monkeypatch.setattr(batch_api_module, "crash_point", crash)
     with pytest.raises(Crash):
-        run(provider(), "run-1")
+        provider().run("run-1")
     monkeypatch.undo()
     monkeypatch.setenv(KEY_ENV, batch_api.api_key)
-    product = provider()  # a new process
-    run(product, "run-2")
+    subject = provider()  # a new process
+    subject.run("run-2")
     assert len(batch_api.created) == 1  # the recorded batch was collected, not sent again
-    assert sorted(briefs(product)) == ARTICLES
+    assert sorted(subject.landed()) == ARTICLES
 
 
 def test_the_key_appears_nowhere_and_a_refused_key_is_not_quoted(
-    provider, batch_api, monkeypatch, tmp_path, capsys, caplog
+    provider, batch_api, monkeypatch, tmp_path, capsys, caplog, family
 ):
-    product = provider(price_per_million_input_tokens=0.075, price_per_million_output_tokens=0.30)
-    summaries = run(product, "run-1")
+    subject = provider(price_per_million_input_tokens=0.075, price_per_million_output_tokens=0.30)
+    summaries = subject.run("run-1")
     measures, stats = summaries["land"].measures, summaries["execute"].stats
     assert measures.executor == "openai-batch" and measures.window_seconds == 86400
-    priced = (stats.prompt_tokens * 0.075 + stats.output_tokens * 0.30) / 1_000_000
+    if family == "generate":
+        priced = (stats.prompt_tokens * 0.075 + stats.output_tokens * 0.30) / 1_000_000
+    else:  # an embedding has input tokens only
+        priced = stats.tokens * 0.075 / 1_000_000
     assert measures.token_cost == pytest.approx(priced) and priced > 0
     assert measures.execute_cost == measures.token_cost  # priced by tokens, not by the hour
-    (stored,) = product.tracking.partition_runs(["handbook"], 1, product.index)
+    (stored,) = subject.tracking.partition_runs(["handbook"], 1, subject.index)
     assert stored["executor"] == "openai-batch" and stored["token_cost"] == pytest.approx(priced)
     key = batch_api.api_key
     said = capsys.readouterr()
@@ -221,7 +298,7 @@ def test_the_key_appears_nowhere_and_a_refused_key_is_not_quoted(
     monkeypatch.setenv(KEY_ENV, wrong)
     (tmp_path / "docs" / "article-00.md").write_text("# Changed\n\nNew words here.\n")
     with pytest.raises(ProviderBatchError) as refused:
-        run(provider(), "run-2")
+        provider().run("run-2")
     message = str(refused.value)
     assert "401" in message and wrong not in message
     assert not any(wrong[i : i + 9] in message for i in range(len(wrong) - 8))
@@ -229,8 +306,6 @@ def test_the_key_appears_nowhere_and_a_refused_key_is_not_quoted(
 
 
 def test_no_key_in_the_environment_is_a_clear_error_naming_the_variable(provider, monkeypatch):
-    from batch_pipeline.config import ConfigError
-
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(ConfigError, match=f"\\${KEY_ENV}"):
-        run(provider(), "run-1")
+        provider().run("run-1")

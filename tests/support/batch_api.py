@@ -5,6 +5,7 @@ No server that installs from the package registries implements the Batch API (vL
 chat completions and runs batch files offline, not `/v1/batches`), so this one does, on
 127.0.0.1, with what a provider does that the executor must survive:
 
+- chat completions and embeddings (`/v1/chat/completions`, `/v1/embeddings` lines);
 - `POST /v1/files` (multipart, `purpose=batch`), `GET /v1/files/{id}/content`;
 - `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches` (newest first, `limit`),
   `POST /v1/batches/{id}/cancel`;
@@ -17,8 +18,9 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
 - a Bearer key: any other gets a 401 whose message quotes the key's start and end, as
   OpenAI's does.
 
-The answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
-prompt's own words, so a brief can be checked against its document.
+The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
+prompt's own words, so a brief can be checked against its document. The embeddings are
+`embed`'s: a hashed bag of tokens unless a test gives it the real model.
 """
 
 import email.parser
@@ -29,6 +31,7 @@ import random
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +41,15 @@ from batch_pipeline.inference.generator import Prompt
 
 FINISHED = ("completed", "expired", "failed", "cancelled")
 STEPS = ("validating", "in_progress", "finalizing")
+
+
+def hashed_vector(given: list[int] | str, dimension: int = 384) -> list[float]:
+    """A deterministic unit vector of an input's tokens (ids, or the words of a text)."""
+    vector = [0.0] * dimension
+    for token in given if isinstance(given, list) else given.split():
+        vector[zlib.crc32(str(token).encode()) % dimension] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
 
 
 @dataclass
@@ -85,6 +97,9 @@ class BatchApiEmulator:
         self.hold = False  # True: batches stay in_progress (a provider's slow day)
         self.created: list[list[str]] = []  # each created batch's custom_ids, in order
         self.unauthorised = 0  # requests refused for their key
+        # the "model" of `/v1/embeddings`: an input (token ids or text) to its vector; by
+        # default a hashed bag of its tokens, 384 wide (a test gives the real model's)
+        self.embed: Callable[[list[int] | str], list[float]] = hashed_vector
         self._ids = itertools.count(1)
         self._random = random.Random(seed)
         self._fake = FakeGenerator()
@@ -287,7 +302,7 @@ class BatchApiEmulator:
                     "response": {
                         "status_code": 200,
                         "request_id": self._new_id("req"),
-                        "body": self._completion(custom_id, request["body"]),
+                        "body": self._answer(custom_id, request),
                     },
                 }
             )
@@ -303,6 +318,24 @@ class BatchApiEmulator:
             self.files[batch.error_file_id] = "".join(json.dumps(e) + "\n" for e in errors).encode()
         batch.counts.update(completed=len(outputs), failed=len(errors))
         batch.status = "expired" if self.expire_after is not None else "completed"
+
+    def _answer(self, custom_id: str, request: dict) -> dict:
+        """The response body for one request, by the endpoint its line asks."""
+        if request["url"] == "/v1/embeddings":
+            return self._embedding(request["body"])
+        return self._completion(custom_id, request["body"])
+
+    def _embedding(self, body: dict) -> dict:
+        """An embedding of the request's input (token ids or text) by `embed`."""
+        given = body["input"]
+        vector = [float(x) for x in self.embed(given)]
+        tokens = len(given) if isinstance(given, list) else len(given.split())
+        return {
+            "object": "list",
+            "model": body["model"],
+            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _completion(self, custom_id: str, body: dict) -> dict:
         """A chat completion the FAKE generator writes, held to the request's schema: the

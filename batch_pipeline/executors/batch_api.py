@@ -1,0 +1,368 @@
+"""The Batch API driver every `openai-batch` executor shares, whatever its model family: the
+plan's requests as OpenAI batch files (`executors.batch_file`), handed to any OpenAI-compatible
+Batch API (a provider's, or a self-hosted gateway's) through the official `openai` client, and
+collected when the provider has run them. The families differ only in the request lines they
+write (`/v1/chat/completions`, `/v1/embeddings`) and what they make of an answer
+(`BatchWork`); the driver is one loop.
+
+A provider's batch can take hours (its completion window is 24 h), so execute never holds a
+worker for it unless asked to (`BatchApiSettings.wait_seconds`):
+
+1. **Collect.** Every batch a run of this partition submitted and no run has collected yet
+   (the tracking store records each one by id) is asked for its status. A finished one's
+   output and error files are downloaded and joined by `custom_id`, in any order; its
+   answers go into the partition's checkpoints, judged as every executor's are. Requests
+   that failed for a reason that says nothing of them (expired, throttled, a 5xx) are sent
+   again once, in a new batch of only their ids; a 4xx refusal is that input's failure.
+2. **Submit.** With no batch in flight, the plan's inputs that no checkpoint holds and this
+   run has not sent are written as batch files (split at 50,000 requests or 200 MB), uploaded
+   and submitted, and each batch id is recorded before anything else happens. A rerun while
+   a batch is in flight submits nothing. A crash after a submission loses nothing: the next
+   run collects the batch it recorded.
+3. **Wait**, polling with backoff, for at most `wait_seconds` (None: until every batch has
+   finished). What is still in flight then stays so: execute returns with what it collected,
+   land lands that, and the next run (the provider-batch sensor starts one when the batches
+   finish) collects the rest. An input with no answer is not a failure: it is planned again.
+
+The key is read from the environment variable `api_key_env` names, and never written: the
+driver's errors are stripped of it (a provider's 401 message may quote part of it).
+"""
+
+import json
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+
+from batch_pipeline.config import ConfigError
+from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
+from batch_pipeline.faults import crash_point
+from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.provider_batches import ProviderBatches
+from batch_pipeline.state.staging import StagePath
+from batch_pipeline.state.tracking import FINAL_STATUSES, ProviderBatch, TrackingStore
+
+NAME = "openai-batch"  # the executor's name in every family
+DEVICE = "provider"  # what the run's measures name as the device: priced by tokens
+FIRST, RESUBMITTED = 1, 2  # a batch's attempt: a request is sent at most twice in a run
+SHORT_KEY = 8  # characters of a key a message may keep: enough to tell keys apart
+
+
+class ProviderBatchError(RuntimeError):
+    """The Batch API refused a call or a batch failed; the message holds no key."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient  # worth a retry as it is (batch_pipeline.transient)
+
+
+@dataclass(frozen=True)
+class BatchApiSettings:
+    """Where and how an `openai-batch` executor submits (`run --api-base` and its flags, or
+    the generation and inference resources' fields, set these)."""
+
+    api_base: str
+    api_key_env: str = "OPENAI_API_KEY"
+    model: str | None = None  # the provider's name of the model; None: the configured one's
+    completion_window: str = "24h"
+    poll_seconds: float = 5.0  # the first wait between polls, doubled up to max_poll_seconds
+    max_poll_seconds: float = 300.0
+    wait_seconds: float | None = 0.0  # None: until every batch finished; 0: submit, return
+    price_per_million_input_tokens: float = 0.0
+    price_per_million_output_tokens: float = 0.0
+
+    def api_key(self) -> str:
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"the {NAME} executor reads its API key from ${self.api_key_env}, which is not "
+                "set (`run --api-key-env` or the resource's api_key_env names another variable)"
+            )
+        return key
+
+    @property
+    def token_prices(self) -> tuple[float, float]:
+        """The provider's batch prices per million input and output tokens."""
+        return self.price_per_million_input_tokens, self.price_per_million_output_tokens
+
+    def served_model(self, configured: str) -> str | None:
+        """The provider's model where it is not the `configured` one: another model, whose
+        outputs are another generation's."""
+        return self.model if self.model not in (None, configured) else None
+
+
+@dataclass(frozen=True)
+class BatchLedger:
+    """Where one partition's batches are recorded: the tracking store, under the generation
+    and the partition."""
+
+    tracking: TrackingStore
+    generation: str
+    partition: str
+
+    def uncollected(self) -> list[ProviderBatch]:
+        return self.tracking.provider_batches(self.generation, self.partition, uncollected=True)
+
+    def record(
+        self, batch_id: str, run_id: str, file_id: str, requests: int, attempt: int, status: str
+    ) -> None:
+        self.tracking.record_provider_batch(
+            ProviderBatch(
+                batch_id,
+                self.generation,
+                self.partition,
+                run_id,
+                file_id,
+                requests,
+                attempt,
+                status,
+                time.time(),
+            )
+        )
+
+
+def with_ledger(executor: object, ledger: BatchLedger) -> object:
+    """`executor` recording its provider batches in `ledger` (the frame's, for the partition
+    a run executes: `runs.StagedPartition.execute`); an executor that sends none, as it is."""
+    if getattr(executor, "records_batches", False):
+        return replace(executor, ledger=ledger)
+    return executor
+
+
+def scrubbed(text: str, key: str) -> str:
+    """`text` without the key, or any run of it long enough to leak (a provider's 401 quotes
+    its start and end)."""
+    if not key:
+        return text
+    text = text.replace(key, "***")
+    for start in range(len(key) - SHORT_KEY):
+        piece = key[start : start + SHORT_KEY + 1]
+        if piece in text:
+            text = text.replace(piece, "***")
+    return text
+
+
+@dataclass
+class BatchWork:
+    """What one family's execute hands the driver: the endpoint its lines ask, the plan's
+    inputs, the checkpointed output (whose `done_keys` are the inputs answered), the request
+    lines of the plan's inputs not in a given set (streamed), and what to do with the answers
+    a finished batch settled (`take`: into the output, and its summary's counts)."""
+
+    endpoint: str
+    keys: set[str]
+    output: CheckpointedOutput
+    requests: Callable[[set[str]], Iterable[dict]]
+    take: Callable[[list[BatchResult]], None]
+
+
+@dataclass
+class BatchDriver:
+    """Collects, submits and waits for one execute (see the module docstring)."""
+
+    api: BatchApiSettings
+    ledger: BatchLedger
+    run_id: str
+    batches: ProviderBatches  # what the run did with the provider's batches, for its record
+    sleep: Callable[[float], None] = time.sleep
+    sent: set[str] = field(default_factory=set)  # keys this run submitted or collected
+    submitted: bool = False
+
+    def drive(self, work: BatchWork) -> None:
+        """Collect, submit, wait: until nothing is in flight or the wait is over."""
+        key = self.api.api_key()
+        with batch_client(self.api, key) as client:
+            self._drive(client, work)
+
+    def _drive(self, client, work: BatchWork) -> None:  # noqa: ANN001
+        wait = self.api.wait_seconds
+        deadline = None if wait is None else time.monotonic() + wait
+        pause = self.api.poll_seconds
+        while True:
+            flying = self._collect(client, work)
+            if not flying and not self.submitted:
+                self.submitted = True
+                if self._submit(client, work):
+                    continue  # poll what was just submitted (a fast provider may be done)
+            if not flying:
+                break
+            self.batches.pending = len(flying)
+            if deadline is not None and time.monotonic() + pause > deadline:
+                break
+            self.sleep(jittered(pause))
+            pause = min(pause * 2, self.api.max_poll_seconds)
+        if not self.ledger.uncollected():
+            self.batches.pending = 0
+
+    def _collect(self, client, work: BatchWork) -> list[ProviderBatch]:  # noqa: ANN001
+        """Each uncollected batch's status; a finished one's answers into the output. The
+        batches in flight after that (resubmissions included)."""
+        tracking = self.ledger.tracking
+        for batch in self.ledger.uncollected():
+            remote = client.batches.retrieve(batch.batch_id)
+            status = str(remote.status)
+            if status not in FINAL_STATUSES:
+                if status != batch.status:
+                    tracking.update_provider_batch(batch.batch_id, status)
+                continue
+            if status == "failed":
+                errors = getattr(getattr(remote, "errors", None), "data", None) or []
+                said = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no reason given"
+                tracking.collect_provider_batch(batch.batch_id, status, self.run_id)
+                raise ProviderBatchError(f"provider batch {batch.batch_id} failed: {said}")
+            asked = self._input_keys(client, batch)
+            self._settle(client, work, batch, asked, self._results(client, remote))
+            tracking.collect_provider_batch(batch.batch_id, status, self.run_id)
+            if batch.run_id != self.run_id:
+                self.batches.collected_from(batch.run_id, batch.submitted_at)
+        return self.ledger.uncollected()
+
+    def _settle(self, client, work: BatchWork, batch: ProviderBatch, asked: dict[str, dict],
+                results: dict[str, BatchResult]) -> None:  # noqa: ANN001 # fmt: skip
+        """A finished batch's answers to the family (`take`); its retryable failures sent
+        again once, in a batch of their own."""
+        self.sent |= set(asked)
+        done = work.output.done_keys
+        fresh = [r for k, r in results.items() if k in work.keys and k not in done and k in asked]
+        again = [r.key for r in fresh if r.error is not None and r.retryable]
+        if batch.attempt == FIRST and again:  # sent twice and no answer: planned again
+            self._send(client, work, [asked[k] for k in again], RESUBMITTED)
+        self.batches.collected.append(batch.batch_id)
+        work.take([r for r in fresh if r.error is None or not r.retryable])
+
+    def _submit(self, client, work: BatchWork) -> bool:  # noqa: ANN001
+        """The plan's inputs no checkpoint holds and this run has not sent, as new batches."""
+        with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
+            todo = work.requests(work.output.done_keys | self.sent)
+            files = write_batch_files(todo, Path(folder))
+            for path in files:
+                self._upload_and_create(client, work, path, FIRST)
+        return bool(files)
+
+    def _send(self, client, work: BatchWork, requests: list[dict], attempt: int) -> None:  # noqa: ANN001
+        """Request lines as one new batch."""
+        with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
+            path = Path(folder) / "requests-resubmitted.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
+            self._upload_and_create(client, work, path, attempt)
+
+    def _upload_and_create(self, client, work: BatchWork, path: Path, attempt: int) -> None:  # noqa: ANN001
+        with path.open("rb") as handle:
+            uploaded = client.files.create(file=(path.name, handle), purpose="batch")
+        with path.open(encoding="utf-8") as lines:
+            requests = sum(1 for line in lines if line.strip())
+        created = client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint=work.endpoint,
+            completion_window=self.api.completion_window,
+            metadata={
+                "generation": self.ledger.generation,
+                "partition": self.ledger.partition,
+                "run_id": self.run_id[:512],
+            },
+        )
+        self.ledger.record(
+            created.id, self.run_id, uploaded.id, requests, attempt, str(created.status)
+        )
+        self.batches.submitted.append(created.id)
+        crash_point("submitted", len(self.batches.submitted))
+
+    # --------------------------------------------------------------- the files
+
+    def _input_keys(self, client, batch: ProviderBatch) -> dict[str, dict]:  # noqa: ANN001
+        """The batch's requests by custom_id, read back from its input file."""
+        text = client.files.content(batch.input_file_id).text
+        requests = (json.loads(line) for line in text.splitlines() if line.strip())
+        return {r["custom_id"]: r for r in requests}
+
+    def _results(self, client, remote) -> dict[str, BatchResult]:  # noqa: ANN001
+        """The batch's output and error files, joined by custom_id."""
+        with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
+            outputs, errors = [], []
+            for file_id, found in (
+                (remote.output_file_id, outputs),
+                (remote.error_file_id, errors),
+            ):
+                if file_id:
+                    path = Path(folder) / f"{file_id}.jsonl"
+                    path.write_bytes(client.files.content(file_id).content)
+                    found.append(path)
+            return read_results(outputs, errors)
+
+
+@contextmanager
+def batch_client(api: BatchApiSettings, key: str) -> Iterator[object]:
+    """The official client at `api.api_base`; its errors as ProviderBatchError, without the
+    key (transient where the API said so: a connection, a timeout, a 429 or a 5xx)."""
+    import openai
+
+    client = openai.OpenAI(base_url=api.api_base, api_key=key, max_retries=2)
+    try:
+        yield client
+    except openai.APIStatusError as error:
+        status = error.status_code
+        transient = status == 429 or status >= 500
+        raise ProviderBatchError(
+            scrubbed(f"Batch API at {api.api_base}: {error.message}", key),
+            transient=transient,
+        ) from None
+    except openai.APIConnectionError as error:
+        raise ProviderBatchError(
+            scrubbed(f"Batch API at {api.api_base}: {error.message}", key), transient=True
+        ) from None
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class Collectable:
+    """A partition whose batches have all finished at the provider: a run of it collects
+    them."""
+
+    generation: str
+    partition: str
+    batch_ids: tuple[str, ...]
+    submitted_by: str  # the run that submitted the first of them
+
+
+def collectable(api: BatchApiSettings, batches: list[ProviderBatch]) -> list[Collectable]:
+    """Of these uncollected batches, grouped by generation and partition, the groups whose
+    every batch has finished (one status call per batch)."""
+    groups: dict[tuple[str, str], list[ProviderBatch]] = {}
+    for batch in batches:
+        groups.setdefault((batch.generation, batch.partition), []).append(batch)
+    key = api.api_key()
+    ready = []
+    with batch_client(api, key) as client:
+        for (generation, partition), members in sorted(groups.items()):
+            statuses = [str(client.batches.retrieve(b.batch_id).status) for b in members]
+            if all(status in FINAL_STATUSES for status in statuses):
+                ids = tuple(sorted(b.batch_id for b in members))
+                ready.append(Collectable(generation, partition, ids, members[0].run_id))
+    return ready
+
+
+def window_seconds(completion_window: str) -> float:
+    """A completion window ("24h", "30m", "2d") in seconds; a ConfigError naming it otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = completion_window[:-1], completion_window[-1:]
+    if unit not in units or not number.isdigit() or int(number) <= 0:
+        raise ConfigError(
+            f"completion_window {completion_window!r}: give a number and a unit "
+            "(s, m, h or d), as 24h"
+        )
+    return float(int(number) * units[unit])
+
+
+def run_of(out: StagePath | Path) -> str:
+    """The run an execute output belongs to: its stage folder's name (`stage_file`)."""
+    return PurePosixPath(getattr(out, "path", str(out))).parent.name
+
+
+def jittered(seconds: float) -> float:
+    """A wait with up to a tenth added, so that many partitions do not poll in step."""
+    return seconds * (1 + random.random() / 10)

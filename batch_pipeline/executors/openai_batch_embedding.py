@@ -1,0 +1,173 @@
+"""The `openai-batch` embedding executor: the embedding plan as `/v1/embeddings` lines of
+OpenAI batch files (the inputs as the plan's token ids), run by a provider's Batch API
+through the driver every family shares (`executors.batch_api`: collect, submit, wait, the
+ledger, the key), and checkpointed as every embedding executor's vectors are.
+
+The custom id is the input's staleness key, so a batch one run submitted is collected by a
+later run of the same plan. The provider's model is the configured one unless `api.model`
+names another; another is another generation (its name is in the index's fingerprint), sent
+the inputs' text rather than token ids (its tokenizer is its own), and reviewed by the
+index's gate like any generation. An input the provider has not answered yet (in flight, or
+unanswered twice) is neither landed nor failed: its document stays pending for the next run.
+"""
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from batch_pipeline.config import ConfigError
+from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.batch_api import (
+    DEVICE,
+    NAME,
+    BatchApiSettings,
+    BatchDriver,
+    BatchLedger,
+    BatchWork,
+    ProviderBatchError,
+    run_of,
+    window_seconds,
+)
+from batch_pipeline.executors.batch_file import EMBEDDINGS, BatchResult, embedding_request_line
+from batch_pipeline.executors.embedding import EmbeddingExecutor
+from batch_pipeline.inference.embedder import Embedder, RunStats
+from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import EXECUTE
+from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.execute import ExecuteSummary, embeddings_schema
+from batch_pipeline.state.staging import StagePath, read_batches, read_groups
+
+
+@dataclass(frozen=True)
+class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
+    """Embeds through a Batch API (see the module docstring); the device and dtype are the
+    provider's, so only `auto` is taken for them."""
+
+    records_batches: ClassVar[bool] = True  # the frame gives it the partition's ledger
+    api: BatchApiSettings | None = None
+    ledger: BatchLedger | None = None
+    sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def chosen(cls, model: ResolvedModel, choice: ExecutorChoice) -> "EmbeddingExecutor":
+        return cls(model, choice.device, choice.dtype, choice.spelled, api=choice.batch_api)
+
+    def __post_init__(self) -> None:
+        if self.api is None:
+            raise ConfigError(
+                f"{self.spelled('api_base')}: the {NAME} executor needs the Batch API's address"
+            )
+        for setting, value in (("device", self.device), ("dtype", self.dtype)):
+            if value != "auto":
+                raise ConfigError(
+                    f"{self.spelled(setting)}: {value!r} is the provider's to choose on the "
+                    f"{NAME} executor; leave it auto"
+                )
+
+    @property
+    def served_model(self) -> str | None:
+        """The provider's model where it is not the configured one: another generation."""
+        return self.api.served_model(self.model.name) if self.api is not None else None
+
+    def execute(
+        self,
+        planned: StagePath,
+        out: StagePath,
+        load: Callable[[], Embedder],
+        checkpoints: StagePath,
+        options: ExecuteOptions,
+        progress: ProgressSink | None = None,
+        progress_interval: float = 15.0,
+    ) -> ExecuteSummary:
+        """Collect, submit and wait (`executors.batch_api`); `load` is not used (the engine
+        is the provider's)."""
+        if self.ledger is None:
+            raise ConfigError(f"the {NAME} executor runs inside a partition's run (its ledger)")
+        self.api.api_key()  # a missing key fails before anything is written
+        started = time.perf_counter()
+        dimension = self.model.embedding_dimension
+        summary = ExecuteSummary(
+            RunStats(), DEVICE, "provider", dimension, backend=NAME, executor=NAME,
+            token_prices=self.api.token_prices,
+            window_seconds=window_seconds(self.api.completion_window),
+        )  # fmt: skip
+        planned_tokens: dict[str, int] = {}  # what the plan counted: where usage says nothing
+        for batch in read_batches(planned, ["input_hash", "token_count"], batch_rows=65536):
+            planned_tokens.update(zip(*(batch[c].to_pylist() for c in batch.schema.names),
+                                      strict=True))  # fmt: skip
+        keys = set(planned_tokens)
+        schema = embeddings_schema(dimension)
+        with CheckpointedOutput(out, checkpoints, schema, every=1, started=started) as output:
+            resumed = output.resume(keys & output.done_keys)
+            summary.resumed_inputs = len(resumed)
+            tracker = Progress(EXECUTE.name, len(keys) - len(resumed), progress,
+                               interval=progress_interval)  # fmt: skip
+            tracker.start()
+            served = self.served_model
+            name = served or self.model.name
+
+            def requests(done: set[str]) -> Iterable[dict]:
+                columns = ["input_hash", "input_text", "input_ids"]
+                for group in read_groups(planned, "batch_index", columns):  # streamed
+                    for key, text, ids in group:
+                        if key not in done:  # another model tokenizes the text itself
+                            given = text if served else ids
+                            yield embedding_request_line(key, given, name, self.model.normalize)
+
+            def take(answered: list[BatchResult]) -> None:
+                stats = summary.stats
+                kept = [r for r in answered if r.vector is not None]
+                for failed in (r for r in answered if r.vector is None):
+                    summary.failed_inputs[failed.key] = failed.error or "no vector"
+                tokens = sum(r.prompt_tokens or planned_tokens[r.key] for r in kept)
+                stats.inputs += len(kept)
+                stats.tokens += tokens
+                stats.padded_tokens += tokens  # the provider's padding is not billed
+                stats.batches += 1
+                if kept:
+                    output.add(self._rows(kept, name, schema))
+                    output.done_keys |= {r.key for r in kept}
+                tracker.advance(len(answered), tokens)
+
+            tracker.working()
+            began = time.perf_counter()
+            driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
+                                 set(resumed))  # fmt: skip
+            driver.drive(BatchWork(EMBEDDINGS, keys, output, requests, take))
+            summary.stats.seconds = time.perf_counter() - began  # submitting, polling, reading
+            summary.unanswered = len(keys - output.done_keys - summary.failed_inputs.keys())
+            tracker.finish()
+            output.finish(summary.record(), planned)
+        return summary
+
+    def _rows(self, kept: list[BatchResult], name: str, schema: pa.Schema) -> pa.Table:
+        """The answered vectors as checkpoint rows, normalised where the model normalises (a
+        provider may not); a vector of another width fails the run, naming both models."""
+        vectors = np.stack([r.vector for r in kept]).astype(np.float32)
+        dimension = schema.field("vector").type.list_size
+        if vectors.shape[1] != dimension:
+            raise ProviderBatchError(
+                f"the provider's model {name} embeds into {vectors.shape[1]} dimensions; the "
+                f"configured model {self.model.name} (whose tokenizer chunks the documents) "
+                f"into {dimension}"
+            )
+        if self.model.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.where(norms > 0, norms, 1.0)
+        now = datetime.now(UTC)
+        return pa.table(
+            {
+                "input_hash": [r.key for r in kept],
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(vectors.reshape(-1), pa.float32()), dimension
+                ),
+                "embedded_at": pa.array([now] * len(kept), pa.timestamp("us", "UTC")),
+            },
+            schema=schema,
+        )
