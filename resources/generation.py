@@ -6,9 +6,6 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.config import ConfigError
-from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
-from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     parallel_problem,
@@ -26,9 +23,10 @@ from batch_pipeline.inference.vllm_generator import (
 )
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import resolve_storage
+from resources.batch_api import BatchApiResource
 
 
-class GenerationResource(dg.ConfigurableResource):
+class GenerationResource(BatchApiResource):
     """Loads a chat model into vLLM once per run and generates from prompt plans.
 
     vLLM batches continuously over a paged KV cache, computes a shared prompt prefix once and
@@ -118,40 +116,6 @@ class GenerationResource(dg.ConfigurableResource):
         "a share of the requests: the vllm-run-batch executor only (vLLM's offline engine in "
         "the run's process is one engine).",
     )
-    api_base: str | None = Field(
-        default=None,
-        description="openai-batch: the Batch API's base URL, a provider's "
-        "(https://api.openai.com/v1) or a self-hosted gateway's.",
-    )
-    api_key_env: str = Field(
-        default="OPENAI_API_KEY",
-        description="openai-batch: the environment variable holding the API key (the key "
-        "itself is never configured, logged or recorded).",
-    )
-    api_model: str | None = Field(
-        default=None,
-        description="openai-batch: the provider's name of the model; unset, the chat model's. "
-        "A model other than the chat model's is another generation.",
-    )
-    completion_window: str = Field(
-        default="24h",
-        description="openai-batch: the batches' completion window; it is also the run's "
-        "window in its measures.",
-    )
-    batch_wait_seconds: float = Field(
-        default=0.0,
-        ge=0,
-        description="openai-batch: how long the generating step waits for its batches before "
-        "it returns with what finished; the provider-batch sensor starts the run that "
-        "collects the rest. 0: submit and return.",
-    )
-    price_per_million_input_tokens: float = Field(
-        default=0.0, ge=0, description="openai-batch: the provider's batch price of input tokens."
-    )
-    price_per_million_output_tokens: float = Field(
-        default=0.0, ge=0, description="openai-batch: the provider's batch price of output tokens."
-    )
-
     _generator: VllmGenerator | None = PrivateAttr(default=None)
     _model: ChatModel | None = PrivateAttr(default=None)
     _engine: EngineSettings | None = PrivateAttr(default=None)
@@ -180,30 +144,7 @@ class GenerationResource(dg.ConfigurableResource):
             )
             if problem is not None:
                 raise ValueError(f"GenerationResource.{problem[0]}: {problem[1]}")
-        if self.executor == OPENAI_BATCH and self.api_base is None:
-            raise ValueError(
-                f"GenerationResource.api_base: the {OPENAI_BATCH} executor needs the Batch "
-                "API's base URL"
-            )
-        try:
-            window_seconds(self.completion_window)
-        except ConfigError as error:
-            raise ValueError(f"GenerationResource.completion_window: {error}") from None
-
-    def batch_api(self) -> BatchApiSettings | None:
-        """Where the openai-batch executor submits: None without api_base."""
-        if self.api_base is None:
-            return None
-        window_seconds(self.completion_window)  # a ConfigError naming the field
-        return BatchApiSettings(
-            api_base=self.api_base,
-            api_key_env=self.api_key_env,
-            model=self.api_model,
-            completion_window=self.completion_window,
-            wait_seconds=self.batch_wait_seconds,
-            price_per_million_input_tokens=self.price_per_million_input_tokens,
-            price_per_million_output_tokens=self.price_per_million_output_tokens,
-        )
+        self.check_batch_api(self.executor)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._generator is not None:

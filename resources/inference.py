@@ -6,7 +6,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
-from batch_pipeline.executors.registry import EMBED, executor_names
+from batch_pipeline.executors.registry import EMBED, executor_class, executor_names
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -17,11 +17,11 @@ from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.devices import dtype_bytes, pick_backend, pick_device, pick_dtype
 from batch_pipeline.inference.models import ResolvedModel
 from batch_pipeline.inference.runner import EmbeddingRunner, LoadedModels
-from batch_pipeline.inference.vllm_embedder import settings_problem
 from batch_pipeline.state.storage import resolve_storage
+from resources.batch_api import BatchApiResource
 
 
-class InferenceResource(dg.ConfigurableResource):
+class InferenceResource(BatchApiResource):
     """Loads the embedding model once per run and embeds batches.
 
     `device: auto` tries CUDA, then MPS, then CPU. `dtype: auto` with `backend: auto` starts
@@ -37,8 +37,9 @@ class InferenceResource(dg.ConfigurableResource):
     executor: str = Field(
         default="local",
         description="What embeds the plan: local (this process: torch or OpenVINO, as "
-        "measured), vllm (vLLM's engine in this process) or vllm-run-batch (vLLM's own "
-        "run-batch over the plan's OpenAI batch files, in a subprocess).",
+        "measured), vllm (vLLM's engine in this process), vllm-run-batch (vLLM's own "
+        "run-batch over the plan's OpenAI batch files, in a subprocess) or openai-batch (the "
+        "same files through an OpenAI-compatible Batch API at api_base).",
     )
     device: str = Field(default="auto", description="auto, cuda, cuda:N, mps or cpu.")
     dtype: str = Field(
@@ -93,7 +94,8 @@ class InferenceResource(dg.ConfigurableResource):
                 f"InferenceResource.executor must be one of {', '.join(executor_names(EMBED))}, "
                 f"got {self.executor!r}"
             )
-        problem = None if self.executor == "local" else settings_problem(self.device, self.dtype)
+        chosen = executor_class(EMBED, self.executor)
+        problem = chosen.settings_problem(self.device, self.dtype)
         if problem is not None:  # found now, before a run collects anything
             raise ValueError(f"InferenceResource.{problem[0]} with executor {self.executor}: "
                              f"{problem[1]}")  # fmt: skip
@@ -109,6 +111,7 @@ class InferenceResource(dg.ConfigurableResource):
                 self.calibration_cache or resolve_storage().home / CALIBRATION_FILE
             ),
         )
+        self.check_batch_api(self.executor)
         try:
             pick_backend(self.resolved_device(), self.backend)
             pick_dtype("cpu", self.dtype)
@@ -121,6 +124,7 @@ class InferenceResource(dg.ConfigurableResource):
             name=self.executor,
             device=self.device,
             dtype=self.dtype,
+            batch_api=self.batch_api(),
             spelled=lambda setting: f"InferenceResource.{setting}",
         )
 

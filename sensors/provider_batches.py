@@ -14,6 +14,7 @@ import hashlib
 import dagster as dg
 
 from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
+from batch_pipeline.names import generation_product
 from resources.generation import GenerationResource
 from resources.pipeline import PipelineResource
 
@@ -26,9 +27,15 @@ def _digest(batch_ids: tuple[str, ...]) -> str:
     return hashlib.sha1("+".join(batch_ids).encode()).hexdigest()[:16]
 
 
-def build_provider_batch_sensor(job, partition_keys: list[str]) -> dg.SensorDefinition:  # noqa: ANN001
-    """The sensor over `job` (the briefs' job), for the Dagster partitions `partition_keys`
-    (a batch a CLI run submitted for a whole sharded collection is the next CLI run's)."""
+def build_provider_batch_sensor(
+    job,  # noqa: ANN001
+    partition_keys: list[str],
+    products: set[str],
+) -> dg.SensorDefinition:
+    """The sensor over `job` (the briefs' job), for the batches of `products`' generations
+    over the Dagster partitions `partition_keys` (a batch a CLI run submitted for a whole
+    sharded collection is the next CLI run's; another product's batches, the next run of
+    that product's)."""
     known = set(partition_keys)
 
     @dg.sensor(
@@ -48,7 +55,7 @@ def build_provider_batch_sensor(job, partition_keys: list[str]) -> dg.SensorDefi
         waiting = [
             b
             for b in pipeline.product_env().tracking.uncollected_provider_batches()
-            if b.partition in known
+            if b.partition in known and generation_product(b.generation) in products
         ]
         if not waiting:
             return dg.SensorResult(skip_reason=dg.SkipReason("no provider batch in flight"))

@@ -63,12 +63,17 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             raise ConfigError(
                 f"{self.spelled('api_base')}: the {NAME} executor needs the Batch API's address"
             )
-        for setting, value in (("device", self.device), ("dtype", self.dtype)):
+        super().__post_init__()
+
+    @staticmethod
+    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
+        for setting, value in (("device", device), ("dtype", dtype)):
             if value != "auto":
-                raise ConfigError(
-                    f"{self.spelled(setting)}: {value!r} is the provider's to choose on the "
-                    f"{NAME} executor; leave it auto"
+                return (
+                    setting,
+                    f"{value!r} is the provider's to choose on the {NAME} executor; leave it auto",
                 )
+        return None
 
     @property
     def served_model(self) -> str | None:

@@ -19,7 +19,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     embedding_request_line,
@@ -131,11 +130,7 @@ class VllmEmbeddingExecutor(EmbeddingExecutor):
     chosen (before any stage runs)."""
 
     embedder: ClassVar[type[VllmEmbedder]] = VllmEmbedder
-
-    def __post_init__(self) -> None:
-        problem = settings_problem(self.device, self.dtype)
-        if problem is not None:
-            raise ConfigError(f"{self.spelled(problem[0])}: {problem[1]}")
+    settings_problem = staticmethod(settings_problem)
 
     def engine(self, load: Callable[[], Embedder]) -> Callable[[], Embedder]:
         return lambda: self.embedder(self.model, embed_engine_settings(self.device, self.dtype))

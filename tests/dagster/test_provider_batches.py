@@ -101,3 +101,50 @@ def test_the_step_submits_and_the_sensor_starts_the_run_that_lands_the_batch(wor
             assert one["started_at"] <= instance.get_run_record_by_id(second.run_id).start_time
         idle = tick(workspace, instance)
         assert "no provider batch in flight" in idle.skip_reason.skip_message
+
+
+def test_the_index_embeds_through_the_inference_resource_s_batch_api(workspace, batch_api):
+    """The collection's stage assets on the openai-batch embedding executor: the step
+    submits and returns, and lands nothing while the batch runs (no document fails); the
+    briefs' sensor leaves the index's batch alone; the next run collects it and lands every
+    document, sending nothing again."""
+    from resources.inference import InferenceResource
+
+    workspace["resources"]["inference"] = InferenceResource(
+        executor="openai-batch", api_base=batch_api.url, api_key_env=KEY_ENV
+    )
+    batch_api.hold = True
+    with dg.instance_for_test() as instance:
+        first = materialize(workspace, instance, STAGE_ASSETS)
+        assert first.success
+        executed = metadata_of(first, "chunk_embeddings")
+        assert executed["executor"] == "openai-batch" and executed["batches_pending"] == 1
+        landed = metadata_of(first, "vector_index")
+        assert landed["documents_landed"] == 0 and landed["documents_failed"] == 0
+        assert landed["documents_awaiting"] == 3
+        idle = tick(workspace, instance)  # the briefs' sensor: not its batch
+        assert "no provider batch in flight" in idle.skip_reason.skip_message
+
+        batch_api.hold, batch_api.polls_to_finish = False, 1
+        second = materialize(workspace, instance, STAGE_ASSETS)
+        assert second.success
+        assert metadata_of(second, "vector_index")["documents_landed"] == 3
+        assert len(batch_api.created) == 1  # collected, never sent again
+
+
+def test_a_batch_api_embedder_without_an_address_fails_at_load_naming_the_field(workspace):
+    from resources.inference import InferenceResource
+
+    @dg.asset
+    def needs_inference(inference: InferenceResource) -> None:
+        """Asks for the resource."""
+
+    for settings, field in (
+        ({"executor": "openai-batch"}, "api_base"),
+        ({"executor": "openai-batch", "api_base": "http://x/v1", "dtype": "float16"}, "dtype"),
+    ):
+        with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+            dg.materialize(
+                [needs_inference], resources={"inference": InferenceResource(**settings)}
+            )
+        assert f"InferenceResource.{field}" in str(raised.value.__cause__)

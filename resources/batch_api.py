@@ -1,0 +1,76 @@
+"""The Batch API's fields, shared by every resource whose executor may be `openai-batch`
+(the generation resource for chat models, the inference resource for embeddings): one place
+for where a provider's batches go, how long a step waits for them and what they cost."""
+
+import dagster as dg
+from pydantic import Field
+
+from batch_pipeline.config import ConfigError
+from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
+from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
+
+
+class BatchApiResource(dg.ConfigurableResource):
+    """A resource's Batch API fields (see the module docstring); a resource subclasses it."""
+
+    api_base: str | None = Field(
+        default=None,
+        description="openai-batch: the Batch API's base URL, a provider's "
+        "(https://api.openai.com/v1) or a self-hosted gateway's.",
+    )
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="openai-batch: the environment variable holding the API key (the key "
+        "itself is never configured, logged or recorded).",
+    )
+    api_model: str | None = Field(
+        default=None,
+        description="openai-batch: the provider's name of the model; unset, the configured "
+        "model's. A model other than the configured one is another generation.",
+    )
+    completion_window: str = Field(
+        default="24h",
+        description="openai-batch: the batches' completion window; it is also the run's "
+        "window in its measures.",
+    )
+    batch_wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="openai-batch: how long the step waits for its batches before it returns "
+        "with what finished; a later run collects the rest (for the briefs, the "
+        "provider-batch sensor starts it). 0: submit and return.",
+    )
+    price_per_million_input_tokens: float = Field(
+        default=0.0, ge=0, description="openai-batch: the provider's batch price of input tokens."
+    )
+    price_per_million_output_tokens: float = Field(
+        default=0.0, ge=0, description="openai-batch: the provider's batch price of output tokens."
+    )
+
+    def check_batch_api(self, executor: str) -> None:
+        """At setup: `openai-batch` needs `api_base`, and the window must read as one; a
+        ValueError naming the field otherwise."""
+        name = type(self).__name__
+        if executor == OPENAI_BATCH and self.api_base is None:
+            raise ValueError(
+                f"{name}.api_base: the {OPENAI_BATCH} executor needs the Batch API's base URL"
+            )
+        try:
+            window_seconds(self.completion_window)
+        except ConfigError as error:
+            raise ValueError(f"{name}.{error}") from None
+
+    def batch_api(self) -> BatchApiSettings | None:
+        """Where the openai-batch executor submits: None without api_base."""
+        if self.api_base is None:
+            return None
+        window_seconds(self.completion_window)  # a ConfigError naming the field
+        return BatchApiSettings(
+            api_base=self.api_base,
+            api_key_env=self.api_key_env,
+            model=self.api_model,
+            completion_window=self.completion_window,
+            wait_seconds=self.batch_wait_seconds,
+            price_per_million_input_tokens=self.price_per_million_input_tokens,
+            price_per_million_output_tokens=self.price_per_million_output_tokens,
+        )
