@@ -50,7 +50,7 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         and the promotion decision with its reason. Promotion is one atomic switch of the live
         pointer; readers keep using the old generation until then. A nightly run forces the
         review and drops the retired generations past retention, as every product's does."""
-        engine = index_partition(pipeline.product_env(), context.partition_key)
+        engine = index_partition(pipeline.product_env(), context.partition_key).product
         nightly = is_nightly(context.run.tags)
         review, dropped = review_after_run(VectorIndex(engine), inference.runner, nightly)
         for warning in review.warnings:

@@ -25,7 +25,8 @@ from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.health.freshness import partition_freshness, worst_lag
 from batch_pipeline.index.kind import index_partition
 from batch_pipeline.index.land import table_metadata
-from batch_pipeline.index.partition import IndexPartition, configured_generations
+from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import IndexProduct, configured_generations
 from batch_pipeline.stages import EXECUTE, LAND, PLAN, PREPARE, STAGES, Stage
 from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
 from batch_pipeline.state.vector_store import chunk_schema
@@ -66,12 +67,13 @@ def _land_report(landed: Landed) -> LandReport:
     """The table's lineage, freshness and completeness, the nightly upkeep, and the index's
     checks."""
     context, engine, summary = landed.context, landed.partition, landed.summary
+    product: IndexProduct = landed.product
     config = context.resources.pipeline.config
     run_id = context.run.run_id
     measures, report = landed.measures, summary.reconciled
     maintenance = {}
     if is_reconcile(context.run.tags):
-        maintenance = engine.nightly_maintenance(
+        maintenance = product.nightly_maintenance(
             timedelta(hours=config.maintenance.version_retention_hours), owner=run_id
         )
     table = table_metadata(engine.store, engine.index)
@@ -81,7 +83,7 @@ def _land_report(landed: Landed) -> LandReport:
     completeness = summary.completeness  # of the table as land left it
     backfill = engine.backfill_estimate(measures.partition_inputs)
     unread = engine.unread_excess(run_id, measures.attempted)
-    indexes = summary.index_health or engine.index_health(summary.indexes, (engine.index,))
+    indexes = summary.index_health or product.index_health(summary.indexes, (engine.index,))
     for problem in indexes.problems:
         context.log.warning(f"index not current: {problem}")
     for name, reason in (summary.indexes.built if summary.indexes else {}).items():
@@ -103,7 +105,7 @@ def _land_report(landed: Landed) -> LandReport:
         "run_id": run_id,
         "model": engine.model.name,
         "model_fingerprint": engine.fingerprint,
-        "generation_state": engine.record().state,
+        "generation_state": product.record().state,
     }
     checks = [
         dg.AssetCheckResult(
@@ -157,12 +159,13 @@ def _land_report(landed: Landed) -> LandReport:
     return LandReport(metadata, checks)
 
 
-def _opened(context: Context) -> tuple[IndexPartition, IndexPartition]:
-    # the index's partition is its own product here: its review is index_generation's
+def _opened(context: Context) -> tuple[IndexProduct, IndexPartition]:
+    """The partition's collection's index, and the partition (its review is
+    index_generation's)."""
     execution = context.resources.inference.execution()
     env = context.resources.pipeline.product_env(execution=execution)
     partition = index_partition(env, context.partition_key)
-    return partition, partition
+    return partition.product, partition
 
 
 INDEX_ASSETS = ProductAssets(

@@ -118,8 +118,8 @@ class Product(Protocol):
 
 
 class ProductFace:
-    """What every face reads off its engine alike: a product's face holds its engine (a
-    partition or a product object) and adds its kind, its report and its run groups."""
+    """What every face reads off its engine alike: a product's face holds its engine (its
+    product object) and adds its kind, its report and its run groups."""
 
     def __init__(self, engine) -> None:  # noqa: ANN001 - the product's own engine
         self.engine = engine

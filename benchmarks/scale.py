@@ -199,7 +199,7 @@ def run_size(documents: int) -> dict:
 
 def _pipeline(root: Path, workers: int | None = None):  # noqa: ANN202
     from batch_pipeline.config import parse_config
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.state.storage import resolve_storage
 
     config = parse_config(
@@ -211,7 +211,7 @@ def _pipeline(root: Path, workers: int | None = None):  # noqa: ANN202
         },
         base_dir=root,
     )
-    return IndexPartition(config, resolve_storage(str(root / "home")), "synthetic")
+    return open_partition(config, resolve_storage(str(root / "home")), "synthetic")
 
 
 def run_noop(root: Path) -> dict:

@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from batch_pipeline.config import ModelConfig, load_config  # noqa: E402
 from batch_pipeline.index.partition import IndexPartition  # noqa: E402
+from batch_pipeline.index.product import open_partition  # noqa: E402
 from batch_pipeline.inference.fake import FakeEmbedder  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
 from batch_pipeline.inference.openvino_model import EXPORT_CACHE_ENV  # noqa: E402
@@ -113,7 +114,7 @@ def make_pipeline(workspace):
     def make(config_path: Path | None = None, home: Path | None = None) -> IndexPartition:
         config = load_config(config_path or workspace["config"])
         storage = resolve_storage(str(home or workspace["home"]))
-        return IndexPartition(config, storage, config.collections[0].name)
+        return open_partition(config, storage, config.collections[0].name)
 
     return make
 

@@ -79,7 +79,7 @@ def cranfield(source: Path, out: Path) -> tuple[Path, Path]:
 def build(name: str, docs: Path, eval_path: Path, home: Path, extra: str = "") -> object:
     """The collection, built by the pipeline into `home`: its IndexPartition."""
     from batch_pipeline.config import load_config
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.state.storage import resolve_storage
 
     config = home.parent / f"{name}.yaml"
@@ -90,7 +90,7 @@ def build(name: str, docs: Path, eval_path: Path, home: Path, extra: str = "") -
         f"    evaluation: {{path: {eval_path}, k: 5}}\n{extra}"
     )
     loaded = load_config(config)
-    return IndexPartition(loaded, resolve_storage(str(home)), name)
+    return open_partition(loaded, resolve_storage(str(home)), name)
 
 
 def scores(pipeline, runner, also: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:  # noqa: ANN001
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = EmbeddingRunner(pipeline.model)
         began = time.perf_counter()
         pipeline.run("bench", runner)
-        pipeline.review(lambda model, runner=runner: runner)
+        pipeline.product.review(lambda model, runner=runner: runner)
         chunks = pipeline.store.count_rows(pipeline.index)
         seconds = time.perf_counter() - began
         print(f"{name}: built in {seconds:.0f} s ({chunks:,} chunks)", flush=True)

@@ -1,6 +1,6 @@
-"""The vector index, declared: one product per configured collection, named after it, built
-by `IndexPartition` on the embedding executor, complete after a full pass of every shard,
-scored by retrieval on the collection's evaluation set."""
+"""The vector index, declared: one product per configured collection, named after it
+(`IndexProduct`), built by its `IndexPartition`s on the embedding executor, complete after a
+full pass of every shard, scored by retrieval on the collection's evaluation set."""
 
 from typing import ClassVar
 
@@ -14,8 +14,9 @@ from batch_pipeline.declaration import (
     RunReport,
 )
 from batch_pipeline.index import NAME, report
-from batch_pipeline.index.lifecycle import FullPassRule, RetrievalScorer
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import IndexProduct, open_partition
+from batch_pipeline.index.review import FullPassRule, RetrievalScorer
 
 
 class VectorIndex(ProductFace):
@@ -25,7 +26,7 @@ class VectorIndex(ProductFace):
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: IndexPartition
+    engine: IndexProduct
 
     def run_json(self, run: RunReport) -> dict[str, object]:
         return report.run_json(run)
@@ -38,19 +39,6 @@ class VectorIndex(ProductFace):
         collection = self.engine.collection
         keys = [self.name] + (collection.partition_keys() if collection.shards > 1 else [])
         return [[key] for key in keys]
-
-    def partition(self, key: str) -> IndexPartition:
-        """One of the collection's partitions: itself, or one of its shards."""
-        engine = self.engine
-        return IndexPartition(
-            engine.config,
-            engine.storage,
-            key,
-            engine.tracking,
-            engine.store,
-            engine.s3_client,
-            engine.execution,
-        )
 
     def status(self) -> dict[str, object]:
         return report.collection_status(self.engine)
@@ -67,13 +55,17 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 def index_partition(env: ProductEnv, key: str) -> IndexPartition:
     """The vector index of one collection partition (the collection, or one of its shards):
     what reads a collection's documents for every product over them (`documents_for`)."""
-    return IndexPartition(
+    return open_partition(
         env.config, env.storage, key, env.tracking, env.store, env.s3_client, env.execution
     )
 
 
 def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
-    return VectorIndex(index_partition(env, target.name))
+    product = IndexProduct(
+        env.config, env.storage, target.name, env.tracking, env.store, env.s3_client,
+        env.execution,
+    )  # fmt: skip
+    return VectorIndex(product)
 
 
 INDEX = ProductKind(

@@ -1,56 +1,44 @@
-"""One partition's pipeline, stage by stage, in plain Python.
+"""One partition of a collection's vector index (the collection, or one of its shards), stage
+by stage, in plain Python.
 
-`IndexPartition` binds a partition (a collection, or one shard of it) to its configuration
-and storage, and runs the five stages (`batch_pipeline.stages`); the Dagster assets, the CLI
-and the tests all go through it. Each stage reads the previous stage's Parquet file and writes
-its own under `staging/<partition>/<run_id>/`. The generation the configuration builds is
-handled by `GenerationLifecycle`.
+`IndexPartition` binds a partition key to its product (`index.product.IndexProduct`: the
+collection's configuration, model, generation and stores) and runs the five stages
+(`batch_pipeline.stages`); the Dagster assets, the CLI and the tests all go through it. Each
+stage reads the previous stage's Parquet file and writes its own under
+`staging/<partition>/<run_id>/`.
 """
 
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from functools import cached_property, partial
+from typing import TYPE_CHECKING
 
-from batch_pipeline.config import CollectionConfig, ConfigError, PipelineConfig
-from batch_pipeline.declaration import feed_tables
-from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
-from batch_pipeline.generations.evaluation import index_model
-from batch_pipeline.generations.registry import GenerationRegistry
-from batch_pipeline.generations.review import (
-    EmbedderFor,
-    GenerationReview,
-    GenerationReviewer,
-    LiveGeneration,
-)
+from batch_pipeline.config import CollectionConfig, ConfigError
+from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.health.completeness import partition_completeness
-from batch_pipeline.index import NAME
 from batch_pipeline.index.land import (
     LandingContext,
     LandSummary,
     land_documents,
 )
-from batch_pipeline.index.lifecycle import GenerationLifecycle
 from batch_pipeline.index.prepare import PrepareSummary, prepare_chunks
-from batch_pipeline.inference.fingerprint import model_fingerprint
-from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
+from batch_pipeline.inference.models import load_tokenizer
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.measures.run import (
     DOCUMENTS,
     BackfillEstimate,
     backfill_estimate,
 )
-from batch_pipeline.names import generation_index
 from batch_pipeline.runs import (
     LandedRun,
+    ProductPartition,
     RunOutcome,
     RunRequest,
-    StagedPartition,
     StageFiles,
     StageOutput,
 )
-from batch_pipeline.sources import DocumentSource, PartitionFilter, S3ClientFactory, make_source
+from batch_pipeline.sources import DocumentSource, PartitionFilter
 from batch_pipeline.stages import COLLECT, PREPARE, STAGES, Stage
 from batch_pipeline.stages.collect import (
     CollectLimits,
@@ -60,59 +48,42 @@ from batch_pipeline.stages.collect import (
 )
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import StagePath, is_full_pass
-from batch_pipeline.state.storage import StorageLocations
-from batch_pipeline.state.table_indexes import IndexHealth, IndexUpkeep, TableIndexes
 from batch_pipeline.state.tracking import (
     UNLISTABLE,
     UNREAD_FAILURE_REASONS,
-    GenerationRecord,
-    TrackingStore,
 )
-from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.text.chunking import ChunkSettings
 
-
-def configured_generations(config: PipelineConfig) -> dict[str, str]:
-    """Each collection's generation under this configuration: the table it builds now."""
-    model = resolve_model(config.model)
-    return {
-        c.name: generation_index(c.name, model_fingerprint(model, c.chunking))
-        for c in config.collections
-    }
+if TYPE_CHECKING:
+    from batch_pipeline.index.product import IndexProduct
 
 
-class IndexPartition(StagedPartition):
+class IndexPartition(ProductPartition):
     """The vector index's engine for one partition: a collection, or one shard of it."""
 
     unit = DOCUMENTS
+    product: "IndexProduct"
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        storage: StorageLocations,
-        partition: str,
-        tracking: TrackingStore | None = None,
-        store: VectorStore | None = None,
-        s3_client: S3ClientFactory | None = None,
-        execution: ExecutorChoice | None = None,
-    ) -> None:
+    def __init__(self, product: "IndexProduct", partition: str) -> None:
+        super().__init__(product, partition)
         try:
-            self.collection: CollectionConfig
-            self.collection, self.shard = config.locate(partition)
+            collection, self.shard = product.config.locate(partition)
         except KeyError as error:
             raise ConfigError(str(error.args[0])) from None
-        self.partition = partition  # the collection's name, or one shard's ("<name>-s03")
-        self.config = config
-        self.storage = storage
-        self.tracking = tracking or TrackingStore(storage.tracking_url)
-        self.store = store or VectorStore(storage.lancedb_uri, storage.storage_options)
-        self.staging = storage.staging()
-        self.s3_client = s3_client
-        self.execution = execution or ExecutorChoice()  # which executor embeds, and on what
+        if collection.name != product.name:
+            raise ConfigError(f"partition {partition!r} is not one of collection {product.name!r}")
+        self.collection: CollectionConfig = collection
+        self.storage = product.storage
+        self.staging = product.staging
 
     @property
     def name(self) -> str:
         return self.collection.name
+
+    @property
+    def staging_key(self) -> str:
+        """The collections' own staging folders: `staging/<partition>/`."""
+        return self.partition
 
     def owns(self, doc_id: str) -> bool:
         """Whether a document belongs to this partition (always, unless it is one shard)."""
@@ -121,50 +92,14 @@ class IndexPartition(StagedPartition):
     def covered_partitions(self) -> list[str]:
         return self.collection.partition_keys() if self.shard is None else [self.partition]
 
-    @cached_property
-    def model(self) -> ResolvedModel:
-        return resolve_model(self.config.model)
-
     @property
     def executor(self) -> EmbeddingExecutor:
-        return embedding_executor(self.model, self.execution)
-
-    @cached_property
-    def fingerprint(self) -> str:
-        return model_fingerprint(self.model, self.collection.chunking, self.executor.served_model)
-
-    @cached_property
-    def lifecycle(self) -> GenerationLifecycle:
-        """The generation this configuration builds (see `GenerationLifecycle`)."""
-        return GenerationLifecycle(
-            self.collection,
-            self.config.generations,
-            self.config.model,
-            self.model,
-            self.fingerprint,
-            self.tracking,
-            self.store,
-            self.feed_tables,
-        )
-
-    def feed_tables(self, index: str, written: bool = False) -> list[str]:
-        """The tables other products' declared feeds keep beside the generation `index` (the
-        briefs' question rows): all of them, or those the configuration now writes
-        (`declaration.feed_tables`)."""
-        return feed_tables(self.config, NAME, self.collection.name, index, written)
+        return self.product.executor
 
     @property
-    def index(self) -> str:
-        """This configuration's generation: its LanceDB table and its key in the tracking store.
-
-        A change of model fingerprint starts a new generation beside the live one.
-        """
-        return self.lifecycle.index
-
-    @cached_property
     def collection_source(self) -> DocumentSource:
         """The whole collection's source (what the publish sensor watches)."""
-        return make_source(self.collection.source, self.s3_client)
+        return self.product.collection_source
 
     @cached_property
     def source(self) -> DocumentSource:
@@ -206,10 +141,6 @@ class IndexPartition(StagedPartition):
     @property
     def stages(self) -> tuple[Stage, ...]:
         return STAGES
-
-    @property
-    def staging_key(self) -> str:
-        return self.partition
 
     # ------------------------------------------------------------------- stages
 
@@ -326,14 +257,14 @@ class IndexPartition(StagedPartition):
             )
         )
         self.tracking.record_failures(self.index, summary.failures, run_id)
-        indexes = self.indexes()
+        indexes = self.product.indexes()
         if indexes is not None:  # under the lease: one upkeep at a time
             summary.indexes = indexes.keep_current()
         # as this land left them, before another lands (the question rows are landed,
         # and their indexes checked, by the briefs' question_rows under their own lease)
-        summary.index_health = self.index_health(summary.indexes, (self.index,))
+        summary.index_health = self.product.index_health(summary.indexes, (self.index,))
         # under the lease: concurrent shard runs update the same generation record
-        self.lifecycle.track(self.covered_partitions() if is_full_pass(collected) else ())
+        self.product.track(self.covered_partitions() if is_full_pass(collected) else ())
         summary.reconciled = reconcile_index(self.store, self.tracking, self.index)
         summary.completeness = partition_completeness(
             self.tracking,
@@ -343,30 +274,6 @@ class IndexPartition(StagedPartition):
         )
         run.outcome = self._outcome(run_id, summary)
         return summary
-
-    def indexes(self, index: str | None = None) -> TableIndexes | None:
-        """The ANN and full-text indexes of a table of this collection (the generation's
-        own by default), under its `index:` settings (`state.table_indexes`); None before
-        the table has landed."""
-        name = index or self.index
-        table = self.store.open(name)
-        if table is None:
-            return None
-        retention = timedelta(hours=self.config.maintenance.version_retention_hours)
-        return TableIndexes(table, name, self.collection.index, self.tracking, retention)
-
-    def index_health(
-        self, upkeep: IndexUpkeep | None = None, tables: tuple[str, ...] | None = None
-    ) -> IndexHealth:
-        """The indexes of `tables` (the generation's table and its feeds' tables beside it
-        unless given), with what `upkeep` (a land's, of the generation's table) failed to
-        build."""
-        states = {}
-        for name in tables or (self.index, *self.feed_tables(self.index)):
-            indexes = self.indexes(name)
-            if indexes is not None:
-                states[name] = indexes.states()
-        return IndexHealth(states, dict(upkeep.failed) if upkeep is not None else {})
 
     def unread_excess(self, run_id: str, attempted: int) -> str | None:
         """Why a landed run read too little of its source to count as a success, or None:
@@ -447,44 +354,6 @@ class IndexPartition(StagedPartition):
         if inputs is None:
             inputs = self.landed_totals()[1]
         return backfill_estimate(self.recent_measures(), inputs, self.config)
-
-    # -------------------------------------------------------------- generations
-
-    @property
-    def reviewer(self) -> GenerationReviewer:
-        """The shared review of this configuration's generation."""
-        return self.lifecycle.reviewer
-
-    @property
-    def generations(self) -> GenerationRegistry:
-        return self.lifecycle.registry
-
-    def record(self) -> GenerationRecord:
-        """This configuration's generation record (registered on first use)."""
-        return self.lifecycle.record()
-
-    def live(self) -> LiveGeneration:
-        """The live generation's table and record (what every reader uses)."""
-        return self.lifecycle.live()
-
-    @staticmethod
-    def model_for(record: GenerationRecord) -> ResolvedModel:
-        """The model a generation was built with."""
-        return index_model(record)
-
-    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        """Score this generation on the evaluation set and promote it if the gate allows:
-        on every call with `force` or `generations.review: every_run`, otherwise only when
-        something it depends on changed since the last review (so a no-op run loads no
-        model)."""
-        return self.lifecycle.review(embedder_for, force=force)
-
-    def nightly_maintenance(self, version_retention: timedelta, owner: str) -> dict[str, int]:
-        """Compact the table and clean up versions older than `version_retention`. (Retired
-        generations past retention are dropped by the nightly review, as every product's
-        are: `declaration.review_after_run`.)"""
-        with self.tracking.landing_lease(self.index, owner=owner):
-            return self.store.maintain(self.index, version_retention)
 
     # -------------------------------------------------------------------- a run
 

@@ -5,7 +5,7 @@ from batch_pipeline.declaration import RunReport
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.health.freshness import partition_freshness, utc_time
 from batch_pipeline.health.tables import damage_report
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import IndexProduct
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import BackfillEstimate
 from batch_pipeline.reports.text import doctor_line, table_lines, table_summary
@@ -26,41 +26,42 @@ from batch_pipeline.state.vector_store import missing_data_file
 KIND = "vector_index"
 
 
-def collection_status(pipeline: IndexPartition) -> dict[str, object]:
+def collection_status(product: IndexProduct) -> dict[str, object]:
     """Rows, documents, last run and landing time, model, stale source documents and lag.
 
     Stale means changed at the source (new, edited or deleted) but not yet landed; found by
     listing the source and reading only what looks changed, as the collect stage does. Lag is
     the age of the oldest source change not yet landed, as the sensor and collect recorded it.
     """
-    stats = pipeline.store.stats(pipeline.index)
-    last = pipeline.tracking.last_run(pipeline.index)
+    whole = product.partition(product.name)  # every shard: the collection's own partition
+    stats = product.store.stats(product.index)
+    last = product.tracking.last_run(product.index)
     summary = CollectSummary()
     source_error = None
     try:
-        landed = LandedDocuments(pipeline.tracking, pipeline.index)
-        failures = pipeline.tracking.failures_by_doc(pipeline.index)
-        limits = pipeline.collect_limits()
+        landed = LandedDocuments(product.tracking, product.index)
+        failures = product.tracking.failures_by_doc(product.index)
+        limits = whole.collect_limits()
         for _ in classify_documents(
-            pipeline.source, landed, pipeline.fingerprint, summary, None, failures, limits
+            whole.source, landed, product.fingerprint, summary, None, failures, limits
         ):
             pass
     except SourceUnavailableError as error:
         source_error = str(error)
-    report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+    report = reconcile_index(product.store, product.tracking, product.index)
     # what the table lacks or holds wrongly is stale too, whatever tracking remembers
     missing = len(report.only_in_tracking) + len(report.chunk_mismatch)
     stale = sum(summary.counts.get(s, 0) for s in (NEW, CHANGED, DELETED)) + missing
-    live = pipeline.generations.live(pipeline.name)
-    generation = pipeline.generations.get(pipeline.name, pipeline.fingerprint)
-    backfill = pipeline.backfill_estimate()
+    live = product.registry.live(product.name)
+    generation = product.registry.get(product.name, product.fingerprint)
+    backfill = whole.backfill_estimate()
     counted = last["counts"] if last else {}
     return {
-        "product": pipeline.name,
+        "product": product.name,
         "kind": KIND,
-        "collection": pipeline.name,
+        "collection": product.name,
         "live_table": live.index_name if live else None,
-        "generation": pipeline.index,
+        "generation": product.index,
         "generation_state": generation.state if generation else "not built",
         "rows": stats.rows if stats else 0,
         "documents": stats.documents if stats else 0,
@@ -69,17 +70,17 @@ def collection_status(pipeline: IndexPartition) -> dict[str, object]:
         "last_run_chunks_embedded": counted.get("chunks_embedded") if last else None,
         "last_run_chunks_resumed": counted.get("chunks_resumed", 0) if last else None,
         "newest_embedded_at": stats.newest_embedded_at if stats else None,
-        "model": pipeline.model.name,
-        "model_fingerprint": pipeline.fingerprint,
+        "model": product.model.name,
+        "model_fingerprint": product.fingerprint,
         "models_in_index": stats.models if stats else [],
         "stale_documents": None if source_error else stale,
-        "failing_documents": pipeline.tracking.failure_count(pipeline.index),
+        "failing_documents": product.tracking.failure_count(product.index),
         "index_mismatch": missing + len(report.only_in_index),
-        **partition_freshness(pipeline.tracking, pipeline.index, also_pending=summary.changes),
+        **partition_freshness(product.tracking, product.index, also_pending=summary.changes),
         **partition_completeness(
-            pipeline.tracking,
-            pipeline.index,
-            pipeline.config.limits.quarantine_after_failures,
+            product.tracking,
+            product.index,
+            product.config.limits.quarantine_after_failures,
             report,
         ),
         **_backfill(backfill),
@@ -95,24 +96,24 @@ def _backfill(estimate: BackfillEstimate | None) -> dict[str, object]:
     return {**estimate.metadata(), "window_seconds": estimate.window_seconds}
 
 
-def source_problem(pipeline: IndexPartition) -> str | None:
+def source_problem(product: IndexProduct) -> str | None:
     """Why the collection's source cannot be listed, or None if it can (reads one entry)."""
     try:
-        pipeline.source.check()
-        next(iter(pipeline.source.list_entries()), None)
+        product.collection_source.check()
+        next(iter(product.collection_source.list_entries()), None)
     except SourceUnavailableError as error:
         return str(error)
     return None
 
 
-def damaged_table_health(pipeline: IndexPartition, missing: str) -> dict[str, object]:
+def damaged_table_health(product: IndexProduct, missing: str) -> dict[str, object]:
     """What `doctor` reports of a table whose data files are gone: which, the newest whole
     version, and the remedy (nothing else can be read of it)."""
-    damage = damage_report(pipeline.store, pipeline.index, pipeline.name, missing)
+    damage = damage_report(product.store, product.index, product.name, missing)
     return {
-        "product": pipeline.name,
+        "product": product.name,
         "kind": KIND,
-        "collection": pipeline.name,
+        "collection": product.name,
         "source_error": None,
         "table_damaged": damage["table_damaged"],
         "newest_whole_version": damage["newest_whole_version"],
@@ -121,32 +122,32 @@ def damaged_table_health(pipeline: IndexPartition, missing: str) -> dict[str, ob
     }
 
 
-def collection_health(pipeline: IndexPartition) -> dict[str, object]:
+def collection_health(product: IndexProduct) -> dict[str, object]:
     """What `batch-pipeline doctor` reports: completeness, reconciliation and table health."""
     try:  # the reconcile reads every row: a lost data file shows here, with no scan of its own
-        report = reconcile_index(pipeline.store, pipeline.tracking, pipeline.index)
+        report = reconcile_index(product.store, product.tracking, product.index)
     except (RuntimeError, OSError) as error:
         missing = missing_data_file(error)
         if missing is None:
             raise
-        return damaged_table_health(pipeline, missing)
-    limits = pipeline.config.limits
+        return damaged_table_health(product, missing)
+    limits = product.config.limits
     completeness = partition_completeness(
-        pipeline.tracking, pipeline.index, limits.quarantine_after_failures, report
+        product.tracking, product.index, limits.quarantine_after_failures, report
     )
-    source_error = source_problem(pipeline)
+    source_error = source_problem(product)
     health = {
-        "product": pipeline.name,
+        "product": product.name,
         "kind": KIND,
-        "collection": pipeline.name,
+        "collection": product.name,
         "source_error": source_error,
         **completeness,
         "reconciled": report.ok,
         **report.metadata(),
-        **pipeline.store.table_health(pipeline.index),
+        **product.store.table_health(product.index),
     }
     problems = [f"source unavailable: {source_error}"] if source_error else []
-    failing = pipeline.tracking.failures_by_doc(pipeline.index)
+    failing = product.tracking.failures_by_doc(product.index)
     health["failing_documents"] = len(failing)
     problems += [
         f"{f['message']} (until it can be listed; fix its permissions or the disk)"
@@ -173,8 +174,8 @@ def collection_health(pipeline: IndexPartition) -> dict[str, object]:
             f"{len(report.only_in_index)} only in the index, "
             f"{len(report.only_in_tracking)} only in tracking"
         )
-    if pipeline.store.has_table(pipeline.index):
-        indexes = pipeline.index_health()
+    if product.store.has_table(product.index):
+        indexes = product.index_health()
         health["indexes"] = indexes.metadata()
         problems += [
             f"index {problem} (the next land builds it; `run` lands now)"

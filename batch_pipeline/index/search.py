@@ -8,7 +8,7 @@ from pathlib import Path
 
 from batch_pipeline.config import load_config
 from batch_pipeline.generations.review import NoLiveGenerationError
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import IndexProduct
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
@@ -119,7 +119,7 @@ def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
 MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
-def _feed_tables(pipeline: IndexPartition, index: str) -> list:
+def _feed_tables(pipeline: IndexProduct, index: str) -> list:
     """The tables other products' feeds write beside the live index (the briefs' question
     rows, `briefs.index_questions`), searched with its chunks."""
     tables = (pipeline.store.open(name) for name in pipeline.feed_tables(index, written=True))
@@ -128,17 +128,17 @@ def _feed_tables(pipeline: IndexPartition, index: str) -> list:
 
 def open_collection(
     name: str, config_path: str | Path | None = None, home: str | Path | None = None
-) -> IndexPartition:
+) -> IndexProduct:
     """A collection to search, as a reader's service opens it: by its name in the
     configuration (`BATCH_PIPELINE_CONFIG` or `pipeline.yaml` by default) over the pipeline's
     home (`BATCH_PIPELINE_HOME` or `.batch_pipeline`). Open it once and search it often: the
     embedding model is loaded by the first vector or hybrid search."""
     config = load_config(config_path)
-    return IndexPartition(config, resolve_storage(str(home) if home else None), name)
+    return IndexProduct(config, resolve_storage(str(home) if home else None), name)
 
 
 def search(
-    pipeline: IndexPartition,
+    pipeline: IndexProduct,
     query: str,
     k: int = 5,
     runner: Embedder | None = None,

@@ -12,6 +12,7 @@ from batch_pipeline.briefs import prepare, questions
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.index.search import search
 from batch_pipeline.inference.fake import FakeEmbedder, FakeGenerator
 from batch_pipeline.names import question_index
@@ -56,7 +57,7 @@ class Pipelines:
         )  # fmt: skip
 
     def documents(self, key: str) -> IndexPartition:
-        return IndexPartition(self.config, self.storage, key, self.tracking, self.store)
+        return open_partition(self.config, self.storage, key, self.tracking, self.store)
 
     def embedder_for(self, model) -> FakeEmbedder:  # noqa: ANN001
         self.embedders.append(FakeEmbedder(model))
@@ -67,7 +68,7 @@ class Pipelines:
 
     def nightly(self, run_id: str):  # noqa: ANN201 - what the embedding job runs, in order
         self.index.run(run_id, lambda: FakeEmbedder(self.index.model))
-        self.index.review(self.embedder_for)
+        self.index.product.review(self.embedder_for)
         self.briefs.partition("handbook").run(run_id, lambda: self.generator)
         self.briefs.review(self.embedder_for)
         return self.briefs.land_questions(self.embedder_for, run_id)
@@ -100,7 +101,9 @@ def test_questions_land_beside_the_live_index_tied_to_their_document(ws):
         "mrr_at_3_with_questions", "evaluation_queries",
     }  # fmt: skip
     asked = rows[0]["text"]
-    hits = search(pipes.index, asked, k=3, runner=FakeEmbedder(pipes.index.model), mode="vector")
+    hits = search(
+        pipes.index.product, asked, k=3, runner=FakeEmbedder(pipes.index.model), mode="vector"
+    )
     assert (hits[0].doc_id, hits[0].chunk_id, hits[0].section) == (
         rows[0]["doc_id"], rows[0]["chunk_id"], "question",
     )  # fmt: skip
@@ -178,7 +181,7 @@ def test_a_where_on_a_field_declared_after_the_questions_landed_searches_the_chu
     assert pipes.nightly("run-2").metadata()["questions_embedded"] == 0
     assert "product" not in pipes.store.open(question_index(pipes.index.index)).schema.names
 
-    hits = search(pipes.index, "refunds", k=3, runner=FakeEmbedder(pipes.index.model),
+    hits = search(pipes.index.product, "refunds", k=3, runner=FakeEmbedder(pipes.index.model),
                   where="product = 'billing'")  # fmt: skip
     assert hits and {(h.doc_id, h.metadata["product"]) for h in hits} == {("refunds.md", "billing")}
     assert all(h.section != "question" for h in hits)
@@ -192,7 +195,7 @@ def test_a_question_land_waits_for_another_run_s_lease_on_its_table(ws):
 
     pipes = Pipelines(ws)
     pipes.index.run("run-1", lambda: FakeEmbedder(pipes.index.model))
-    pipes.index.review(pipes.embedder_for)
+    pipes.index.product.review(pipes.embedder_for)
     pipes.briefs.partition("handbook").run("run-1", lambda: pipes.generator)
     pipes.briefs.review(pipes.embedder_for)
     table = question_index(pipes.index.index)

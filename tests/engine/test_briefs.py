@@ -12,7 +12,7 @@ from batch_pipeline import cli
 from batch_pipeline.briefs import kind
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
@@ -35,7 +35,7 @@ def product_args(ws, generator=None) -> tuple:  # noqa: ANN001
     storage = resolve_storage(str(ws["home"]))
     tracking = TrackingStore(storage.tracking_url)
     store = VectorStore(storage.lancedb_uri)
-    documents = lambda key: IndexPartition(config, storage, key, tracking, store)  # noqa: E731
+    documents = lambda key: open_partition(config, storage, key, tracking, store)  # noqa: E731
     return (
         config,
         storage,

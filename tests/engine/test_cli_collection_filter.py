@@ -7,7 +7,7 @@ import pytest
 
 from batch_pipeline import cli
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import write_corpus
 
@@ -33,7 +33,7 @@ def two_collections(tmp_path, fake_embedder):
     config = load_config(config_path)
     storage = resolve_storage(str(tmp_path / "home"))
     for partition in config.partition_keys():
-        IndexPartition(config, storage, partition).run(f"run-{partition}", fake_embedder)
+        open_partition(config, storage, partition).run(f"run-{partition}", fake_embedder)
     return ["--config", str(config_path), "--home", str(tmp_path / "home")]
 
 

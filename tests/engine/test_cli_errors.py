@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from batch_pipeline import cli
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.state.storage import resolve_storage
 
 COMMANDS = [
@@ -75,7 +75,7 @@ def test_doctor_reports_an_unreachable_s3_source(tmp_path, capsys, monkeypatch):
 def _built(workspace, fake_embedder) -> list[str]:
     config = load_config(workspace["config"])
     storage = resolve_storage(str(workspace["home"]))
-    IndexPartition(config, storage, "handbook").run("run-1", fake_embedder)
+    open_partition(config, storage, "handbook").run("run-1", fake_embedder)
     return ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
 
 

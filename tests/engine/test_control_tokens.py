@@ -6,7 +6,7 @@ from pathlib import Path
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.state.staging import read_table
 from batch_pipeline.state.storage import resolve_storage
@@ -29,7 +29,7 @@ def test_a_page_s_control_tokens_are_broken_and_counted_on_its_brief(tmp_path):
     config = load_config(tmp_path / "pipeline.yaml")
     storage = resolve_storage(str(tmp_path / "home"))
     tracking, store = TrackingStore(storage.tracking_url), VectorStore(storage.lancedb_uri)
-    documents = lambda key: IndexPartition(config, storage, key, tracking, store)  # noqa: E731
+    documents = lambda key: open_partition(config, storage, key, tracking, store)  # noqa: E731
     product = BriefProduct(config, storage, "handbook", FakeGenerator(), documents, None,
                            tracking, store)  # fmt: skip
     partition = product.partition("handbook")

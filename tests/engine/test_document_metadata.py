@@ -71,20 +71,22 @@ def test_search_filters_on_declared_fields_and_shows_metadata(workspace, make_pi
     with_fields(workspace["config"])
     pipeline = make_pipeline()
     pipeline.run("run-1", runner)
-    hits = search(pipeline, "refund", k=5, runner=runner, where="product = 'billing'")
+    hits = search(pipeline.product, "refund", k=5, runner=runner, where="product = 'billing'")
     assert hits and {h.doc_id for h in hits} == {"refunds.md"}
     assert hits[0].metadata["product"] == "billing"
     assert hits[0].metadata["url"] == "https://example.com/refunds"
-    both = search(pipeline, "refund", runner=runner, where="priority >= 2 AND public = true")
+    both = search(
+        pipeline.product, "refund", runner=runner, where="priority >= 2 AND public = true"
+    )
     assert {h.doc_id for h in both} == {"refunds.md"}
-    assert search(pipeline, "refund", runner=runner, where="product = 'accounts'") == []
+    assert search(pipeline.product, "refund", runner=runner, where="product = 'accounts'") == []
     # hostile values are escaped literals: they match nothing and break nothing
     for value in ("x' OR '1'='1", "billing'; DROP TABLE x; --", "a\\\\' OR 1=1"):
         literal = "'" + value.replace("'", "''") + "'"
-        assert search(pipeline, "refund", runner=runner, where=f"product = {literal}") == []
+        assert search(pipeline.product, "refund", runner=runner, where=f"product = {literal}") == []
     for bad in ("vector = 'x'", "product = 1", "product = 'a' OR priority = 1", "1 = 1"):
         with pytest.raises(WhereError):
-            search(pipeline, "refund", runner=runner, where=bad)
+            search(pipeline.product, "refund", runner=runner, where=bad)
     assert pipeline.store.count_rows(pipeline.index) > 0  # nothing was dropped
 
 
@@ -117,7 +119,7 @@ def test_declaring_a_field_later_fills_it_on_the_next_full_run_without_embedding
 def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing(
     sql_url, tmp_path, runner
 ):
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.state.storage import resolve_storage
 
     name = f"articles_{uuid.uuid4().hex[:10]}"
@@ -151,7 +153,7 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
 """
         )
         storage = resolve_storage(str(tmp_path / "home"))
-        pipeline = IndexPartition(load_config(config), storage, "articles")
+        pipeline = open_partition(load_config(config), storage, "articles")
         pipeline.run("run-1", runner)
         (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
         assert row["product"] == "billing" and json.loads(row["metadata"]) == {"language": "en"}
@@ -159,13 +161,13 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
             conn.execute(
                 table.update().values(product="accounts", updated_at=now + timedelta(seconds=5))
             )
-        pipeline = IndexPartition(load_config(config), storage, "articles")
+        pipeline = open_partition(load_config(config), storage, "articles")
         out = pipeline.run("run-2", runner)
         assert out["execute"].stats.inputs == 0
         (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
         assert row["product"] == "accounts" and row["run_id"] == "run-1"
         config.write_text(config.read_text().replace("[product, language]", "[product, lang]"))
-        broken = IndexPartition(load_config(config), storage, "articles")
+        broken = open_partition(load_config(config), storage, "articles")
         with pytest.raises(Exception, match="source.metadata_columns: .* has no column 'lang'"):
             broken.collect("run-3")
     finally:
@@ -174,7 +176,7 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
 
 
 def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, runner):
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.state.storage import resolve_storage
 
     client, bucket = s3_bucket
@@ -192,7 +194,7 @@ def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, r
     source: {{kind: s3, bucket: {bucket}, prefix: kb/, endpoint_url: '{moto_server}'}}
 """
     )
-    pipeline = IndexPartition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
+    pipeline = open_partition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
     pipeline.run("run-1", runner)
     (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()
     assert row["product"] == "billing" and json.loads(row["metadata"]) == {"owner": "finance"}
@@ -205,7 +207,7 @@ def test_s3_object_metadata_reaches_the_rows(s3_bucket, moto_server, tmp_path, r
         Metadata={"product": "accounts", "owner": "finance"},
         MetadataDirective="REPLACE",
     )
-    pipeline = IndexPartition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
+    pipeline = open_partition(load_config(config), resolve_storage(str(tmp_path / "h")), "kb")
     out = pipeline.run("run-2", runner)
     assert out["execute"].stats.inputs == 0
     (row,) = pipeline.store.open(pipeline.index).to_arrow().to_pylist()

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from batch_pipeline.config import load_config
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.runs import RunRequest
 from batch_pipeline.state.storage import resolve_storage
 
@@ -108,7 +109,7 @@ def hostile_sql(tmp_path):
 
 def test_hostile_doc_ids_are_escaped_everywhere(hostile_sql, runner, tmp_path):
     config, engine, table = hostile_sql
-    pipeline = IndexPartition(load_config(config), resolve_storage(str(tmp_path / "h")), "cms")
+    pipeline = open_partition(load_config(config), resolve_storage(str(tmp_path / "h")), "cms")
     pipeline.run("run-1", runner)
     assert doc_ids(pipeline) == {*HOSTILE, "plain"}
     assert reasons(pipeline) == {"nul\x00id": "invalid_doc_id"}
@@ -161,7 +162,7 @@ def test_an_unreadable_folder_is_unseen_not_deleted(
     (failure,) = pipeline.tracking.list_failures(pipeline.index)
     assert (failure["doc_id"], failure["reason"]) == ("private/", "unlistable")
     assert "cannot list private/: Permission denied" in failure["message"]
-    assert not pipeline.record().complete
+    assert not pipeline.product.record().complete
     args = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
     assert cli.main([*args, "doctor"]) == 1
     assert "cannot list private/: Permission denied" in capsys.readouterr().out
@@ -181,7 +182,7 @@ def test_an_unreadable_folder_is_unseen_not_deleted(
     pipeline.run("run-4", fake_embedder)
     assert pipeline.tracking.list_failures(pipeline.index) == []
     assert "private/salaries.md" in doc_ids(pipeline)
-    assert pipeline.record().complete
+    assert pipeline.product.record().complete
 
 
 def test_a_transient_read_error_is_retried_and_never_quarantines(
@@ -216,7 +217,7 @@ def test_a_transient_read_error_is_retried_and_never_quarantines(
     def pipeline() -> IndexPartition:
         storage = resolve_storage(str(tmp_path / "home"))
         flaky = FlakyClient()
-        return IndexPartition(load_config(config), storage, "kb", s3_client=lambda _: flaky)
+        return open_partition(load_config(config), storage, "kb", s3_client=lambda _: flaky)
 
     for attempt in range(1, 5):  # past quarantine_after_failures (3)
         out = pipeline().run(f"run-{attempt}", fake_embedder)
@@ -353,7 +354,7 @@ def test_a_lost_data_file_is_found_repaired_and_reads_fail_in_one_line(
     assert pipeline.store.damage(pipeline.index) is not None
     assert cli.main([*args, "repair", "--collection", "handbook", "--yes"]) == 0
     assert pipeline.store.damage(pipeline.index) is None
-    assert pipeline.generations.audit_log("handbook")[-1].action == "repair"
+    assert pipeline.product.registry.audit_log("handbook")[-1].action == "repair"
     make_pipeline().run("run-3", fake_embedder)
     assert {"late.md", "notes.txt", "refunds.md"} <= doc_ids(pipeline)
     assert cli.main([*args, "doctor"]) == 0
@@ -374,7 +375,7 @@ def test_an_object_replaced_between_listing_and_reading_lands_under_its_own_vers
         f"    source: {{kind: s3, bucket: {bucket}, prefix: kb/, endpoint_url: '{moto_server}'}}\n"
     )
     storage = resolve_storage(str(tmp_path / "home"))
-    pipeline = IndexPartition(load_config(config), storage, "kb")
+    pipeline = open_partition(load_config(config), storage, "kb")
     listed = list(pipeline.source.list_entries())  # what the listing says: the first version
     client.put_object(Bucket=bucket, Key="kb/a.md", Body=b"# A\n\nThe second text.\n")
     monkeypatch.setattr(S3Source, "list_entries", lambda self: iter(listed))  # FAKE: stale

@@ -207,7 +207,7 @@ def test_a_declared_feed_into_the_index_is_resolved_by_the_frame(tmp_path, monke
     import pyarrow as pa
 
     from batch_pipeline.declaration import Feed, feed_tables
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from tests.lengths import kind as lengths_kind
 
     writes = {"on": True}
@@ -219,16 +219,16 @@ def test_a_declared_feed_into_the_index_is_resolved_by_the_frame(tmp_path, monke
     config = load_config(tmp_path / "pipeline.yaml")
     storage = resolve_storage(str(tmp_path / "home"))
     store = VectorStore(storage.lancedb_uri)
-    index = IndexPartition(config, storage, "handbook", TrackingStore(storage.tracking_url), store)
+    index = open_partition(config, storage, "handbook", TrackingStore(storage.tracking_url), store)
     beside = index.index.replace("handbook__", "handbook_sizes__")
     questions = index.index.replace("handbook__", "handbook_questions__")  # the briefs' feed
-    assert index.feed_tables(index.index) == [questions, beside]
-    assert index.feed_tables(index.index, written=True) == [beside]  # the briefs are off
+    assert index.product.feed_tables(index.index) == [questions, beside]
+    assert index.product.feed_tables(index.index, written=True) == [beside]  # the briefs are off
     writes["on"] = False  # read only while written; dropped and checked always
-    assert index.feed_tables(index.index, written=True) == []
+    assert index.product.feed_tables(index.index, written=True) == []
     assert feed_tables(config, "tickets", "handbook", index.index) == []  # it feeds the index
     store.create_table(beside, pa.schema([("doc_id", pa.string())]))
-    index.lifecycle.drop_tables(index.index)
+    index.product.drop_tables(index.index)
     assert not store.has_table(beside)
 
 

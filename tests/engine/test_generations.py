@@ -15,6 +15,7 @@ from batch_pipeline.generations.run_history import (
     restore_before_run,
 )
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.index.search import search
 from batch_pipeline.inference.fake import FakeEmbedder
 from batch_pipeline.inference.runner import EmbeddingRunner
@@ -43,7 +44,7 @@ def configure(workspace, extra_collection: str = "", extra: str = "", tolerance:
 
 def pipeline_for(workspace) -> IndexPartition:
     config = load_config(workspace["config"])
-    return IndexPartition(config, resolve_storage(str(workspace["home"])), "handbook")
+    return open_partition(config, resolve_storage(str(workspace["home"])), "handbook")
 
 
 def ids(hits):
@@ -61,8 +62,8 @@ def test_a_new_generation_builds_beside_live_and_is_promoted_only_when_complete(
     configure(workspace, tolerance=1.0)
     first = pipeline_for(workspace)
     first.run("run-1", runner)
-    assert first.generations.live("handbook").index_name == first.index
-    hits_before = ids(search(first, "reset my password", 3, runner))
+    assert first.product.registry.live("handbook").index_name == first.index
+    hits_before = ids(search(first.product, "reset my password", 3, runner))
 
     configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
     second = pipeline_for(workspace)
@@ -70,30 +71,33 @@ def test_a_new_generation_builds_beside_live_and_is_promoted_only_when_complete(
     second.run(
         "run-2", lambda: runner_for(runner)(second.model), doc_ids=["refunds.md"]
     )  # partial: building
-    review = second.review(runner_for(runner))
+    review = second.product.review(runner_for(runner))
     assert review.decision == "refused" and "not complete" in review.reason
-    assert second.record().state == "building"
+    assert second.product.record().state == "building"
     # readers still get the old generation, untouched
-    assert second.live().index == first.index
-    assert ids(search(second, "reset my password", 3, runner)) == hits_before
+    assert second.product.live().index == first.index
+    assert ids(search(second.product, "reset my password", 3, runner)) == hits_before
     assert second.store.open(first.index).count_rows() == first.store.open(first.index).count_rows()
 
     second.run("run-3", lambda: runner_for(runner)(second.model))  # the backfill: a full pass
-    review = second.review(runner_for(runner))
+    review = second.product.review(runner_for(runner))
     assert review.decision == "promoted", review
     assert set(review.scores) == {"candidate", "live"}
-    assert second.generations.live("handbook").index_name == second.index
-    assert second.live().index == second.index
-    assert search(second, "reset my password", 3, runner)[0].doc_id == "account/reset-password.md"
-    states = {g.index_name: g.state for g in second.generations.list_all("handbook")}
+    assert second.product.registry.live("handbook").index_name == second.index
+    assert second.product.live().index == second.index
+    assert (
+        search(second.product, "reset my password", 3, runner)[0].doc_id
+        == "account/reset-password.md"
+    )
+    states = {g.index_name: g.state for g in second.product.registry.list_all("handbook")}
     assert states == {first.index: "retired", second.index: "live"}
 
     # rollback brings the previous live generation back, audited
-    moved = second.generations.rollback("handbook", actor="alice")
+    moved = second.product.registry.rollback("handbook", actor="alice")
     assert moved == LiveSwitch(previous=second.index, live=first.index, action="rollback")
-    assert second.live().index == first.index
-    assert ids(search(second, "reset my password", 3, runner)) == hits_before
-    log = second.generations.audit_log("handbook")
+    assert second.product.live().index == first.index
+    assert ids(search(second.product, "reset my password", 3, runner)) == hits_before
+    log = second.product.registry.audit_log("handbook")
     assert [(e.action, e.from_index, e.to_index) for e in log] == [
         ("promote", None, first.index),
         ("promote", first.index, second.index),
@@ -109,14 +113,14 @@ def test_a_worse_candidate_is_refused(workspace, runner):
     configure(workspace, extra="model: {max_seq_length: 6}\n")  # truncates every input
     worse = pipeline_for(workspace)
     worse.run("run-2", lambda: runner_for(runner)(worse.model))
-    review = worse.review(runner_for(runner))
+    review = worse.product.review(runner_for(runner))
     assert review.decision == "refused"
     assert "worse than live" in review.reason
     assert review.scores["candidate"]["mrr_at_3"] < review.scores["live"]["mrr_at_3"]
-    assert worse.generations.live("handbook").index_name == first.index
-    assert worse.record().state == "candidate"
+    assert worse.product.registry.live("handbook").index_name == first.index
+    assert worse.product.record().state == "candidate"
     with pytest.raises(GenerationError, match="already live"):
-        worse.generations.promote("handbook", first.fingerprint, "again")
+        worse.product.registry.promote("handbook", first.fingerprint, "again")
 
 
 def test_without_an_evaluation_set_completeness_alone_promotes_with_a_warning(workspace, runner):
@@ -130,7 +134,7 @@ def test_without_an_evaluation_set_completeness_alone_promotes_with_a_warning(wo
     )
     second = pipeline_for(workspace)
     second.run("run-2", lambda: runner_for(runner)(second.model))
-    review = second.review(runner_for(runner))
+    review = second.product.review(runner_for(runner))
     assert review.decision == "promoted" and "completeness alone" in review.reason
     assert review.warnings == ("no evaluation set is configured, so no scores were compared",)
     assert review.metadata()["warnings"] == list(review.warnings)
@@ -146,7 +150,7 @@ def test_invalidate_run_reembeds_exactly_that_runs_rows(make_pipeline, fake_embe
     by_run2 = {r["chunk_id"] for r in rows if r["run_id"] == "run-2"}
     others = {r["chunk_id"]: r["embedded_at"] for r in rows if r["run_id"] != "run-2"}
     assert by_run2
-    result = invalidate_run(pipeline.tracking, pipeline.store, pipeline.generations, "run-2")
+    result = invalidate_run(pipeline.tracking, pipeline.store, pipeline.product.registry, "run-2")
     assert result == Invalidation(rows=len(by_run2), documents=1)
     out = pipeline.run("run-3", fake_embedder)
     assert out["execute"].stats.inputs == len(by_run2)
@@ -154,8 +158,8 @@ def test_invalidate_run_reembeds_exactly_that_runs_rows(make_pipeline, fake_embe
     assert {r["chunk_id"] for r in after if r["run_id"] == "run-3"} == by_run2
     assert {r["chunk_id"]: r["embedded_at"] for r in after if r["run_id"] != "run-3"} == others
     with pytest.raises(GenerationError, match="unknown run id 'nope'"):
-        invalidate_run(pipeline.tracking, pipeline.store, pipeline.generations, "nope")
-    actions = [e.action for e in pipeline.generations.audit_log("handbook")]
+        invalidate_run(pipeline.tracking, pipeline.store, pipeline.product.registry, "nope")
+    actions = [e.action for e in pipeline.product.registry.audit_log("handbook")]
     assert "invalidate_run" in actions
 
 
@@ -170,13 +174,13 @@ def test_restore_before_a_run_is_audited_and_the_next_run_repairs(
         pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
     )
     result = restore_before_run(
-        pipeline.tracking, pipeline.store, pipeline.generations, "handbook", "run-2"
+        pipeline.tracking, pipeline.store, pipeline.product.registry, "handbook", "run-2"
     )
     assert result.index == pipeline.index
     assert "refunds.md" in set(
         pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
     )
-    assert pipeline.generations.audit_log("handbook")[-1].action == "restore"
+    assert pipeline.product.registry.audit_log("handbook")[-1].action == "restore"
     pipeline.run("run-3", fake_embedder)  # the source still lacks it: the full run converges
     assert "refunds.md" not in set(
         pipeline.store.scan(pipeline.index, ["doc_id"])["doc_id"].to_pylist()
@@ -205,11 +209,11 @@ def test_retired_generations_are_dropped_after_their_retention(workspace, fake_e
     configure(workspace, "    chunking: {max_tokens: 64, overlap_tokens: 8}\n", tolerance=1.0)
     second = pipeline_for(workspace)
     second.run("run-2", lambda: FakeEmbedder(second.model))
-    assert second.review(FakeEmbedder).decision == "promoted"
-    registry = second.generations
+    assert second.product.review(FakeEmbedder).decision == "promoted"
+    registry = second.product.registry
     questions = question_index(first.index)  # its briefs' questions go with it
     second.store.create_table(questions, chunk_schema(first.model.embedding_dimension))
-    reviewer = second.lifecycle.reviewer  # generations.retention_days: 7 by default
+    reviewer = second.product.reviewer  # generations.retention_days: 7 by default
     assert reviewer.drop_retired() == []
     assert second.store.has_table(first.index) and second.store.has_table(questions)
     assert reviewer.drop_retired(now=datetime.now(UTC) + timedelta(days=7.1)) == [first.index]
@@ -230,24 +234,24 @@ def test_an_unchanged_generation_keeps_its_review_and_loads_no_model(workspace, 
 
     pipeline = pipeline_for(workspace)
     pipeline.run("run-1", fake_embedder)
-    first = pipeline.review(embedder_for)
+    first = pipeline.product.review(embedder_for)
     assert first.evaluated and first.decision == "live" and loads
     loads.clear()
     pipeline.run("run-2", fake_embedder)  # nothing changed
-    again = pipeline_for(workspace).review(embedder_for)
+    again = pipeline_for(workspace).product.review(embedder_for)
     assert not again.evaluated and loads == []
     assert again.scores == json.loads(json.dumps(first.scores))
     assert again.decision == "live" and again.reason.endswith("(unchanged since the last review)")
     # forced, it decides again, but its scores still hold for the same table and set
-    assert pipeline_for(workspace).review(embedder_for, force=True).evaluated
+    assert pipeline_for(workspace).product.review(embedder_for, force=True).evaluated
     assert loads == []
     (workspace["docs"] / "new.md").write_text("# New\n\nA new page about desks.\n")
     pipeline.run("run-3", fake_embedder)
-    assert pipeline_for(workspace).review(embedder_for).evaluated  # table changed
+    assert pipeline_for(workspace).product.review(embedder_for).evaluated  # table changed
     assert loads  # and the new table is scored
 
     configure(workspace, tolerance=1.0, extra="generations: {review: every_run}\n")
-    assert pipeline_for(workspace).review(embedder_for).evaluated
+    assert pipeline_for(workspace).product.review(embedder_for).evaluated
 
 
 def test_reviews_that_promote_the_same_generation_at_once_switch_it_once(sql_url):

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from batch_pipeline import cli
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.runs import DeletionGuard
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import POSTGRES_URL
@@ -107,7 +108,7 @@ def source(request, tmp_path):
 
 
 def engine_for(source) -> IndexPartition:  # noqa: ANN001
-    return IndexPartition(load_config(source.config), resolve_storage(str(source.home)), "kb")
+    return open_partition(load_config(source.config), resolve_storage(str(source.home)), "kb")
 
 
 def test_an_emptied_source_lands_the_rest_and_holds_the_deletions(source, fake_embedder):

@@ -20,7 +20,7 @@ from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors import batch_api as batch_api_module
 from batch_pipeline.executors.batch_api import NAME, BatchApiSettings, ProviderBatchError
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.runs import StagedPartition
@@ -134,10 +134,10 @@ def make(family, corpus, tmp_path, runner):
         settings = api_settings(**api) if executor == NAME else None
         if family == "embed":
             choice = ExecutorChoice(name=executor, batch_api=settings)
-            partition = IndexPartition(loaded, storage, "handbook", tracking, store,
+            partition = open_partition(loaded, storage, "handbook", tracking, store,
                                        execution=choice)  # fmt: skip
             return Subject(family, partition, lambda: runner)
-        documents = lambda key: IndexPartition(loaded, storage, key, tracking, store)  # noqa: E731
+        documents = lambda key: open_partition(loaded, storage, key, tracking, store)  # noqa: E731
         product = BriefProduct(loaded, storage, "handbook", FakeGenerator(), documents, None,
                                tracking, store, executor or "vllm", settings)  # fmt: skip
         return Subject(family, product.partition("handbook"), lambda: product.generator)

@@ -95,7 +95,7 @@ def handbook(root: Path, model: str = "") -> "IndexPartition":
     """The sample handbook as a collection gated on its 38 labelled queries (recall@5 and
     MRR@5 within the default tolerance, 0.02, of live's), with `model` settings."""
     from batch_pipeline.config import load_config
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.state.storage import resolve_storage
 
     (root / "pipeline.yaml").write_text(
@@ -105,7 +105,7 @@ def handbook(root: Path, model: str = "") -> "IndexPartition":
         + (f"model: {{{model}}}\n" if model else "")
     )
     config = load_config(root / "pipeline.yaml")
-    return IndexPartition(config, resolve_storage(str(root / "home")), "handbook")
+    return open_partition(config, resolve_storage(str(root / "home")), "handbook")
 
 
 def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncalibrated(
@@ -121,8 +121,8 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
 
     faithful = handbook(tmp_path)
     faithful.run("run-1", runner)
-    assert faithful.review(lambda m: runner).decision == "live"
-    before = [h.doc_id for h in search(faithful, "how do I change my password", 5, runner)]
+    assert faithful.product.review(lambda m: runner).decision == "live"
+    before = [h.doc_id for h in search(faithful.product, "how do I change my password", 5, runner)]
 
     # the switch to fixed_accuracy is a new generation, built beside live
     fixed = handbook(tmp_path, "precision: fixed_accuracy")
@@ -131,22 +131,24 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
     fixed.run("run-2", lambda: int8)
     sample = sorted((exports / "int8-samples").iterdir())
     assert len(sample) == 1  # pinned from the collection's own inputs, for every later run
-    assert fixed.live().index == faithful.index  # readers keep live until the gate passes
-    assert [h.doc_id for h in search(fixed, "how do I change my password", 5, runner)] == before
+    assert fixed.product.live().index == faithful.index  # readers keep live until the gate passes
+    assert [
+        h.doc_id for h in search(fixed.product, "how do I change my password", 5, runner)
+    ] == before
     embedder_for = lambda m: int8 if m == fixed.model else runner  # noqa: E731
-    review = fixed.review(embedder_for)
+    review = fixed.product.review(embedder_for)
     assert review.decision == "promoted", review
     candidate, live = review.scores["candidate"], review.scores["live"]
     assert abs(candidate["recall_at_5"] - live["recall_at_5"]) <= 0.02
     assert abs(candidate["mrr_at_5"] - live["mrr_at_5"]) <= 0.02
-    assert fixed.live().index == fixed.index
-    assert json.loads(fixed.record().model_config)["precision"] == "fixed_accuracy"
+    assert fixed.product.live().index == fixed.index
+    assert json.loads(fixed.product.record().model_config)["precision"] == "fixed_accuracy"
     # a reader's search loads its own runner: it finds the pinned sample, and pins no query
     monkeypatch.setenv(EXPORT_CACHE_ENV, str(exports))
-    assert search(fixed, "how do I change my password", 5)
+    assert search(fixed.product, "how do I change my password", 5)
     assert sorted((exports / "int8-samples").iterdir()) == sample
 
-    moved = fixed.generations.rollback("handbook")  # back to the faithful generation
+    moved = fixed.product.registry.rollback("handbook")  # back to the faithful generation
     assert (moved.previous, moved.live) == (fixed.index, faithful.index)
 
     # an int8 model quantized without a real calibration (one empty input) drops recall:
@@ -161,10 +163,10 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
     assert damaged.index not in (faithful.index, fixed.index)
     bad = int8_runner(damaged.model)
     damaged.run("run-3", lambda: bad)
-    review = damaged.review(lambda m: bad if m == damaged.model else embedder_for(m))
+    review = damaged.product.review(lambda m: bad if m == damaged.model else embedder_for(m))
     assert review.decision == "refused" and "worse than live" in review.reason
     assert review.scores["candidate"]["recall_at_5"] < review.scores["live"]["recall_at_5"] - 0.1
-    assert damaged.live().index == faithful.index
+    assert damaged.product.live().index == faithful.index
 
     # generations list shows each generation's precision and the scores its review measured
     from batch_pipeline import cli
@@ -172,12 +174,12 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
     home = ["--config", str(tmp_path / "pipeline.yaml"), "--home", str(tmp_path / "home")]
     assert cli.main([*home, "generations", "list"]) == 0
     lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
-    assert "live" in lines[faithful.record().fingerprint]
-    assert "precision=faithful" in lines[faithful.record().fingerprint]
-    admitted = lines[fixed.record().fingerprint]
+    assert "live" in lines[faithful.product.record().fingerprint]
+    assert "precision=faithful" in lines[faithful.product.record().fingerprint]
+    admitted = lines[fixed.product.record().fingerprint]
     assert "precision=fixed_accuracy" in admitted and "promoted" in admitted
     assert f"recall_at_5 {candidate['recall_at_5']:.4f}" in admitted
-    assert "refused: worse than live" in lines[damaged.record().fingerprint]
+    assert "refused: worse than live" in lines[damaged.product.record().fingerprint]
 
 
 def test_fixed_accuracy_measures_int8_beside_the_other_paths_and_pins_its_sample(

@@ -10,6 +10,7 @@ import pytest
 from batch_pipeline import cli
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.measures.run import MANUAL, SCHEDULE, SENSOR, RunMeasures
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import write_config, write_corpus
@@ -189,7 +190,7 @@ def test_report_lists_each_partitions_runs_in_order(tmp_path, fake_embedder, cap
     partitions = config.collection(collection).partition_keys()
     for n, trigger in enumerate((MANUAL, SCHEDULE)):
         for partition in config.partition_keys():
-            IndexPartition(config, storage, partition).run(
+            open_partition(config, storage, partition).run(
                 f"{partition}-{n}", fake_embedder, trigger=trigger
             )
         (tmp_path / collection / f"added-{n}.md").write_text(f"# Added {n}\n\nMore text.\n")

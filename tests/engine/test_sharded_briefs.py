@@ -10,7 +10,7 @@ import pytest
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
@@ -33,7 +33,7 @@ def sharded(tmp_path):
     storage = resolve_storage(str(tmp_path / "home"))
     tracking = TrackingStore(storage.tracking_url)
     store = VectorStore(storage.lancedb_uri)
-    documents = lambda key: IndexPartition(config, storage, key, tracking, store)  # noqa: E731
+    documents = lambda key: open_partition(config, storage, key, tracking, store)  # noqa: E731
     product = BriefProduct(
         config, storage, "handbook", FakeGenerator(), documents, None, tracking, store
     )

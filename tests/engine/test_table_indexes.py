@@ -12,6 +12,7 @@ import pytest
 
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.product import open_partition
 from batch_pipeline.index.search import CollectionNotIndexedError, search
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.table_indexes import VECTOR_INDEX, TableIndexes
@@ -34,7 +35,7 @@ def config_with(tmp_path: Path, index: str = "", count: int = 80) -> Path:
 
 def partition(tmp_path: Path, index: str = "", count: int = 80) -> IndexPartition:
     config = load_config(config_with(tmp_path, index, count))
-    return IndexPartition(config, resolve_storage(str(tmp_path / "home")), "handbook")
+    return open_partition(config, resolve_storage(str(tmp_path / "home")), "handbook")
 
 
 def names(pipeline: IndexPartition) -> set[str]:
@@ -48,7 +49,7 @@ def test_a_land_builds_the_full_text_indexes_and_leaves_the_small_table_to_a_fla
     landed = pipeline.run("run-1", fake_embedder)["land"]
     assert set(landed.summary.indexes.built) == {"text_idx", "title_idx"}
     assert names(pipeline) == {"text_idx", "title_idx"}  # under min_rows: no ANN index
-    health = pipeline.index_health()
+    health = pipeline.product.index_health()
     assert health.ok and health.metadata()["unindexed_rows"] == 0
 
 
@@ -65,10 +66,10 @@ def test_the_ann_index_comes_at_min_rows_and_a_one_document_publish_leaves_none_
     assert (
         landed.summary.indexes.built == {} and landed.summary.indexes.folded
     )  # folded, not rebuilt
-    states = [s for found in pipeline.index_health().states.values() for s in found]
+    states = [s for found in pipeline.product.index_health().states.values() for s in found]
     assert {s.name for s in states} == {VECTOR_INDEX, "text_idx", "title_idx"}
     assert all(s.present and s.unindexed_rows == 0 for s in states)  # none left unindexed
-    hits = search(pipeline, "E4242", k=1, runner=fake_embedder, mode="text")
+    hits = search(pipeline.product, "E4242", k=1, runner=fake_embedder, mode="text")
     assert hits[0].doc_id == "article-03.md"  # the new row is found through the index
 
 
@@ -96,12 +97,12 @@ def test_a_failed_build_leaves_the_land_committed_and_names_the_index(
     landed = pipeline.run("run-1", fake_embedder)["land"]
     assert landed.summary.documents_landed == 8  # the rows are in
     assert set(landed.summary.indexes.failed) == {"text_idx", "title_idx"}
-    health = pipeline.index_health(landed.summary.indexes)
+    health = pipeline.product.index_health(landed.summary.indexes)
     assert not health.ok
     assert any(p.startswith("text_idx: build failed: OSError") for p in health.problems)
     monkeypatch.undo()
     pipeline.run("run-2", fake_embedder)  # the next land builds them
-    assert pipeline.index_health().ok
+    assert pipeline.product.index_health().ok
 
 
 def test_a_damaged_index_is_found_and_built_again(tmp_path, fake_embedder):
@@ -115,28 +116,28 @@ def test_a_damaged_index_is_found_and_built_again(tmp_path, fake_embedder):
             damaged += 1
     assert damaged
     reader = partition(tmp_path, "{vector: {min_rows: 256}}")
-    problems = reader.index_health().problems
+    problems = reader.product.index_health().problems
     assert problems and all("damaged" in p for p in problems)
     query = "Article 7 covers topic 2"
-    scanned = search(reader, query, k=1, runner=fake_embedder, mode="vector")
+    scanned = search(reader.product, query, k=1, runner=fake_embedder, mode="vector")
     assert scanned[0].doc_id == "article-07.md"  # the ANN index bypassed: an exact scan
     with pytest.raises(CollectionNotIndexedError, match="cannot be read"):
-        search(reader, query, k=1, runner=fake_embedder, mode="text")
-    assert search(reader, query, k=1, runner=fake_embedder)[0].doc_id == "article-07.md"
+        search(reader.product, query, k=1, runner=fake_embedder, mode="text")
+    assert search(reader.product, query, k=1, runner=fake_embedder)[0].doc_id == "article-07.md"
     landed = pipeline.run("run-2", fake_embedder)["land"]
     assert all(reason.startswith("damaged") for reason in landed.summary.indexes.built.values())
-    assert pipeline.index_health().ok
+    assert pipeline.product.index_health().ok
 
 
 def test_queries_answer_while_the_index_is_rebuilt(tmp_path, fake_embedder):
     pipeline = partition(tmp_path, "{vector: {min_rows: 256}}")
     pipeline.run("run-1", fake_embedder)
-    expected = search(pipeline, "Article 7 covers topic 2", k=1, runner=fake_embedder)
+    expected = search(pipeline.product, "Article 7 covers topic 2", k=1, runner=fake_embedder)
     stop, errors = threading.Event(), []
 
     def rebuild() -> None:
         table = pipeline.store.open(pipeline.index)
-        indexes = pipeline.indexes()
+        indexes = pipeline.product.indexes()
         while not stop.is_set():
             for spec in indexes.expected():
                 table.create_index(spec.column, config=indexes._config(spec), replace=True,
@@ -147,7 +148,9 @@ def test_queries_answer_while_the_index_is_rebuilt(tmp_path, fake_embedder):
     try:
         for _ in range(20):
             try:
-                found = search(pipeline, "Article 7 covers topic 2", k=1, runner=fake_embedder)
+                found = search(
+                    pipeline.product, "Article 7 covers topic 2", k=1, runner=fake_embedder
+                )
                 assert found[0].doc_id == expected[0].doc_id
             except Exception as error:  # noqa: BLE001 - reported below
                 errors.append(error)
@@ -162,15 +165,15 @@ def test_search_ranks_by_vector_text_or_both(tmp_path, fake_embedder):
     page = tmp_path / "docs" / "article-05.md"
     page.write_text(page.read_text() + "\n\n## Errors\n\nSet retry_backoff_ms in billing.yaml.\n")
     pipeline.run("run-1", fake_embedder)
-    text = search(pipeline, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text")
+    text = search(pipeline.product, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text")
     assert text[0].doc_id == "article-05.md" and "retry_backoff_ms" in text[0].text
-    hybrid = search(pipeline, "retry_backoff_ms", k=3, runner=fake_embedder)  # the default
+    hybrid = search(pipeline.product, "retry_backoff_ms", k=3, runner=fake_embedder)  # the default
     assert hybrid[0].doc_id == "article-05.md"
     assert hybrid[0].score == pytest.approx(2 / 61, abs=1e-4)  # first in both rankings
-    vector = search(pipeline, "Article 5", k=3, runner=fake_embedder, mode="vector")
+    vector = search(pipeline.product, "Article 5", k=3, runner=fake_embedder, mode="vector")
     assert 0 < vector[0].score <= 1.0  # cosine similarity
     where = "doc_id != 'article-05.md'"
-    filtered = search(pipeline, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text",
+    filtered = search(pipeline.product, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text",
                       where=where)  # fmt: skip
     assert all(hit.doc_id != "article-05.md" for hit in filtered)
 
@@ -179,7 +182,7 @@ def test_text_search_without_its_index_says_so(tmp_path, fake_embedder):
     pipeline = partition(tmp_path, "{full_text: {enabled: false}, search: vector}", count=4)
     pipeline.run("run-1", fake_embedder)
     with pytest.raises(CollectionNotIndexedError, match="full-text index"):
-        search(pipeline, "anything", runner=fake_embedder, mode="text")
+        search(pipeline.product, "anything", runner=fake_embedder, mode="text")
 
 
 def test_a_text_search_with_the_full_text_index_off_is_refused_at_load(tmp_path):

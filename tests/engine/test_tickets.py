@@ -577,7 +577,7 @@ def test_a_line_that_is_not_utf8_is_a_failure_not_replacement_characters(tmp_pat
 def test_every_column_of_every_stage_file_and_table_is_described(tmp_path, runner):
     """Each product's stage files and table, as a run writes them: every column has a
     description in that product's own table of descriptions."""
-    from batch_pipeline.index.partition import IndexPartition
+    from batch_pipeline.index.product import open_partition
     from batch_pipeline.stages import STAGES
     from batch_pipeline.stages.columns import COLUMN_DESCRIPTIONS
     from batch_pipeline.state.staging import parquet_file
@@ -589,7 +589,7 @@ def test_every_column_of_every_stage_file_and_table_is_described(tmp_path, runne
     product = workspace.product()
     day = product.day(DAY)
     day.run("r1", runner)
-    index = IndexPartition(
+    index = open_partition(
         load_config(workspace.config), resolve_storage(str(workspace.home)), "handbook"
     )
     index.run("r1", runner)

@@ -19,7 +19,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import load_config
-from batch_pipeline.index.partition import configured_generations
+from batch_pipeline.index.product import configured_generations
 from batch_pipeline.stages import STAGES
 from resources import InferenceResource, PipelineResource
 from resources.testing import FakeInferenceResource

@@ -9,6 +9,7 @@ import pytest
 
 from batch_pipeline.executors.registry import EXECUTORS
 from batch_pipeline.products import KINDS
+from batch_pipeline.runs import ProductPartition
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -257,6 +258,8 @@ def test_each_kind_is_declared_in_its_own_folder(kind):
     assert (REPO / "batch_pipeline" / kind.name / "kind.py").is_file()
     for part in (kind.partition, kind.rule, kind.scorer):
         assert part.__module__.startswith(kind.package + "."), part
+    # product and partition apart: a partition is its product's, which owns the generation
+    assert issubclass(kind.partition, ProductPartition), kind.partition
     assert kind.report.startswith(kind.package + ".")
     # a kind of a model family runs the registry's executors of that family, by name
     assert kind.family in EXECUTORS and kind.executor is None

@@ -34,7 +34,7 @@ class GenerationRecord:
     updated_at: float
     promoted_at: float | None
     retired_at: float | None
-    reviewed_key: str | None = None  # what the last review saw (see GenerationLifecycle)
+    reviewed_key: str | None = None  # what the last review saw (see `generations.review`)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
