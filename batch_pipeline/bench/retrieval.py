@@ -111,10 +111,12 @@ def scores(pipeline, runner, also: tuple[str, ...] = ()) -> dict[str, dict[str, 
 
 def print_table(title: str, found: dict[str, dict[str, float]]) -> None:
     print(f"\n{title} ({next(iter(found.values()))['queries']} queries)")
-    print(f"  {'mode':<8} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7}")
+    print(f"  {'mode':<8} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7} "
+          f"{'nDCG@10':>8}")  # fmt: skip
     for mode, values in found.items():
         print(f"  {mode:<8} {values['recall_at_5']:>9.3f} {values['mrr_at_5']:>7.3f} "
-              f"{values['recall_at_10']:>10.3f} {values['mrr_at_10']:>7.3f}")  # fmt: skip
+              f"{values['recall_at_10']:>10.3f} {values['mrr_at_10']:>7.3f} "
+              f"{values['ndcg_at_10']:>8.3f}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +195,7 @@ def int8_scores(
         print(f"  {mode:<8} " + " ".join(
             f"{values[k] - faithful[mode][k]:>+{w}.3f}"
             for k, w in (("recall_at_5", 9), ("mrr_at_5", 7), ("recall_at_10", 10),
-                         ("mrr_at_10", 7))))  # fmt: skip
+                         ("mrr_at_10", 7), ("ndcg_at_10", 8))))  # fmt: skip
     return found
 
 

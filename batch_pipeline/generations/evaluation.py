@@ -1,4 +1,5 @@
-"""The offline evaluation gate: recall@k and MRR@k of a generation on a labelled query set.
+"""The offline evaluation gate: recall@k, MRR@k and nDCG@k of a generation on a labelled query
+set.
 
 An evaluation set is a JSONL file, one query per line:
 `{"query": "how do I reset my password", "relevant": ["account/reset-password.md"]}`.
@@ -90,23 +91,33 @@ def score_generation(
     mode: str = VECTOR,
     params: VectorParams = DEFAULT_PARAMS,
 ) -> dict[str, float]:
-    """Recall@k and MRR@k of the generation's table (with its companions `also`), each query
-    ranked as search ranks it in `mode` (`state.retrieval`)."""
+    """Recall@k, MRR@k and nDCG@k (binary relevance) of the generation's table (with its
+    companions `also`), each query ranked as search ranks it in `mode` (`state.retrieval`)."""
     vectors = runner.embed([query_prefix + q.query for q in queries]) if mode != TEXT else None
     table = store.open(index)  # opened once for every query, with the companions
     tables = [] if table is None else [table, *filter(None, map(store.open, also))]
-    recall, reciprocal = [], []
+    recall, reciprocal, gains = [], [], []
     for number, query in enumerate(queries):
         vector = vectors[number] if vectors is not None else None
         ranked = rank_documents(tables, vector, k, query.query, mode, params)
         hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
         recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
         reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
+        gains.append(ndcg(hits, len(query.relevant), k))
     return {
         f"recall_at_{k}": round(float(np.mean(recall)), 4),
         f"mrr_at_{k}": round(float(np.mean(reciprocal)), 4),
+        f"ndcg_at_{k}": round(float(np.mean(gains)), 4),
         "queries": len(queries),
     }
+
+
+def ndcg(hits: list[int], relevant: int, k: int) -> float:
+    """nDCG@k with binary relevance: the discounted gain of the relevant documents at the
+    0-based ranks `hits`, over the gain of the best ranking (`relevant` of them first)."""
+    gain = sum(1.0 / np.log2(rank + 2) for rank in hits if rank < k)
+    best = sum(1.0 / np.log2(rank + 2) for rank in range(min(relevant, k)))
+    return float(gain / best) if best else 0.0
 
 
 # Not scores to compare with live: how many were scored, what accuracy already weighs (the

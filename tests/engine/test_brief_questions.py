@@ -97,8 +97,9 @@ def test_questions_land_beside_the_live_index_tied_to_their_document(ws):
     assert pipes.store.count_rows(pipes.index.index, "section = 'question'") == 0
     scores = result.scores
     assert set(scores) == {
-        "recall_at_3_chunks", "mrr_at_3_chunks", "recall_at_3_with_questions",
-        "mrr_at_3_with_questions", "evaluation_queries",
+        "recall_at_3_chunks", "mrr_at_3_chunks", "ndcg_at_3_chunks",
+        "recall_at_3_with_questions", "mrr_at_3_with_questions", "ndcg_at_3_with_questions",
+        "evaluation_queries",
     }  # fmt: skip
     asked = rows[0]["text"]
     hits = search(
