@@ -10,7 +10,9 @@ One request per line (`custom_id`, `method`, `url`, `body`), as OpenAI's Batch A
   `max_tokens`, the temperature (0: greedy) and, with an output schema, `response_format` =
   that JSON schema (strict);
 - `url` is `/v1/embeddings` for an embedding model: `body` holds the model and the input's
-  token ids, as the plan cut them.
+  token ids, as the plan cut them;
+- the yes/no judge (`inference.judge`) is a chat completion of one greedy token with its
+  `top_logprobs`, its score read back from them (`judge_score_of`).
 
 `write_request_files` splits the requests at the format's limits (50,000 requests or 200 MB a
 file). `read_results` reads the output files and the error files an engine wrote back, in any
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from batch_pipeline.inference.generator import Prompt, Sampling
+from batch_pipeline.inference.judge import TOP_LOGPROBS, judge_probability
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -77,6 +80,31 @@ def embedding_request_line(
     if not normalize:
         body["use_activation"] = False
     return {"custom_id": key, "method": "POST", "url": EMBEDDINGS, "body": body}
+
+
+def judge_request_line(prompt: Prompt, model: str) -> dict:
+    """The yes/no judge's question (`inference.judge`) as a chat completion: greedy, one
+    output token, with the top alternatives' log-probabilities."""
+    body = {
+        "model": model,
+        "messages": prompt.messages(),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": TOP_LOGPROBS,
+    }
+    return {"custom_id": prompt.key, "method": "POST", "url": CHAT_COMPLETIONS, "body": body}
+
+
+def judge_score_of(body: dict) -> float:
+    """The judge's score from a chat completion's response body (an output line's
+    `response.body`); a BatchFileError when it carries no log-probabilities."""
+    try:
+        first = body["choices"][0]["logprobs"]["content"][0]
+        alternatives = [(t["token"], float(t["logprob"])) for t in first["top_logprobs"]]
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise BatchFileError(f"the judge's answer has no log-probabilities ({error!r})") from None
+    return judge_probability(alternatives)
 
 
 def write_request_files(

@@ -27,3 +27,25 @@ def test_in_process_and_vllm_give_the_same_scores_in_the_same_order(reranker):
     assert np.abs(local - on_vllm).max() < 1e-3
     assert list(np.argsort(-local, kind="stable")) == list(np.argsort(-on_vllm, kind="stable"))
     assert vllm.stats.pairs == len(pairs) and vllm.load_seconds > 0
+
+
+def test_the_shipped_chat_model_judges_pairs_in_process(chat_model_dir):
+    """The yes/no judge on the shipped SmolLM2-135M-Instruct on vLLM in this process: one
+    score in [0, 1] per pair, the model said something (not every score 0.5), and a rerun
+    gives the same scores (greedy, one token)."""
+    from batch_pipeline.inference.chat_models import resolve_chat_model
+    from batch_pipeline.inference.judge import VllmJudge
+    from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+
+    model = resolve_chat_model(chat_model_dir, chat_model_dir.parent)
+    generator = VllmGenerator(model, engine_settings_for(model, "cpu", "float32"))
+    judge = VllmJudge(generator)
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    try:
+        first = judge.score(pairs)
+        assert first.shape == (len(pairs),) and ((first >= 0) & (first <= 1)).all()
+        assert np.abs(first - 0.5).max() > 0.01
+        assert np.array_equal(judge.score(pairs), first)
+        assert judge.stats.pairs == 2 * len(pairs) and judge.load_seconds > 0
+    finally:
+        generator.close()
