@@ -1,5 +1,6 @@
 """The registry of executors: one line per executor, keyed by the model family it runs
-(`embed`, `generate`) and the name `--executor` and the resources' `executor` field take.
+(`embed`, `generate`, `score`) and the name `--executor` and the resources' `executor` field
+take.
 
 Every executor of a family plans alike (the family's plan: token-budget batches for an
 embedder, the prompt plan for a chat model) and differs in what runs the plan. Adding one is
@@ -11,7 +12,7 @@ from importlib import import_module
 
 from batch_pipeline.config import ConfigError
 
-EMBED, GENERATE = "embed", "generate"
+EMBED, GENERATE, SCORE = "embed", "generate", "score"
 
 # family -> executor name -> "module:class"; each family's first line is its default
 EXECUTORS: dict[str, dict[str, str]] = {
@@ -26,6 +27,10 @@ EXECUTORS: dict[str, dict[str, str]] = {
         "vllm": "batch_pipeline.executors.generation:GenerationExecutor",
         "vllm-run-batch": "batch_pipeline.executors.run_batch:RunBatchExecutor",
         "openai-batch": "batch_pipeline.executors.openai_batch:OpenAIBatchExecutor",
+    },
+    SCORE: {
+        "local": "batch_pipeline.executors.scoring:ScoreExecutor",
+        "vllm": "batch_pipeline.executors.scoring:VllmScoreExecutor",
     },
 }
 

@@ -72,6 +72,9 @@ class VllmJudge:
             "document_tokens": self.document_tokens,
         }
 
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
+        return self.score(pairs)
+
     def score(self, pairs: Sequence[Pair]) -> np.ndarray:
         if not pairs:
             return np.zeros(0, dtype=np.float32)

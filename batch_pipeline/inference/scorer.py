@@ -55,10 +55,14 @@ class Scorer(Protocol):
         """One float32 score per pair, in the pairs' order."""
         ...
 
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
+        """One planned batch's scores, as given (a plan's batches are already packed)."""
+        ...
+
 
 class BatchedScorer:
     """The batching every scorer shares: token counts, packed batches, scores put back in
-    the pairs' order; a subclass scores one batch (`_score_batch`)."""
+    the pairs' order; a subclass scores one batch (`score_batch`)."""
 
     backend = "none"
 
@@ -93,7 +97,7 @@ class BatchedScorer:
         counts = self.token_counts(pairs)
         for batch in pack_batches(counts, self.settings):
             started = time.perf_counter()
-            found = self._score_batch([pairs[i] for i in batch.indices])
+            found = self.score_batch([pairs[i] for i in batch.indices])
             self.stats.seconds += time.perf_counter() - started
             scores[batch.indices] = found
             self.stats.pairs += len(batch.indices)
@@ -102,7 +106,8 @@ class BatchedScorer:
             self.stats.batches += 1
         return scores
 
-    def _score_batch(self, pairs: list[Pair]) -> np.ndarray:
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
+        """One planned batch's scores, as given (no re-batching), in its order."""
         raise NotImplementedError
 
 
@@ -134,7 +139,7 @@ class CrossEncoderScorer(BatchedScorer):
             self.load_seconds = time.perf_counter() - started
         return self._model
 
-    def _score_batch(self, pairs: list[Pair]) -> np.ndarray:
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         model = self.model()
         found = model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)
         return np.asarray(found, dtype=np.float32).reshape(-1)

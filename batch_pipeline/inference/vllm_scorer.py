@@ -52,7 +52,7 @@ class VllmScorer(BatchedScorer):
             self.load_seconds = time.perf_counter() - started
         return self._llm
 
-    def _score_batch(self, pairs: list[Pair]) -> np.ndarray:
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         llm = self.engine()
         scores: list[float] = []
         # a pair past the model's length is cut as the in-process scorer cuts it

@@ -18,11 +18,13 @@ from batch_pipeline.executors.registry import (
     EMBED,
     EXECUTORS,
     GENERATE,
+    SCORE,
     check_executor,
     default_executor,
     executor_class,
 )
 from batch_pipeline.executors.run_batch import RunBatchError
+from batch_pipeline.executors.scoring import ScoreExecutor
 from batch_pipeline.executors.vllm_embedding import RunBatchEmbedder, VllmEmbeddingExecutor
 from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.fingerprint import model_fingerprint
@@ -38,6 +40,8 @@ def test_every_registered_executor_plans_and_executes_as_its_family_does(family,
     assert callable(chosen.plan) and callable(chosen.execute)
     if family == EMBED:
         assert issubclass(chosen, EmbeddingExecutor)
+    if family == SCORE:
+        assert issubclass(chosen, ScoreExecutor)
 
 
 def test_a_name_its_family_lacks_fails_in_one_line_naming_the_familys_executors():
@@ -49,8 +53,8 @@ def test_a_name_its_family_lacks_fails_in_one_line_naming_the_familys_executors(
         "--executor 'local' runs no generate model; generate executors: vllm, "
         "vllm-run-batch, openai-batch"
     )
-    with pytest.raises(ConfigError, match="unknown model family 'score'"):
-        check_executor("score", "local")
+    with pytest.raises(ConfigError, match="unknown model family 'rank'"):
+        check_executor("rank", "local")
 
 
 def test_the_choice_names_the_embedding_executor_and_its_engine_settings():

@@ -8,6 +8,7 @@ untrained head: real architecture, meaningless scores)."""
 import json
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from batch_pipeline.inference.batching import PlanSettings
@@ -64,3 +65,48 @@ def test_the_scores_are_cross_encoders_in_the_pairs_order_however_batched(cross_
     loose = CrossEncoderScorer(reranker)
     assert np.allclose(loose.score(pairs), found, atol=1e-5) and loose.stats.batches == 1
     assert loose.score([]).shape == (0,)
+
+
+def write_pairs(path, pairs: list[tuple[str, str, str]]) -> None:  # noqa: ANN001
+    from batch_pipeline.stages.score import PAIRS_SCHEMA
+    from batch_pipeline.state.staging import StageWriter
+
+    with StageWriter(path, PAIRS_SCHEMA) as out:
+        out.write_table(
+            pa.table(
+                {name: [p[i] for p in pairs] for i, name in enumerate(PAIRS_SCHEMA.names)},
+                schema=PAIRS_SCHEMA,
+            )
+        )
+
+
+def test_the_score_executor_plans_once_and_scores_what_no_checkpoint_holds(cross_encoder, tmp_path):
+    """The `local` score executor from the registry: identical pairs planned once, packed
+    under the budget; execute writes the cross-encoder's scores by pair, checkpointed; a rerun
+    of the plan resumes every pair and loads no model."""
+    from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+    from batch_pipeline.executors.scoring import score_executor
+    from batch_pipeline.state.staging import read_table
+
+    reranker = resolve_reranker(cross_encoder)
+    pairs = [(f"h{i}", QUERY, document) for i, document in enumerate(DOCUMENTS)]
+    write_pairs(tmp_path / "pairs.parquet", [*pairs, pairs[0]])  # one pair twice
+    executor = score_executor(reranker, ExecutorChoice(name="local"))
+    options = ExecuteOptions(plan=PlanSettings(token_budget=256))
+    plan = executor.plan(tmp_path / "pairs.parquet", tmp_path / "plan.parquet", options)
+    assert (plan.pairs, plan.duplicates_folded) == (len(pairs), 1)
+    assert plan.batches == 2  # the long pair alone: past the budget by itself
+    checkpoints = tmp_path / "checkpoints"
+    first = executor.execute(tmp_path / "plan.parquet", tmp_path / "scores.parquet",
+                             None, checkpoints, options)  # fmt: skip
+    scores = read_table(tmp_path / "scores.parquet", ["input_hash", "score"]).to_pydict()
+    found = dict(zip(scores["input_hash"], scores["score"], strict=True))
+    expected = CrossEncoderScorer(reranker).score([(q, d) for _, q, d in pairs])
+    assert np.allclose([found[h] for h, _, _ in pairs], expected, atol=1e-5)
+    assert first.stats.pairs == len(pairs) and first.backend == "sentence-transformers"
+    again = executor.execute(tmp_path / "plan.parquet", tmp_path / "again.parquet",
+                             None, checkpoints, options)  # fmt: skip
+    assert again.stats.pairs == 0 and again.resumed_inputs == len(pairs)
+    assert again.backend == "none"  # nothing to score: no model loaded
+    with pytest.raises(Exception, match="float16"):
+        score_executor(reranker, ExecutorChoice(name="local", dtype="float16"))

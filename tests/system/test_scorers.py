@@ -49,3 +49,28 @@ def test_the_shipped_chat_model_judges_pairs_in_process(chat_model_dir):
         assert judge.stats.pairs == 2 * len(pairs) and judge.load_seconds > 0
     finally:
         generator.close()
+
+
+def test_the_score_executors_score_one_plan_alike(reranker, tmp_path):
+    """The registry's `local` and `vllm` score executors over the same plan: the same score
+    for every pair, within 1e-3."""
+    from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+    from batch_pipeline.executors.scoring import score_executor
+    from batch_pipeline.state.staging import read_table
+    from tests.engine.test_scorers import write_pairs
+
+    pairs = [(f"h{i}", QUERY, document) for i, document in enumerate(DOCUMENTS)]
+    write_pairs(tmp_path / "pairs.parquet", pairs)
+    found = {}
+    for name in ("local", "vllm"):
+        executor = score_executor(reranker, ExecutorChoice(name=name, device="cpu"))
+        options = ExecuteOptions()
+        executor.plan(tmp_path / "pairs.parquet", tmp_path / f"{name}-plan.parquet", options)
+        summary = executor.execute(tmp_path / f"{name}-plan.parquet",
+                                   tmp_path / f"{name}.parquet", None,
+                                   tmp_path / f"{name}-checkpoints", options)  # fmt: skip
+        assert summary.stats.pairs == len(pairs)
+        table = read_table(tmp_path / f"{name}.parquet", ["input_hash", "score"]).to_pydict()
+        found[name] = dict(zip(table["input_hash"], table["score"], strict=True))
+    assert found["local"].keys() == found["vllm"].keys()
+    assert max(abs(found["local"][h] - found["vllm"][h]) for h in found["local"]) < 1e-3

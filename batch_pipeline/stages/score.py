@@ -1,0 +1,216 @@
+"""Plan and execute for the score family: (query, document) pairs scored by a reranker.
+
+A product's prepare writes the pairs to score (`input_hash`, `query`, `document`: the hash is
+the pair's staleness key). The plan takes every pair once (identical pairs meet in one on-disk
+bucket by hash and are folded), counts its tokens with the reranker's tokenizer (the pair as
+the reranker encodes it, cut at its length), and packs each bucket under the padded-token
+budget, shortest first (`inference.batching`). Memory holds one bucket.
+
+Execute streams the plan a batch at a time through a `Scorer` (`score_batch`: the batch as
+planned), writing (`input_hash`, `score`, `scored_at`) through the checkpointed output every
+executor writes through (`stages.checkpointed`): a rerun resumes from the checkpoints, and an
+empty plan loads no model.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from batch_pipeline.inference.batching import PlanSettings, pack_batches
+from batch_pipeline.inference.scorer import Scorer, ScoreStats
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import EXECUTE
+from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
+from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, read_groups
+
+PAIRS_SCHEMA = pa.schema(
+    [
+        pa.field("input_hash", pa.string(), nullable=False),
+        pa.field("query", pa.large_string(), nullable=False),
+        pa.field("document", pa.large_string(), nullable=False),
+    ]
+)
+PLAN_SCHEMA = pa.schema(
+    [
+        pa.field("batch_index", pa.int32(), nullable=False),
+        *PAIRS_SCHEMA,
+        pa.field("token_count", pa.int32(), nullable=False),
+    ]
+)
+SCORES_SCHEMA = pa.schema(
+    [
+        pa.field("input_hash", pa.string(), nullable=False),
+        pa.field("score", pa.float32(), nullable=False),
+        pa.field("scored_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+@dataclass
+class ScorePlanSummary:
+    pairs: int = 0
+    duplicates_folded: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    token_budget: int = 0
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "pairs_planned": self.pairs,
+            "duplicates_folded": self.duplicates_folded,
+            "batch_count": self.batches,
+            "real_tokens": self.real_tokens,
+            "padded_tokens": self.padded_tokens,
+            "token_budget": self.token_budget,
+        }
+
+
+def plan_pairs(
+    pairs_path: StagePath | Path,
+    out_path: StagePath | Path,
+    token_counts: Callable[[list[tuple[str, str]]], list[int]],
+    settings: PlanSettings,
+    bucket_rows: int = 16384,
+) -> ScorePlanSummary:
+    """Every pair of `pairs_path` once, counted by `token_counts` and packed, into `out_path`
+    (see the module docstring)."""
+    started = time.perf_counter()
+    rows = sum(batch.num_rows for batch in read_batches(pairs_path, ["input_hash"]))
+    buckets = bucket_count(rows, bucket_rows)
+    summary = ScorePlanSummary(token_budget=settings.token_budget)
+    with scratch_dir(out_path) as tmp:
+        spill = BucketSpill(Path(tmp), "pairs", PAIRS_SCHEMA)
+        for batch in read_batches(pairs_path, PAIRS_SCHEMA.names):
+            spill.add(batch, hash_buckets(batch["input_hash"].to_pylist(), buckets))
+        spill.close()
+        with StageWriter(out_path, PLAN_SCHEMA, started) as out:
+            for bucket in spill.buckets():
+                pairs = spill.read(bucket)
+                first: dict[str, int] = {}
+                for i, key in enumerate(pairs["input_hash"].to_pylist()):
+                    first.setdefault(key, i)
+                unique = pairs.take(pa.array(sorted(first.values()), pa.int64()))
+                texts = list(
+                    zip(unique["query"].to_pylist(), unique["document"].to_pylist(), strict=True)
+                )
+                counts = token_counts(texts)
+                packed = pack_batches(counts, settings)
+                order = [i for batch in packed for i in batch.indices]
+                numbers = [summary.batches + n for n, b in enumerate(packed) for _ in b.indices]
+                table = unique.take(pa.array(order, pa.int64()))
+                table = table.add_column(0, "batch_index", pa.array(numbers, pa.int32()))
+                table = table.append_column(
+                    "token_count", pa.array([counts[i] for i in order], pa.int32())
+                )
+                out.write_table(table)
+                summary.pairs += unique.num_rows
+                summary.duplicates_folded += pairs.num_rows - unique.num_rows
+                summary.batches += len(packed)
+                summary.real_tokens += sum(counts)
+                summary.padded_tokens += sum(b.padded_tokens for b in packed)
+    return summary
+
+
+@dataclass
+class ScoreSummary:
+    """What a score execute did: the scorer's counts, what it resumed, what ran it."""
+
+    stats: ScoreStats = field(default_factory=ScoreStats)
+    resumed_inputs: int = 0
+    backend: str = "none"  # nothing to score: no model was loaded
+    load_seconds: float = 0.0
+
+    def record(self) -> dict[str, object]:
+        """What land needs to measure the run, written into the output file's footer."""
+        s = self.stats
+        return {
+            "inputs": s.pairs,
+            "tokens": s.tokens,
+            "seconds": s.seconds,
+            "fixed_seconds": self.load_seconds,
+            "inputs_resumed": self.resumed_inputs,
+            "backend": self.backend if s.pairs else None,
+        }
+
+    def metadata(self) -> dict[str, object]:
+        s = self.stats
+        values: dict[str, object] = {
+            "pairs_scored": s.pairs,
+            "inputs_resumed_from_checkpoint": self.resumed_inputs,
+            "batches_run": s.batches,
+        }
+        if s.pairs:
+            values.update(
+                seconds=round(s.seconds, 3),
+                pairs_per_second=round(s.pairs_per_second, 1),
+                model_load_seconds=round(self.load_seconds, 3),
+                backend=self.backend,
+            )
+        return values
+
+
+def execute_pairs(
+    plan_path: StagePath | Path,
+    out_path: StagePath | Path,
+    get_scorer: Callable[[], Scorer],
+    checkpoint_dir: StagePath | Path | None = None,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    progress: ProgressSink | None = None,
+    progress_interval: float = 15.0,
+) -> ScoreSummary:
+    """Score the plan into `out_path`, a batch at a time (see the module docstring)."""
+    started = time.perf_counter()
+    summary = ScoreSummary()
+    with CheckpointedOutput(
+        out_path, checkpoint_dir, SCORES_SCHEMA, checkpoint_every, started
+    ) as output:
+        keys = {
+            key
+            for batch in read_batches(plan_path, ["input_hash"])
+            for key in batch["input_hash"].to_pylist()
+        }
+        done = output.resume(keys & output.done_keys)
+        summary.resumed_inputs = len(done)
+        todo = len(keys) - len(done)
+        if todo:
+            tracker = Progress(EXECUTE.name, todo, progress, unit="pairs",
+                               interval=progress_interval)  # fmt: skip
+            tracker.start()
+            scorer = get_scorer()
+            tracker.working()
+            columns = ["input_hash", "query", "document", "token_count"]
+            for group in read_groups(plan_path, "batch_index", columns):
+                pending = [row for row in group if row[0] not in done]
+                if not pending:
+                    continue
+                began = time.perf_counter()
+                scores = scorer.score_batch([(q, d) for _, q, d, _ in pending])
+                stats = summary.stats
+                stats.seconds += time.perf_counter() - began
+                stats.pairs += len(pending)
+                stats.tokens += sum(count for *_, count in pending)
+                stats.padded_tokens += len(pending) * max(count for *_, count in pending)
+                stats.batches += 1
+                now = datetime.now(UTC)
+                output.add(
+                    pa.table(
+                        {
+                            "input_hash": [row[0] for row in pending],
+                            "score": pa.array(scores, pa.float32()),
+                            "scored_at": pa.array([now] * len(pending), SCORES_SCHEMA[2].type),
+                        },
+                        schema=SCORES_SCHEMA,
+                    )
+                )
+                tracker.advance(len(pending), 0)
+            tracker.finish()
+            summary.backend = scorer.backend
+            summary.load_seconds = scorer.load_seconds
+        output.finish(summary.record(), plan_path)
+    return summary
