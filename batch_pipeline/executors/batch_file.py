@@ -11,6 +11,8 @@ One request per line (`custom_id`, `method`, `url`, `body`), as OpenAI's Batch A
   that JSON schema (strict);
 - `url` is `/v1/embeddings` for an embedding model: `body` holds the model and the input's
   token ids, as the plan cut them;
+- `url` is `/score` for a reranker (vLLM's): `body` holds the model, a query and its
+  documents, and the answer one score per document;
 - the yes/no judge (`inference.judge`) is a chat completion of one greedy token with its
   `top_logprobs`, its score read back from them (`judge_score_of`).
 
@@ -36,6 +38,7 @@ from batch_pipeline.inference.judge import TOP_LOGPROBS, judge_probability
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
+SCORE = "/score"  # vLLM's: a query's documents scored by a pooling model (a reranker)
 MAX_REQUESTS = 50_000  # a batch file's limit, in requests
 MAX_BYTES = 200 * 1024 * 1024  # and in bytes
 SCHEMA_NAME = "output"
@@ -80,6 +83,20 @@ def embedding_request_line(
     if not normalize:
         body["use_activation"] = False
     return {"custom_id": key, "method": "POST", "url": EMBEDDINGS, "body": body}
+
+
+def score_request_line(
+    key: str, query: str, documents: list[str], model: str, document_tokens: int
+) -> dict:
+    """One score request of the batch file: a query and its documents (vLLM's `/score`),
+    each document cut to `document_tokens` tokens, as the in-process scorer cuts a pair."""
+    body = {
+        "model": model,
+        "queries": query,
+        "documents": documents,
+        "max_tokens_per_doc": document_tokens,
+    }
+    return {"custom_id": key, "method": "POST", "url": SCORE, "body": body}
 
 
 def judge_request_line(prompt: Prompt, model: str) -> dict:
@@ -170,6 +187,7 @@ class BatchResult:
     # trouble): worth sending again, where a 4xx refusal is the request's own failure
     retryable: bool = False
     vector: np.ndarray | None = None  # an embedding request's vector (float32)
+    scores: tuple[float, ...] | None = None  # a score request's, one per document in order
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -208,6 +226,11 @@ def result_of(line: dict) -> BatchResult:
         return BatchResult(key, None, None, error=error, retryable=retryable)
     try:
         usage = body.get("usage") or {}
+        if "data" in body and body["data"] and "score" in body["data"][0]:  # pairs' scores
+            ordered = sorted(body["data"], key=lambda item: int(item["index"]))
+            tokens = int(usage.get("prompt_tokens") or 0)
+            scores = tuple(float(item["score"]) for item in ordered)
+            return BatchResult(key, None, "stop", tokens, 0, scores=scores)
         if "data" in body:  # an embedding
             vector = body["data"][0]["embedding"]
             if not isinstance(vector, list):

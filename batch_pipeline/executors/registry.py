@@ -31,6 +31,7 @@ EXECUTORS: dict[str, dict[str, str]] = {
     SCORE: {
         "local": "batch_pipeline.executors.scoring:ScoreExecutor",
         "vllm": "batch_pipeline.executors.scoring:VllmScoreExecutor",
+        "vllm-run-batch": "batch_pipeline.executors.scoring:RunBatchScoreExecutor",
     },
 }
 

@@ -1,18 +1,36 @@
 """The score family's executors: (query, document) pairs planned under a token budget and
 scored by a reranker (`stages.score`), differing only in the engine that scores a batch:
 `local` runs the cross-encoder in the run's process (sentence-transformers), `vllm` on vLLM's
-engine in that process (`LLM.score`). Both give the same scores within float rounding, so a
-product's generation does not depend on which ran it."""
+engine in that process (`LLM.score`), `vllm-run-batch` through vLLM's own `run-batch` in a
+subprocess, over the plan written as `/score` lines of an OpenAI batch file (a line per query
+of a planned batch, up to 50,000 pairs a file; each file pays the engine's start). All give
+the same scores within float rounding, so a product's generation does not depend on which
+ran it."""
 
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+
+import numpy as np
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.batch_file import (
+    MAX_REQUESTS,
+    BatchResult,
+    read_results,
+    score_request_line,
+    write_batch_files,
+)
 from batch_pipeline.executors.registry import SCORE, executor_class
+from batch_pipeline.executors.run_batch import RunBatchError, run_batch_environment, run_batch_file
+from batch_pipeline.executors.vllm_embedding import pooling_command
 from batch_pipeline.inference.rerankers import ResolvedReranker
-from batch_pipeline.inference.scorer import CrossEncoderScorer, Scorer
-from batch_pipeline.inference.vllm_embedder import settings_problem
+from batch_pipeline.inference.scorer import BatchedScorer, CrossEncoderScorer, Pair, Scorer
+from batch_pipeline.inference.vllm_embedder import EmbedEngineSettings, settings_problem
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.score import ScorePlanSummary, ScoreSummary, execute_pairs, plan_pairs
 from batch_pipeline.state.staging import StagePath
@@ -84,6 +102,82 @@ class VllmScoreExecutor(ScoreExecutor):
         return VllmScorer(
             self.reranker, embed_engine_settings(self.device, self.dtype), options.plan
         )
+
+
+class RunBatchScorer(BatchedScorer):
+    """A scorer whose engine is `vllm run-batch`: the planned batches, up to `max_pairs`
+    pairs at a time, as one batch file of `/score` lines each (see the module docstring)."""
+
+    backend = "vllm-run-batch"
+    max_pairs = MAX_REQUESTS
+
+    def __init__(self, reranker: ResolvedReranker, settings: EmbedEngineSettings) -> None:
+        super().__init__(reranker)
+        self.engine_settings = settings
+
+    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
+        return next(self.run([pairs]))
+
+    def run(self, batches: Iterable[list[Pair]]) -> Iterator[np.ndarray]:
+        group: list[list[Pair]] = []
+        for pairs in batches:
+            if group and sum(map(len, group)) + len(pairs) > self.max_pairs:
+                yield from self._run_group(group)
+                group = []
+            group.append(pairs)
+        if group:
+            yield from self._run_group(group)
+
+    def _lines(self, group: list[list[Pair]]) -> Iterator[dict]:
+        """A line per query of each batch, its id `<batch>:<first pair>`; each document cut
+        to what the pair's length leaves it (the query, `[CLS]` and two `[SEP]` first)."""
+        tokenizer = self.tokenizer()
+        for number, pairs in enumerate(group):
+            start = 0
+            for query, run in groupby(pairs, key=lambda pair: pair[0]):
+                documents = [document for _, document in run]
+                query_tokens = len(tokenizer(query, add_special_tokens=False)["input_ids"])
+                room = max(1, self.reranker.max_length - query_tokens - 3)
+                yield score_request_line(f"{number}:{start}", query, documents,
+                                         self.reranker.name, room)  # fmt: skip
+                start += len(documents)
+
+    def _run_group(self, group: list[list[Pair]]) -> Iterator[np.ndarray]:
+        r = self.reranker
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="run-batch-score-") as work:
+            found: dict[str, BatchResult] = {}
+            for path in write_batch_files(self._lines(group), Path(work)):
+                results = path.with_name(path.name.replace("requests", "results"))
+                env = run_batch_environment(self.engine_settings.device,
+                                            self.engine_settings.kv_cache_gib)  # fmt: skip
+                command = pooling_command(r.path, r.name, r.max_length, self.engine_settings,
+                                          path, results)  # fmt: skip
+                run_batch_file(command, env, results)
+                found.update(read_results([results]))
+        self.load_seconds += time.perf_counter() - started  # each subprocess's start included
+        for number, pairs in enumerate(group):
+            scores: list[float] = []
+            start = 0
+            for _query, run in groupby(pairs, key=lambda pair: pair[0]):
+                documents = len(list(run))
+                result = found.get(f"{number}:{start}")
+                if result is None or result.scores is None or len(result.scores) != documents:
+                    said = result.error if result is not None else "no result"
+                    raise RunBatchError(f"vllm run-batch scored no pairs of a batch ({said})")
+                scores += result.scores
+                start += documents
+            yield np.asarray(scores, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class RunBatchScoreExecutor(VllmScoreExecutor):
+    """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`)."""
+
+    def scorer(self, options: ExecuteOptions) -> Scorer:
+        from batch_pipeline.inference.vllm_embedder import embed_engine_settings
+
+        return RunBatchScorer(self.reranker, embed_engine_settings(self.device, self.dtype))
 
 
 def score_executor(reranker: ResolvedReranker, choice: ExecutorChoice | None) -> ScoreExecutor:

@@ -34,10 +34,40 @@ from batch_pipeline.executors.run_batch import (
 )
 from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.inference.vllm_embedder import (
+    EmbedEngineSettings,
     VllmEmbedder,
     embed_engine_settings,
     settings_problem,
 )
+
+
+def pooling_command(
+    folder: Path,
+    name: str,
+    max_model_len: int,
+    settings: EmbedEngineSettings,
+    requests: Path,
+    results: Path,
+) -> list[str]:
+    """The `run-batch` command line for a pooling model (an embedder, a reranker) at
+    `folder`, served as `name`, on the embedding engines' settings."""
+    command = [
+        *RUN_BATCH,
+        "-i", str(requests),
+        "-o", str(results),
+        "--model", str(folder),
+        "--served-model-name", name,
+        "--runner", "pooling",
+        "--dtype", settings.dtype,
+        "--max-model-len", str(max_model_len),
+        "--max-num-seqs", str(settings.max_num_seqs),
+        "--seed", "0",
+    ]  # fmt: skip
+    if settings.enforce_eager:
+        command.append("--enforce-eager")
+    if settings.device == "cuda":
+        command += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
+    return command
 
 
 class RunBatchEmbedder(VllmEmbedder):
@@ -48,24 +78,8 @@ class RunBatchEmbedder(VllmEmbedder):
     max_requests = MAX_REQUESTS
 
     def command(self, requests: Path, results: Path) -> list[str]:
-        s = self.settings
-        command = [
-            *RUN_BATCH,
-            "-i", str(requests),
-            "-o", str(results),
-            "--model", str(self.resolved.path),
-            "--served-model-name", self.resolved.name,
-            "--runner", "pooling",
-            "--dtype", s.dtype,
-            "--max-model-len", str(self.resolved.max_seq_length),
-            "--max-num-seqs", str(s.max_num_seqs),
-            "--seed", "0",
-        ]  # fmt: skip
-        if s.enforce_eager:
-            command.append("--enforce-eager")
-        if s.device == "cuda":
-            command += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
-        return command
+        r = self.resolved
+        return pooling_command(r.path, r.name, r.max_seq_length, self.settings, requests, results)
 
     def run(
         self, batches: Iterable[PlannedBatch], stats: RunStats | None = None

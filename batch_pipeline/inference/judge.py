@@ -16,7 +16,7 @@ reranker reaches readers without passing a gate.
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -74,6 +74,10 @@ class VllmJudge:
 
     def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         return self.score(pairs)
+
+    def run(self, batches: Iterable[list[Pair]]) -> Iterator[np.ndarray]:
+        for pairs in batches:
+            yield self.score(pairs)
 
     def score(self, pairs: Sequence[Pair]) -> np.ndarray:
         if not pairs:

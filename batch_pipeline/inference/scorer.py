@@ -15,7 +15,7 @@ rounding, so a reranker's generation does not depend on which ran it.
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,6 +57,10 @@ class Scorer(Protocol):
 
     def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         """One planned batch's scores, as given (a plan's batches are already packed)."""
+        ...
+
+    def run(self, batches: Iterable[list[Pair]]) -> Iterator[np.ndarray]:
+        """Each planned batch's scores, in the batches' order."""
         ...
 
 
@@ -109,6 +113,11 @@ class BatchedScorer:
     def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         """One planned batch's scores, as given (no re-batching), in its order."""
         raise NotImplementedError
+
+    def run(self, batches: Iterable[list[Pair]]) -> Iterator[np.ndarray]:
+        """Each planned batch scored as it comes."""
+        for pairs in batches:
+            yield self.score_batch(pairs)
 
 
 class CrossEncoderScorer(BatchedScorer):

@@ -6,14 +6,16 @@ bucket by hash and are folded), counts its tokens with the reranker's tokenizer 
 the reranker encodes it, cut at its length), and packs each bucket under the padded-token
 budget, shortest first (`inference.batching`). Memory holds one bucket.
 
-Execute streams the plan a batch at a time through a `Scorer` (`score_batch`: the batch as
-planned), writing (`input_hash`, `score`, `scored_at`) through the checkpointed output every
-executor writes through (`stages.checkpointed`): a rerun resumes from the checkpoints, and an
-empty plan loads no model.
+Execute streams the plan's batches through a `Scorer` (`run`: each batch scored as planned;
+a scorer whose engine starts per call, as `vllm run-batch` does, takes many at once),
+writing (`input_hash`, `score`, `scored_at`) through the checkpointed output every executor
+writes through (`stages.checkpointed`): a rerun resumes from the checkpoints, and an empty
+plan loads no model.
 """
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -185,12 +187,18 @@ def execute_pairs(
             scorer = get_scorer()
             tracker.working()
             columns = ["input_hash", "query", "document", "token_count"]
-            for group in read_groups(plan_path, "batch_index", columns):
-                pending = [row for row in group if row[0] not in done]
-                if not pending:
-                    continue
-                began = time.perf_counter()
-                scores = scorer.score_batch([(q, d) for _, q, d, _ in pending])
+            waiting: deque[list[tuple]] = deque()  # planned batches handed to the scorer
+
+            def batches() -> Iterator[list[tuple[str, str]]]:
+                for group in read_groups(plan_path, "batch_index", columns):
+                    pending = [row for row in group if row[0] not in done]
+                    if pending:
+                        waiting.append(pending)
+                        yield [(q, d) for _, q, d, _ in pending]
+
+            began = time.perf_counter()
+            for scores in scorer.run(batches()):  # a scorer may take several batches at once
+                pending = waiting.popleft()
                 stats = summary.stats
                 stats.seconds += time.perf_counter() - began
                 stats.pairs += len(pending)
@@ -209,6 +217,7 @@ def execute_pairs(
                     )
                 )
                 tracker.advance(len(pending), 0)
+                began = time.perf_counter()
             tracker.finish()
             summary.backend = scorer.backend
             summary.load_seconds = scorer.load_seconds

@@ -52,17 +52,19 @@ def test_the_shipped_chat_model_judges_pairs_in_process(chat_model_dir):
 
 
 def test_the_score_executors_score_one_plan_alike(reranker, tmp_path):
-    """The registry's `local` and `vllm` score executors over the same plan: the same score
-    for every pair, within 1e-3."""
+    """The registry's `local`, `vllm` and `vllm-run-batch` score executors over the same plan
+    (two queries' pairs, one past the model's 512 tokens): the same score for every pair,
+    within 1e-3, and so the same order."""
     from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
     from batch_pipeline.executors.scoring import score_executor
     from batch_pipeline.state.staging import read_table
     from tests.engine.test_scorers import write_pairs
 
     pairs = [(f"h{i}", QUERY, document) for i, document in enumerate(DOCUMENTS)]
+    pairs += [(f"i{i}", "invoices", document) for i, document in enumerate(DOCUMENTS)]
     write_pairs(tmp_path / "pairs.parquet", pairs)
     found = {}
-    for name in ("local", "vllm"):
+    for name in ("local", "vllm", "vllm-run-batch"):
         executor = score_executor(reranker, ExecutorChoice(name=name, device="cpu"))
         options = ExecuteOptions()
         executor.plan(tmp_path / "pairs.parquet", tmp_path / f"{name}-plan.parquet", options)
@@ -72,5 +74,6 @@ def test_the_score_executors_score_one_plan_alike(reranker, tmp_path):
         assert summary.stats.pairs == len(pairs)
         table = read_table(tmp_path / f"{name}.parquet", ["input_hash", "score"]).to_pydict()
         found[name] = dict(zip(table["input_hash"], table["score"], strict=True))
-    assert found["local"].keys() == found["vllm"].keys()
-    assert max(abs(found["local"][h] - found["vllm"][h]) for h in found["local"]) < 1e-3
+    for name in ("vllm", "vllm-run-batch"):
+        assert found[name].keys() == found["local"].keys()
+        assert max(abs(found["local"][h] - found[name][h]) for h in found["local"]) < 1e-3, name

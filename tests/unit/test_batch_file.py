@@ -11,10 +11,12 @@ import pytest
 from batch_pipeline.executors.batch_file import (
     CHAT_COMPLETIONS,
     EMBEDDINGS,
+    SCORE,
     BatchFileError,
     embedding_request_line,
     read_results,
     request_line,
+    score_request_line,
     write_request_files,
 )
 from batch_pipeline.inference.generator import Prompt, Sampling
@@ -129,3 +131,32 @@ def test_an_embedding_request_carries_the_plans_token_ids_and_its_result_a_vecto
     assert results["7"].error is None and results["7"].prompt_tokens == 3
     assert results["8"].vector is None and not results["8"].retryable
     assert results["8"].error == "status 400; too_long: over the model's length"
+
+
+def test_a_score_line_asks_a_query_s_documents_and_its_scores_read_back_in_order(tmp_path):
+    line = score_request_line("0:0", "reset password", ["doc a", "doc b"], "xenc", 500)
+    assert line["url"] == SCORE and line["custom_id"] == "0:0"
+    assert line["body"] == {
+        "model": "xenc",
+        "queries": "reset password",
+        "documents": ["doc a", "doc b"],
+        "max_tokens_per_doc": 500,
+    }
+    answered = {
+        "custom_id": "0:0",
+        "response": {
+            "status_code": 200,
+            "body": {
+                "object": "list",
+                "data": [  # any order: read back by index
+                    {"index": 1, "object": "score", "score": 0.25},
+                    {"index": 0, "object": "score", "score": 0.75},
+                ],
+                "usage": {"prompt_tokens": 12},
+            },
+        },
+    }
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(answered) + "\n")
+    (result,) = read_results([results]).values()
+    assert result.scores == (0.75, 0.25) and result.error is None and result.prompt_tokens == 12
