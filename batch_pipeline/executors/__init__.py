@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from batch_pipeline.config import ConfigError
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY
@@ -46,6 +47,26 @@ class ExecutorChoice:
     engine_options: dict[str, int] = field(default_factory=dict)  # tensor_parallel_size, ...
     # how the caller spells a setting in an error: "--tensor-parallel-size" for the CLI
     spelled: Callable[[str], str] = field(default=lambda setting: setting)
+
+
+class ChosenSettings:
+    """What every executor that runs on inference settings (a device, a dtype) does when it
+    is chosen: refuse the settings it cannot run (`settings_problem`), in one line naming the
+    setting as its caller spells it (`spelled`), before any stage runs."""
+
+    device: str
+    dtype: str
+    spelled: Callable[[str], str]
+
+    def __post_init__(self) -> None:
+        problem = self.settings_problem(self.device, self.dtype)
+        if problem is not None:
+            raise ConfigError(f"{self.spelled(problem[0])}: {problem[1]}")
+
+    @staticmethod
+    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
+        """The setting this executor cannot run, and why; None if it runs both."""
+        return None
 
 
 class Executor(Protocol):

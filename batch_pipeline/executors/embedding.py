@@ -7,8 +7,7 @@ an `Embedder`. The executors differ only in that engine: `local` runs the produc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.registry import EMBED, executor_class
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
@@ -19,7 +18,7 @@ from batch_pipeline.state.staging import StagePath
 
 
 @dataclass(frozen=True)
-class EmbeddingExecutor:
+class EmbeddingExecutor(ChosenSettings):
     """Embeds with `model` (see `batch_pipeline.stages.plan` and `.execute`) on the engine
     the run loads: the inference settings' device and dtype are that engine's."""
 
@@ -28,17 +27,6 @@ class EmbeddingExecutor:
     dtype: str = "auto"
     # how the caller spells a setting in an error (`--dtype`, `InferenceResource.dtype`)
     spelled: Callable[[str], str] = field(default=lambda setting: setting, compare=False)
-
-    def __post_init__(self) -> None:
-        problem = self.settings_problem(self.device, self.dtype)
-        if problem is not None:
-            raise ConfigError(f"{self.spelled(problem[0])}: {problem[1]}")
-
-    @staticmethod
-    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
-        """The inference setting this executor cannot run, and why; None if it runs both
-        (the local runner runs every device and dtype it knows)."""
-        return None
 
     @classmethod
     def chosen(cls, model: ResolvedModel, choice: ExecutorChoice) -> "EmbeddingExecutor":

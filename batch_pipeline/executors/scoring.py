@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     BatchResult,
@@ -37,18 +36,13 @@ from batch_pipeline.state.staging import StagePath
 
 
 @dataclass(frozen=True)
-class ScoreExecutor:
+class ScoreExecutor(ChosenSettings):
     """Scores with `reranker` in the run's process (`local`)."""
 
     reranker: ResolvedReranker
     device: str = "auto"
     dtype: str = "auto"
     spelled: Callable[[str], str] = field(default=lambda setting: setting, compare=False)
-
-    def __post_init__(self) -> None:
-        problem = self.settings_problem(self.device, self.dtype)
-        if problem is not None:
-            raise ConfigError(f"{self.spelled(problem[0])}: {problem[1]}")
 
     @staticmethod
     def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:

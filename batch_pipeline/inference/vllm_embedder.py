@@ -12,6 +12,7 @@ the `local` executor's vectors are measured against, and fp16 on a GPU.
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +39,31 @@ class EmbedEngineSettings:
         if self.device == "cuda":
             return {"gpu_memory_utilization": self.gpu_memory_utilization}
         return {"kv_cache_memory_bytes": int(self.kv_cache_gib * (1 << 30))}
+
+
+def start_pooling_engine(
+    folder: Path,
+    what: str,
+    settings: EmbedEngineSettings,
+    max_model_len: int,
+    error: type[Exception],
+):  # noqa: ANN201 - vllm.LLM
+    """vLLM's engine over a pooling model (an embedder, a reranker) at `folder`, on these
+    settings, in this process (`vllm_engine.start_engine`)."""
+    return start_engine(
+        folder,
+        what,
+        settings.device,
+        settings.kv_cache_gib,
+        error,
+        runner="pooling",
+        dtype=settings.dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        enforce_eager=settings.enforce_eager,
+        seed=0,
+        **settings.engine_options,
+    )
 
 
 def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
@@ -93,19 +119,12 @@ class VllmEmbedder:
         if self._llm is None:
             started = time.perf_counter()
             s = self.settings
-            self._llm = start_engine(
+            self._llm = start_pooling_engine(
                 self.resolved.path,
                 "the embedding model",
-                s.device,
-                s.kv_cache_gib,
+                s,
+                self.resolved.max_seq_length,
                 ModelNotAvailableError,
-                runner="pooling",
-                dtype=s.dtype,
-                max_model_len=self.resolved.max_seq_length,
-                max_num_seqs=s.max_num_seqs,
-                enforce_eager=s.enforce_eager,
-                seed=0,
-                **s.engine_options,
             )
             self.load_seconds = time.perf_counter() - started
         return self._llm

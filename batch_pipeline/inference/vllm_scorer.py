@@ -12,8 +12,11 @@ import numpy as np
 from batch_pipeline.inference.batching import PlanSettings
 from batch_pipeline.inference.rerankers import RerankerNotAvailableError, ResolvedReranker
 from batch_pipeline.inference.scorer import BatchedScorer, Pair
-from batch_pipeline.inference.vllm_embedder import EmbedEngineSettings, embed_engine_settings
-from batch_pipeline.inference.vllm_engine import start_engine
+from batch_pipeline.inference.vllm_embedder import (
+    EmbedEngineSettings,
+    embed_engine_settings,
+    start_pooling_engine,
+)
 
 
 class VllmScorer(BatchedScorer):
@@ -34,20 +37,12 @@ class VllmScorer(BatchedScorer):
     def engine(self):  # noqa: ANN201 - vllm.LLM
         if self._llm is None:
             started = time.perf_counter()
-            s = self.engine_settings
-            self._llm = start_engine(
+            self._llm = start_pooling_engine(
                 self.reranker.path,
                 "the reranker",
-                s.device,
-                s.kv_cache_gib,
+                self.engine_settings,
+                self.reranker.max_length,
                 RerankerNotAvailableError,
-                runner="pooling",
-                dtype=s.dtype,
-                max_model_len=self.reranker.max_length,
-                max_num_seqs=s.max_num_seqs,
-                enforce_eager=s.enforce_eager,
-                seed=0,
-                **s.engine_options,
             )
             self.load_seconds = time.perf_counter() - started
         return self._llm
