@@ -27,9 +27,14 @@ from batch_pipeline.executors.batch_file import (
 from batch_pipeline.executors.registry import SCORE, executor_class
 from batch_pipeline.executors.run_batch import RunBatchError, run_batch_environment, run_batch_file
 from batch_pipeline.executors.vllm_embedding import pooling_command
+from batch_pipeline.inference.devices import pick_device
 from batch_pipeline.inference.rerankers import ResolvedReranker
 from batch_pipeline.inference.scorer import BatchedScorer, CrossEncoderScorer, Pair, Scorer
-from batch_pipeline.inference.vllm_embedder import EmbedEngineSettings, settings_problem
+from batch_pipeline.inference.vllm_embedder import (
+    EmbedEngineSettings,
+    embed_engine_settings,
+    settings_problem,
+)
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.score import ScorePlanSummary, ScoreSummary, execute_pairs, plan_pairs
 from batch_pipeline.state.staging import StagePath
@@ -51,9 +56,8 @@ class ScoreExecutor(ChosenSettings):
         return None
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
-        """The engine a batch is scored on."""
-        device = "cpu" if self.device == "auto" else self.device
-        return CrossEncoderScorer(self.reranker, device, options.plan)
+        """The engine a batch is scored on (`auto`: the device every engine picks)."""
+        return CrossEncoderScorer(self.reranker, pick_device(self.device), options.plan)
 
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions
@@ -90,7 +94,6 @@ class VllmScoreExecutor(ScoreExecutor):
     settings_problem = staticmethod(settings_problem)
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
-        from batch_pipeline.inference.vllm_embedder import embed_engine_settings
         from batch_pipeline.inference.vllm_scorer import VllmScorer
 
         return VllmScorer(
@@ -169,8 +172,6 @@ class RunBatchScoreExecutor(VllmScoreExecutor):
     """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`)."""
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
-        from batch_pipeline.inference.vllm_embedder import embed_engine_settings
-
         return RunBatchScorer(self.reranker, embed_engine_settings(self.device, self.dtype))
 
 

@@ -93,11 +93,6 @@ class GenerateSummary:
     window_seconds: float | None = None  # a provider's completion window: the run's window
 
     @property
-    def pending_batches(self) -> int:
-        """Provider batches still running when execute returned."""
-        return self.batches.pending
-
-    @property
     def token_cost(self) -> float | None:
         """What the provider charges for the tokens this run generated, at its batch prices."""
         if self.token_prices is None:
