@@ -168,6 +168,7 @@ class ProductFace:
             *report.batches_lines(),
             report.measures_line(),
             report.review_line(),
+            *report.companion_lines(),
         ]
 
 
@@ -259,6 +260,13 @@ class RunReport:
         if self.dropped:
             line += f"; retention dropped {', '.join(self.dropped)}"
         return line
+
+    def companion_lines(self) -> list[str]:
+        """The reviews of generations reviewed with the product's (a collection's reranker),
+        a line each."""
+        return [
+            f"  generation {c.generation}: {c.decision}: {c.reason}" for c in self.review.companions
+        ]
 
 
 def review_after_run(

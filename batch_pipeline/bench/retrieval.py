@@ -1,8 +1,9 @@
-"""Retrieval quality by search mode: recall@k and MRR@k of vector, text (BM25) and hybrid
-search on labelled sets, ranked as `search` and the generation gate rank them.
+"""Retrieval quality by search mode: recall@k, MRR@k and nDCG@10 of vector, text (BM25) and
+hybrid search on labelled sets, and of hybrid search reranked, ranked as `search` and the
+generation gate rank them.
 
     python -m batch_pipeline.bench.retrieval [--cranfield DIR] [--no-handbook]
-        [--questions] [--int8] [--json-out F]
+        [--reranker judge|DIR] [--candidates 30] [--questions] [--int8] [--json-out F]
 
 - The handbook: the sample's 100 pages and its 38 queries (written here).
 - Cranfield (`--cranfield DIR`, a folder with `cran.all.1400`, `cran.qry` and `cranqrel`:
@@ -15,9 +16,13 @@ Each set is built by the pipeline (collect to land, the real all-MiniLM-L6-v2) i
 under `--dir`; the figures are measured in this one run. With `--questions` each set's briefs
 are generated too (the shipped chat model, in this process: minutes for the handbook, about
 half an hour for Cranfield on two cores) and each mode is scored again with their question
-rows. With `--int8` each set is built a second time under `model.precision: fixed_accuracy`
-on OpenVINO's int8 model (`dtype: int8`, calibrated on the set's own inputs as a first run
-pins them) and scored the same way, with each score's difference from the faithful build's.
+rows. With `--reranker` (`judge`: the shipped chat model as a yes/no judge; or a
+cross-encoder folder you have) a `hybrid+rerank` row is added: each query's hybrid top
+`--candidates` chunks reordered by the reranker, as `search --rerank` and the reranker's
+review rank them. With `--int8` each set is built a second time under `model.precision:
+fixed_accuracy` on OpenVINO's int8 model (`dtype: int8`, calibrated on the set's own inputs as
+a first run pins them) and scored the same way, with each score's difference from the
+faithful build's.
 """
 
 import argparse
@@ -109,12 +114,40 @@ def scores(pipeline, runner, also: tuple[str, ...] = ()) -> dict[str, dict[str, 
     return found
 
 
+def rerank_scores(pipeline, runner, reranker: str, candidates: int) -> dict[str, float]:  # noqa: ANN001
+    """Hybrid search's top `candidates` rows reordered by `reranker`, ranked at 5 and 10."""
+    from batch_pipeline.config import RerankerConfig
+    from batch_pipeline.generations.evaluation import load_eval_set
+    from batch_pipeline.index.reranker import (
+        documents_of,
+        hybrid_candidates,
+        open_scorer,
+        ranks_at,
+        reranked,
+    )
+
+    queries = load_eval_set(pipeline.collection.evaluation.path)
+    rows = hybrid_candidates(pipeline.product, queries, lambda model: runner, candidates)
+    config = RerankerConfig(model=reranker, candidates=candidates)
+    scorer = open_scorer(config, pipeline.storage.home)
+    began = time.perf_counter()
+    ranked = [
+        documents_of(reranked(r, q.query, scorer)) for q, r in zip(queries, rows, strict=True)
+    ]
+    seconds = time.perf_counter() - began
+    print(f"  reranked {scorer.stats.pairs:,} pairs in {seconds:.0f} s", flush=True)
+    found: dict[str, float] = {}
+    for k in CUTS:
+        found |= ranks_at(ranked, queries, k)
+    return found
+
+
 def print_table(title: str, found: dict[str, dict[str, float]]) -> None:
     print(f"\n{title} ({next(iter(found.values()))['queries']} queries)")
-    print(f"  {'mode':<8} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7} "
+    print(f"  {'mode':<14} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7} "
           f"{'nDCG@10':>8}")  # fmt: skip
     for mode, values in found.items():
-        print(f"  {mode:<8} {values['recall_at_5']:>9.3f} {values['mrr_at_5']:>7.3f} "
+        print(f"  {mode:<14} {values['recall_at_5']:>9.3f} {values['mrr_at_5']:>7.3f} "
               f"{values['recall_at_10']:>10.3f} {values['mrr_at_10']:>7.3f} "
               f"{values['ndcg_at_10']:>8.3f}")  # fmt: skip
 
@@ -125,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-handbook", action="store_true")
     parser.add_argument("--questions", action="store_true", help="briefs and question rows too")
     parser.add_argument("--int8", action="store_true", help="and each set built in int8")
+    parser.add_argument("--reranker", help="judge, or a cross-encoder folder: hybrid+rerank")
+    parser.add_argument("--candidates", type=int, default=30, help="rows the reranker reorders")
     parser.add_argument("--dir", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -159,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - began
         print(f"{name}: built in {seconds:.0f} s ({chunks:,} chunks)", flush=True)
         found = scores(pipeline, runner)
+        if args.reranker:
+            found["hybrid+rerank"] = rerank_scores(pipeline, runner, args.reranker,
+                                                   args.candidates)  # fmt: skip
         print_table(f"{name}, chunks only", found)
         report[name] = {"chunks": found}
         if args.int8:

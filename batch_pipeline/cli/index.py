@@ -1,7 +1,8 @@
 """The vector index's own commands of the `batch-pipeline` CLI (its runs are `run`'s, as every
 product's).
 
-    batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--json]
+    batch-pipeline search "how do I reset my password" --collection handbook -k 5 [--rerank]
+        [--json]
     batch-pipeline restore --collection C --before-run RUN_ID
 """
 
@@ -34,6 +35,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--where",
         help="filter on metadata fields, e.g. \"product = 'billing' AND draft = false\"",
     )
+    find.add_argument(
+        "--rerank",
+        action="store_true",
+        help="reorder hybrid search's top candidates with the collection's reranker, once its "
+        "review has promoted it (otherwise says why, in one line)",
+    )
     find.add_argument("--json", action="store_true", help="print JSON")
 
     restore = commands.add_parser("restore", help="restore the live table to before a run")
@@ -44,7 +51,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 def _search(ctx: CommandContext, args: argparse.Namespace) -> int:
     (name,) = ctx.collections(args.collection)  # a ConfigError naming the configured ones
     collection = ctx.product_of(INDEX, name).engine
-    hits = search(collection, args.query, args.k, where=args.where, mode=args.mode)
+    hits = search(
+        collection, args.query, args.k, where=args.where, mode=args.mode, rerank=args.rerank
+    )
     if args.json:
         print(json.dumps([h.as_dict() for h in hits], indent=2))
         return 0

@@ -44,12 +44,14 @@ from batch_pipeline.config.declared import (
 )
 from batch_pipeline.config.files import FileFormatError, read_yaml
 from batch_pipeline.config.index import (
+    JUDGE,
     RESERVED_COLUMNS,
     ChunkingConfig,
     CollectionConfig,
     EvaluationConfig,
     FullTextConfig,
     IndexConfig,
+    RerankerConfig,
     VectorIndexConfig,
 )
 from batch_pipeline.config.secrets import SECRET_SETTINGS, SECRET_URL_PARAMETERS, masked_url
@@ -68,6 +70,7 @@ from batch_pipeline.config.tickets import (
 )
 from batch_pipeline.names import (
     QUESTIONS_SUFFIX,
+    reranker_product_name,
     shard_number,
 )
 
@@ -385,6 +388,25 @@ class PipelineConfig(_Strict):
                 f"{name.removesuffix(QUESTIONS_SUFFIX)!r}'s question tables "
                 "(briefs.index_questions); each needs its own"
             )
+        products = {target.name for kind in self.kinds() for target in kind.targets(self)}
+        for c in self.collections:
+            if c.reranker is not None and reranker_product_name(c.name) in products:
+                raise ValueError(
+                    f"collections: {reranker_product_name(c.name)!r} is a product's name and "
+                    f"the name of {c.name!r}'s reranker generations; each needs its own"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _reranker_is_gated(self) -> "PipelineConfig":
+        """A reranker reaches readers only by beating hybrid search on the evaluation set."""
+        for number, collection in enumerate(self.collections):
+            if collection.reranker is not None and collection.evaluation is None:
+                raise ValueError(
+                    f"collections[{number}].reranker: a reranker is used only once it beats "
+                    f"hybrid search on the collection's evaluation set; give {collection.name!r} "
+                    "an evaluation: section"
+                )
         return self
 
     @model_validator(mode="after")
@@ -520,9 +542,11 @@ __all__ = [
     "ModelConfig",
     "PipelineConfig",
     "PrepareConfig",
+    "JUDGE",
     "QUESTIONS_FIELD",
     "REPO_ROOT",
     "RESERVED_COLUMNS",
+    "RerankerConfig",
     "S3SourceConfig",
     "SECRET_SETTINGS",
     "SECRET_URL_PARAMETERS",

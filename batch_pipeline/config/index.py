@@ -1,14 +1,16 @@
 """The vector index's sections: a collection (its source, chunking, metadata fields,
 evaluation set, shards and briefs)."""
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from batch_pipeline.config.base import (
     _existing_file,
+    _relative_to_config,
     _Strict,
 )
 from batch_pipeline.config.briefs import BriefsConfig
@@ -202,6 +204,82 @@ class IndexConfig(_Strict):
         return self
 
 
+JUDGE = "judge"  # a reranker's model: the chat model as a yes/no judge
+SEQUENCE_CLASSIFIER = "ForSequenceClassification"  # a cross-encoder architecture's suffix
+MAX_PAIR_TOKENS = 512  # a pair is cut to this, or to the model's own limit if lower
+
+
+def cross_encoder_length(folder: Path) -> int:
+    """The most tokens a (query, document) pair may take in the cross-encoder at `folder`; a
+    ValueError naming the folder and what is wrong where it is not one (no config.json,
+    another architecture, more than one label)."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ValueError(
+            f"reranker {folder}: no config.json there (give the folder a cross-encoder was "
+            "saved to, e.g. by sentence-transformers' CrossEncoder.save)"
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"reranker {folder}: config.json: {error}") from None
+    architectures = config.get("architectures") or []
+    if not any(str(a).endswith(SEQUENCE_CLASSIFIER) for a in architectures):
+        raise ValueError(
+            f"reranker {folder}: {', '.join(map(str, architectures)) or 'no architecture'} is "
+            f"not a sequence classifier (a cross-encoder is *{SEQUENCE_CLASSIFIER})"
+        )
+    labels = len(config.get("id2label") or {}) or int(config.get("num_labels") or 1)
+    if labels != 1:
+        raise ValueError(
+            f"reranker {folder}: it has {labels} labels; a reranker scores a pair with one"
+        )
+    return min(int(config.get("max_position_embeddings") or MAX_PAIR_TOKENS), MAX_PAIR_TOKENS)
+
+
+class RerankerConfig(_Strict):
+    """A collection's reranker: it reorders hybrid search's top candidates by (query, chunk)
+    scores. It is a generation of its own, reviewed on the collection's evaluation set and used
+    by `search --rerank` only once it beats hybrid search alone (docs/search.md)."""
+
+    model: str = Field(
+        description="A cross-encoder folder (a one-label sequence classifier, as "
+        "sentence-transformers' CrossEncoder saves it; relative to the config), or `judge`: "
+        "the chat model answering yes or no."
+    )
+    chat_model: Path | None = Field(
+        default=None,
+        description="With model: judge, the chat model's folder; default the shipped one.",
+    )
+    candidates: int = Field(
+        default=30,
+        ge=10,
+        le=200,
+        description="Hybrid search's top rows (chunks) the reranker reorders; the review "
+        "ranks their documents at 10.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _cross_encoder_or_judge(cls, value: str, info: ValidationInfo) -> str:
+        if value == JUDGE:
+            return value
+        folder = _relative_to_config(Path(value), info)
+        try:
+            cross_encoder_length(folder)
+        except ValueError as error:
+            raise ValueError(f"{error} (or `{JUDGE}`, the chat model)") from None
+        return str(folder)
+
+    _resolve_chat_model = field_validator("chat_model")(_relative_to_config)
+
+    @model_validator(mode="after")
+    def _chat_model_for_the_judge(self) -> "RerankerConfig":
+        if self.chat_model is not None and self.model != JUDGE:
+            raise ValueError(f"chat_model: only the {JUDGE} reranker takes a chat model")
+        return self
+
+
 class CollectionConfig(_Strict):
     """One collection: one Dagster partition and one LanceDB table per model generation."""
 
@@ -213,6 +291,9 @@ class CollectionConfig(_Strict):
     index: IndexConfig = IndexConfig()
     briefs: BriefsConfig | None = Field(
         default=None, description="Document briefs of this collection (a chat model's)."
+    )
+    reranker: RerankerConfig | None = Field(
+        default=None, description="What `search --rerank` reorders hybrid search with."
     )
     shards: int = Field(
         default=1,

@@ -9,9 +9,11 @@ outputs.
   embedder, a chat model) only when there is work.
 
 Which executors exist, by model family and name, is `registry.EXECUTORS`: `local` (the
-default), `vllm` and `vllm-run-batch` embed (the vector index, the ticket intents); `vllm`
-(the default), `vllm-run-batch` and `openai-batch` generate on a chat model (the document
-briefs).
+default), `vllm`, `vllm-run-batch` and `openai-batch` embed (the vector index, the ticket
+intents); `vllm` (the default), `vllm-run-batch` and `openai-batch` generate on a chat model
+(the document briefs); `local` (the default), `vllm`, `vllm-run-batch` and `openai-batch`
+score (query, document) pairs with a reranker (a cross-encoder, or a chat model as the
+yes/no judge).
 """
 
 from collections.abc import Callable

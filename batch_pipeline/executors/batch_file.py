@@ -187,7 +187,8 @@ class BatchResult:
     # trouble): worth sending again, where a 4xx refusal is the request's own failure
     retryable: bool = False
     vector: np.ndarray | None = None  # an embedding request's vector (float32)
-    scores: tuple[float, ...] | None = None  # a score request's, one per document in order
+    # a score request's, one per document in order; the judge's answer's, one
+    scores: tuple[float, ...] | None = None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -239,14 +240,17 @@ def result_of(line: dict) -> BatchResult:
             tokens = int(usage.get("prompt_tokens") or 0)
             return BatchResult(key, None, "stop", tokens, 0, vector=vector)
         choice = body["choices"][0]
+        # the judge's answer carries its first token's alternatives: its score
+        judged = (judge_score_of(body),) if choice.get("logprobs") else None
         return BatchResult(
             key,
             choice["message"]["content"] or "",
             choice.get("finish_reason"),
             int(usage.get("prompt_tokens") or 0),
             int(usage.get("completion_tokens") or 0),
+            scores=judged,
         )
-    except (KeyError, IndexError, TypeError) as error:
+    except (KeyError, IndexError, TypeError, BatchFileError) as error:
         return BatchResult(key, None, None, error=f"malformed response ({error!r})")
 
 

@@ -32,6 +32,7 @@ EXECUTORS: dict[str, dict[str, str]] = {
         "local": "batch_pipeline.executors.scoring:ScoreExecutor",
         "vllm": "batch_pipeline.executors.scoring:VllmScoreExecutor",
         "vllm-run-batch": "batch_pipeline.executors.scoring:RunBatchScoreExecutor",
+        "openai-batch": "batch_pipeline.executors.openai_batch_score:OpenAIBatchScoreExecutor",
     },
 }
 

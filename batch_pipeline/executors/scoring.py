@@ -5,7 +5,13 @@ engine in that process (`LLM.score`), `vllm-run-batch` through vLLM's own `run-b
 subprocess, over the plan written as `/score` lines of an OpenAI batch file (a line per query
 of a planned batch, up to 50,000 pairs a file; each file pays the engine's start). All give
 the same scores within float rounding, so a product's generation does not depend on which
-ran it."""
+ran it.
+
+The reranker may also be a chat model as the yes/no judge (`inference.judge.ResolvedJudge`):
+`local` and `vllm` then run it on vLLM in the run's process (`VllmJudge`), and `openai-batch`
+(`executors.openai_batch_score`) on a provider's Batch API, with the same prompts and the
+same score from the first token's log-probabilities. `vllm-run-batch` scores cross-encoders
+only."""
 
 import tempfile
 import time
@@ -16,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
@@ -28,6 +35,7 @@ from batch_pipeline.executors.registry import SCORE, executor_class
 from batch_pipeline.executors.run_batch import RunBatchError, run_batch_environment, run_batch_file
 from batch_pipeline.executors.vllm_embedding import pooling_command
 from batch_pipeline.inference.devices import pick_device
+from batch_pipeline.inference.judge import ResolvedJudge, judge_prompts
 from batch_pipeline.inference.rerankers import ResolvedReranker
 from batch_pipeline.inference.scorer import BatchedScorer, CrossEncoderScorer, Pair, Scorer
 from batch_pipeline.inference.vllm_embedder import (
@@ -39,15 +47,41 @@ from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.score import ScorePlanSummary, ScoreSummary, execute_pairs, plan_pairs
 from batch_pipeline.state.staging import StagePath
 
+Reranker = ResolvedReranker | ResolvedJudge  # a cross-encoder, or a chat model as the judge
+
+
+def judge_tokenizer(judge: ResolvedJudge):  # noqa: ANN201 - a VllmGenerator, never started
+    """The judge's chat model for its tokenizer only: the document cut and the counts."""
+    from batch_pipeline.inference.vllm_generator import EngineSettings, VllmGenerator
+
+    return VllmGenerator(judge.model, EngineSettings())
+
+
+def pair_token_counts(reranker: Reranker) -> Callable[[list[Pair]], list[int]]:
+    """How the plan counts a pair: as the cross-encoder encodes it, or as the judge's prompt
+    (the document cut as the judge cuts it) in the chat model's template."""
+    if isinstance(reranker, ResolvedJudge):
+        generator = judge_tokenizer(reranker)
+        return lambda pairs: generator.token_counts(
+            judge_prompts(generator, pairs, reranker.document_tokens)
+        )
+    return CrossEncoderScorer(reranker, "cpu").token_counts  # its tokenizer only
+
 
 @dataclass(frozen=True)
 class ScoreExecutor(ChosenSettings):
-    """Scores with `reranker` in the run's process (`local`)."""
+    """Scores with `reranker` in the run's process (`local`): a cross-encoder on
+    sentence-transformers, the judge on vLLM."""
 
-    reranker: ResolvedReranker
+    reranker: Reranker
     device: str = "auto"
     dtype: str = "auto"
     spelled: Callable[[str], str] = field(default=lambda setting: setting, compare=False)
+
+    @classmethod
+    def chosen(cls, reranker: Reranker, choice: ExecutorChoice) -> "ScoreExecutor":
+        """This executor for `reranker`, on the settings the caller chose."""
+        return cls(reranker, choice.device, choice.dtype, choice.spelled)
 
     @staticmethod
     def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
@@ -57,13 +91,23 @@ class ScoreExecutor(ChosenSettings):
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
         """The engine a batch is scored on (`auto`: the device every engine picks)."""
+        if isinstance(self.reranker, ResolvedJudge):
+            return self.judge()
         return CrossEncoderScorer(self.reranker, pick_device(self.device), options.plan)
+
+    def judge(self) -> Scorer:
+        """The judge on vLLM in the run's process."""
+        from batch_pipeline.inference.judge import VllmJudge
+        from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+
+        model = self.reranker.model
+        engine = engine_settings_for(model, self.device, self.dtype)
+        return VllmJudge(VllmGenerator(model, engine), self.reranker.document_tokens)
 
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions
     ) -> ScorePlanSummary:
-        counter = CrossEncoderScorer(self.reranker, "cpu", options.plan)  # its tokenizer only
-        return plan_pairs(prepared, out, counter.token_counts, options.plan)
+        return plan_pairs(prepared, out, pair_token_counts(self.reranker), options.plan)
 
     def execute(
         self,
@@ -94,6 +138,8 @@ class VllmScoreExecutor(ScoreExecutor):
     settings_problem = staticmethod(settings_problem)
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
+        if isinstance(self.reranker, ResolvedJudge):
+            return self.judge()
         from batch_pipeline.inference.vllm_scorer import VllmScorer
 
         return VllmScorer(
@@ -111,6 +157,7 @@ class RunBatchScorer(BatchedScorer):
     def __init__(self, reranker: ResolvedReranker, settings: EmbedEngineSettings) -> None:
         super().__init__(reranker)
         self.engine_settings = settings
+        self.device = settings.device
 
     def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         return next(self.run([pairs]))
@@ -169,14 +216,22 @@ class RunBatchScorer(BatchedScorer):
 
 @dataclass(frozen=True)
 class RunBatchScoreExecutor(VllmScoreExecutor):
-    """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`)."""
+    """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`);
+    a cross-encoder only."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reranker, ResolvedJudge):
+            raise ConfigError(
+                f"{self.spelled('executor')}: vllm-run-batch scores with cross-encoders; the "
+                "judge runs on local, vllm or openai-batch"
+            )
+        super().__post_init__()
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
         return RunBatchScorer(self.reranker, embed_engine_settings(self.device, self.dtype))
 
 
-def score_executor(reranker: ResolvedReranker, choice: ExecutorChoice | None) -> ScoreExecutor:
+def score_executor(reranker: Reranker, choice: ExecutorChoice | None) -> ScoreExecutor:
     """The score executor `choice` names (`local` when it names none), for `reranker`."""
     choice = choice or ExecutorChoice()
-    chosen = executor_class(SCORE, choice.name)
-    return chosen(reranker, choice.device, choice.dtype, choice.spelled)
+    return executor_class(SCORE, choice.name).chosen(reranker, choice)

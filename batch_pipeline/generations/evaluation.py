@@ -136,6 +136,16 @@ class GateDecision:
     warnings: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """Scores a candidate must beat whatever is live: what readers get without it (hybrid
+    search alone, for a reranker)."""
+
+    name: str  # how the gate's reason names it
+    scores: dict[str, float]
+    metrics: tuple[str, ...]  # the scores it must beat, each strictly
+
+
 def gate(
     complete: bool,
     candidate: dict[str, float] | None,
@@ -143,9 +153,11 @@ def gate(
     tolerance: float,
     floors: dict[str, float] | None = None,
     incomplete: str | None = None,
+    baseline: Baseline | None = None,
 ) -> GateDecision:
     """Whether a candidate may be promoted: complete (`incomplete` says why not), every score
-    in `floors` at least its floor, and no score worse than live by more than `tolerance`."""
+    in `floors` at least its floor, every score `baseline` names above the baseline's, and no
+    score worse than live by more than `tolerance`."""
     if not complete:
         return GateDecision(
             False, incomplete or "not complete: a full pass has not landed every document yet"
@@ -163,8 +175,19 @@ def gate(
     ]
     if below:
         return GateDecision(False, "below its floor: " + "; ".join(below))
+    if baseline is not None:
+        short = [
+            f"{metric} {candidate[metric]:.4f} <= {baseline.scores[metric]:.4f}"
+            for metric in baseline.metrics
+            if candidate[metric] <= baseline.scores[metric]
+        ]
+        if short:
+            return GateDecision(False, f"no better than {baseline.name}: " + "; ".join(short))
+    better = f", better than {baseline.name}," if baseline is not None else ","
     if live is None:
-        return GateDecision(True, "complete, and there is no live generation to compare with")
+        return GateDecision(
+            True, f"complete{better} and there is no live generation to compare with"
+        )
     worse = [
         f"{metric} {candidate[metric]:.4f} < live {live[metric]:.4f} - {tolerance}"
         for metric in candidate
@@ -174,4 +197,4 @@ def gate(
     ]
     if worse:
         return GateDecision(False, "worse than live: " + "; ".join(worse))
-    return GateDecision(True, "complete, and no worse than live within the tolerance")
+    return GateDecision(True, f"complete{better} and no worse than live within the tolerance")

@@ -5,7 +5,9 @@ A product brings two parts:
 - a `CompletenessRule`: whether its generation may replace live at all ("had a full pass",
   "holds every day the live one holds"), and why not;
 - a `Scorer` (or none): its generations' scores on the product's labelled set (retrieval
-  recall and MRR, classification accuracy), the tolerance against live and the floors.
+  recall and MRR, classification accuracy), the tolerance against live and the floors, and,
+  where readers have something without the product, the `Baseline` it must beat (a
+  reranker: hybrid search alone).
 
 `GenerationReviewer.review` does the rest the same way for all: a review whose inputs are
 unchanged since the last one keeps it (no model loads) unless `force`; each generation's own
@@ -27,7 +29,7 @@ from functools import cached_property
 from typing import Protocol
 
 from batch_pipeline.config import GenerationsConfig
-from batch_pipeline.generations.evaluation import gate
+from batch_pipeline.generations.evaluation import Baseline, gate
 from batch_pipeline.generations.registry import DROPPED, LIVE, RETIRED, GenerationRegistry
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
@@ -80,6 +82,14 @@ class Scorer(Protocol):
         ...
 
 
+class BaselineScorer(Scorer, Protocol):
+    """A scorer whose generations must also beat what readers get without them."""
+
+    def baseline(self, embedder_for: EmbedderFor) -> Baseline:
+        """The scores to beat, on the same labelled set."""
+        ...
+
+
 @dataclass(frozen=True)
 class GenerationReview:
     """The outcome of reviewing a generation after a run."""
@@ -97,6 +107,8 @@ class GenerationReview:
     warnings: tuple[str, ...] = ()
     evaluated: bool = True  # False: nothing changed since the last review, which stands
     precision: str | None = None  # the embedding precision class it was built under, if any
+    # the reviews of generations reviewed with this one's (a collection's reranker)
+    companions: tuple["GenerationReview", ...] = ()
 
     @classmethod
     def of(
@@ -141,11 +153,16 @@ class GenerationReview:
             **({"precision": self.precision} if self.precision else {}),
             **{f"candidate_{k}": v for k, v in self.scores.get("candidate", {}).items()},
             **{f"live_{k}": v for k, v in self.scores.get("live", {}).items()},
+            **{f"baseline_{k}": v for k, v in self.scores.get("baseline", {}).items()},
         }
         if self.live_generation is not None:
             values["live_generation"] = self.live_generation
         if self.warnings:
             values["warnings"] = list(self.warnings)
+        if self.companions:
+            values["companions"] = {
+                c.generation: f"{c.decision}: {c.reason}" for c in self.companions
+            }
         return values
 
 
@@ -198,6 +215,7 @@ class GenerationReviewer:
         candidate = self._scores(record, embedder_for)
         against = live if live is not None and live.fingerprint != record.fingerprint else None
         live_scores = self._scores(against, embedder_for) if against is not None else None
+        baseline = self._baseline(embedder_for) if candidate is not None else None
         warnings: tuple[str, ...] = ()
         if record.state == LIVE:
             decision, reason = "live", "this generation is live"
@@ -209,6 +227,7 @@ class GenerationReviewer:
                 self.scorer.tolerance if self.scorer else 0.0,
                 self.scorer.floors if self.scorer else {},
                 incomplete=completeness.reason,
+                baseline=baseline,
             )
             if verdict.allowed:
                 self.registry.promote(
@@ -219,6 +238,8 @@ class GenerationReviewer:
         scores = {"candidate": candidate} if candidate is not None else {}
         if live_scores is not None:
             scores["live"] = live_scores
+        if baseline is not None:
+            scores["baseline"] = baseline.scores
         stored = self._stored(self.registry.get(self.product, record.fingerprint) or record)
         self.registry.update(
             self.product,
@@ -296,11 +317,16 @@ class GenerationReviewer:
         )
         return own
 
+    def _baseline(self, embedder_for: EmbedderFor) -> Baseline | None:
+        """What the candidate must beat, where its scorer says (`BaselineScorer`)."""
+        baseline = getattr(self.scorer, "baseline", None)
+        return baseline(embedder_for) if baseline is not None else None
+
     def _last_review(self, record: GenerationRecord) -> GenerationReview:
         """The review recorded on the generation, unchanged (`evaluated` False)."""
         decision, _, reason = (record.decision or "").partition(": ")
         stored = self._stored(record)
-        scores = {k: stored[k] for k in ("candidate", "live") if k in stored}
+        scores = {k: stored[k] for k in ("candidate", "live", "baseline") if k in stored}
         return GenerationReview.of(
             record,
             self.registry.live(self.product),

@@ -9,6 +9,7 @@ one partition of it.
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 
@@ -18,9 +19,15 @@ from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, generation_complete
-from batch_pipeline.generations.review import PIPELINE, ReviewedGenerations
+from batch_pipeline.generations.review import (
+    PIPELINE,
+    EmbedderFor,
+    GenerationReview,
+    ReviewedGenerations,
+)
 from batch_pipeline.index import NAME
 from batch_pipeline.index.partition import IndexPartition
+from batch_pipeline.index.reranker import RerankerGenerations
 from batch_pipeline.index.review import FullPassRule, RetrievalScorer
 from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
@@ -103,6 +110,26 @@ class IndexProduct(ReviewedGenerations):
         (`declaration.feed_tables`)."""
         return feed_tables(self.config, NAME, self.name, index, written)
 
+    def search_tables(self, index: str) -> list:
+        """The tables a search of the generation `index` reads: its own, and those other
+        products' feeds write beside it (the briefs' question rows); none if it is missing."""
+        table = self.store.open(index)
+        if table is None:
+            return []
+        feeds = (self.store.open(name) for name in self.feed_tables(index, written=True))
+        return [table, *(feed for feed in feeds if feed is not None)]
+
+    @property
+    def vector_params(self) -> VectorParams:
+        """How search reads the ANN index (`index.vector`)."""
+        return VectorParams.of(self.collection.index.vector)
+
+    @cached_property
+    def reranking(self) -> RerankerGenerations | None:
+        """The collection's reranker generations (`reranker:`), or None without one."""
+        reranker = self.collection.reranker
+        return RerankerGenerations(self, reranker) if reranker is not None else None
+
     @cached_property
     def collection_source(self) -> DocumentSource:
         """The whole collection's source (what the publish sensor watches)."""
@@ -153,9 +180,15 @@ class IndexProduct(ReviewedGenerations):
         if evaluation is None:
             return None
         index = self.collection.index
-        return RetrievalScorer(
-            self.store, evaluation, mode=index.search, params=VectorParams.of(index.vector)
-        )
+        return RetrievalScorer(self.store, evaluation, mode=index.search, params=self.vector_params)
+
+    def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
+        """The index generation's review, then the reranker's over the (new) live index
+        generation, reported with it (`index.reranker`)."""
+        review = super().review(embedder_for, force)
+        if self.reranking is None or self.registry.live(self.name) is None:
+            return review
+        return replace(review, companions=(self.reranking.review(embedder_for, force),))
 
     def generation_config(self) -> dict:
         return self.config.model.model_dump(mode="json")

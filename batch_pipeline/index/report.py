@@ -261,6 +261,7 @@ def run_lines(report: RunReport) -> list[str]:
         *report.batches_lines(),
         report.measures_line(),
         report.review_line(),
+        *report.companion_lines(),
     ]
     upkeep = report.landing.summary.indexes
     for name, reason in (upkeep.built if upkeep else {}).items():

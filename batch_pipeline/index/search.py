@@ -1,5 +1,6 @@
 """Search over a collection's live LanceDB table, as retrieval readers search it: by vector,
-by text (BM25) or both (hybrid), with `where` filters."""
+by text (BM25) or both (hybrid), with `where` filters, and hybrid's top candidates reordered
+by the collection's live reranker (`rerank`, `index.reranker`)."""
 
 import json
 import re
@@ -9,14 +10,15 @@ from pathlib import Path
 from batch_pipeline.config import load_config
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.index.product import IndexProduct
+from batch_pipeline.index.reranker import RerankRefusedError, reranked
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.state.retrieval import (
+    HYBRID,
     MODES,
     TEXT,
     FullTextMissingError,
-    VectorParams,
     ranked_rows,
 )
 from batch_pipeline.state.storage import resolve_storage
@@ -119,13 +121,6 @@ def _literal(name: str, kind: str, value_kind: str, value: str) -> str:
 MAX_RESULTS = 1000  # a search is for reading; a bulk export reads the table itself
 
 
-def _feed_tables(pipeline: IndexProduct, index: str) -> list:
-    """The tables other products' feeds write beside the live index (the briefs' question
-    rows, `briefs.index_questions`), searched with its chunks."""
-    tables = (pipeline.store.open(name) for name in pipeline.feed_tables(index, written=True))
-    return [table for table in tables if table is not None]
-
-
 def open_collection(
     name: str, config_path: str | Path | None = None, home: str | Path | None = None
 ) -> IndexProduct:
@@ -144,19 +139,34 @@ def search(
     runner: Embedder | None = None,
     where: str | None = None,
     mode: str | None = None,
+    rerank: bool = False,
 ) -> list[SearchHit]:
     """The `k` chunks best ranked for `query` in `mode` (the collection's `index.search` by
     default; see `state.retrieval`: vector by cosine, text by BM25, hybrid fused by
     reciprocal rank), among those matching `where` (see `where_filter`). A hit's score is the
-    cosine similarity (vector; 1.0 is identical), the BM25 score (text) or the fused score
-    (hybrid). With `briefs.index_questions`, the live briefs' questions compete with the
-    chunks (section `question`; they hold no metadata, so a `where` on a metadata field
-    leaves them out)."""
+    cosine similarity (vector; 1.0 is identical), the BM25 score (text), the fused score
+    (hybrid) or the reranker's. With `briefs.index_questions`, the live briefs' questions
+    compete with the chunks (section `question`; they hold no metadata, so a `where` on a
+    metadata field leaves them out).
+
+    With `rerank`, hybrid search's top `reranker.candidates` rows are reordered by the live
+    reranker's scores (a hit's score is then the reranker's); a collection whose reranker may
+    not be used (none configured, or not promoted by its review) is a RerankRefusedError
+    saying why, in one line."""
     if not 1 <= k <= MAX_RESULTS:
         raise ValueError(f"-k must be between 1 and {MAX_RESULTS}, not {k}")
-    mode = mode or pipeline.collection.index.search
+    if rerank and mode not in (None, HYBRID):
+        raise ValueError(f"--rerank reorders hybrid search's candidates, not {mode} search's")
+    mode = HYBRID if rerank else mode or pipeline.collection.index.search
     if mode not in MODES:
         raise ValueError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    scorer = None
+    if rerank:
+        if pipeline.reranking is None:
+            raise RerankRefusedError(
+                f"--rerank: {pipeline.name} has no reranker (collections[].reranker)"
+            )
+        scorer = pipeline.reranking.live_scorer()
     fields = dict(pipeline.collection.metadata.fields)
     condition, named = where_filter(where, fields) if where else (None, set())
     live = pipeline.live()  # readers follow the live generation
@@ -184,12 +194,15 @@ def search(
     columns = ["doc_id", "chunk_id", "title", "section", "text", *extra]
     # question rows hold no metadata: no `where` matches them, and a table that landed before
     # a field was declared has no column to filter on
-    questions = _feed_tables(pipeline, live.index) if condition is None else []
+    tables = pipeline.search_tables(live.index) if condition is None else [table]
+    depth = max(k, pipeline.reranking.candidates) if scorer is not None else k
     try:
-        params = VectorParams.of(pipeline.collection.index.vector)
-        rows = ranked_rows([table, *questions], query, vector, mode, k, condition, columns, params)
+        params = pipeline.vector_params
+        rows = ranked_rows(tables, query, vector, mode, depth, condition, columns, params)
     except FullTextMissingError as error:
         raise CollectionNotIndexedError(f"--mode {mode}: {error}") from None
+    if scorer is not None:
+        rows = reranked(rows, query, scorer)[:k]
     return [
         SearchHit(
             rank=i + 1,

@@ -17,6 +17,7 @@ reranker reaches readers without passing a gate.
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,6 +51,45 @@ def judge_probability(alternatives: Iterable[tuple[str, float]]) -> float:
     return mass["yes"] / total if total > 0 else 0.5
 
 
+def judge_identity(model, document_tokens: int = DOCUMENT_TOKENS) -> dict[str, object]:  # noqa: ANN001 - a ChatModel
+    """What decides a judge's scores: the chat model, the prompt and the document cut."""
+    return {
+        "judge": model.name,
+        "files": model.fingerprint,
+        "prompt": JUDGE_VERSION,
+        "document_tokens": document_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class ResolvedJudge:
+    """A chat model as the score family's model: the judge a score executor runs (the model
+    `reranker: {model: judge}` names), with the document cut its prompts take."""
+
+    model: object  # a ChatModel
+    document_tokens: int = DOCUMENT_TOKENS
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def identity(self) -> dict[str, object]:
+        return judge_identity(self.model, self.document_tokens)
+
+
+def judge_prompts(
+    generator, pairs: Sequence[Pair], document_tokens: int, keys=None
+) -> list[Prompt]:  # noqa: ANN001
+    """The judge's question for each pair, its document cut to `document_tokens` of the chat
+    model's tokens (`generator`'s tokenizer): the same wherever the judge runs. Keyed by
+    `keys`, or by position."""
+    keys = keys if keys is not None else [str(i) for i in range(len(pairs))]
+    return [
+        judge_prompt(key, query, generator.truncate(document, document_tokens)[0])
+        for key, (query, document) in zip(keys, pairs, strict=True)
+    ]
+
+
 class VllmJudge:
     """The judge on a `VllmGenerator`'s engine in the run's process (see the module
     docstring); a `Scorer`."""
@@ -58,19 +98,14 @@ class VllmJudge:
 
     def __init__(self, generator, document_tokens: int = DOCUMENT_TOKENS) -> None:  # noqa: ANN001 - a VllmGenerator
         self.generator = generator
+        self.device = generator.device
         self.document_tokens = document_tokens
         self.stats = ScoreStats()
         self.load_seconds = 0.0
 
     def identity(self) -> dict[str, object]:
-        """What decides its scores: the chat model, the prompt and the document cut."""
-        model = self.generator.model
-        return {
-            "judge": model.name,
-            "files": model.fingerprint,
-            "prompt": JUDGE_VERSION,
-            "document_tokens": self.document_tokens,
-        }
+        """What decides its scores (`judge_identity`)."""
+        return judge_identity(self.generator.model, self.document_tokens)
 
     def score_batch(self, pairs: list[Pair]) -> np.ndarray:
         return self.score(pairs)
@@ -88,10 +123,7 @@ class VllmJudge:
         llm = self.generator.engine()
         if fresh:
             self.load_seconds = self.generator.load_seconds
-        prompts = [
-            judge_prompt(str(i), query, self.generator.truncate(document, self.document_tokens)[0])
-            for i, (query, document) in enumerate(pairs)
-        ]
+        prompts = judge_prompts(self.generator, pairs, self.document_tokens)
         params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
         started = time.perf_counter()
         outputs = llm.chat([p.messages() for p in prompts], params, use_tqdm=False)

@@ -9,14 +9,11 @@ under a freshly initialised one-label head, seeded: its architecture, tokenizer 
 encoding are a reranker's, so every engine runs it as one, but its scores mean nothing.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from batch_pipeline.config.index import cross_encoder_length
 from batch_pipeline.inference.models import files_hash
-
-SEQUENCE_CLASSIFIER = "ForSequenceClassification"  # the architecture's suffix
-MAX_PAIR_TOKENS = 512  # a pair is cut to this, or to the model's own limit if lower
 
 
 class RerankerNotAvailableError(RuntimeError):
@@ -42,29 +39,11 @@ class ResolvedReranker:
 def resolve_reranker(folder: str | Path) -> ResolvedReranker:
     """The cross-encoder at `folder`; RerankerNotAvailableError in one line otherwise."""
     path = Path(folder).expanduser()
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise RerankerNotAvailableError(
-            f"reranker {path}: no config.json there (give the folder a cross-encoder was "
-            "saved to, e.g. by sentence-transformers' CrossEncoder.save)"
-        )
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        length = cross_encoder_length(path)
     except ValueError as error:
-        raise RerankerNotAvailableError(f"reranker {path}: config.json: {error}") from None
-    architectures = config.get("architectures") or []
-    if not any(str(a).endswith(SEQUENCE_CLASSIFIER) for a in architectures):
-        raise RerankerNotAvailableError(
-            f"reranker {path}: {', '.join(map(str, architectures)) or 'no architecture'} is not "
-            f"a sequence classifier (a cross-encoder is *{SEQUENCE_CLASSIFIER})"
-        )
-    labels = len(config.get("id2label") or {}) or int(config.get("num_labels") or 1)
-    if labels != 1:
-        raise RerankerNotAvailableError(
-            f"reranker {path}: it has {labels} labels; a reranker scores a pair with one"
-        )
-    limit = int(config.get("max_position_embeddings") or MAX_PAIR_TOKENS)
-    return ResolvedReranker(path.name, path, files_hash(path), min(limit, MAX_PAIR_TOKENS))
+        raise RerankerNotAvailableError(str(error)) from None
+    return ResolvedReranker(path.name, path, files_hash(path), length)
 
 
 def build_test_cross_encoder(encoder: Path, out: Path, seed: int = 0) -> Path:

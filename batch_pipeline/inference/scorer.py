@@ -48,6 +48,7 @@ class Scorer(Protocol):
 
     reranker: ResolvedReranker
     backend: str  # what runs the model: sentence-transformers, vllm
+    device: str  # where: what a run's execute seconds are priced by
     stats: ScoreStats
     load_seconds: float
 
@@ -69,6 +70,7 @@ class BatchedScorer:
     the pairs' order; a subclass scores one batch (`score_batch`)."""
 
     backend = "none"
+    device = "cpu"
 
     def __init__(self, reranker: ResolvedReranker, settings: PlanSettings | None = None) -> None:
         self.reranker = reranker

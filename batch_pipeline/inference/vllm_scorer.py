@@ -32,6 +32,7 @@ class VllmScorer(BatchedScorer):
     ) -> None:
         super().__init__(reranker, plan)
         self.engine_settings = settings or embed_engine_settings("cpu", "auto")
+        self.device = self.engine_settings.device
         self._llm = None
 
     def engine(self):  # noqa: ANN201 - vllm.LLM

@@ -27,6 +27,7 @@ from batch_pipeline.inference.scorer import Scorer, ScoreStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, read_groups
 
@@ -121,12 +122,27 @@ def plan_pairs(
 
 @dataclass
 class ScoreSummary:
-    """What a score execute did: the scorer's counts, what it resumed, what ran it."""
+    """What a score execute did: the scorer's counts, what it resumed, what ran it, and,
+    on a provider (`openai-batch`), its batches, prices, failures and unanswered pairs."""
 
     stats: ScoreStats = field(default_factory=ScoreStats)
     resumed_inputs: int = 0
     backend: str = "none"  # nothing to score: no model was loaded
+    device: str | None = None  # where the scorer ran (None: a provider's, priced by tokens)
     load_seconds: float = 0.0
+    failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
+    executor: str | None = None  # what ran the plan, where it is not the run's own engine
+    token_prices: tuple[float, float] | None = None  # a provider's, per million tokens
+    batches: ProviderBatches = field(default_factory=ProviderBatches)
+    unanswered: int = 0  # pairs a provider has not answered yet: neither landed nor failed
+
+    @property
+    def token_cost(self) -> float | None:
+        """What a provider bills for the pairs' input tokens (one output token each)."""
+        if self.token_prices is None:
+            return None
+        s = self.stats
+        return (s.tokens * self.token_prices[0] + s.pairs * self.token_prices[1]) / 1_000_000
 
     def record(self) -> dict[str, object]:
         """What land needs to measure the run, written into the output file's footer."""
@@ -137,7 +153,14 @@ class ScoreSummary:
             "seconds": s.seconds,
             "fixed_seconds": self.load_seconds,
             "inputs_resumed": self.resumed_inputs,
+            "inputs_failed": len(self.failed_inputs),
             "backend": self.backend if s.pairs else None,
+            "device": self.device if s.pairs else None,
+            "failed": self.failed_inputs,
+            "inputs_unanswered": self.unanswered,
+            "executor": self.executor,
+            "token_cost": self.token_cost,
+            **self.batches.record(),
         }
 
     def metadata(self) -> dict[str, object]:
@@ -146,7 +169,14 @@ class ScoreSummary:
             "pairs_scored": s.pairs,
             "inputs_resumed_from_checkpoint": self.resumed_inputs,
             "batches_run": s.batches,
+            **self.batches.metadata(),
         }
+        if self.failed_inputs:
+            values["pairs_failed"] = len(self.failed_inputs)
+        if self.unanswered:
+            values["pairs_unanswered"] = self.unanswered
+        if self.token_cost is not None:
+            values["token_cost"] = round(self.token_cost, 6)
         if s.pairs:
             values.update(
                 seconds=round(s.seconds, 3),
@@ -219,7 +249,7 @@ def execute_pairs(
                 tracker.advance(len(pending), 0)
                 began = time.perf_counter()
             tracker.finish()
-            summary.backend = scorer.backend
+            summary.backend, summary.device = scorer.backend, scorer.device
             summary.load_seconds = scorer.load_seconds
         output.finish(summary.record(), plan_path)
     return summary

@@ -5,7 +5,9 @@ No server that installs from the package registries implements the Batch API (vL
 chat completions and runs batch files offline, not `/v1/batches`), so this one does, on
 127.0.0.1, with what a provider does that the executor must survive:
 
-- chat completions and embeddings (`/v1/chat/completions`, `/v1/embeddings` lines);
+- chat completions and embeddings (`/v1/chat/completions`, `/v1/embeddings` lines), and a
+  chat completion's first-token `logprobs` with its `top_logprobs` where a line asks (the
+  yes/no judge's);
 - `POST /v1/files` (multipart, `purpose=batch`), `GET /v1/files/{id}/content`;
 - `POST /v1/batches`, `GET /v1/batches/{id}`, `GET /v1/batches` (newest first, `limit`),
   `POST /v1/batches/{id}/cancel`;
@@ -20,13 +22,16 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
 
 The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
 prompt's own words, so a brief can be checked against its document. The embeddings are
-`embed`'s: a hashed bag of tokens unless a test gives it the real model.
+`embed`'s: a hashed bag of tokens unless a test gives it the real model. The first token's
+alternatives are `judge`'s: "yes" as likely as the question's words are in the document,
+unless a test gives it the real chat model.
 """
 
 import email.parser
 import email.policy
 import itertools
 import json
+import math
 import random
 import re
 import threading
@@ -41,6 +46,18 @@ from batch_pipeline.inference.generator import Prompt
 
 FINISHED = ("completed", "expired", "failed", "cancelled")
 STEPS = ("validating", "in_progress", "finalizing")
+
+
+def overlap_judge(messages: list[dict]) -> list[tuple[str, float]]:
+    """A yes/no answer's first-token alternatives, as (token, log-probability): "yes" as
+    likely as the share of the question's longer words found in the document."""
+    user = next((m["content"] for m in messages if m["role"] == "user"), "")
+    question, _, document = user.partition("\n\nDocument:\n")
+    words = {w for w in re.findall(r"[a-z]+", question.lower()) if len(w) > 3} - {"question"}
+    found = set(re.findall(r"[a-z]+", document.lower()))
+    share = len(words & found) / len(words) if words else 0.0
+    yes = 0.05 + 0.9 * share
+    return [("yes", math.log(yes)), ("no", math.log(1 - yes)), ("Maybe", math.log(0.001))]
 
 
 def hashed_vector(given: list[int] | str, dimension: int = 384) -> list[float]:
@@ -100,6 +117,9 @@ class BatchApiEmulator:
         # the "model" of `/v1/embeddings`: an input (token ids or text) to its vector; by
         # default a hashed bag of its tokens, 384 wide (a test gives the real model's)
         self.embed: Callable[[list[int] | str], list[float]] = hashed_vector
+        # the judge's first token: a chat request's messages to its alternatives, as
+        # (token, log-probability), likeliest first or not (a test gives the real model's)
+        self.judge: Callable[[list[dict]], list[tuple[str, float]]] = overlap_judge
         self._ids = itertools.count(1)
         self._random = random.Random(seed)
         self._fake = FakeGenerator()
@@ -337,9 +357,50 @@ class BatchApiEmulator:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
+    def _judged(self, body: dict) -> dict:
+        """A one-token answer with its alternatives' log-probabilities (`judge`'s), the
+        likeliest answered, `top_logprobs` of them listed."""
+        alternatives = sorted(self.judge(body["messages"]), key=lambda pair: -pair[1])
+        top = alternatives[: int(body.get("top_logprobs") or 1)]
+        token, logprob = top[0]
+        prompt = Prompt("judge", "", " ".join(m["content"] for m in body["messages"]))
+        prompt_tokens = sum(self._fake.token_counts([prompt]))
+        listed = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top]
+        return {
+            "id": self._new_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "length",
+                    "message": {"role": "assistant", "content": token},
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": token,
+                                "logprob": logprob,
+                                "bytes": list(token.encode()),
+                                "top_logprobs": listed,
+                            }  # fmt: skip
+                        ]
+                    },
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 1,
+                "total_tokens": prompt_tokens + 1,
+            },
+        }
+
     def _completion(self, custom_id: str, body: dict) -> dict:
         """A chat completion the FAKE generator writes, held to the request's schema: the
-        same as it writes in-process for that prompt (its key is the custom_id)."""
+        same as it writes in-process for that prompt (its key is the custom_id); a judge's
+        question (`logprobs` asked) is `_judged`."""
+        if body.get("logprobs"):
+            return self._judged(body)
         messages = {m["role"]: m["content"] for m in body["messages"]}
         prompt = Prompt(custom_id, messages.get("system", ""), messages.get("user", ""))
         schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")

@@ -5,6 +5,7 @@ the folder as a pooling model), on this CPU: the same scores within 1e-3 and the
 a pair past the model's 512 tokens included."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from batch_pipeline.inference.rerankers import build_test_cross_encoder, resolve_reranker
@@ -29,24 +30,64 @@ def test_in_process_and_vllm_give_the_same_scores_in_the_same_order(reranker):
     assert vllm.stats.pairs == len(pairs) and vllm.load_seconds > 0
 
 
-def test_the_shipped_chat_model_judges_pairs_in_process(chat_model_dir):
+def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_api(
+    chat_model_dir, batch_api, tmp_path, monkeypatch
+):
     """The yes/no judge on the shipped SmolLM2-135M-Instruct on vLLM in this process: one
     score in [0, 1] per pair, the model said something (not every score 0.5), and a rerun
-    gives the same scores (greedy, one token)."""
+    gives the same scores (greedy, one token). The same pairs through the `openai-batch` score
+    executor, at the Batch API emulator answering with the same model's first-token
+    log-probabilities: the same scores within 1e-4."""
+    from vllm import SamplingParams
+
+    from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+    from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger, with_ledger
+    from batch_pipeline.executors.scoring import score_executor
     from batch_pipeline.inference.chat_models import resolve_chat_model
-    from batch_pipeline.inference.judge import VllmJudge
+    from batch_pipeline.inference.judge import TOP_LOGPROBS, ResolvedJudge, VllmJudge
     from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+    from batch_pipeline.stages.score import PAIRS_SCHEMA
+    from batch_pipeline.state.staging import StageWriter, read_table
+    from batch_pipeline.state.tracking import TrackingStore
 
     model = resolve_chat_model(chat_model_dir, chat_model_dir.parent)
     generator = VllmGenerator(model, engine_settings_for(model, "cpu", "float32"))
     judge = VllmJudge(generator)
     pairs = [(QUERY, document) for document in DOCUMENTS]
+
+    def provider_judge(messages: list[dict]) -> list[tuple[str, float]]:
+        params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
+        (output,) = generator.engine().chat([messages], params, use_tqdm=False)
+        first = output.outputs[0].logprobs[0]
+        return [(str(lp.decoded_token), float(lp.logprob)) for lp in first.values()]
+
     try:
         first = judge.score(pairs)
         assert first.shape == (len(pairs),) and ((first >= 0) & (first <= 1)).all()
         assert np.abs(first - 0.5).max() > 0.01
         assert np.array_equal(judge.score(pairs), first)
         assert judge.stats.pairs == 2 * len(pairs) and judge.load_seconds > 0
+
+        batch_api.judge = provider_judge
+        monkeypatch.setenv("BP_TEST_BATCH_API_KEY", batch_api.api_key)
+        with StageWriter(tmp_path / "pairs.parquet", PAIRS_SCHEMA) as out:
+            keys = [f"h{i}" for i in range(len(pairs))]
+            columns = {"input_hash": keys, "query": [q for q, _ in pairs],
+                       "document": [d for _, d in pairs]}  # fmt: skip
+            out.write_table(pa.table(columns, schema=PAIRS_SCHEMA))
+        api = BatchApiSettings(batch_api.url, "BP_TEST_BATCH_API_KEY", poll_seconds=0.01,
+                               wait_seconds=None)  # fmt: skip
+        choice = ExecutorChoice(name="openai-batch", batch_api=api)
+        ledger = BatchLedger(TrackingStore(f"sqlite:///{tmp_path / 't.db'}"), "g__j", "p")
+        executor = with_ledger(score_executor(ResolvedJudge(model), choice), ledger)
+        run = tmp_path / "run-1"
+        run.mkdir()
+        executor.plan(tmp_path / "pairs.parquet", run / "plan.parquet", ExecuteOptions())
+        executor.execute(run / "plan.parquet", run / "scores.parquet", None,
+                         tmp_path / "checkpoints", ExecuteOptions())  # fmt: skip
+        table = read_table(run / "scores.parquet", ["input_hash", "score"]).to_pydict()
+        found = dict(zip(table["input_hash"], table["score"], strict=True))
+        assert np.abs(np.array([found[key] for key in keys]) - first).max() < 1e-4
     finally:
         generator.close()
 
