@@ -43,6 +43,8 @@ demo: setup chat-model
 		--doc-id account/reset-password.md --doc-id billing/refund-policy.md
 	@echo "== sample search"
 	$(BIN)/batch-pipeline search "how do I reset my password" --collection handbook -k 3 --mode hybrid
+	@echo "== a page's related pages (built by embedding_job after the index)"
+	$(BIN)/batch-pipeline related account/reset-password.md
 	$(BIN)/batch-pipeline doctor --product handbook
 	@for day in $$($(BIN)/python -m batch_pipeline.partitions --ticket-days 7); do \
 		echo "== classifying the tickets of $$day (ticket_intents_job)"; \

@@ -147,6 +147,7 @@ class ProductAssets:
     land_report: Callable[[Landed], LandReport] = _land_metadata
     land_charts: frozenset[str] = RUN_CHARTS
     land_deps: tuple[str, ...] = ()  # assets land waits for beyond execute
+    prepare_deps: tuple[str, ...] = ()  # assets prepare reads beyond collect (another's land)
     freshness: dg.FreshnessPolicy | None = None
     reviews: bool = True  # land reviews the generation (else an asset of the product's does)
     optional: bool = False  # a partition may have none of the product (see `Opener`)
@@ -221,7 +222,8 @@ def build_product_assets(
 
         built.append(collect_asset)
 
-    @dg.asset(name=prepare.asset, deps=[collect.asset], kinds=set(prepare.kinds),
+    @dg.asset(name=prepare.asset, deps=[collect.asset, *spec.prepare_deps],
+              kinds=set(prepare.kinds),
               description=described(prepare), output_required=not spec.optional,
               **common)  # fmt: skip
     def prepare_asset(context: Context) -> Iterator[dg.MaterializeResult]:

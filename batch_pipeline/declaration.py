@@ -230,7 +230,8 @@ class RunReport:
         elif m.inputs:
             line += (
                 f"; {m.inputs_per_second:,.1f} inputs/s on {m.device} "
-                f"({m.backend or 'torch'} {m.dtype}), {m.cost_per_1k_inputs:.6f} {m.currency} "
+                f"({' '.join(filter(None, (m.backend or 'torch', m.dtype)))}), "
+                f"{m.cost_per_1k_inputs:.6f} {m.currency} "
                 "per 1k inputs (estimated)"
             )
         return line
@@ -373,7 +374,7 @@ class Feed:
 class ProductKind:
     """One kind of product, declared once (see the module docstring)."""
 
-    name: str  # index, briefs, tickets: what `run --kind` says
+    name: str  # index, briefs, related, tickets: what `run --kind` says
     package: str  # its folder, batch_pipeline.<name>: it imports no other product
     family: str | None  # the model family its executor runs: embed, generate; None: no model
     section: type  # its configuration section's model

@@ -4,9 +4,10 @@
 - A *partition* is a Dagster partition key: a collection, or one shard of it (`<name>-s03`),
   or a day of the ticket intents (`2026-11-29`).
 - A *product* owns generations: a collection's vector index (named after the collection),
-  its document briefs (`<collection>_briefs`), its reranker (`<collection>_reranker`: a
-  generation of it is a reranker reviewed over one index generation) and the ticket intents
-  (`tickets.name`) are products. A product's *kind* is index, briefs or tickets.
+  its document briefs (`<collection>_briefs`), its related documents
+  (`<collection>_related`), its reranker (`<collection>_reranker`: a generation of it is a
+  reranker reviewed over one index generation) and the ticket intents
+  (`tickets.name`) are products. A product's *kind* is index, briefs, related or tickets.
 - A *generation* is one table of a product, for one fingerprint: its LanceDB table and
   tracking key, `<product>__<fingerprint>`. A generation may have companion tables that
   another product writes beside it (a declared feed): a vector index generation's briefs'
@@ -23,11 +24,17 @@ SHARD_MARK = "-s"
 QUESTIONS_SUFFIX = "_questions"
 BRIEFS_SUFFIX = "_briefs"
 RERANKER_SUFFIX = "_reranker"
+RELATED_SUFFIX = "_related"
 
 
 def briefs_product_name(collection: str) -> str:
     """The document briefs product of a collection (`handbook` -> `handbook_briefs`)."""
     return f"{collection}{BRIEFS_SUFFIX}"
+
+
+def related_product_name(collection: str) -> str:
+    """The related documents of a collection (`handbook` -> `handbook_related`)."""
+    return f"{collection}{RELATED_SUFFIX}"
 
 
 def reranker_product_name(collection: str) -> str:

@@ -19,14 +19,16 @@ from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.index.kind import INDEX, index_partition
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.inference.generator import Generator
+from batch_pipeline.related.kind import RELATED
 from batch_pipeline.sources import S3ClientFactory
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.tickets.kind import TICKETS
 
-# in the order the commands list them: the collections' indexes, their briefs, the tickets
-KINDS: tuple[ProductKind, ...] = (INDEX, BRIEFS, TICKETS)
+# in the order the commands list them: the collections' indexes, their briefs and related
+# documents, the tickets
+KINDS: tuple[ProductKind, ...] = (INDEX, BRIEFS, RELATED, TICKETS)
 
 
 def kinds_for(config: PipelineConfig | None = None) -> tuple[ProductKind, ...]:
@@ -36,7 +38,7 @@ def kinds_for(config: PipelineConfig | None = None) -> tuple[ProductKind, ...]:
 
 
 def kind_named(name: str, config: PipelineConfig | None = None) -> ProductKind:
-    """The kind called `name` (index, briefs, tickets, or one `config` declares), or a
+    """The kind called `name` (index, briefs, related, tickets, or one `config` declares), or a
     ConfigError naming them."""
     kinds = kinds_for(config)
     for kind in kinds:

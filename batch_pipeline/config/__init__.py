@@ -54,6 +54,7 @@ from batch_pipeline.config.index import (
     RerankerConfig,
     VectorIndexConfig,
 )
+from batch_pipeline.config.related import RelatedConfig, RelatedEvaluationConfig
 from batch_pipeline.config.secrets import SECRET_SETTINGS, SECRET_URL_PARAMETERS, masked_url
 from batch_pipeline.config.sources import (
     FilesystemSourceConfig,
@@ -546,6 +547,8 @@ __all__ = [
     "QUESTIONS_FIELD",
     "REPO_ROOT",
     "RESERVED_COLUMNS",
+    "RelatedConfig",
+    "RelatedEvaluationConfig",
     "RerankerConfig",
     "S3SourceConfig",
     "SECRET_SETTINGS",

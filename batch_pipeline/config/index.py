@@ -14,6 +14,7 @@ from batch_pipeline.config.base import (
     _Strict,
 )
 from batch_pipeline.config.briefs import BriefsConfig
+from batch_pipeline.config.related import RelatedConfig
 from batch_pipeline.config.sources import SourceConfig
 from batch_pipeline.names import shard_of, shard_partition
 
@@ -295,6 +296,9 @@ class CollectionConfig(_Strict):
     reranker: RerankerConfig | None = Field(
         default=None, description="What `search --rerank` reorders hybrid search with."
     )
+    related: RelatedConfig | None = Field(
+        default=None, description="Each document's most related documents (a product)."
+    )
     shards: int = Field(
         default=1,
         ge=1,
@@ -302,6 +306,15 @@ class CollectionConfig(_Strict):
         description="Partitions <name>-s00 ... each hold the documents whose doc-id hash falls "
         "in that shard; all land into the collection's one table.",
     )
+
+    @model_validator(mode="after")
+    def _related_over_the_whole_collection(self) -> "CollectionConfig":
+        if self.related is not None and self.shards > 1:
+            raise ValueError(
+                "related: runs over the whole collection (a list's candidates are any of its "
+                "documents); a sharded collection (shards > 1) cannot have it yet"
+            )
+        return self
 
     def partition_keys(self) -> list[str]:
         """This collection's Dagster partitions: its name, or one key per shard."""

@@ -123,7 +123,7 @@ def ndcg(hits: list[int], relevant: int, k: int) -> float:
 # Not scores to compare with live: how many were scored, what accuracy already weighs (the
 # share answered, and accuracy on it, say how `unknown` spends it), and per-intent detail.
 COUNT_KEYS = frozenset(
-    {"queries", "tickets", "coverage", "answered_accuracy", "per_intent", "confusions"}
+    {"queries", "tickets", "documents", "coverage", "answered_accuracy", "per_intent", "confusions"}
 )
 
 

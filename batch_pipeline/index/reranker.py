@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from batch_pipeline.config import JUDGE, EvaluationConfig, RerankerConfig
+from batch_pipeline.config import EvaluationConfig, RerankerConfig
+from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.generations.evaluation import (
     Baseline,
     EvalQuery,
@@ -76,36 +77,15 @@ def reranked(rows: list[dict], query: str, scorer: Scorer) -> list[dict]:
     return [{**rows[i], "score": float(scores[i]), "fused_score": rows[i]["score"]} for i in order]
 
 
-def reranker_identity(config: RerankerConfig, home: Path) -> dict[str, object]:
-    """What decides a reranker's scores: a cross-encoder's files and length, or the judge's
-    chat model, prompt and document cut."""
-    if config.model == JUDGE:
-        from batch_pipeline.inference.chat_models import resolve_chat_model
-        from batch_pipeline.inference.judge import judge_identity
-
-        return judge_identity(resolve_chat_model(config.chat_model, home))
-    from batch_pipeline.inference.rerankers import resolve_reranker
-
-    return resolve_reranker(config.model).identity()
-
-
 def open_scorer(config: RerankerConfig, home: Path, device: str = "auto") -> Scorer:
     """The reranker's engine in this process: the cross-encoder (sentence-transformers), or
     the judge on vLLM. Nothing loads until the first score."""
-    if config.model == JUDGE:
-        from batch_pipeline.inference.calibration import CALIBRATION_FILE
-        from batch_pipeline.inference.chat_models import resolve_chat_model
-        from batch_pipeline.inference.judge import VllmJudge
-        from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+    from batch_pipeline.executors import ExecutorChoice
+    from batch_pipeline.executors.scoring import score_executor
+    from batch_pipeline.inference.rerankers import resolve_configured
 
-        model = resolve_chat_model(config.chat_model, home)
-        engine = engine_settings_for(model, device, "auto", home / CALIBRATION_FILE)
-        return VllmJudge(VllmGenerator(model, engine))
-    from batch_pipeline.inference.devices import pick_device
-    from batch_pipeline.inference.rerankers import resolve_reranker
-    from batch_pipeline.inference.scorer import CrossEncoderScorer
-
-    return CrossEncoderScorer(resolve_reranker(config.model), pick_device(device))
+    executor = score_executor(resolve_configured(config, home), ExecutorChoice(device=device))
+    return executor.scorer(ExecuteOptions())
 
 
 def ranks_at(ranked: list[list[str]], queries: list[EvalQuery], cut: int = CUT) -> dict[str, float]:
@@ -262,7 +242,11 @@ class RerankerGenerations(ReviewedGenerations):
 
     @cached_property
     def identity(self) -> dict[str, object]:
-        return reranker_identity(self.reranker, self.home)
+        """What decides its scores: a cross-encoder's files and length, or the judge's chat
+        model, prompt and document cut."""
+        from batch_pipeline.inference.rerankers import resolve_configured
+
+        return resolve_configured(self.reranker, self.home).identity()
 
     def generation_config(self) -> dict:
         return {

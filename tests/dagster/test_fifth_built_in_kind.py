@@ -61,7 +61,7 @@ def cli(capsys, root: Path, *args: str) -> tuple[int, str]:  # noqa: ANN001
 def test_the_commands_reach_the_fifth_built_in_kind(fifth_kind, tmp_path, capsys):
     config = load_config(workspace(tmp_path))
     kinds = products.kinds_for(config)
-    assert [k.name for k in kinds] == ["index", "briefs", "tickets", "lengths"]
+    assert [k.name for k in kinds] == ["index", "briefs", "related", "tickets", "lengths"]
     assert kinds[-1] is fifth_kind and fifth_kind.package == PACKAGE
     assert config.declared_kinds() == []  # built in: configured, not declared
 

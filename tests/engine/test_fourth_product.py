@@ -79,7 +79,13 @@ def opened(root: Path):  # noqa: ANN201 - the product, behind its face
 
 def test_a_configuration_declares_the_kind_and_a_bad_section_fails_at_load(tmp_path):
     config = load_config(write_workspace(tmp_path))
-    assert [kind.name for kind in kinds_for(config)] == ["index", "briefs", "tickets", "lengths"]
+    assert [kind.name for kind in kinds_for(config)] == [
+        "index",
+        "briefs",
+        "related",
+        "tickets",
+        "lengths",
+    ]
     write_workspace(tmp_path, buckets=[200, 100])
     with pytest.raises(ConfigError, match=r"products: lengths\.buckets: .*ascending"):
         load_config(tmp_path / "pipeline.yaml")

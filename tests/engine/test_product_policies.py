@@ -56,6 +56,7 @@ class Workspace:
             "  - name: handbook\n"
             '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
             "    briefs: {prompt: brief_prompt.yaml, output_schema: brief_schema.json}\n"
+            "    related: {k: 1, candidates: 2}\n"
             "tickets:\n"
             "  source: {kind: filesystem, path: exports}\n"
             "  taxonomy: intent_taxonomy.yaml\n"
@@ -90,9 +91,19 @@ class Workspace:
         """The partition a run of the product takes: its collection, or the sample's day."""
         return self.target(kind).collection or DAY
 
+    def run_inputs(self, kind: str, run_id: str = "inputs") -> None:
+        """Bring the products the kind reads (its declared inputs: the related documents'
+        live index) up to date with the sources, deletions confirmed: the product under test
+        meets every change, and its own guard."""
+        config = load_config(self.root / "pipeline.yaml")
+        for needed in kind_named(kind, config).inputs:
+            self.run(needed, f"{run_id}-{needed}", allow_mass_delete=True)
+            self.product(needed).review(lambda model: self.embedder)
+
     def run(self, kind: str, run_id: str, allow_mass_delete: bool = False):  # noqa: ANN201
-        """One run of the product's partition, on the FAKE engine its model needs; the
-        landing (the product's summary and the frame's record)."""
+        """One run of the product's partition (after its inputs', `run_inputs`), on the FAKE
+        engine its model needs; the landing (the product's summary and the frame's record)."""
+        self.run_inputs(kind, run_id)
         partition = self.product(kind).partition(self.key(kind))
 
         def engine():  # noqa: ANN202
@@ -226,6 +237,7 @@ def test_a_cli_run_with_trigger_schedule_drops_every_products_retired_generation
     monkeypatch.setattr(CommandContext, "runners", lambda ctx, args: lambda model: fake_embedder)
     base = ["--config", str(tmp_path / "pipeline.yaml"), "--home", str(tmp_path / "home")]
     args = ["run", "--kind", kind, "--partition", ws.key(kind)]
+    ws.run_inputs(kind)
 
     assert main([*base, *args]) == 0  # a manual run keeps them
     assert registry.get(name, old.fingerprint).state == RETIRED
