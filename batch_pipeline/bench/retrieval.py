@@ -117,12 +117,11 @@ def scores(pipeline, runner, also: tuple[str, ...] = ()) -> dict[str, dict[str, 
 def rerank_scores(pipeline, runner, reranker: str, candidates: int) -> dict[str, float]:  # noqa: ANN001
     """Hybrid search's top `candidates` rows reordered by `reranker`, ranked at 5 and 10."""
     from batch_pipeline.config import RerankerConfig
-    from batch_pipeline.generations.evaluation import load_eval_set
+    from batch_pipeline.generations.evaluation import load_eval_set, ranking_scores
     from batch_pipeline.index.reranker import (
         documents_of,
         hybrid_candidates,
         open_scorer,
-        ranks_at,
         reranked,
     )
 
@@ -138,7 +137,7 @@ def rerank_scores(pipeline, runner, reranker: str, candidates: int) -> dict[str,
     print(f"  reranked {scorer.stats.pairs:,} pairs in {seconds:.0f} s", flush=True)
     found: dict[str, float] = {}
     for k in CUTS:
-        found |= ranks_at(ranked, queries, k)
+        found |= ranking_scores(ranked, queries, k)
     return found
 
 

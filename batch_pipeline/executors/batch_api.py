@@ -43,7 +43,7 @@ from batch_pipeline.executors.batch_file import BatchResult, read_results, write
 from batch_pipeline.faults import crash_point
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.provider_batches import ProviderBatches
-from batch_pipeline.state.staging import StagePath
+from batch_pipeline.state.staging import StagePath, read_batches
 from batch_pipeline.state.tracking import FINAL_STATUSES, ProviderBatch, TrackingStore
 
 NAME = "openai-batch"  # the executor's name in every family
@@ -344,6 +344,16 @@ def collectable(api: BatchApiSettings, batches: list[ProviderBatch]) -> list[Col
                 ids = tuple(sorted(b.batch_id for b in members))
                 ready.append(Collectable(generation, partition, ids, members[0].run_id))
     return ready
+
+
+def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:
+    """Each planned input's tokens, as the plan counted them (by `input_hash`): what a run
+    counts for an answer whose usage says nothing."""
+    counts: dict[str, int] = {}
+    for batch in read_batches(planned, ["input_hash", "token_count"], batch_rows=65536):
+        counts.update(zip(batch["input_hash"].to_pylist(), batch["token_count"].to_pylist(),
+                          strict=True))  # fmt: skip
+    return counts
 
 
 def window_seconds(completion_window: str) -> float:

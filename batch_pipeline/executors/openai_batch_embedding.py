@@ -30,6 +30,7 @@ from batch_pipeline.executors.batch_api import (
     BatchLedger,
     BatchWork,
     ProviderBatchError,
+    planned_token_counts,
     run_of,
     window_seconds,
 )
@@ -41,7 +42,7 @@ from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.execute import ExecuteSummary, embeddings_schema
-from batch_pipeline.state.staging import StagePath, read_batches, read_groups
+from batch_pipeline.state.staging import StagePath, read_groups
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,7 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             token_prices=self.api.token_prices,
             window_seconds=window_seconds(self.api.completion_window),
         )  # fmt: skip
-        planned_tokens: dict[str, int] = {}  # what the plan counted: where usage says nothing
-        for batch in read_batches(planned, ["input_hash", "token_count"], batch_rows=65536):
-            planned_tokens.update(zip(*(batch[c].to_pylist() for c in batch.schema.names),
-                                      strict=True))  # fmt: skip
+        planned_tokens = planned_token_counts(planned)  # where usage says nothing
         keys = set(planned_tokens)
         schema = embeddings_schema(dimension)
         with CheckpointedOutput(out, checkpoints, schema, every=1, started=started) as output:

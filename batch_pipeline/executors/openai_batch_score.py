@@ -28,6 +28,7 @@ from batch_pipeline.executors.batch_api import (
     BatchDriver,
     BatchLedger,
     BatchWork,
+    planned_token_counts,
     run_of,
 )
 from batch_pipeline.executors.batch_file import (
@@ -41,7 +42,7 @@ from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.score import SCORES_SCHEMA, ScoreSummary
-from batch_pipeline.state.staging import StagePath, read_batches, read_groups
+from batch_pipeline.state.staging import StagePath, read_groups
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,7 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
         self.api.api_key()  # a missing key fails before anything is written
         started = time.perf_counter()
         summary = ScoreSummary(backend=NAME, executor=NAME, token_prices=self.api.token_prices)
-        planned_tokens: dict[str, int] = {}  # what the plan counted: where usage says nothing
-        for batch in read_batches(planned, ["input_hash", "token_count"], batch_rows=65536):
-            planned_tokens.update(zip(*(batch[c].to_pylist() for c in batch.schema.names),
-                                      strict=True))  # fmt: skip
+        planned_tokens = planned_token_counts(planned)  # where usage says nothing
         keys = set(planned_tokens)
         judge = self.reranker
         model = self.api.served_model(judge.name) or judge.name

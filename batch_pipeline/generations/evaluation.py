@@ -96,12 +96,22 @@ def score_generation(
     vectors = runner.embed([query_prefix + q.query for q in queries]) if mode != TEXT else None
     table = store.open(index)  # opened once for every query, with the companions
     tables = [] if table is None else [table, *filter(None, map(store.open, also))]
+    ranked = [
+        rank_documents(
+            tables, vectors[n] if vectors is not None else None, k, q.query, mode, params
+        )  # fmt: skip
+        for n, q in enumerate(queries)
+    ]
+    return ranking_scores(ranked, queries, k)
+
+
+def ranking_scores(ranked: list[list[str]], queries: list[EvalQuery], k: int) -> dict[str, float]:
+    """Recall@k, MRR@k and nDCG@k (binary relevance) of each query's ranked documents."""
     recall, reciprocal, gains = [], [], []
-    for number, query in enumerate(queries):
-        vector = vectors[number] if vectors is not None else None
-        ranked = rank_documents(tables, vector, k, query.query, mode, params)
-        hits = [i for i, doc in enumerate(ranked) if doc in query.relevant]
-        recall.append(len(set(ranked) & query.relevant) / len(query.relevant))
+    for documents, query in zip(ranked, queries, strict=True):
+        top = documents[:k]
+        hits = [i for i, doc in enumerate(top) if doc in query.relevant]
+        recall.append(len(set(top) & query.relevant) / len(query.relevant))
         reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
         gains.append(ndcg(hits, len(query.relevant), k))
     return {

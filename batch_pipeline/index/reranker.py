@@ -33,7 +33,7 @@ from batch_pipeline.generations.evaluation import (
     EvalQuery,
     eval_set_version,
     load_eval_set,
-    ndcg,
+    ranking_scores,
 )
 from batch_pipeline.generations.review import (
     Completeness,
@@ -86,23 +86,6 @@ def open_scorer(config: RerankerConfig, home: Path, device: str = "auto") -> Sco
 
     executor = score_executor(resolve_configured(config, home), ExecutorChoice(device=device))
     return executor.scorer(ExecuteOptions())
-
-
-def ranks_at(ranked: list[list[str]], queries: list[EvalQuery], cut: int = CUT) -> dict[str, float]:
-    """Recall, MRR and nDCG at `cut` of each query's ranked documents."""
-    recall, reciprocal, gains = [], [], []
-    for documents, query in zip(ranked, queries, strict=True):
-        top = documents[:cut]
-        hits = [i for i, doc in enumerate(top) if doc in query.relevant]
-        recall.append(len(set(top) & query.relevant) / len(query.relevant))
-        reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
-        gains.append(ndcg(hits, len(query.relevant), cut))
-    return {
-        f"recall_at_{cut}": round(float(np.mean(recall)), 4),
-        f"mrr_at_{cut}": round(float(np.mean(reciprocal)), 4),
-        f"ndcg_at_{cut}": round(float(np.mean(gains)), 4),
-        "queries": len(queries),
-    }
 
 
 def hybrid_candidates(
@@ -204,11 +187,11 @@ class RerankScorer:
             documents_of(reranked(rows, q.query, scorer))
             for q, rows in zip(queries, candidates, strict=True)
         ]
-        return ranks_at(ranked, queries)
+        return ranking_scores(ranked, queries, CUT)
 
     def baseline(self, embedder_for: EmbedderFor) -> Baseline:
         queries, candidates = self.candidates(embedder_for)
-        scores = ranks_at([documents_of(rows) for rows in candidates], queries)
+        scores = ranking_scores([documents_of(rows) for rows in candidates], queries, CUT)
         return Baseline("hybrid search alone", scores, GATED)
 
 
