@@ -8,10 +8,10 @@ the same scores within float rounding, so a product's generation does not depend
 ran it.
 
 The reranker may also be a chat model as the yes/no judge (`inference.judge.ResolvedJudge`):
-`local` and `vllm` then run it on vLLM in the run's process (`VllmJudge`), and `openai-batch`
-(`executors.openai_batch_score`) on a provider's Batch API, with the same prompts and the
-same score from the first token's log-probabilities. `vllm-run-batch` scores cross-encoders
-only."""
+`local` and `vllm` then run it on vLLM in the run's process (`VllmJudge`), `vllm-run-batch`
+through vLLM's `run-batch` (`RunBatchJudge`: chat completion lines with log-probabilities),
+and `openai-batch` (`executors.openai_batch_score`) on a provider's Batch API, with the same
+prompts and the same score from the first token's log-probabilities."""
 
 import tempfile
 import time
@@ -22,17 +22,22 @@ from pathlib import Path
 
 import numpy as np
 
-from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     BatchResult,
+    judge_request_line,
     read_results,
     score_request_line,
     write_batch_files,
 )
 from batch_pipeline.executors.registry import SCORE, executor_class
-from batch_pipeline.executors.run_batch import RunBatchError, run_batch_environment, run_batch_file
+from batch_pipeline.executors.run_batch import (
+    RunBatchError,
+    run_batch_command,
+    run_batch_environment,
+    run_batch_file,
+)
 from batch_pipeline.executors.vllm_embedding import pooling_command
 from batch_pipeline.inference.devices import pick_device
 from batch_pipeline.inference.judge import ResolvedJudge, judge_prompts
@@ -186,8 +191,13 @@ class RunBatchScorer(BatchedScorer):
                                          self.reranker.name, room)  # fmt: skip
                 start += len(documents)
 
-    def _run_group(self, group: list[list[Pair]]) -> Iterator[np.ndarray]:
+    def _command(self, requests: Path, results: Path) -> list[str]:
+        """The `run-batch` command line: the cross-encoder as a pooling model."""
         r = self.reranker
+        return pooling_command(r.path, r.name, r.max_length, self.engine_settings, requests,
+                               results)  # fmt: skip
+
+    def _run_group(self, group: list[list[Pair]]) -> Iterator[np.ndarray]:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="run-batch-score-") as work:
             found: dict[str, BatchResult] = {}
@@ -195,11 +205,15 @@ class RunBatchScorer(BatchedScorer):
                 results = path.with_name(path.name.replace("requests", "results"))
                 env = run_batch_environment(self.engine_settings.device,
                                             self.engine_settings.kv_cache_gib)  # fmt: skip
-                command = pooling_command(r.path, r.name, r.max_length, self.engine_settings,
-                                          path, results)  # fmt: skip
-                run_batch_file(command, env, results)
+                run_batch_file(self._command(path, results), env, results)
                 found.update(read_results([results]))
         self.load_seconds += time.perf_counter() - started  # each subprocess's start included
+        yield from self._scores(found, group)
+
+    def _scores(
+        self, found: dict[str, BatchResult], group: list[list[Pair]]
+    ) -> Iterator[np.ndarray]:
+        """Each batch's scores from the query lines' results."""
         for number, pairs in enumerate(group):
             scores: list[float] = []
             start = 0
@@ -214,20 +228,53 @@ class RunBatchScorer(BatchedScorer):
             yield np.asarray(scores, dtype=np.float32)
 
 
+class RunBatchJudge(RunBatchScorer):
+    """The judge whose engine is `vllm run-batch`: a chat completion line per pair (the
+    judge's prompt, one greedy token with its `top_logprobs`, as the Batch API executor
+    sends it), on the chat model's engine settings (`generator`'s; it is never started)."""
+
+    def __init__(self, judge: ResolvedJudge, generator) -> None:  # noqa: ANN001 - VllmGenerator
+        BatchedScorer.__init__(self, judge)
+        self.generator = generator
+        self.engine_settings = generator.settings
+        self.device = generator.device
+
+    def _lines(self, group: list[list[Pair]]) -> Iterator[dict]:
+        """A line per pair, its id `<batch>:<pair>`."""
+        for number, pairs in enumerate(group):
+            keys = [f"{number}:{i}" for i in range(len(pairs))]
+            prompts = judge_prompts(self.generator, pairs, self.reranker.document_tokens, keys)
+            for prompt in prompts:
+                yield judge_request_line(prompt, self.generator.model.name)
+
+    def _command(self, requests: Path, results: Path) -> list[str]:
+        return run_batch_command(self.generator, requests, results)
+
+    def _scores(
+        self, found: dict[str, BatchResult], group: list[list[Pair]]
+    ) -> Iterator[np.ndarray]:
+        for number, pairs in enumerate(group):
+            scores = []
+            for i in range(len(pairs)):
+                result = found.get(f"{number}:{i}")
+                if result is None or not result.scores:
+                    said = result.error if result is not None else "no result"
+                    raise RunBatchError(f"vllm run-batch judged no pair of a batch ({said})")
+                scores.append(result.scores[0])
+            yield np.asarray(scores, dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class RunBatchScoreExecutor(VllmScoreExecutor):
-    """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`);
-    a cross-encoder only."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.reranker, ResolvedJudge):
-            raise ConfigError(
-                f"{self.spelled('executor')}: vllm-run-batch scores with cross-encoders; the "
-                "judge runs on local, vllm or openai-batch"
-            )
-        super().__post_init__()
+    """Scores with `reranker` through `vllm run-batch` in a subprocess (`vllm-run-batch`)."""
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
+        if isinstance(self.reranker, ResolvedJudge):
+            from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
+
+            model = self.reranker.model
+            return RunBatchJudge(self.reranker, VllmGenerator(model, engine_settings_for(
+                model, self.device, self.dtype)))  # fmt: skip
         return RunBatchScorer(self.reranker, embed_engine_settings(self.device, self.dtype))
 
 

@@ -37,7 +37,8 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
     score in [0, 1] per pair, the model said something (not every score 0.5), and a rerun
     gives the same scores (greedy, one token). The same pairs through the `openai-batch` score
     executor, at the Batch API emulator answering with the same model's first-token
-    log-probabilities: the same scores within 1e-4."""
+    log-probabilities: the same scores within 1e-4; and through `vllm-run-batch` (vLLM's own
+    run-batch over chat completion lines): within 1e-3."""
     from vllm import SamplingParams
 
     from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
@@ -90,6 +91,19 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
         assert np.abs(np.array([found[key] for key in keys]) - first).max() < 1e-4
     finally:
         generator.close()
+
+    # and through vLLM's own run-batch, chat completion lines with log-probabilities
+    choice = ExecutorChoice(name="vllm-run-batch", device="cpu", dtype="float32")
+    executor = score_executor(ResolvedJudge(model), choice)
+    run = tmp_path / "run-2"
+    run.mkdir()
+    executor.plan(tmp_path / "pairs.parquet", run / "plan.parquet", ExecuteOptions())
+    summary = executor.execute(run / "plan.parquet", run / "scores.parquet", None,
+                               tmp_path / "checkpoints-2", ExecuteOptions())  # fmt: skip
+    table = read_table(run / "scores.parquet", ["input_hash", "score"]).to_pydict()
+    found = dict(zip(table["input_hash"], table["score"], strict=True))
+    assert np.abs(np.array([found[key] for key in keys]) - first).max() < 1e-3
+    assert summary.backend == "vllm-run-batch" and summary.stats.pairs == len(pairs)
 
 
 def test_the_score_executors_score_one_plan_alike(reranker, tmp_path):
