@@ -100,14 +100,18 @@ class ScoreExecutor(ChosenSettings):
             return self.judge()
         return CrossEncoderScorer(self.reranker, pick_device(self.device), options.plan)
 
-    def judge(self) -> Scorer:
-        """The judge on vLLM in the run's process."""
-        from batch_pipeline.inference.judge import VllmJudge
+    def judge_generator(self):  # noqa: ANN201 - a VllmGenerator, started on first use
+        """The judge's chat model on this executor's device and dtype."""
         from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
 
         model = self.reranker.model
-        engine = engine_settings_for(model, self.device, self.dtype)
-        return VllmJudge(VllmGenerator(model, engine), self.reranker.document_tokens)
+        return VllmGenerator(model, engine_settings_for(model, self.device, self.dtype))
+
+    def judge(self) -> Scorer:
+        """The judge on vLLM in the run's process."""
+        from batch_pipeline.inference.judge import VllmJudge
+
+        return VllmJudge(self.judge_generator(), self.reranker.document_tokens)
 
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions
@@ -270,11 +274,7 @@ class RunBatchScoreExecutor(VllmScoreExecutor):
 
     def scorer(self, options: ExecuteOptions) -> Scorer:
         if isinstance(self.reranker, ResolvedJudge):
-            from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
-
-            model = self.reranker.model
-            return RunBatchJudge(self.reranker, VllmGenerator(model, engine_settings_for(
-                model, self.device, self.dtype)))  # fmt: skip
+            return RunBatchJudge(self.reranker, self.judge_generator())
         return RunBatchScorer(self.reranker, embed_engine_settings(self.device, self.dtype))
 
 

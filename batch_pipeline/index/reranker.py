@@ -18,7 +18,6 @@ Search reranks only with the live reranker generation, and only while the index 
 was reviewed on is live; otherwise `RerankRefusedError` says why, in one line.
 """
 
-import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +40,7 @@ from batch_pipeline.generations.review import (
     NoLiveGenerationError,
     ReviewedGenerations,
 )
+from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.scorer import Scorer
 from batch_pipeline.names import generation_index, reranker_product_name
 from batch_pipeline.state.retrieval import HYBRID, ranked_rows
@@ -241,9 +241,7 @@ class RerankerGenerations(ReviewedGenerations):
     @property
     def fingerprint(self) -> str:
         what = {k: v for k, v in self.generation_config().items() if k != "reranker"}
-        what["candidates"] = self.candidates
-        text = json.dumps(what, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return fingerprint_of({**what, "candidates": self.candidates})
 
     @property
     def index(self) -> str:

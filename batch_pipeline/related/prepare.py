@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from batch_pipeline.related.candidates import LiveIndex
+from batch_pipeline.related.candidates import LiveIndex, Passage
 from batch_pipeline.state.staging import StagePath, StageWriter
 
 PREPARED_SCHEMA = pa.schema(
@@ -113,11 +113,12 @@ def prepare_related(
     with StageWriter(out, PREPARED_SCHEMA, started) as writer:
         for start in range(0, len(stale), WRITE_EVERY):
             chunk = stale[start : start + WRITE_EVERY]
+            passages = live.passages(chunk)  # their titles find their candidates
             todo = [d for d in chunk if d not in found]
             lists = {**{d: found[d] for d in chunk if d in found},
-                     **dict(_candidates(live, todo, candidates))}  # fmt: skip
-            wanted = {d for d in chunk} | {c for d in chunk for c, _ in lists.get(d, [])}
-            passages = live.passages(sorted(wanted))
+                     **dict(_candidates(live, todo, candidates, passages))}  # fmt: skip
+            others = {c for d in chunk for c, _ in lists.get(d, [])} - passages.keys()
+            passages.update(live.passages(sorted(others)))
             rows = []
             for doc_id in chunk:
                 query = passages.get(doc_id)
@@ -139,12 +140,13 @@ def prepare_related(
 
 
 def _candidates(
-    live: LiveIndex, doc_ids: list[str], count: int
+    live: LiveIndex, doc_ids: list[str], count: int, passages: dict[str, Passage] | None = None
 ) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Each document's candidates (its title from its passage, its vector)."""
+    """Each document's candidates (its title from its passage, read unless given; its
+    vector)."""
     if not doc_ids:
         return []
-    passages = live.passages(doc_ids)
+    passages = passages if passages is not None else live.passages(doc_ids)
     return [
         (doc_id, live.candidates(doc_id, passages[doc_id].query, vector, count))
         for doc_id, vector in live.vectors(doc_ids)
