@@ -33,7 +33,7 @@ from batch_pipeline.briefs.store import brief_schema
 from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.names import briefs_product_name
 from batch_pipeline.runs import StagedPartition
-from batch_pipeline.stages import Stage
+from batch_pipeline.stages import COLLECT, Stage
 from batch_pipeline.state.table_indexes import IndexHealth
 
 BRIEFS_GROUP = "document_briefs"
@@ -105,12 +105,15 @@ BRIEF_JOB = "brief_job"
 
 
 def build_brief_job():  # noqa: ANN201 - an asset job
-    """The briefs alone, over the last collect of the partition: what the provider-batch
-    sensor runs to collect finished batches."""
+    """The briefs with their collection's collect: what the provider-batch sensor runs to
+    collect finished batches. It lists the source itself, so it never lands against an older
+    listing than its own run's (the last collect could be days old: the briefs would brief
+    documents as they were then, and miss those changed or deleted since)."""
     return dg.define_asset_job(
         BRIEF_JOB,
-        selection=dg.AssetSelection.groups(BRIEFS_GROUP),
-        description="The document briefs of one partition, over its last collect.",
+        selection=dg.AssetSelection.assets(COLLECT.asset) | dg.AssetSelection.groups(BRIEFS_GROUP),
+        description="The document briefs of one partition, after a fresh collect of its "
+        "collection's source.",
     )
 
 

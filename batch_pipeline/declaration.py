@@ -253,7 +253,7 @@ class RunReport:
                 f"; {self.partition.unit} waiting for their answers are neither landed nor "
                 "failed: the next run collects them, and submits nothing new meanwhile"
             )
-        return [line]
+        return [line, *batches.lines(self.partition.unit)]
 
     def review_line(self) -> str:
         review = self.review

@@ -2,6 +2,9 @@
 (the generation resource for chat models, the inference resource for embeddings): one place
 for where a provider's batches go, how long a step waits for them and what they cost."""
 
+import os
+from collections.abc import Mapping
+
 import dagster as dg
 from pydantic import Field
 
@@ -74,3 +77,42 @@ class BatchApiResource(dg.ConfigurableResource):
             price_per_million_input_tokens=self.price_per_million_input_tokens,
             price_per_million_output_tokens=self.price_per_million_output_tokens,
         )
+
+
+ENV_PREFIX = "BATCH_PIPELINE_"
+# the fields the shipped definitions take from the environment, and their types
+ENV_FIELDS: dict[str, type] = {
+    "executor": str,
+    "api_base": str,
+    "api_key_env": str,
+    "api_model": str,
+    "completion_window": str,
+    "batch_wait_seconds": float,
+    "price_per_million_input_tokens": float,
+    "price_per_million_output_tokens": float,
+}
+
+
+def from_environment(
+    resource: type[BatchApiResource], scope: str, environ: Mapping[str, str] | None = None
+) -> BatchApiResource:
+    """`resource` as the shipped definitions build it: its executor and Batch API fields
+    from `BATCH_PIPELINE_<SCOPE>_<FIELD>` where set (`BATCH_PIPELINE_GENERATION_API_BASE`),
+    so that the runs and the provider-batch sensor, which share the resource, reach the same
+    provider without a change to the code. Text is taken as `dg.EnvVar`, read when a run or
+    a tick starts and never shown (an `api_base` may carry credentials); a number that does
+    not read as one fails at load, naming the variable."""
+    environ = os.environ if environ is None else environ
+    fields: dict[str, object] = {}
+    for name, kind in ENV_FIELDS.items():
+        variable = f"{ENV_PREFIX}{scope}_{name.upper()}"
+        if variable not in environ:
+            continue
+        if kind is str:
+            fields[name] = dg.EnvVar(variable)
+            continue
+        try:
+            fields[name] = kind(environ[variable])
+        except ValueError:
+            raise ConfigError(f"${variable}: {environ[variable]!r} is not a number") from None
+    return resource(**fields)

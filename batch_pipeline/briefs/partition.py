@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from batch_pipeline.briefs import BRIEF_STAGES
+from batch_pipeline.briefs.failures import final_failures
 from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_briefs
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
 from batch_pipeline.declaration import CollectionPartition
@@ -90,12 +91,7 @@ class BriefPartition(CollectionPartition):
             out,
             self.landed_keys(),
             product.briefs.count(self.index),
-            {  # failed under their key as often as they may (`invalid_output_tries`)
-                doc_id: failure["content_hash"]
-                for doc_id, failure in self.tracking.failures_by_doc(self.index).items()
-                if failure.get("content_hash")
-                and failure["attempts"] >= product.invalid_output_tries
-            },
+            final_failures(self.tracking.failures_by_doc(self.index), product.invalid_output_tries),
             self.fingerprint,
             product.template,
             product.settings.document_tokens,

@@ -245,7 +245,7 @@ class BriefProduct(ReviewedGenerations):
     # its generations: the frame's reviewer, with its rule and scorer
     def completeness_rule(self) -> CoversCollectionRule:
         """Briefs every document of the collection's last full pass."""
-        return CoversCollectionRule(self.tracking)
+        return CoversCollectionRule(self.tracking, self.invalid_output_tries)
 
     def scorer(self) -> BriefScorer:
         """Valid share, audience accuracy, faithfulness."""

@@ -3,6 +3,7 @@ against the documents of its last full pass, failing documents, the last run, th
 model, the generations and the table's health. `doctor` also checks the collection's source.
 """
 
+from batch_pipeline.briefs.failures import next_run_note
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.declaration import RunReport
 from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
@@ -81,9 +82,11 @@ def product_health(product: BriefProduct) -> dict[str, object]:
             f"{product.collection_name} --kind briefs)"
         )
     elif briefs < live.documents:
+        missing = live.documents - briefs
+        failures = product.tracking.failures_by_doc(live.index_name)
         problems.append(
-            f"{live.documents - briefs} of {live.documents} documents have no brief in the live "
-            "generation (batch-pipeline failures says why; the next run retries them)"
+            f"{missing} of {live.documents} documents have no brief in the live generation "
+            f"({next_run_note(failures, product.invalid_output_tries, missing)})"
         )
     health["problems"] = problems
     health["healthy"] = not problems

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.briefs.failures import next_run_note
 from batch_pipeline.briefs.store import BriefStore
 from batch_pipeline.config import BriefsConfig
 from batch_pipeline.generations.evaluation import eval_set_version
@@ -72,6 +73,7 @@ class CoversCollectionRule:
     With `tracking`, a generation short of briefs says so when a provider still runs some."""
 
     tracking: TrackingStore | None = None
+    tries: int = 1  # invalid outputs a document gets under one key (`invalid_output_tries`)
 
     def assess(self, record: GenerationRecord, live: GenerationRecord | None) -> Completeness:
         key = {"rows": record.rows, "documents": record.documents, "full_pass": record.full_pass}
@@ -81,9 +83,12 @@ class CoversCollectionRule:
             reason = "not complete: no full pass has landed yet"
         else:
             missing = record.documents - record.rows
+            failures = (
+                {} if self.tracking is None else self.tracking.failures_by_doc(record.index_name)
+            )
             reason = (
                 f"not complete: {missing} of {record.documents} documents have no valid brief "
-                "(`batch-pipeline failures` says why; the next run retries them)"
+                f"({next_run_note(failures, self.tries, missing)})"
             )
         running = self._running(record)
         if running:

@@ -37,15 +37,20 @@ from types import ModuleType
 import sqlalchemy as sa
 
 from batch_pipeline.arguments import whole_number
+from batch_pipeline.cli import batches as provider_batch_commands
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.cli.executors import add_executor_flags
 from batch_pipeline.cli.run import run_command
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY
 from batch_pipeline.executors.batch_api import ProviderBatchError
+from batch_pipeline.executors.run_batch import RunBatchError
 from batch_pipeline.generations.registry import GenerationError, GenerationRegistry, LiveSwitch
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.generations.run_history import invalidate_run
+from batch_pipeline.health.provider_batches import batch_views, of_product
+from batch_pipeline.health.provider_batches import problems as batch_problems
+from batch_pipeline.health.provider_batches import status_lines as batch_status_lines
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET
 from batch_pipeline.inference.chat_models import ChatModelNotAvailableError
 from batch_pipeline.inference.devices import BACKENDS
@@ -194,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--yes", action="store_true", help="confirm: without it, only says what")
 
-    for module in kind_commands():  # each kind's own commands, as its declaration names them
+    for module in (provider_batch_commands, *kind_commands()):  # a kind's, as declared
         module.add_commands(commands)
 
     failed = commands.add_parser("failures", help="inputs that failed, with their reason")
@@ -206,6 +211,9 @@ def _parser() -> argparse.ArgumentParser:
 def _status(ctx: CommandContext, args: argparse.Namespace) -> int:
     products = ctx.products(args.product)
     rows = [product.status() for product in products]
+    batches = batch_views(ctx.tracking)
+    for product, row in zip(products, rows, strict=True):
+        row["provider_batches"] = [v.as_dict() for v in of_product(batches, product.name)]
     if args.json:
         print(to_json(rows))
         return _source_errors(rows)
@@ -216,6 +224,9 @@ def _status(ctx: CommandContext, args: argparse.Namespace) -> int:
         if lines:
             lines.append("")
         lines += members[0][0].status_lines([r for _, r in members], ctx.config.cost.currency)
+    shown = [v for product in products for v in of_product(batches, product.name)]
+    if shown:
+        lines += ["", *batch_status_lines(shown)]
     print("\n".join(lines))
     return _source_errors(rows)
 
@@ -314,6 +325,11 @@ def _doctor(ctx: CommandContext, args: argparse.Namespace) -> int:
     """Exit status 1 when any product has a problem, 2 when a source cannot be read."""
     products = ctx.products(args.product)
     reports = [product.health() for product in products]
+    batches = batch_views(ctx.tracking)
+    for product, report in zip(products, reports, strict=True):
+        stuck = batch_problems(of_product(batches, product.name))
+        report["problems"] = [*report["problems"], *stuck]
+        report["healthy"] = report["healthy"] and not stuck
     if args.json:
         print(to_json(reports))
     else:
@@ -486,6 +502,7 @@ def _main(args: argparse.Namespace) -> int:
         "generations": _generations,
         "invalidate-run": _invalidate,
         "repair": _repair,
+        **provider_batch_commands.COMMANDS,
         **{name: run for module in kind_commands() for name, run in module.COMMANDS.items()},
     }
     try:
@@ -501,6 +518,7 @@ def _main(args: argparse.Namespace) -> int:
         LeaseLostError,
         LockTimeoutError,
         ProviderBatchError,
+        RunBatchError,
         ChatModelNotAvailableError,
         EngineFaultError,
         ValueError,

@@ -42,7 +42,18 @@ SECRET_URL_PARAMETERS = SECRET_SETTINGS | {
     "x-amz-signature",
     "x-amz-security-token",
     "x-amz-credential",
+    "key",
+    "x_api_key",
+    "subscription_key",
+    "client_secret",
 }
+
+
+def _secret_parameter(name: str) -> bool:
+    """Whether a query parameter's name is a credential's, however it is spelled
+    (`api-key`, `API_KEY`, `x-amz-signature`)."""
+    lowered = name.lower()
+    return lowered in SECRET_URL_PARAMETERS or lowered.replace("-", "_") in SECRET_URL_PARAMETERS
 
 
 def masked_url(url: str) -> str:
@@ -52,9 +63,28 @@ def masked_url(url: str) -> str:
 
     def mask(match: re.Match[str]) -> str:
         name = match.group(1)
-        return f"{name}=***" if name.lower() in SECRET_URL_PARAMETERS else match.group(0)
+        return f"{name}=***" if _secret_parameter(name) else match.group(0)
 
     return re.sub(r"(?<=[?&;])([^=&;#]+)=([^&;#]*)", mask, url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries (its user part's password, its secret query values),
+    as written and decoded: what a message quoting any part of the URL must not hold."""
+    parts = urlsplit(url)
+    found: set[str] = set()
+    userinfo = parts.netloc.rpartition("@")[0]
+    if ":" in userinfo:
+        found.add(userinfo.partition(":")[2])
+    if parts.password:
+        found.add(parts.password)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _secret_parameter(name):
+            found.add(value)
+    for raw in re.findall(r"[?&;]([^=&;#]+)=([^&;#]*)", url):
+        if _secret_parameter(raw[0]):
+            found.add(raw[1])
+    return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
 
 
 def endpoint_without_credentials(value: str | None) -> str | None:
@@ -64,7 +94,7 @@ def endpoint_without_credentials(value: str | None) -> str | None:
     if value is None:
         return value
     parts = urlsplit(value)
-    secret_query = any(name.lower() in SECRET_URL_PARAMETERS for name, _ in parse_qsl(parts.query))
+    secret_query = any(_secret_parameter(name) for name, _ in parse_qsl(parts.query))
     if parts.username is not None or parts.password is not None or secret_query:
         raise ValueError(
             "holds credentials (a user part, or a signature or token in its query); give "

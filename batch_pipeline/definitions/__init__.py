@@ -20,6 +20,7 @@ from batch_pipeline.declaration import ProductKind
 from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
+from resources.batch_api import from_environment
 from sensors import build_triggers
 
 
@@ -70,8 +71,9 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
             "pipeline": PipelineResource(
                 config_path=str(config_path) if config_path is not None else None
             ),
-            "inference": InferenceResource(),
-            "generation": GenerationResource(),  # chat models on vLLM; the engine starts on use
+            # the executor and Batch API fields from BATCH_PIPELINE_<RESOURCE>_<FIELD>
+            "inference": from_environment(InferenceResource, "INFERENCE"),
+            "generation": from_environment(GenerationResource, "GENERATION"),
             "s3": s3_resource(),
         },
         executor=dg.in_process_executor,

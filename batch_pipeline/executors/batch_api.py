@@ -28,6 +28,7 @@ The key is read from the environment variable `api_key_env` names, and never wri
 driver's errors are stripped of it (a provider's 401 message may quote part of it).
 """
 
+import hashlib
 import json
 import os
 import random
@@ -39,17 +40,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from batch_pipeline.config import ConfigError
+from batch_pipeline.config.secrets import masked_url, url_secrets
 from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
 from batch_pipeline.faults import crash_point
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_batches
-from batch_pipeline.state.tracking import FINAL_STATUSES, ProviderBatch, TrackingStore
+from batch_pipeline.state.tracking import FINAL_STATUSES, GIVEN_UP, ProviderBatch, TrackingStore
 
 NAME = "openai-batch"  # the executor's name in every family
 DEVICE = "provider"  # what the run's measures name as the device: priced by tokens
 FIRST, RESUBMITTED = 1, 2  # a batch's attempt: a request is sent at most twice in a run
 SHORT_KEY = 8  # characters of a key a message may keep: enough to tell keys apart
+FILE_HASH = "file_sha256"  # the metadata key naming a batch's file, to find it at the provider
 
 
 class ProviderBatchError(RuntimeError):
@@ -89,6 +92,19 @@ class BatchApiSettings:
         """The provider's batch prices per million input and output tokens."""
         return self.price_per_million_input_tokens, self.price_per_million_output_tokens
 
+    @property
+    def shown_base(self) -> str:
+        """`api_base` as it may be printed: a password or key it carries masked."""
+        return masked_url(self.api_base)
+
+    def clean(self, text: str, key: str = "") -> str:
+        """`text` as it may be printed: without the key (`scrubbed`), with `api_base` masked
+        and none of its credentials, wherever the text quotes them."""
+        text = text.replace(self.api_base, self.shown_base)
+        for secret in url_secrets(self.api_base):
+            text = text.replace(secret, "***")
+        return scrubbed(text, key)
+
     def served_model(self, configured: str) -> str | None:
         """The provider's model where it is not the `configured` one: another model, whose
         outputs are another generation's."""
@@ -107,21 +123,12 @@ class BatchLedger:
     def uncollected(self) -> list[ProviderBatch]:
         return self.tracking.provider_batches(self.generation, self.partition, uncollected=True)
 
-    def record(
-        self, batch_id: str, run_id: str, file_id: str, requests: int, attempt: int, status: str
-    ) -> None:
-        self.tracking.record_provider_batch(
-            ProviderBatch(
-                batch_id,
-                self.generation,
-                self.partition,
-                run_id,
-                file_id,
-                requests,
-                attempt,
-                status,
-                time.time(),
-            )
+    def intend(
+        self, run_id: str, file_id: str, file_sha256: str, custom_ids: list[str], attempt: int
+    ) -> str:
+        """Record a batch before it is created (its placeholder id)."""
+        return self.tracking.record_batch_intent(
+            self.generation, self.partition, run_id, file_id, file_sha256, custom_ids, attempt
         )
 
 
@@ -203,7 +210,13 @@ class BatchDriver:
         batches in flight after that (resubmissions included)."""
         tracking = self.ledger.tracking
         for batch in self.ledger.uncollected():
-            remote = client.batches.retrieve(batch.batch_id)
+            if batch.creating:
+                batch = self._adopt(client, batch)
+                if batch is None:
+                    continue
+            remote = self._retrieve(client, batch)
+            if remote is None:
+                continue
             status = str(remote.status)
             if status not in FINAL_STATUSES:
                 if status != batch.status:
@@ -212,25 +225,71 @@ class BatchDriver:
             if status == "failed":
                 errors = getattr(getattr(remote, "errors", None), "data", None) or []
                 said = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no reason given"
-                tracking.collect_provider_batch(batch.batch_id, status, self.run_id)
+                tracking.collect_provider_batch(batch.batch_id, status, self.run_id, said)
                 raise ProviderBatchError(f"provider batch {batch.batch_id} failed: {said}")
-            asked = self._input_keys(client, batch)
-            self._settle(client, work, batch, asked, self._results(client, remote))
-            tracking.collect_provider_batch(batch.batch_id, status, self.run_id)
+            unreadable: list[str] = []
+            try:
+                asked = self._asked(client, batch)
+                results = self._results(client, remote, unreadable)
+            except NotFound as gone:
+                self._give_up(batch, f"{gone.what} is gone at the provider")
+                continue
+            note = None
+            if status == "cancelled":
+                note = "cancelled at the provider"
+                self.batches.cancelled.append(batch.batch_id)
+                self.submitted = True  # cancelled means stop: nothing more is sent this run
+            if unreadable:
+                self.batches.unreadable_lines += len(unreadable)
+                note = "; ".join(filter(None, (note, f"{len(unreadable)} unreadable lines: "
+                                               f"{unreadable[0]}")))  # fmt: skip
+            self._settle(client, work, batch, asked, results)
+            tracking.collect_provider_batch(batch.batch_id, status, self.run_id, note)
             if batch.run_id != self.run_id:
                 self.batches.collected_from(batch.run_id, batch.submitted_at)
         return self.ledger.uncollected()
 
-    def _settle(self, client, work: BatchWork, batch: ProviderBatch, asked: dict[str, dict],
+    def _retrieve(self, client, batch: ProviderBatch):  # noqa: ANN001, ANN202
+        """The provider's view of the batch; None, and the batch given up, where the
+        provider has no such batch."""
+        import openai
+
+        try:
+            return client.batches.retrieve(batch.batch_id)
+        except openai.NotFoundError:
+            self._give_up(batch, "the provider has no such batch (404)")
+            return None
+
+    def _give_up(self, batch: ProviderBatch, why: str) -> None:
+        """A batch the provider no longer has (deleted, past its file retention, another
+        `api_base`): recorded as given up, shown by `batches`, and its requests, which no
+        checkpoint holds, sent again by this run."""
+        self.ledger.tracking.collect_provider_batch(batch.batch_id, GIVEN_UP, self.run_id, why)
+        self.batches.given_up.append(batch.batch_id)
+
+    def _adopt(self, client, intent: ProviderBatch) -> ProviderBatch | None:  # noqa: ANN001
+        """A batch recorded before its creation, which never answered (an error, or a run cut
+        off): the provider's batch carrying its file's hash, adopted; None, and the intent
+        forgotten (its requests are sent again), where the provider has none."""
+        tracking = self.ledger.tracking
+        found = find_created(client, self.ledger, intent)
+        if found is None:
+            tracking.forget_batch_intent(intent.batch_id)
+            return None
+        tracking.batch_created(intent.batch_id, found.id, str(found.status))
+        self.batches.adopted.append(found.id)
+        return tracking.provider_batch(found.id)
+
+    def _settle(self, client, work: BatchWork, batch: ProviderBatch, asked: set[str],
                 results: dict[str, BatchResult]) -> None:  # noqa: ANN001 # fmt: skip
         """A finished batch's answers to the family (`take`); its retryable failures sent
         again once, in a batch of their own."""
-        self.sent |= set(asked)
+        self.sent |= asked
         done = work.output.done_keys
         fresh = [r for k, r in results.items() if k in work.keys and k not in done and k in asked]
-        again = [r.key for r in fresh if r.error is not None and r.retryable]
-        if batch.attempt == FIRST and again:  # sent twice and no answer: planned again
-            self._send(client, work, [asked[k] for k in again], RESUBMITTED)
+        again = {r.key for r in fresh if r.error is not None and r.retryable}
+        if batch.attempt == FIRST and again and not self.batches.cancelled:
+            self._send(client, work, again, RESUBMITTED)  # sent twice, no answer: planned again
         self.batches.collected.append(batch.batch_id)
         work.take([r for r in fresh if r.error is None or not r.retryable])
 
@@ -243,55 +302,125 @@ class BatchDriver:
                 self._upload_and_create(client, work, path, FIRST)
         return bool(files)
 
-    def _send(self, client, work: BatchWork, requests: list[dict], attempt: int) -> None:  # noqa: ANN001
-        """Request lines as one new batch."""
+    def _send(self, client, work: BatchWork, keys: set[str], attempt: int) -> None:  # noqa: ANN001
+        """The plan's request lines of `keys` as one new batch (made again from the plan: the
+        provider's copy of the input file is not read)."""
         with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
             path = Path(folder) / "requests-resubmitted.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
+            with path.open("w", encoding="utf-8") as out:
+                for request in work.requests(set()):
+                    if request["custom_id"] in keys:
+                        out.write(json.dumps(request) + "\n")
             self._upload_and_create(client, work, path, attempt)
 
     def _upload_and_create(self, client, work: BatchWork, path: Path, attempt: int) -> None:  # noqa: ANN001
+        """Upload the file, record the batch's intent (its file's hash and request ids), then
+        create it once: with no retry by the client, since a retried creation that the
+        provider had accepted is a second batch, billed twice. A creation that answers an
+        error is looked for at the provider (by the file's hash) before the error stands."""
+        digest, ids = file_digest(path)
         with path.open("rb") as handle:
             uploaded = client.files.create(file=(path.name, handle), purpose="batch")
-        with path.open(encoding="utf-8") as lines:
-            requests = sum(1 for line in lines if line.strip())
-        created = client.batches.create(
-            input_file_id=uploaded.id,
-            endpoint=work.endpoint,
-            completion_window=self.api.completion_window,
-            metadata={
-                "generation": self.ledger.generation,
-                "partition": self.ledger.partition,
-                "run_id": self.run_id[:512],
-            },
-        )
-        self.ledger.record(
-            created.id, self.run_id, uploaded.id, requests, attempt, str(created.status)
-        )
-        self.batches.submitted.append(created.id)
+        intent = self.ledger.intend(self.run_id, uploaded.id, digest, ids, attempt)
+        crash_point("intended", len(self.batches.submitted) + 1)
+        try:
+            created = client.with_options(max_retries=0).batches.create(
+                input_file_id=uploaded.id,
+                endpoint=work.endpoint,
+                completion_window=self.api.completion_window,
+                metadata={
+                    "generation": self.ledger.generation[:512],
+                    "partition": self.ledger.partition[:512],
+                    "run_id": self.run_id[:512],
+                    FILE_HASH: digest,
+                },
+            )
+        except Exception:
+            recorded = self.ledger.tracking.provider_batch(intent)
+            adopted = None if recorded is None else self._adopt(client, recorded)
+            if adopted is None:
+                raise  # nothing was created: the intent is forgotten, the requests unsent
+            batch_id = adopted.batch_id
+        else:
+            batch_id = created.id
+            self.ledger.tracking.batch_created(intent, batch_id, str(created.status))
+        self.batches.submitted.append(batch_id)
         crash_point("submitted", len(self.batches.submitted))
 
     # --------------------------------------------------------------- the files
 
-    def _input_keys(self, client, batch: ProviderBatch) -> dict[str, dict]:  # noqa: ANN001
-        """The batch's requests by custom_id, read back from its input file."""
-        text = client.files.content(batch.input_file_id).text
+    def _asked(self, client, batch: ProviderBatch) -> set[str]:  # noqa: ANN001
+        """The batch's request ids: recorded when it was submitted; for a batch recorded
+        before they were, read back from the provider's copy of its input file."""
+        recorded = self.ledger.tracking.batch_request_ids(batch.file_sha256)
+        if recorded is not None:
+            return recorded
+        text = _content(client, batch.input_file_id, "its input file").text
         requests = (json.loads(line) for line in text.splitlines() if line.strip())
-        return {r["custom_id"]: r for r in requests}
+        return {r["custom_id"] for r in requests}
 
-    def _results(self, client, remote) -> dict[str, BatchResult]:  # noqa: ANN001
-        """The batch's output and error files, joined by custom_id."""
+    def _results(self, client, remote, unreadable: list[str]) -> dict[str, BatchResult]:  # noqa: ANN001
+        """The batch's output and error files, joined by custom_id; a line that cannot be
+        read is noted in `unreadable` (and is its request's failure where it names one)."""
         with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
             outputs, errors = [], []
-            for file_id, found in (
-                (remote.output_file_id, outputs),
-                (remote.error_file_id, errors),
+            for file_id, found, what in (
+                (remote.output_file_id, outputs, "its output file"),
+                (remote.error_file_id, errors, "its error file"),
             ):
                 if file_id:
                     path = Path(folder) / f"{file_id}.jsonl"
-                    path.write_bytes(client.files.content(file_id).content)
+                    path.write_bytes(_content(client, file_id, what).content)
                     found.append(path)
-            return read_results(outputs, errors)
+            return read_results(outputs, errors, unreadable)
+
+
+class NotFound(Exception):  # noqa: N818 - a file the provider no longer has
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _content(client, file_id: str, what: str):  # noqa: ANN001, ANN202
+    """A file's content at the provider; NotFound naming `what` where it is gone."""
+    import openai
+
+    try:
+        return client.files.content(file_id)
+    except openai.NotFoundError:
+        raise NotFound(what) from None
+
+
+def file_digest(path: Path) -> tuple[str, list[str]]:
+    """A batch file's SHA-256 and its requests' custom_ids."""
+    digest = hashlib.sha256()
+    ids = []
+    with path.open("rb") as lines:
+        for line in lines:
+            digest.update(line)
+            if line.strip():
+                ids.append(json.loads(line)["custom_id"])
+    return digest.hexdigest(), ids
+
+
+def find_created(client, ledger: BatchLedger, intent: ProviderBatch):  # noqa: ANN001, ANN202
+    """The provider's batch made from `intent`'s file for its generation and partition, not
+    already recorded; None where there is none. Batches are listed newest first, back to an
+    hour before the intent was recorded."""
+    oldest = intent.submitted_at - 3600
+    for remote in client.batches.list(limit=100):
+        if (getattr(remote, "created_at", None) or 0) < oldest:
+            break
+        meta = getattr(remote, "metadata", None) or {}
+        if (
+            meta.get(FILE_HASH) == intent.file_sha256
+            and meta.get("generation") == ledger.generation[:512]
+            and meta.get("partition") == ledger.partition[:512]
+            and str(remote.status) != "cancelled"
+            and ledger.tracking.provider_batch(remote.id) is None
+        ):
+            return remote
+    return None
 
 
 @contextmanager
@@ -307,12 +436,12 @@ def batch_client(api: BatchApiSettings, key: str) -> Iterator[object]:
         status = error.status_code
         transient = status == 429 or status >= 500
         raise ProviderBatchError(
-            scrubbed(f"Batch API at {api.api_base}: {error.message}", key),
+            api.clean(f"Batch API at {api.api_base}: {error.message}", key),
             transient=transient,
         ) from None
     except openai.APIConnectionError as error:
         raise ProviderBatchError(
-            scrubbed(f"Batch API at {api.api_base}: {error.message}", key), transient=True
+            api.clean(f"Batch API at {api.api_base}: {error.message}", key), transient=True
         ) from None
     finally:
         client.close()
@@ -339,11 +468,24 @@ def collectable(api: BatchApiSettings, batches: list[ProviderBatch]) -> list[Col
     ready = []
     with batch_client(api, key) as client:
         for (generation, partition), members in sorted(groups.items()):
-            statuses = [str(client.batches.retrieve(b.batch_id).status) for b in members]
-            if all(status in FINAL_STATUSES for status in statuses):
+            statuses = [_status_of(client, b) for b in members]
+            if all(status in FINAL_STATUSES or status == GIVEN_UP for status in statuses):
                 ids = tuple(sorted(b.batch_id for b in members))
                 ready.append(Collectable(generation, partition, ids, members[0].run_id))
     return ready
+
+
+def _status_of(client, batch: ProviderBatch) -> str:  # noqa: ANN001
+    """A batch's status at the provider; one a run must settle (an intent whose creation
+    never answered, a batch the provider no longer has) counts as finished."""
+    import openai
+
+    if batch.creating:
+        return GIVEN_UP
+    try:
+        return str(client.batches.retrieve(batch.batch_id).status)
+    except openai.NotFoundError:
+        return GIVEN_UP
 
 
 def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:

@@ -27,6 +27,7 @@ the same results.
 """
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,18 +192,36 @@ class BatchResult:
     scores: tuple[float, ...] | None = None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict]]:
-    with path.open(encoding="utf-8") as lines:
+CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
+
+
+def _lines(path: Path, unreadable: list[str] | None = None) -> Iterator[tuple[int, dict]]:
+    """Each answer line of a results file. A line that is not JSON, or names no request, is
+    a BatchFileError; with `unreadable`, it is noted there instead, and where the line still
+    shows a custom_id, yielded as that request's failure (the rest of the file still reads)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line)
+                problem = None
             except ValueError as error:
-                raise BatchFileError(f"{path.name} line {number}: not JSON ({error})") from None
-            if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str):
-                raise BatchFileError(f"{path.name} line {number}: no custom_id")
-            yield number, value
+                value, problem = None, f"{path.name} line {number}: not JSON ({error})"
+            if problem is None and (
+                not isinstance(value, dict) or not isinstance(value.get("custom_id"), str)
+            ):
+                problem = f"{path.name} line {number}: no custom_id"
+            if problem is None:
+                yield number, value
+                continue
+            if unreadable is None:
+                raise BatchFileError(problem)
+            unreadable.append(problem)
+            named = CUSTOM_ID.search(line)
+            if named:
+                error = {"code": "unreadable_answer", "message": problem}
+                yield number, {"custom_id": named.group(1), "error": error, "final": True}
 
 
 def _error_text(status: object, error: object, body: object) -> str:
@@ -223,7 +242,9 @@ def result_of(line: dict) -> BatchResult:
     body = response.get("body")
     if line.get("error") or status != 200 or not isinstance(body, dict):
         error = _error_text(status, line.get("error"), body)
-        retryable = status is None or status == 429 or (isinstance(status, int) and status >= 500)
+        retryable = not line.get("final") and (
+            status is None or status == 429 or (isinstance(status, int) and status >= 500)
+        )
         return BatchResult(key, None, None, error=error, retryable=retryable)
     try:
         usage = body.get("usage") or {}
@@ -255,14 +276,17 @@ def result_of(line: dict) -> BatchResult:
 
 
 def read_results(
-    output_files: Iterable[Path], error_files: Iterable[Path] = ()
+    output_files: Iterable[Path],
+    error_files: Iterable[Path] = (),
+    unreadable: list[str] | None = None,
 ) -> dict[str, BatchResult]:
     """Every request's result, by `custom_id`, from the files an engine wrote, in any order.
     An output beats an error for the same request (a resubmission that succeeded); of two
-    outputs, the first read stands."""
+    outputs, the first read stands. With `unreadable`, a line that cannot be read is noted
+    there and is its request's failure where it names one (`_lines`), not the file's."""
     results: dict[str, BatchResult] = {}
     for path in (*output_files, *error_files):
-        for _number, line in _lines(Path(path)):
+        for _number, line in _lines(Path(path), unreadable):
             result = result_of(line)
             known = results.get(result.key)
             if known is None or (known.error is not None and result.error is None):

@@ -13,6 +13,7 @@ wrote no line for is planned again too.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +51,12 @@ TAIL_LINES = 12  # of a failed run-batch's output, in the error
 
 
 class RunBatchError(RuntimeError):
-    """vLLM's run-batch exited with an error; the message holds the end of its output."""
+    """vLLM's run-batch exited with an error; the message is one line (the exit, and the last
+    line of its output), `tail` the end of its output."""
+
+    def __init__(self, message: str, tail: str = "") -> None:
+        super().__init__(message)
+        self.tail = tail
 
 
 def run_batch_command(generator, requests: Path, results: Path) -> list[str]:  # noqa: ANN001
@@ -86,13 +92,73 @@ def run_batch_environment(device: str, kv_cache_gib: int) -> dict[str, str]:
     return env
 
 
-def run_batch_file(command: list[str], env: dict[str, str], results: Path) -> None:
+def run_batch_file(
+    command: list[str], env: dict[str, str], results: Path, timeout: float | None = None
+) -> None:
     """One batch file through `vllm run-batch` (`command` names both files); a
-    RunBatchError holding the end of its output when it fails or writes no results."""
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not results.is_file():
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-TAIL_LINES:])
-        raise RunBatchError(f"vllm run-batch exited with {done.returncode}:\n{tail}")
+    RunBatchError when it fails, writes no results, or outlives `timeout` seconds.
+
+    The subprocess runs in a process group of its own, with its output in a file beside
+    `results`, not a pipe: vLLM's engine-core and worker processes outlive a killed
+    run-batch, and held a captured pipe open, so a run waited on them for ever. Whatever
+    ends the wait (the subprocess's exit, a timeout, the run's own SIGTERM or Ctrl-C) ends the
+    whole group before this returns or raises."""
+    log = results.with_name(results.name + ".log")
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            end_group(process)
+            raise RunBatchError(
+                f"vllm run-batch ran past its {timeout:g} s and was ended; the next run "
+                "resumes from the files it finished"
+            ) from None
+        finally:
+            end_group(process)  # a killed run-batch's orphans, or the run's own stop
+    if code != 0 or not results.is_file():
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+        raise RunBatchError(
+            f"vllm run-batch exited with {exit_text(code)} ({last[:300]}); the next run "
+            "resumes from the files it finished",
+            "\n".join(tail[-TAIL_LINES:]),
+        )
+
+
+def exit_text(code: int) -> str:
+    """A subprocess's exit status in words: `status 1`, or `signal SIGKILL`."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"status {code}" if code else "status 0 and no results"
+
+
+def end_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """End `process`'s process group (it leads one: `start_new_session`): SIGTERM, then
+    SIGKILL to what is left after `grace` seconds. Nothing to do where the group is gone."""
+    group = process.pid
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, sent)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if process.poll() is None:
+                time.sleep(0.05)
+                continue
+            try:
+                os.killpg(group, 0)  # any member left?
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    process.poll()
 
 
 @dataclass(frozen=True)
@@ -118,6 +184,7 @@ class RunBatchExecutor(GenerationExecutor):
         started = time.perf_counter()
         record = plan_record(planned)
         settings = self.generator.settings
+        record.check_engine(settings.max_model_len)  # run-batch would shorten, not refuse
         summary = summary_of_plan(record, settings.device, settings.dtype)
         summary.executor = "vllm-run-batch"
         summary.devices = settings.devices

@@ -236,12 +236,27 @@ def execute_prompts(
                 token_unit="prompt tokens",
             )
             _generate(
-                plan_path, output, get_generator, sampling, schema, resumed, summary, tracker,
-                every=planned.chunk_size,
+                plan_path, output, checked(get_generator, planned), sampling, schema, resumed,
+                summary, tracker, every=planned.chunk_size,
             )  # fmt: skip
         refuse_if_engine_failed(summary)
         output.finish(summary.record(), plan_path)
     return summary
+
+
+def checked(get_generator: Callable[[], Generator], planned: PromptPlanSummary):  # noqa: ANN201
+    """`get_generator`, whose engine is checked against the plan once loaded: the
+    `max_model_len` the plan refused prompts against must be the engine's
+    (`PromptPlanSummary.check_engine`)."""
+
+    def load() -> Generator:
+        generator = get_generator()
+        settings = getattr(generator, "settings", None)
+        if settings is not None:
+            planned.check_engine(settings.max_model_len)
+        return generator
+
+    return load
 
 
 def refuse_if_engine_failed(summary: GenerateSummary) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from batch_pipeline.config import ConfigError
 from batch_pipeline.inference.devices import dtype_bytes
 from batch_pipeline.inference.generator import Generator, Prompt, Sampling
 from batch_pipeline.inference.vllm_generator import EngineSettings
@@ -89,6 +90,19 @@ class PromptPlanSummary:
     kv_cache_bytes: int | None = None
     max_tokens: int = 0
     chunk_size: int = 256  # prompts per checkpoint, and how many execute keeps fed ahead
+    max_model_len: int | None = None  # what the prompts were refused against (None: older)
+
+    def check_engine(self, max_model_len: int) -> None:
+        """A ConfigError where the engine about to run the plan takes another
+        `max_model_len` than the plan refused prompts against: vLLM's run-batch shortens a
+        request's `max_tokens` to fit rather than refuse it, so briefs would be cut short
+        silently (or a prompt refused that fits)."""
+        if self.max_model_len is not None and self.max_model_len != max_model_len:
+            raise ConfigError(
+                f"max_model_len: the plan was made for {self.max_model_len} and the engine "
+                f"takes {max_model_len}; plan again with the engine's settings (materialise "
+                "brief_plan, or run the partition again)"
+            )
 
     @property
     def peak_kv_share(self) -> float | None:
@@ -111,6 +125,7 @@ class PromptPlanSummary:
             "kv_cache_bytes": self.kv_cache_bytes,
             "max_tokens": self.max_tokens,
             "chunk_size": self.chunk_size,
+            "max_model_len": self.max_model_len,
         }
 
     def metadata(self) -> dict[str, object]:
@@ -164,6 +179,7 @@ def plan_prompts(
         kv_cache_bytes=settings.kv_cache_bytes,
         max_tokens=sampling.max_tokens,
         chunk_size=settings.chunk_size,
+        max_model_len=settings.max_model_len,
     )
     largest: list[int] = []  # a min-heap of the max_num_seqs largest footprints
     with StageWriter(out_path, prompt_plan_schema(), started) as writer:

@@ -15,6 +15,12 @@ class ProviderBatches:
     submitted: list[str] = field(default_factory=list)  # provider batch ids
     collected: list[str] = field(default_factory=list)
     pending: int = 0  # still running at the provider when execute returned
+    # found at the provider and taken up: batches whose creation answered an error, or was
+    # cut off, though the provider had created them
+    adopted: list[str] = field(default_factory=list)
+    given_up: list[str] = field(default_factory=list)  # gone at the provider: sent again
+    cancelled: list[str] = field(default_factory=list)  # cancelled there: this run sends no more
+    unreadable_lines: int = 0  # answer lines that were not JSON, or named no request
     # the earliest other run whose provider batches this run collected, and when it submitted
     submitted_by: str | None = None
     submitted_at: float | None = None
@@ -31,16 +37,50 @@ class ProviderBatches:
             "batches_submitted": self.submitted,
             "batches_collected": self.collected,
             "pending_batches": self.pending,
+            "batches_adopted": self.adopted,
+            "batches_given_up": self.given_up,
+            "batches_cancelled": self.cancelled,
+            "unreadable_answer_lines": self.unreadable_lines,
             "submitted_by": self.submitted_by,
             "submitted_at": self.submitted_at,
         }
 
     def metadata(self) -> dict[str, object]:
         """Counts for the UI, only when the run spoke to a provider at all."""
-        if not (self.submitted or self.collected or self.pending):
+        if not (self.submitted or self.collected or self.pending or self.given_up):
             return {}
         return {
             "batches_submitted": len(self.submitted),
             "batches_collected": len(self.collected),
             "batches_pending": self.pending,
+            "batches_given_up": len(self.given_up),
+            "batches_cancelled": len(self.cancelled),
+            "unreadable_answer_lines": self.unreadable_lines,
         }
+
+    def lines(self, unit: str) -> list[str]:
+        """What went wrong with the provider's batches, one line each, for the run's output:
+        batches given up, cancelled at the provider, adopted, unreadable answer lines."""
+        lines = []
+        if self.given_up:
+            lines.append(
+                f"  {len(self.given_up)} provider batch(es) given up, the provider no longer "
+                f"having them ({', '.join(self.given_up)}): their {unit} were sent again"
+            )
+        if self.cancelled:
+            lines.append(
+                f"  provider batch(es) {', '.join(self.cancelled)} cancelled at the provider: "
+                f"what they answered landed; this run sent nothing more (the next run sends "
+                f"the {unit} still unanswered)"
+            )
+        if self.adopted:
+            lines.append(
+                f"  provider batch(es) {', '.join(self.adopted)} found at the provider though "
+                "their creation had not answered: collected, not created again"
+            )
+        if self.unreadable_lines:
+            lines.append(
+                f"  {self.unreadable_lines} answer line(s) from the provider could not be read "
+                f"(not JSON, or naming no request): their {unit} failed or wait for the next run"
+            )
+        return lines

@@ -148,3 +148,68 @@ def test_a_batch_api_embedder_without_an_address_fails_at_load_naming_the_field(
                 [needs_inference], resources={"inference": InferenceResource(**settings)}
             )
         assert f"InferenceResource.{field}" in str(raised.value.__cause__)
+
+
+def test_the_shipped_sensor_reaches_the_provider_the_environment_names(
+    workspace, batch_api, monkeypatch
+):
+    """The shipped definitions build the generation resource from BATCH_PIPELINE_GENERATION_*
+    (the runs and the sensor share it): with nothing in the code changed, the sensor asks the
+    emulator about the batch; an api_base with credentials is never shown whole."""
+    from batch_pipeline.definitions import build_definitions
+
+    batch_api.hold = True
+    with dg.instance_for_test() as instance:
+        assert materialize(workspace, instance, [*STAGE_ASSETS, *BRIEF_ASSETS]).success
+        for field, value in (("EXECUTOR", "openai-batch"), ("API_BASE", batch_api.url),
+                             ("API_KEY_ENV", KEY_ENV)):  # fmt: skip
+            monkeypatch.setenv(f"BATCH_PIPELINE_GENERATION_{field}", value)
+        shipped = build_definitions(workspace["config"])
+        sensor = shipped.get_sensor_def("provider_batches_sensor")
+        generation = shipped.resources["generation"]
+
+        def tick_shipped():  # noqa: ANN202
+            resources = {"pipeline": workspace["resources"]["pipeline"], "generation": generation}
+            with dg.build_sensor_context(instance=instance, resources=resources) as context:
+                return sensor(context)
+
+        assert "still running" in tick_shipped().skip_reason.skip_message  # it asked
+        dead = "http://gwuser:GWPASSWORD9@127.0.0.1:9/v1?api-key=QUERYSECRET7"
+        monkeypatch.setenv("BATCH_PIPELINE_GENERATION_API_BASE", dead)
+        said = tick_shipped().skip_reason.skip_message
+        assert "Batch API unavailable" in said and "gwuser:***@127.0.0.1:9" in said
+        assert "GWPASSWORD9" not in said and "QUERYSECRET7" not in said
+
+
+def test_a_number_in_the_environment_that_is_none_fails_at_load_naming_it(monkeypatch):
+    from batch_pipeline.config import ConfigError
+    from resources.batch_api import from_environment
+    from resources.generation import GenerationResource
+
+    monkeypatch.setenv("BATCH_PIPELINE_GENERATION_BATCH_WAIT_SECONDS", "ten")
+    with pytest.raises(ConfigError, match=r"\$BATCH_PIPELINE_GENERATION_BATCH_WAIT_SECONDS"):
+        from_environment(GenerationResource, "GENERATION")
+
+
+def test_the_brief_job_the_sensor_starts_lists_the_source_before_it_lands(workspace, batch_api):
+    """The sensor's run of brief_job collects afresh: a document added while the batch ran
+    is planned and submitted by that run, where it briefed the days-old listing before."""
+    from assets.document_briefs import BRIEF_JOB
+    from batch_pipeline.definitions import build_definitions
+
+    job = build_definitions(workspace["config"]).resolve_job_def(BRIEF_JOB)
+    selected = sorted(k.to_user_string() for k in job.asset_layer.executable_asset_keys)
+    assert "source_documents" in selected
+    batch_api.hold = True
+    with dg.instance_for_test() as instance:
+        first = materialize(workspace, instance, [*STAGE_ASSETS, *BRIEF_ASSETS])
+        assert metadata_of(first, "brief_generations")["batches_pending"] == 1
+        (workspace["root"] / "docs" / "late.md").write_text("# Late\n\nAdded while it ran.\n")
+        batch_api.hold, batch_api.polls_to_finish = False, 1
+        (request,) = tick(workspace, instance).run_requests
+        second = materialize(workspace, instance, selected, tags=request.tags)
+        assert second.success
+        generated = metadata_of(second, "brief_generations")
+        assert generated["batches_submitted"] == 1  # the late document, listed by this run
+        assert len(batch_api.created) == 2 and len(batch_api.created[1]) == 1
+        assert metadata_of(second, "document_briefs")["briefs_landed"] == 4

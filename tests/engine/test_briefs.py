@@ -140,6 +140,9 @@ def test_an_unsatisfiable_schema_fails_documents_without_landing_them(briefs_wor
     assert result["execute"].valid_share == 0.0
     review = product.review(lambda model: pytest.fail("no brief to embed"))
     assert review.decision == "refused" and "3 of 3 documents have no valid brief" in review.reason
+    # float32 and greedy: final under their key, so nothing says the next run retries them
+    assert "3 failed as often as they may (invalid outputs, tried once)" in review.reason
+    assert "tries" not in review.reason and "retries" not in review.reason
     again = run(product, "run-2")  # greedy: the same key would fail the same way
     assert again["prepare"].failed_before == 3 and len(product.generator.generated) == 3
     assert set(product.tracking.failures_by_doc(product.index)) == set(
@@ -328,6 +331,35 @@ def test_a_prompt_refused_by_an_engine_setting_is_generated_once_the_setting_is_
     second = run(roomy, "run-2")
     assert second["execute"].stats.requests == 3 and second["land"].summary.failed == {}
     assert len(roomy.briefs.rows(roomy.index)) == 3
+
+
+def test_an_engine_with_another_max_model_len_than_the_plan_s_is_refused_before_it_runs(
+    briefs_workspace,
+):
+    """The plan refused prompts against its max_model_len; an engine taking another would cut
+    outputs short (vLLM's run-batch shortens max_tokens to fit) or refuse what fits: execute
+    refuses in one line before any prompt is sent, and the plan made again runs."""
+    from types import SimpleNamespace
+
+    from batch_pipeline.config import ConfigError
+    from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+
+    class ShortEngine(FakeGenerator):
+        """FAKE engine whose settings say max_model_len 1024."""
+
+        settings = SimpleNamespace(max_model_len=1024)
+
+    config, storage, name, _, documents, _, tracking, store = product_args(briefs_workspace)
+    engine = ShortEngine()
+    long_plan = PromptPlanSettings(max_model_len=2048)
+    planned_long = BriefProduct(config, storage, name, engine, documents, long_plan, tracking,
+                                store)  # fmt: skip
+    with pytest.raises(ConfigError, match="the plan was made for 2048 and the engine takes 1024"):
+        run(planned_long, "run-1")
+    assert engine.generated == []  # nothing sent
+    agreed = BriefProduct(config, storage, name, engine, documents,
+                          PromptPlanSettings(max_model_len=1024), tracking, store)  # fmt: skip
+    assert run(agreed, "run-2")["execute"].stats.requests == 3
 
 
 class FailingEngine(FakeGenerator):
@@ -563,3 +595,16 @@ def test_run_refuses_executor_flags_no_engine_can_take_before_anything_runs(
     assert capsys.readouterr().err.strip().startswith(f"batch-pipeline: {said}")
     tracking = TrackingStore(resolve_storage(str(briefs_workspace["home"])).tracking_url)
     assert tracking.runs_with_id("r1") == []  # refused before any stage ran
+
+
+def test_an_api_base_s_credentials_are_never_printed(briefs_workspace, capsys, monkeypatch):
+    monkeypatch.setenv("BP_TEST_GATEWAY_KEY", "sk-gateway-0123456789")
+    base = "http://gwuser:GWPASSWORD9@127.0.0.1:9/v1?api-key=QUERYSECRET7&region=eu"
+    args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
+    code = cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs",
+                     "--executor", "openai-batch", "--api-base", base,
+                     "--api-key-env", "BP_TEST_GATEWAY_KEY", "--run-id", "r1"])  # fmt: skip
+    said = capsys.readouterr().err
+    assert code == 2 and "Connection error" in said, said
+    assert "http://gwuser:***@127.0.0.1:9/v1?api-key=***&region=eu" in said
+    assert "GWPASSWORD9" not in said and "QUERYSECRET7" not in said

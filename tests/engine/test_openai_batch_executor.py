@@ -9,11 +9,14 @@ collecting run are recorded as one run; a crash between submit and land loses no
 key appears nowhere. The briefs plan with the FAKE generator; the index embeds with the real
 all-MiniLM-L6-v2, which the emulator runs on the token ids it is sent."""
 
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
@@ -25,7 +28,7 @@ from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.runs import StagedPartition
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.state.tracking import TrackingStore
+from batch_pipeline.state.tracking import TrackingStore, schema
 from batch_pipeline.state.vector_store import VectorStore
 from tests.support import many_articles, write_briefs_config
 
@@ -309,3 +312,147 @@ def test_no_key_in_the_environment_is_a_clear_error_naming_the_variable(provider
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(ConfigError, match=f"\\${KEY_ENV}"):
         provider().run("run-1")
+
+
+# ---------------------------------------------------------------- a hostile provider (round 5)
+
+
+def test_an_unreadable_answer_line_fails_its_request_alone_and_the_rest_land(provider, batch_api):
+    subject = provider()
+    garbled: list[str] = []
+    batch_api.garble = lambda cid: not garbled and not garbled.append(cid)  # the first answer
+    batch_api.junk_lines = ["<html><body>502 Bad Gateway</body></html>"]  # names no request
+    summaries = subject.run("run-1")
+    batches = summaries["execute"].batches
+    assert batches.unreadable_lines == 2 and batches.pending == 0
+    (batch,) = subject.tracking.provider_batches(subject.index, "handbook")
+    assert batch.collected_by == "run-1" and "2 unreadable lines" in batch.note  # not stuck
+    failed = Subject.failed(summaries["land"])
+    assert len(failed) == 1 and "not JSON" in next(iter(failed.values()))
+    assert len(subject.landed()) == len(ARTICLES) - 1  # the rest landed
+    assert any("2 answer line(s) from the provider could not be read" in line
+               for line in batches.lines("documents"))  # fmt: skip
+    batch_api.garble = lambda cid: False
+    subject.run("run-2")  # the next run sends the failed document's inputs again, only them
+    assert set(garbled) <= set(batch_api.created[1])
+    assert len(batch_api.created[1]) < len(batch_api.created[0]) / 2
+    assert sorted(subject.landed()) == ARTICLES
+
+
+@pytest.mark.parametrize("gone", ["batch", "output file", "input file"])
+def test_a_batch_the_provider_no_longer_has_is_given_up_and_sent_again(provider, batch_api, gone):
+    subject = provider(wait_seconds=0)
+    batch_api.hold = True
+    subject.run("run-1")
+    (remote,) = batch_api.batches.values()
+    if gone == "output file":
+        batch_api.hold, batch_api.polls_to_finish = False, 1
+        batch_api._finish(remote)
+        batch_api.forget(remote.output_file_id)
+    else:
+        batch_api.forget(remote.id if gone == "batch" else remote.input_file_id)
+        batch_api.hold, batch_api.polls_to_finish = False, 1
+    again = provider()  # waits until done
+    summaries = again.run("run-2")
+    assert sorted(again.landed()) == ARTICLES
+    batches = summaries["execute"].batches
+    if gone == "input file":  # the request ids were recorded: the provider's copy is not read
+        assert batches.given_up == [] and len(batch_api.created) == 1
+        return
+    assert batches.given_up == [remote.id] and len(batch_api.created) == 2
+    assert sorted(batch_api.created[1]) == sorted(batch_api.created[0])  # every request again
+    recorded = again.tracking.provider_batch(remote.id)
+    assert recorded.status == "given_up"
+    assert recorded.note in ("the provider has no such batch (404)",
+                             "its output file is gone at the provider")  # fmt: skip
+    assert again.tracking.uncollected_provider_batches() == []
+    assert any("given up" in line for line in batches.lines("documents"))
+
+
+def test_a_creation_answered_with_an_error_is_adopted_and_paid_once(provider, batch_api):
+    subject = provider()
+    batch_api.create_errors = 1  # the gateway timed out after the provider made the batch
+    summaries = subject.run("run-1")
+    assert len(batch_api.created) == 1  # no second batch: the client did not retry blindly
+    (only,) = batch_api.batches
+    assert summaries["execute"].batches.adopted == [only]
+    charged = [cid for ids in batch_api.created for cid in ids]
+    assert len(charged) == len(set(charged))  # one charge per request
+    assert sorted(subject.landed()) == ARTICLES
+
+
+def test_a_run_cut_off_while_creating_a_batch_adopts_it_on_the_rerun(
+    provider, batch_api, monkeypatch
+):
+    class Crash(BaseException):
+        pass
+
+    def killed(*args: object) -> None:
+        raise Crash  # as a SIGKILL while the creation was in flight
+
+    batch_api.create_errors = 1  # the creation never answers the client
+    monkeypatch.setattr(batch_api_module, "find_created", killed)
+    with pytest.raises(Crash):
+        provider().run("run-1")
+    monkeypatch.undo()
+    monkeypatch.setenv(KEY_ENV, batch_api.api_key)
+    (intent,) = provider().tracking.uncollected_provider_batches()
+    assert intent.creating and intent.status == "creating"  # recorded before the call
+    subject = provider()  # a new process
+    summaries = subject.run("run-2")
+    assert len(batch_api.created) == 1  # adopted, not created again
+    assert summaries["execute"].batches.adopted == list(batch_api.batches)
+    assert sorted(subject.landed()) == ARTICLES
+
+
+def test_a_batch_cancelled_at_the_provider_stops_the_run_from_sending(provider, batch_api):
+    subject = provider(wait_seconds=0)
+    batch_api.hold = True
+    subject.run("run-1")
+    (remote,) = batch_api.batches.values()
+    remote.status = "cancelled"  # the operator cancelled it in the provider's console
+    summaries = subject.run("run-2")
+    assert len(batch_api.created) == 1  # cancelled means stop: nothing sent again at once
+    assert summaries["execute"].batches.cancelled == [remote.id]
+    assert any("cancelled at the provider" in line
+               for line in summaries["execute"].batches.lines("documents"))  # fmt: skip
+    batch_api.hold, batch_api.polls_to_finish = False, 1
+    provider().run("run-3")  # the next run sends what is still unanswered
+    assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
+
+
+def test_status_doctor_and_batches_name_a_stuck_batch_and_drop_gives_it_up(
+    provider, batch_api, corpus, tmp_path, capsys
+):
+    from batch_pipeline import cli
+
+    subject = provider(wait_seconds=0)
+    batch_api.hold = True
+    subject.run("run-1")
+    (remote,) = batch_api.batches.values()
+    args = ["--config", str(corpus), "--home", str(tmp_path / "home")]
+    capsys.readouterr()
+    assert cli.main([*args, "status"]) == 0
+    said = capsys.readouterr().out
+    assert "provider batches: 1 in flight" in said and "0 stuck" in said
+    with subject.tracking.engine.begin() as conn:  # a day and more later, still running
+        conn.execute(sa.update(schema.provider_batches).values(submitted_at=time.time() - 90000))
+    assert cli.main([*args, "doctor"]) == 1
+    said = capsys.readouterr().out
+    assert f"provider batch {remote.id}" in said and "stuck: past its completion window" in said
+    assert cli.main([*args, "batches", "drop", remote.id]) == 1  # confirmation first
+    assert "would give up" in capsys.readouterr().out
+    assert subject.tracking.provider_batch(remote.id).collected_at is None
+    drop = [*args, "batches", "drop", remote.id, "--yes", "--api-base", batch_api.url,
+            "--api-key-env", KEY_ENV]  # fmt: skip
+    assert cli.main(drop) == 0
+    assert "cancelled at the provider" in capsys.readouterr().out
+    assert batch_api.batches[remote.id].status == "cancelled"  # not billed on
+    assert cli.main([*args, "batches", "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert (shown["batch_id"], shown["status"], shown["in_flight"]) == (remote.id, "dropped", False)
+    batch_api.hold, batch_api.polls_to_finish = False, 1
+    provider().run("run-2")  # the next run sends its requests again
+    assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
+    cli.main([*args, "doctor"])
+    assert "provider batch" not in capsys.readouterr().out  # nothing stuck any more

@@ -18,7 +18,12 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
   the "model" does not answer; expiry writes `batch_expired` errors for the requests past
   `expire_after`;
 - a Bearer key: any other gets a 401 whose message quotes the key's start and end, as
-  OpenAI's does.
+  OpenAI's does;
+- a hostile provider's faults: `garble(custom_id)` cuts that request's answer line short
+  (not JSON) and `junk_lines` adds lines that name no request (a gateway's HTML); a
+  creation that answers 500 after the batch was made (`create_errors`, as a gateway timing
+  out after its backend accepted); a batch or file deleted (`forget`), as past the
+  provider's retention, answering 404.
 
 The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
 prompt's own words, so a brief can be checked against its document. The embeddings are
@@ -69,6 +74,11 @@ def hashed_vector(given: list[int] | str, dimension: int = 384) -> list[float]:
     return [v / norm for v in vector]
 
 
+def _cut(line: str, custom_id: str) -> str:
+    """An answer line cut off a little after its custom_id: not JSON, though it names one."""
+    return line[: line.index(custom_id) + len(custom_id) + 20]
+
+
 @dataclass
 class EmulatedBatch:
     id: str
@@ -83,6 +93,7 @@ class EmulatedBatch:
     error_file_id: str | None = None
     counts: dict = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
     errors: list[dict] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)  # read from its input file when made
 
     def as_json(self) -> dict:
         return {
@@ -114,6 +125,9 @@ class BatchApiEmulator:
         self.hold = False  # True: batches stay in_progress (a provider's slow day)
         self.created: list[list[str]] = []  # each created batch's custom_ids, in order
         self.unauthorised = 0  # requests refused for their key
+        self.garble: Callable[[str], bool] = lambda custom_id: False
+        self.junk_lines: list[str] = []  # written into the next output file, then cleared
+        self.create_errors = 0  # creations still to answer 500 after making the batch
         # the "model" of `/v1/embeddings`: an input (token ids or text) to its vector; by
         # default a hashed bag of its tokens, 384 wide (a test gives the real model's)
         self.embed: Callable[[list[int] | str], list[float]] = hashed_vector
@@ -150,6 +164,11 @@ class BatchApiEmulator:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+    def forget(self, object_id: str) -> None:
+        """A batch or file the provider no longer has: asking for it is a 404."""
+        self.batches.pop(object_id, None)
+        self.files.pop(object_id, None)
 
     def _new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):06d}"
@@ -210,7 +229,11 @@ class BatchApiEmulator:
         if match := re.fullmatch(r"/v1/files/([^/]+)/content", path):
             return 200, self.files[match[1]]
         if method == "POST" and path == "/v1/batches":
-            return 200, self._create(json.loads(body)).as_json()
+            created = self._create(json.loads(body)).as_json()
+            if self.create_errors:
+                self.create_errors -= 1
+                return 500, {"error": {"message": "upstream timed out", "type": "server_error"}}
+            return 200, created
         if method == "GET" and path == "/v1/batches":
             newest = sorted(self.batches.values(), key=lambda b: b.id, reverse=True)
             data = [b.as_json() for b in newest]
@@ -254,7 +277,7 @@ class BatchApiEmulator:
             metadata=asked.get("metadata") or {},
             created_at=int(time.time()),
         )
-        lines = self._requests(batch)
+        lines = batch.requests = self._requests(batch)
         batch.counts["total"] = len(lines)
         self.created.append([line["custom_id"] for line in lines])
         self.batches[batch.id] = batch
@@ -276,7 +299,7 @@ class BatchApiEmulator:
 
     def _finish(self, batch: EmulatedBatch) -> None:
         """Answer the batch's requests into an output and an error file, each shuffled."""
-        requests = self._requests(batch)
+        requests = batch.requests
         outputs, errors = [], []
         for number, request in enumerate(requests):
             custom_id = request["custom_id"]
@@ -329,10 +352,12 @@ class BatchApiEmulator:
         for found in (outputs, errors):
             self._random.shuffle(found)
         if outputs:
+            lines = [_cut(json.dumps(o), o["custom_id"]) if self.garble(o["custom_id"])
+                     else json.dumps(o) for o in outputs]  # fmt: skip
+            lines += self.junk_lines
+            self.junk_lines = []
             batch.output_file_id = self._new_id("file")
-            self.files[batch.output_file_id] = "".join(
-                json.dumps(o) + "\n" for o in outputs
-            ).encode()
+            self.files[batch.output_file_id] = "".join(line + "\n" for line in lines).encode()
         if errors:
             batch.error_file_id = self._new_id("file")
             self.files[batch.error_file_id] = "".join(json.dumps(e) + "\n" for e in errors).encode()

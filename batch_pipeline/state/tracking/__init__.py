@@ -3,7 +3,13 @@ runs, generations and the audit log, batches handed to a provider, and the landi
 
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
 from batch_pipeline.state.tracking.lease import HeldLease, LeaseLostError, LockTimeoutError
-from batch_pipeline.state.tracking.provider_batches import FINAL_STATUSES, ProviderBatch
+from batch_pipeline.state.tracking.provider_batches import (
+    CREATING,
+    DROPPED,
+    FINAL_STATUSES,
+    GIVEN_UP,
+    ProviderBatch,
+)
 from batch_pipeline.state.tracking.run_records import RunRecord
 from batch_pipeline.state.tracking.store import (
     CONTENT_FAILURE_REASONS,
@@ -19,7 +25,10 @@ from batch_pipeline.state.tracking.store import (
 )
 
 __all__ = [
+    "CREATING",
+    "DROPPED",
     "FINAL_STATUSES",
+    "GIVEN_UP",
     "ProviderBatch",
     "CONTENT_FAILURE_REASONS",
     "TRANSIENT_FAILURE_REASONS",

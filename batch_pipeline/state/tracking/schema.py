@@ -193,6 +193,22 @@ provider_batches = sa.Table(
     sa.Column("submitted_at", sa.Float, nullable=False),
     sa.Column("collected_at", sa.Float),  # when its results reached the checkpoints
     sa.Column("collected_by", sa.String(64)),  # the run that collected them
+    # the batch file's SHA-256: its metadata at the provider, so a batch whose creation
+    # answered an error (or was cut off) is found there and adopted, not created twice
+    sa.Column("file_sha256", sa.String(64)),
+    # why a batch ended without all its answers: given up (the provider no longer has it),
+    # dropped by an operator, cancelled at the provider, lines that were not answers
+    sa.Column("note", sa.String(512)),
+)
+
+# The custom_ids of each batch file a run handed to a provider, by the file's SHA-256,
+# written before the batch is created: a finished batch's requests are known without
+# reading the provider's copy of its input file (which may be gone).
+provider_batch_requests = sa.Table(
+    "provider_batch_requests",
+    metadata,
+    sa.Column("file_sha256", sa.String(64), primary_key=True),
+    sa.Column("custom_id", sa.String(256), primary_key=True),
 )
 
 

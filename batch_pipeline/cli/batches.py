@@ -1,0 +1,87 @@
+"""`batch-pipeline batches`: the provider's batches in flight, stuck and ended badly
+(`health.provider_batches`); `batches drop ID --yes` gives one up, so that the next run
+sends its requests again (and, with `--api-base`, cancels it at the provider first)."""
+
+import argparse
+
+from batch_pipeline.cli.context import CommandContext, to_json
+from batch_pipeline.config import ConfigError
+from batch_pipeline.executors.batch_api import BatchApiSettings, batch_client
+from batch_pipeline.health.provider_batches import batch_views
+from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    batches = commands.add_parser(
+        "batches",
+        help="the provider's batches (openai-batch): in flight, stuck, ended without answers",
+    )
+    batches.add_argument("--json", action="store_true", help="print JSON")
+    actions = batches.add_subparsers(dest="action")
+    drop = actions.add_parser(
+        "drop", help="give up a batch: the next run sends its requests again (confirm --yes)"
+    )
+    drop.add_argument("batch_id")
+    drop.add_argument("--yes", action="store_true", help="confirm: without it, only says what")
+    drop.add_argument(
+        "--api-base",
+        help="the Batch API holding it: cancel it there first, so it is not billed",
+    )
+    drop.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the API key (with --api-base)",
+    )
+
+
+def batches(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "drop":
+        return _drop(ctx, args)
+    views = batch_views(ctx.tracking)
+    if args.json:
+        print(to_json([v.as_dict() for v in views]))
+        return 0
+    if not views:
+        print("no provider batch in flight, and none ended without its answers this week")
+        return 0
+    for view in views:
+        print(view.line())
+    return 0
+
+
+def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
+    """Exit 0 when dropped, 1 when it only said what it would do."""
+    batch = ctx.tracking.provider_batch(args.batch_id)
+    if batch is None:
+        raise ConfigError(f"no provider batch {args.batch_id!r} is recorded (batch-pipeline "
+                          "batches lists them)")  # fmt: skip
+    if batch.collected_at is not None:
+        raise ConfigError(
+            f"provider batch {batch.batch_id} was already collected ({batch.status}) by run "
+            f"{batch.collected_by}: nothing to drop"
+        )
+    plan = (
+        f"give up provider batch {batch.batch_id} ({batch.generation}, {batch.partition}, "
+        f"{batch.requests} requests, {batch.status}): the next run sends its requests again"
+    )
+    if not args.yes:
+        print(f"would {plan}; run again with --yes to do it")
+        return 1
+    cancelled = ""
+    if args.api_base and not batch.creating and batch.status not in FINAL_STATUSES:
+        api = BatchApiSettings(api_base=args.api_base, api_key_env=args.api_key_env)
+        with batch_client(api, api.api_key()) as client:
+            client.batches.cancel(batch.batch_id)
+        cancelled = "; cancelled at the provider"
+    elif batch.status not in FINAL_STATUSES:
+        cancelled = (
+            "; it may still run at the provider, and be billed: cancel it there (or drop "
+            "with --api-base)"
+        )
+    ctx.tracking.collect_provider_batch(batch.batch_id, DROPPED, "operator", "dropped by an "
+                                        "operator (batch-pipeline batches drop)")  # fmt: skip
+    print(f"dropped: {plan}{cancelled}")
+    return 0
+
+
+COMMANDS = {"batches": batches}
