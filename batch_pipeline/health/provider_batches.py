@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from batch_pipeline.names import generation_product
-from batch_pipeline.state.tracking import FINAL_STATUSES, ProviderBatch, TrackingStore
+from batch_pipeline.state.tracking import ProviderBatch, TrackingStore
 
 DEFAULT_WINDOW_SECONDS = 24 * 3600.0  # the Batch API's completion window, unless told
 GRACE_SECONDS = 3600.0  # past the window before a batch in flight counts as stuck
@@ -79,9 +79,7 @@ def batch_views(
         age = now - batch.submitted_at
         flying = batch.collected_at is None
         stuck = flying and (
-            age > window_seconds + GRACE_SECONDS
-            or (batch.creating and age > GRACE_SECONDS)
-            or (batch.status in FINAL_STATUSES and age > window_seconds + GRACE_SECONDS)
+            age > window_seconds + GRACE_SECONDS or (batch.creating and age > GRACE_SECONDS)
         )
         view = BatchView(batch, generation_product(batch.generation), stuck, age)
         if flying or view.ended_badly:
