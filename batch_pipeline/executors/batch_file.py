@@ -17,13 +17,16 @@ One request per line (`custom_id`, `method`, `url`, `body`), as OpenAI's Batch A
   `top_logprobs`, its score read back from them (`judge_score_of`).
 
 `write_request_files` splits the requests at the format's limits (50,000 requests or 200 MB a
-file). `read_results` reads the output files and the error files an engine wrote back, in any
-order, and joins them by `custom_id`: a line whose response is not a 200, or that carries an
-`error`, is that request's failure (vLLM's `run-batch` writes its failures inline, a provider
-into a separate error file); a request with no line at all has no result, and is planned again
-by the next run. A failure that says nothing of the request itself (expired, throttled, a
-5xx) is `retryable`; a 4xx refusal is the request's own. Reading the same files twice gives
-the same results.
+file, as 200,000,000 bytes). A line is JSON with control characters and all past ASCII
+escaped, so a document's newlines, control characters and Unicode line separators stay inside
+its line; an answer line is split at a newline only, so an engine that writes U+2028 or U+0085
+raw is read whole. `read_results` reads the output files and the error files an engine wrote
+back, in any order, and joins them by `custom_id`: a line whose response is not a 200, or that
+carries an `error`, is that request's failure (vLLM's `run-batch` writes its failures inline,
+a provider into a separate error file); a request with no line at all has no result, and is
+planned again by the next run. A failure that says nothing of the request itself (expired,
+throttled, a 5xx) is `retryable`; a 4xx refusal is the request's own. Reading the same files
+twice gives the same results.
 """
 
 import json
@@ -41,7 +44,9 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
 SCORE = "/score"  # vLLM's: a query's documents scored by a pooling model (a reranker)
 MAX_REQUESTS = 50_000  # a batch file's limit, in requests
-MAX_BYTES = 200 * 1024 * 1024  # and in bytes
+# and in bytes: "200 MB" read as 200,000,000, the smaller reading, so no provider that counts
+# in decimal megabytes refuses a file of 200 MiB
+MAX_BYTES = 200_000_000
 SCHEMA_NAME = "output"
 
 

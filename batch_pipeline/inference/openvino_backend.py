@@ -7,16 +7,22 @@ The export is read back from the export cache or made there once per machine
 run of a model configuration in a home pins its first `CALIBRATION_INPUTS` inputs (their token
 ids, in `<export cache>/int8-samples/<configuration>.npz`), and every later run, search and
 evaluation of that configuration quantizes with the same sample, so the rows of a generation
-come from one int8 model. The int8 model itself is cached by export and sample hash. A pinned
-sample that cannot be read is pinned again from the run's inputs, with a warning.
+come from one int8 model. The int8 model itself is cached by export and sample hash. The
+pinned file carries its own hash, and is read back only where it still matches it and every
+input fits the model (token ids inside its vocabulary, no input longer than its max sequence
+length): a sample that cannot be read, was edited or damaged since it was pinned, or does not
+fit is pinned again from the run's inputs, with a warning naming why (the int8 model changes
+with it).
 
 Each path runs one tokenised batch at a time (`OpenVinoModel`); `infer` takes the runner's
 dtype: float32 or bfloat16 on the export, int8 on the quantized model.
 """
 
+import hashlib
 import logging
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,20 +98,25 @@ class OpenVinoBackend:
         path = self.sample_path
         if path.is_file():
             try:
-                self._sample = read_sample(path)
+                self._sample = read_sample(path, self.vocabulary, self.resolved.max_seq_length)
                 return True
-            except (OSError, ValueError, KeyError) as error:
+            except SampleError as why:
                 logger.warning(
-                    "the int8 calibration sample %s cannot be read (%s): pinning this run's "
-                    "first inputs instead; the int8 model changes with it",
+                    "the int8 calibration sample %s %s: pinning this run's first inputs "
+                    "instead; the int8 model changes with it",
                     path,
-                    type(error).__name__,
+                    why,
                 )
         if len(texts) < MIN_PINNED_INPUTS:
             return False
         self._sample = self.token_ids(texts[:CALIBRATION_INPUTS])
         write_sample(path, self._sample)
         return True
+
+    @property
+    def vocabulary(self) -> int:
+        """How many token ids the model knows (its tokenizer's, added tokens included)."""
+        return len(self.st_model.tokenizer)
 
     def sample_features(self) -> list[dict[str, np.ndarray]]:
         """The pinned sample as model inputs, one input per entry (what the tokenizer gives
@@ -147,24 +158,52 @@ class OpenVinoBackend:
         return self.exported().infer(features, dtype)
 
 
+class SampleError(ValueError):
+    """A pinned calibration sample that must not be used; the message says why."""
+
+
 def write_sample(path: Path, sample: list[list[int]]) -> None:
-    """Pin `sample` (token ids per input) at `path`, written beside it and moved into place."""
+    """Pin `sample` (token ids per input) at `path` with its hash, written beside it and
+    moved into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    ids = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in sample])
+    lengths = np.asarray([len(ids) for ids in sample], dtype=np.int64)
     staging = path.with_name(f".{path.name}.tmp")
     with staging.open("wb") as handle:
-        np.savez(
-            handle,
-            ids=np.concatenate([np.asarray(ids, dtype=np.int64) for ids in sample]),
-            lengths=np.asarray([len(ids) for ids in sample], dtype=np.int64),
-        )
+        np.savez(handle, ids=ids, lengths=lengths, sha256=np.asarray(_digest(ids, lengths)))
     staging.replace(path)
 
 
-def read_sample(path: Path) -> list[list[int]]:
-    """A pinned sample; ValueError when it is not one."""
-    with np.load(path) as data:
-        ids, lengths = data["ids"], data["lengths"]
-    if lengths.ndim != 1 or not len(lengths) or lengths.min() < 1 or lengths.sum() != len(ids):
-        raise ValueError("not a calibration sample")
+def read_sample(path: Path, vocabulary: int, max_length: int) -> list[list[int]]:
+    """A pinned sample, for a model of `vocabulary` token ids and `max_length` tokens an
+    input; a SampleError saying why it must not be used (not a sample, changed since it was
+    pinned, or not this model's inputs). A sample pinned before samples carried their hash
+    is checked on the rest."""
+    try:
+        with np.load(path) as data:
+            ids, lengths = data["ids"], data["lengths"]
+            written = str(data["sha256"]) if "sha256" in data.files else None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise SampleError(f"cannot be read ({type(error).__name__})") from None
+    if (
+        ids.ndim != 1 or lengths.ndim != 1 or not len(lengths)
+        or not np.issubdtype(ids.dtype, np.integer) or not np.issubdtype(lengths.dtype, np.integer)
+        or lengths.min() < 1 or lengths.sum() != len(ids)
+    ):  # fmt: skip
+        raise SampleError("is not a calibration sample")
+    if written is not None and written != _digest(ids, lengths):
+        raise SampleError("changed since it was pinned (damaged or edited)")
+    if ids.min() < 0 or ids.max() >= vocabulary:
+        raise SampleError(f"holds token ids outside the model's vocabulary of {vocabulary:,}")
+    if lengths.max() > max_length:
+        raise SampleError(
+            f"holds an input of {int(lengths.max()):,} tokens, over the model's {max_length}"
+        )
     bounds = np.cumsum(lengths)[:-1]
     return [part.tolist() for part in np.split(ids, bounds)]
+
+
+def _digest(ids: np.ndarray, lengths: np.ndarray) -> str:
+    digest = hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(lengths, dtype=np.int64).tobytes())
+    return digest.hexdigest()

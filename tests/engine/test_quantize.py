@@ -218,7 +218,7 @@ def test_fixed_accuracy_measures_int8_beside_the_other_paths_and_pins_its_sample
     assert 0.99 <= decision.min_cosine < 0.9999, decision.summary()
     assert "openvino/int8 ran 3.33x as fast as torch/float32" in decision.reason
     (pinned,) = (tmp_path / "exports" / "int8-samples").iterdir()
-    assert read_sample(pinned) == auto.token_ids(CHUNKS[:40])  # the run's own first inputs
+    assert read_sample(pinned, 30_522, 256) == auto.token_ids(CHUNKS[:40])  # its first inputs
 
     import nncf
 
@@ -260,3 +260,56 @@ def test_int8_is_not_calibrated_on_a_handful_of_inputs(model, tmp_path, caplog):
     auto.embed(["how do I reset my password"])
     assert "int8 is not measured: no calibration sample is pinned" in caplog.text
     assert auto.dtype != "int8" and not (tmp_path / "int8-samples").exists()
+
+
+def test_a_pinned_sample_damaged_or_unfit_for_the_model_is_pinned_again_and_says_why(
+    model, runner, tmp_path, caplog
+):
+    """Before, an edited sample quantized another int8 model without a word, and one with an
+    input past the model's positions ended every int8 run in OpenVINO's traceback."""
+    from batch_pipeline.inference.openvino_backend import OpenVinoBackend, read_sample
+
+    def backend() -> OpenVinoBackend:  # a fresh run's: nothing pinned in memory yet
+        return OpenVinoBackend(runner.model, model, runner.model.tokenize, runner.token_ids,
+                               tmp_path, threads=1)  # fmt: skip
+
+    assert backend().pin(CHUNKS[:40])
+    path = backend().sample_path
+    pinned = read_sample(path, len(runner.model.tokenizer), model.max_seq_length)
+    assert pinned == runner.token_ids(CHUNKS[:40])
+    with np.load(path) as data:
+        ids, lengths, written = data["ids"], data["lengths"], data["sha256"]
+
+    edited = ids.copy()
+    edited[5] += 1
+    foreign = np.where(ids == 101, 50_000, ids)  # [CLS] as an id past the vocabulary
+    legacy = {"ids": ids, "lengths": lengths}  # as pinned before samples carried a hash
+    cases = {
+        "changed since it was pinned": {**legacy, "ids": edited, "sha256": written},
+        "outside the model's vocabulary of 30,522": {**legacy, "ids": foreign},
+        "holds an input of 300 tokens, over the model's 256": {
+            "ids": np.concatenate([ids, np.full(300, 2000)]),
+            "lengths": np.append(lengths, 300),
+        },
+        "cannot be read": None,
+    }  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    for why, arrays in cases.items():
+        if arrays is None:
+            path.write_bytes(b"PK\x03\x04 not a whole zip")
+        else:
+            np.savez(path.open("wb"), **arrays)
+        caplog.clear()
+        again = backend()
+        assert again.pin(CHUNKS[50:90])
+        assert again._sample == runner.token_ids(CHUNKS[50:90]), why  # this run's inputs
+        assert why in caplog.text and "the int8 model changes with it" in caplog.text, why
+        assert read_sample(path, len(runner.model.tokenizer), model.max_seq_length) == again._sample
+        write = {"ids": ids, "lengths": lengths, "sha256": written}
+        np.savez(path.open("wb"), **write)  # the first sample back, for the next case
+
+    # a sample pinned before samples carried a hash is still read where it fits the model
+    np.savez(path.open("wb"), ids=ids, lengths=lengths)
+    caplog.clear()
+    kept = backend()
+    assert kept.pin(CHUNKS[50:90]) and kept._sample == pinned and not caplog.text

@@ -160,3 +160,32 @@ def test_a_score_line_asks_a_query_s_documents_and_its_scores_read_back_in_order
     results.write_text(json.dumps(answered) + "\n")
     (result,) = read_results([results]).values()
     assert result.scores == (0.75, 0.25) and result.error is None and result.prompt_tokens == 12
+
+
+def test_the_format_s_limits_hold_at_their_real_sizes_read_in_the_smaller_unit(tmp_path):
+    """50,000 requests a file, and 200 MB as 200,000,000 bytes: a provider counting decimal
+    megabytes refused what 200 MiB let through (before, the limit was 209,715,200 bytes)."""
+    many = write_request_files(
+        (Prompt(f"k{i}", "s", "u") for i in range(120_001)), tmp_path / "n", "m", Sampling(), None
+    )
+    counts = [sum(1 for _ in f.open("rb")) for f in many]
+    assert counts == [50_000, 50_000, 20_001]
+    big = (Prompt(f"big-{i}", "s", "x" * 60_000_000) for i in range(4))  # 60 MB a request
+    files = write_request_files(big, tmp_path / "b", "m", Sampling(), None)
+    assert [sum(1 for _ in f.open("rb")) for f in files] == [3, 1]
+    assert max(f.stat().st_size for f in files) <= 200_000_000 < 200 * 1024 * 1024
+
+
+def test_a_document_s_newlines_and_control_characters_stay_inside_its_request_and_answer(
+    tmp_path,
+):
+    text = "".join(chr(c) for c in range(32)) + "\x7f\x85 A\u2028B\u2029C\ufeffD\r\nE\n"
+    (path,) = write_request_files([Prompt("doc", "sys", text)], tmp_path, "m", Sampling(), None)
+    raw = path.read_bytes()
+    assert raw.count(b"\n") == 1 and raw.endswith(b"\n") and raw.isascii()
+    assert json.loads(raw)["body"]["messages"][1]["content"] == text
+    # an engine that writes the answer's text raw (UTF-8, as vLLM's pydantic does) is read whole
+    answer = output("doc", text)
+    (tmp_path / "out.jsonl").write_text(json.dumps(answer, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")  # fmt: skip
+    assert read_results([tmp_path / "out.jsonl"])["doc"].text == text
