@@ -224,7 +224,9 @@ class BatchDriver:
                 continue
             if status == "failed":
                 errors = getattr(getattr(remote, "errors", None), "data", None) or []
-                said = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no reason given"
+                said = "; ".join(_said(e) for e in errors[:3]) or "no reason given"
+                if len(errors) > 3:
+                    said += f"; and {len(errors) - 3} more"
                 tracking.collect_provider_batch(batch.batch_id, status, self.run_id, said)
                 raise ProviderBatchError(f"provider batch {batch.batch_id} failed: {said}")
             unreadable: list[str] = []
@@ -389,6 +391,14 @@ def _content(client, file_id: str, what: str):  # noqa: ANN001, ANN202
         return client.files.content(file_id)
     except openai.NotFoundError:
         raise NotFound(what) from None
+
+
+def _said(error) -> str:  # noqa: ANN001 - a failed batch's error (the client's BatchError)
+    """One of a failed batch's errors: its code, the line of the input file it names, its
+    message (a provider's validation of the file: a model it does not serve, a bad field)."""
+    line = getattr(error, "line", None)
+    where = f" (line {line})" if line is not None else ""
+    return f"{error.code}{where}: {error.message}"
 
 
 def file_digest(path: Path) -> tuple[str, list[str]]:

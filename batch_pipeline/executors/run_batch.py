@@ -13,6 +13,7 @@ wrote no line for is planned again too.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,12 +122,27 @@ def run_batch_file(
             end_group(process)  # a killed run-batch's orphans, or the run's own stop
     if code != 0 or not results.is_file():
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
         raise RunBatchError(
-            f"vllm run-batch exited with {exit_text(code)} ({last[:300]}); the next run "
-            "resumes from the files it finished",
+            f"vllm run-batch exited with {exit_text(code)} ({telling_line(tail)[:300]}); the "
+            "next run resumes from the files it finished",
             "\n".join(tail[-TAIL_LINES:]),
         )
+
+
+ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b|^ERROR\b|\bKilled\b")
+WARNING_LINE = re.compile(r"\bWARN(ING)?\b|\w*Warning\b")
+
+
+def telling_line(lines: list[str]) -> str:
+    """The line of a failed run-batch's output that says most: the last that names an error
+    (a Python exception's last line, a log line at ERROR); else the last that is not a
+    warning (vLLM's last words are often a leaked-semaphore warning at shutdown)."""
+    lines = [line.strip() for line in lines if line.strip()]
+    for wanted in (ERROR_LINE.search, lambda line: not WARNING_LINE.search(line)):
+        found = next((line for line in reversed(lines) if wanted(line)), None)
+        if found is not None:
+            return found
+    return "no error in its output" if lines else "no output"
 
 
 def exit_text(code: int) -> str:

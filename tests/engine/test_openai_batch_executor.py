@@ -421,6 +421,25 @@ def test_a_batch_cancelled_at_the_provider_stops_the_run_from_sending(provider, 
     assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
 
 
+def test_a_file_the_provider_refuses_fails_the_run_in_one_line_naming_its_lines(
+    provider, batch_api
+):
+    subject = provider()
+    batch_api.invalid = [
+        {"code": "model_not_found", "message": f"no model 'm' (line {n})", "line": n}
+        for n in range(1, 6)
+    ]
+    with pytest.raises(ProviderBatchError) as refused:
+        subject.run("run-1")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("provider batch batch_")
+    assert "failed: model_not_found (line 1): no model 'm' (line 1); " in said
+    assert said.endswith("; and 2 more")  # three named, the count of the rest
+    batch_api.invalid = []  # the operator fixed the model's name
+    provider().run("run-2")  # a refused batch ran nothing: every request is sent again
+    assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
+
+
 def test_status_doctor_and_batches_name_a_stuck_batch_and_drop_gives_it_up(
     provider, batch_api, corpus, tmp_path, capsys
 ):

@@ -23,7 +23,8 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
   (not JSON) and `junk_lines` adds lines that name no request (a gateway's HTML); a
   creation that answers 500 after the batch was made (`create_errors`, as a gateway timing
   out after its backend accepted); a batch or file deleted (`forget`), as past the
-  provider's retention, answering 404.
+  provider's retention, answering 404; a file the provider refuses (`invalid`: the batch
+  fails at once with those errors, each naming its line, and runs nothing).
 
 The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
 prompt's own words, so a brief can be checked against its document. The embeddings are
@@ -128,6 +129,9 @@ class BatchApiEmulator:
         self.garble: Callable[[str], bool] = lambda custom_id: False
         self.junk_lines: list[str] = []  # written into the next output file, then cleared
         self.create_errors = 0  # creations still to answer 500 after making the batch
+        # the file's validation errors (`code`, `message`, `line`): a batch created while set
+        # fails at once with them, as a provider that refuses the file does (nothing is run)
+        self.invalid: list[dict] = []
         # the "model" of `/v1/embeddings`: an input (token ids or text) to its vector; by
         # default a hashed bag of its tokens, 384 wide (a test gives the real model's)
         self.embed: Callable[[list[int] | str], list[float]] = hashed_vector
@@ -279,6 +283,8 @@ class BatchApiEmulator:
         )
         lines = batch.requests = self._requests(batch)
         batch.counts["total"] = len(lines)
+        if self.invalid:
+            batch.status, batch.errors = "failed", [dict(e, object="error") for e in self.invalid]
         self.created.append([line["custom_id"] for line in lines])
         self.batches[batch.id] = batch
         return batch

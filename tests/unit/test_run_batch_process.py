@@ -105,3 +105,25 @@ def test_a_stopped_run_ends_the_run_batch_group_it_started(tmp_path):
         run.kill()
         if orphan is not None and alive(orphan):
             os.kill(orphan, signal.SIGKILL)
+
+
+def test_the_line_quoted_is_the_one_that_names_the_error_not_a_shutdown_warning():
+    from batch_pipeline.executors.run_batch import telling_line
+
+    traceback = [
+        "INFO 12-06 15:29:01 [core.py:93] Initializing a V1 LLM engine",
+        "Traceback (most recent call last):",
+        '  File "run_batch.py", line 9, in main',
+        "ValueError: The decoder prompt (length 9000) is longer than the maximum model length",
+        "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: "
+        "resource_tracker: There appear to be 1 leaked semaphore objects to clean up",
+        "  warnings.warn('resource_tracker: There appear to be %d '",
+    ]
+    assert telling_line(traceback).startswith("ValueError: The decoder prompt (length 9000)")
+    logged = ["INFO starting", "ERROR 12-06 15:29:13 [core.py:700] EngineCore failed to start.",
+              "WARNING 12-06 15:29:14 shutting down"]  # fmt: skip
+    assert telling_line(logged) == "ERROR 12-06 15:29:13 [core.py:700] EngineCore failed to start."
+    killed = ["INFO 12-06 Added request 3", "UserWarning: resource_tracker: leaked semaphore"]
+    assert telling_line(killed) == "INFO 12-06 Added request 3"
+    assert telling_line(["WARNING only warnings"]) == "no error in its output"
+    assert telling_line([]) == "no output"
