@@ -35,6 +35,7 @@ from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.tickets.calibration import expected_calibration_error
 from batch_pipeline.tickets.product import TicketProduct
 
 EXAMPLES = 10  # per intent, in the taxonomy
@@ -136,7 +137,22 @@ def measure(config_path: Path, runner: EmbeddingRunner, test, oos) -> dict:  # n
     ]
     shipped = sum(p == y for p, y in answered) / len(labels)
     caught = product.classify_texts([("", text) for text, _ in oos], runner)
+    right = [p.top[0][0] == y for p, y in zip(predictions, labels, strict=True)]
+    own = [p.raw_confidence for p in predictions]
+    mixed = predictions + caught  # with the out-of-scope ones, whose every answer is wrong
+    mixed_right = right + [False] * len(caught)
+    mixed_own = [p.raw_confidence for p in mixed]
     return {
+        "ece_mixed": (
+            expected_calibration_error(mixed_own, mixed_right) if None not in mixed_own else None,
+            expected_calibration_error([p.confidence for p in mixed], mixed_right),
+        ),
+        "temperature": report.get("temperature"),
+        "ece_held_out": (report.get("ece_before"), report.get("ece_after")),
+        "ece_test": (
+            expected_calibration_error(own, right) if None not in own else None,
+            expected_calibration_error([p.confidence for p in predictions], right),
+        ),
         "classifier": report["classifier"],
         "candidates": report["candidates"],
         "top1": top1,
@@ -206,6 +222,14 @@ def show(name: str, m: dict) -> None:
         f"  out-of-scope caught {m['oos_caught']:.3f}  trained in {m['train_seconds']:.1f} s"
         f"  (validation: {candidates}; unknown below {m['min_confidence']:.3f})"
     )
+    held, test = m["ece_held_out"], m["ece_test"]
+    if m["temperature"] is not None:
+        print(
+            f"{'':<28} calibration: temperature {m['temperature']:.4g}; expected calibration "
+            f"error held out {held[0]:.3f} -> {held[1]:.3f}, on the test set {test[0]:.3f} -> "
+            f"{test[1]:.3f}, with its out-of-scope utterances {m['ece_mixed'][0]:.3f} -> "
+            f"{m['ece_mixed'][1]:.3f}"
+        )
 
 
 if __name__ == "__main__":

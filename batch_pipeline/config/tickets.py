@@ -118,6 +118,13 @@ class TicketTrainingConfig(_Strict):
         "are this often right (unless min_confidence or min_margin is set).",
     )
 
+    calibration: Literal["temperature", "none"] = Field(
+        default="temperature",
+        description="temperature: a ticket's confidence and top scores are probabilities "
+        "made honest by temperature scaling, fitted on the held-out share; none: the head's "
+        "own scores. `unknown` (and min_confidence) reads the head's own scores either way.",
+    )
+
     @field_validator("start", "end")
     @classmethod
     def _iso_day(cls, value: str | None) -> str | None:

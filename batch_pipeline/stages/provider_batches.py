@@ -65,7 +65,9 @@ class ProviderBatches:
         if self.given_up:
             lines.append(
                 f"  {len(self.given_up)} provider batch(es) given up, the provider no longer "
-                f"having them ({', '.join(self.given_up)}): their {unit} were sent again"
+                f"having them ({', '.join(self.given_up)}): their {unit} were sent again (if "
+                f"api_base changed since they were sent, they may still run and bill at the "
+                f"old one: cancel them there)"
             )
         if self.cancelled:
             lines.append(

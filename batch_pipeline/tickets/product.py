@@ -42,6 +42,7 @@ from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
 from batch_pipeline.tickets.classify import (
     IntentClassifier,
+    Prediction,
     embed_prototypes,
     head_from_arrays,
     normalised,
@@ -55,6 +56,7 @@ from batch_pipeline.tickets.partition import DayPartition
 from batch_pipeline.tickets.prepare import ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 from batch_pipeline.tickets.training import (
+    NO_CALIBRATION,
     OUT_OF_SCOPE,
     LabelsRefusedError,
     Thresholds,
@@ -170,6 +172,7 @@ class TicketProduct(ReviewedGenerations):
             "history": self.history.hash,
             "validation_fraction": t.validation_fraction,
             "target_precision": t.target_precision,
+            "calibration": t.calibration,
         }
 
     @property
@@ -304,6 +307,8 @@ class TicketProduct(ReviewedGenerations):
                 training["validation_fraction"],
                 training["target_precision"],
                 Thresholds(built["min_confidence"], built["min_margin"]),
+                # a generation recorded before calibration was trained without it
+                training.get("calibration", NO_CALIBRATION),
             )
         except LabelsRefusedError as error:
             if dropped is None:
@@ -364,10 +369,10 @@ class TicketProduct(ReviewedGenerations):
 
     def _predict(
         self, record: GenerationRecord, texts: list[tuple[str, str]], embedder_for: EmbedderFor
-    ) -> list[str]:
-        """The intents generation `record` predicts for (subject, body) pairs."""
+    ) -> list[Prediction]:
+        """What generation `record` predicts for (subject, body) pairs."""
         embedder = embedder_for(self.model_for(record))
-        return [p.intent for p in self.classify_texts(texts, embedder, record)]
+        return self.classify_texts(texts, embedder, record)
 
     @staticmethod
     def model_for(record: GenerationRecord) -> ResolvedModel:

@@ -3,19 +3,25 @@
 
 - Complete: the generation holds every day the live one holds (backfill them first).
 - Scores: accuracy and macro-F1 on the labelled tickets, with `min_accuracy` as a floor; with
-  the share answered, accuracy on it, per-intent precision, recall and support, and the most
-  frequent confusions, which the gate does not compare.
+  the share answered, accuracy on it, per-intent precision, recall and support, the most
+  frequent confusions, and the expected calibration error of the top answers' confidences
+  (`ece`; `ece_uncalibrated` with the head's own scores, where they are calibrated), which
+  the gate does not compare.
 """
 
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from batch_pipeline.config import TicketEvaluationConfig
 from batch_pipeline.config.taxonomy import parse_taxonomy
 from batch_pipeline.generations.evaluation import eval_set_version
 from batch_pipeline.generations.review import Completeness, EmbedderFor
 from batch_pipeline.state.tracking import GenerationRecord
+from batch_pipeline.tickets.calibration import expected_calibration_error
+from batch_pipeline.tickets.classify import Prediction
 from batch_pipeline.tickets.evaluation import (
     classification_scores,
     intent_figures,
@@ -23,9 +29,8 @@ from batch_pipeline.tickets.evaluation import (
 )
 from batch_pipeline.tickets.intent_store import IntentStore
 
-# The intents a generation predicts for (subject, body) pairs, with the models `embedder_for`
-# loads.
-Predict = Callable[[GenerationRecord, list[tuple[str, str]], EmbedderFor], list[str]]
+# What a generation predicts for (subject, body) pairs, with the models `embedder_for` loads.
+Predict = Callable[[GenerationRecord, list[tuple[str, str]], EmbedderFor], list[Prediction]]
 DAYS_NAMED = 3  # a refusal names at most this many days to backfill
 
 
@@ -75,6 +80,23 @@ class AccuracyScorer:
     def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
         taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
         labelled = load_labelled_tickets(self.evaluation.path, taxonomy.names)
-        predicted = self.predict(record, [(t.subject, t.body) for t in labelled], embedder_for)
+        predictions = self.predict(record, [(t.subject, t.body) for t in labelled], embedder_for)
         labels = [t.label for t in labelled]
-        return {**classification_scores(labels, predicted), **intent_figures(labels, predicted)}
+        predicted = [p.intent for p in predictions]
+        return {
+            **classification_scores(labels, predicted),
+            **calibration_errors(labels, predictions),
+            **intent_figures(labels, predicted),
+        }
+
+
+def calibration_errors(labels: list[str], predictions: list[Prediction]) -> dict[str, float]:
+    """The expected calibration error of the top answers (`unknown` or not) on the labelled
+    set: with the confidences the rows carry (`ece`) and, where those are calibrated, with
+    the head's own scores (`ece_uncalibrated`)."""
+    right = np.asarray([p.top[0][0] == y for p, y in zip(predictions, labels, strict=True)])
+    errors = {"ece": expected_calibration_error([p.confidence for p in predictions], right)}
+    if predictions and all(p.raw_confidence is not None for p in predictions):
+        own = [p.raw_confidence for p in predictions]
+        errors["ece_uncalibrated"] = expected_calibration_error(own, right)
+    return {k: round(v, 4) for k, v in errors.items() if v is not None}

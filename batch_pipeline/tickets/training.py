@@ -10,9 +10,15 @@ a small taxonomy still validates on all of it. Each candidate head (`classifier:
 them all) is scored so; the best is kept (a tie keeps the simpler, `prototype`) and trained
 on the whole pool.
 
-The `unknown` threshold is the lowest top score at which the kept head's held-out answers
-are `target_precision` correct with 95% confidence (a Wilson lower bound, so a few lucky
-answers do not set it), so `unknown` costs no more right answers than that target needs.
+The kept head's scores are calibrated by temperature scaling (`tickets.calibration`), the
+temperature fitted on the same held-out answers (`calibration: none` keeps the head's own
+scores); the report gives the expected calibration error of those answers before and after.
+The calibrated scores are the confidences a ticket's row carries; `unknown` is decided on the
+head's own (`classify`'s docstring says why).
+
+The `unknown` threshold is the lowest top score at which the kept head's
+held-out answers are `target_precision` correct with 95% confidence (a Wilson lower bound, so
+a few lucky answers do not set it), so `unknown` costs no more right answers than that target needs.
 Tickets labelled `unknown` (out of scope: no intent fits) do not train a head; they are held
 out like the rest, where any answer to them is wrong, so they teach the threshold what out
 of scope looks like, and with them the threshold is no lower than where held-out accuracy
@@ -29,10 +35,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from batch_pipeline.tickets.calibration import (
+    expected_calibration_error,
+    fit_temperature,
+    logits_of,
+    softmax,
+)
 from batch_pipeline.tickets.classify import (
     HEADS,
     LOGISTIC,
     PROTOTYPE,
+    CalibratedHead,
     Head,
     IntentClassifier,
     LogisticHead,
@@ -42,6 +55,9 @@ from batch_pipeline.tickets.classify import (
 )
 
 AUTO = "auto"
+TEMPERATURE = "temperature"  # calibration: temperature scaling on the held-out answers
+NO_CALIBRATION = "none"
+CALIBRATIONS = (TEMPERATURE, NO_CALIBRATION)
 # The labelled history must agree with the taxonomy alone (its prototypes) on at least this
 # share of its tickets: below it, the labels are shuffled, or belong to another taxonomy.
 MIN_AGREEMENT = 0.5
@@ -119,6 +135,11 @@ class TrainingReport:
     answered_accuracy: float | None  # accuracy on the answered share
     discarded_correct: int  # correct validation answers that the threshold turned unknown
     label_agreement: float | None  # of the history's labels with the taxonomy alone
+    # temperature scaling: the temperature fitted (None: not calibrated), and the expected
+    # calibration error of the held-out in-scope answers with the head's own scores and after
+    temperature: float | None = None
+    ece_before: float | None = None
+    ece_after: float | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -269,8 +290,11 @@ def train_classifier(
     validation_fraction: float = 0.2,
     target_precision: float = 0.95,
     thresholds: Thresholds = Thresholds(),
+    calibration: str = TEMPERATURE,
 ) -> tuple[IntentClassifier, TrainingReport]:
     """Choose, calibrate and train a classifier on the pool (see the module docstring)."""
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"unknown calibration {calibration!r}; calibrations: {CALIBRATIONS}")
     started = time.perf_counter()
     agreement = label_agreement(pool)
     if agreement is not None and agreement < MIN_AGREEMENT:
@@ -305,7 +329,16 @@ def train_classifier(
     fixed = thresholds.fixed
     min_margin = thresholds.min_margin if thresholds.min_margin is not None else 0.0
     threshold, coverage, accuracy, discarded = -1.0, None, None, 0
+    temperature = ece_before = ece_after = None
     if chosen in held:
+        raw = held[chosen]
+        right = raw.argmax(axis=1)[in_scope] == truth[in_scope]
+        ece_before = expected_calibration_error(raw.max(axis=1)[in_scope], right)
+        if calibration == TEMPERATURE:
+            logits = logits_of(chosen, raw)
+            temperature = fit_temperature(logits[in_scope], truth[in_scope], logits[~in_scope])
+            calibrated = softmax(logits / temperature).max(axis=1)
+            ece_after = expected_calibration_error(calibrated[in_scope], right)
         predicted, best, margins = _top_two(held[chosen])
         correct = predicted == pool.labels[validation]
         if fixed:
@@ -323,6 +356,8 @@ def train_classifier(
     elif fixed and thresholds.min_confidence is not None:
         threshold = thresholds.min_confidence
     head = fit_head(chosen, pool, np.flatnonzero(pool.labels != OUT_OF_SCOPE))
+    if temperature is not None:
+        head = CalibratedHead(head, temperature)
     report = TrainingReport(
         classifier=chosen,
         candidates=scores,
@@ -336,6 +371,9 @@ def train_classifier(
         answered_accuracy=None if accuracy is None else round(accuracy, 4),
         discarded_correct=discarded,
         label_agreement=None if agreement is None else round(agreement, 4),
+        temperature=None if temperature is None else round(temperature, 6),
+        ece_before=None if ece_before is None else round(ece_before, 4),
+        ece_after=None if ece_after is None else round(ece_after, 4),
         seconds=round(time.perf_counter() - started, 3),
         notes=notes,
     )

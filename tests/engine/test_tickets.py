@@ -646,6 +646,10 @@ def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerpri
     run_day(product, runner, day=TRAINING_DAYS[2])
     scores = product.review(embedder_for(runner)).scores["candidate"]
     assert {"accuracy", "coverage", "answered_accuracy"} <= set(scores)
+    # calibrated confidences: the temperature fitted held out, the error before and after,
+    # and the review's on the labelled set (reported, not gated)
+    assert trained["temperature"] > 0 and trained["ece_after"] < trained["ece_before"]
+    assert scores["ece"] < scores["ece_uncalibrated"], scores
     args = ["--config", str(workspace.config), "--home", str(workspace.home)]
     assert cli.main([*args, "generations", "list", "--product", "tickets"]) == 0
     listed = capsys.readouterr().out
