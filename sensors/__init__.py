@@ -5,12 +5,21 @@ own triggers (the ticket intents' schedule and export sensor) are in its definit
 from batch_pipeline.config import PipelineConfig
 from sensors.embedding_job import build_embedding_job
 from sensors.nightly_schedule import build_nightly_schedule
+from sensors.provider_batches import COLLECTION_BATCHES_SENSOR, build_provider_batch_sensor
 from sensors.publish_sensor import build_publish_sensor
 
 
-def build_triggers(config: PipelineConfig, groups: list[str]):  # noqa: ANN201
-    """The collections' job over the asset `groups`, one publish sensor per collection, and
-    the nightly schedule."""
+def build_triggers(config: PipelineConfig, groups: list[str], embedding: set[str]):  # noqa: ANN201
+    """The collections' job over the asset `groups`, one publish sensor per collection, the
+    nightly schedule, and the provider-batch sensor that collects the batches of the
+    `embedding` products (those riding the job whose model family embeds: asked through the
+    inference resource)."""
     job = build_embedding_job(groups)
     sensors = [build_publish_sensor(c.name, config, job) for c in config.collections]
+    if embedding:
+        sensors.append(
+            build_provider_batch_sensor(
+                job, config.partition_keys(), embedding, COLLECTION_BATCHES_SENSOR, "inference"
+            )  # fmt: skip
+        )
     return job, sensors, [build_nightly_schedule(config, job)]

@@ -1,12 +1,15 @@
-"""The provider-batch sensor: starts the run that collects a partition's briefs once every
-batch it handed to a Batch API (the `openai-batch` executor) has finished there.
+"""The provider-batch sensors: each starts the run that collects a partition's outputs once
+every batch a Batch API took for it (the `openai-batch` executor) has finished there. One
+watches the briefs' job (the chat models' batches, asked through the generation resource);
+one the collections' job, for the products that ride it and embed (the vector index's
+batches, asked through the inference resource).
 
-A provider's batch can take hours, so the generating step submits and returns; this sensor
-asks the provider for each batch's status every `minimum_interval_seconds`, and requests one
-run of the briefs per partition whose batches are all done. The run's execute collects them
-(submitting nothing new while any is in flight), and its land lands the briefs. The run key
-names the batches, so a partition's batches are collected by one run however many ticks see
-them finished; the run's tags name the run that submitted them.
+A provider's batch can take hours, so the executing step submits and returns; a sensor asks
+the provider for each batch's status every `minimum_interval_seconds`, and requests one run
+per partition whose batches are all done. The run's execute collects them (submitting
+nothing new while any is in flight), and its land lands the outputs. The run key names the
+batches, so a partition's batches are collected by one run however many ticks see them
+finished; the run's tags name the run that submitted them.
 """
 
 import hashlib
@@ -15,10 +18,11 @@ import dagster as dg
 
 from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
 from batch_pipeline.names import generation_product
-from resources.generation import GenerationResource
+from resources.batch_api import BatchApiResource
 from resources.pipeline import PipelineResource
 
-PROVIDER_BATCHES_SENSOR = "provider_batches_sensor"
+PROVIDER_BATCHES_SENSOR = "provider_batches_sensor"  # the briefs' job's
+COLLECTION_BATCHES_SENSOR = "collection_provider_batches_sensor"  # the collections' job's
 SUBMITTED_BY = "batch_pipeline/submitted_by"
 POLL_SECONDS = 60
 
@@ -31,26 +35,20 @@ def build_provider_batch_sensor(
     job,  # noqa: ANN001
     partition_keys: list[str],
     products: set[str],
+    name: str = PROVIDER_BATCHES_SENSOR,
+    resource_key: str = "generation",
 ) -> dg.SensorDefinition:
-    """The sensor over `job` (the briefs' job), for the batches of `products`' generations
-    over the Dagster partitions `partition_keys` (a batch a CLI run submitted for a whole
-    sharded collection is the next CLI run's; another product's batches, the next run of
-    that product's)."""
+    """The sensor over `job`, for the batches of `products`' generations over the Dagster
+    partitions `partition_keys`, asking the provider that the resource `resource_key` (a
+    `BatchApiResource`: generation, inference) names (a batch a CLI run submitted for
+    a whole sharded collection is the next CLI run's; another product's batches, the next
+    run of that product's)."""
     known = set(partition_keys)
 
-    @dg.sensor(
-        name=PROVIDER_BATCHES_SENSOR,
-        job=job,
-        minimum_interval_seconds=POLL_SECONDS,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Starts the run that collects a partition's briefs once every batch the "
-        f"openai-batch executor submitted for it has finished at the provider (polled every "
-        f"{POLL_SECONDS} s; nothing is asked of the provider while no batch is in flight).",
-    )
-    def provider_batches_sensor(
+    def evaluate(
         context: dg.SensorEvaluationContext,
         pipeline: PipelineResource,
-        generation: GenerationResource,
+        resource: BatchApiResource,
     ) -> dg.SensorResult:
         waiting = [
             b
@@ -59,12 +57,12 @@ def build_provider_batch_sensor(
         ]
         if not waiting:
             return dg.SensorResult(skip_reason=dg.SkipReason("no provider batch in flight"))
-        api = generation.batch_api()
+        api = resource.batch_api()
         if api is None:
             return dg.SensorResult(
                 skip_reason=dg.SkipReason(
-                    f"{len(waiting)} provider batches in flight, but the generation resource "
-                    "has no api_base to ask about them"
+                    f"{len(waiting)} provider batches in flight, but the {resource_key} "
+                    "resource has no api_base to ask about them"
                 )
             )
         try:
@@ -90,4 +88,34 @@ def build_provider_batch_sensor(
             ]
         )
 
-    return provider_batches_sensor
+    # the resource is a parameter named for its key, as Dagster's typed resources are asked for
+    if resource_key == "generation":
+
+        def provider_batches_sensor(
+            context: dg.SensorEvaluationContext,
+            pipeline: PipelineResource,
+            generation: BatchApiResource,
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, generation)
+
+    elif resource_key == "inference":
+
+        def provider_batches_sensor(
+            context: dg.SensorEvaluationContext,
+            pipeline: PipelineResource,
+            inference: BatchApiResource,
+        ) -> dg.SensorResult:
+            return evaluate(context, pipeline, inference)
+
+    else:
+        raise ValueError(f"no Batch API resource {resource_key!r}: generation or inference")
+    return dg.sensor(
+        name=name,
+        job=job,
+        minimum_interval_seconds=POLL_SECONDS,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Starts the {job.name} run that collects a partition's outputs once every "
+        "batch the openai-batch executor submitted for it has finished at the provider "
+        f"(polled every {POLL_SECONDS} s; nothing is asked of the provider while no batch is "
+        f"in flight). Products: {', '.join(sorted(products))}.",
+    )(provider_batches_sensor)

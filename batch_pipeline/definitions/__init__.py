@@ -17,6 +17,7 @@ from dagster_aws.s3 import S3Resource
 
 from batch_pipeline.config import PipelineConfig, load_config
 from batch_pipeline.declaration import ProductKind
+from batch_pipeline.executors.registry import EMBED
 from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
@@ -35,7 +36,8 @@ def collection_runs(
 ) -> dg.Definitions:
     """The collections' job over the asset groups of every kind that declares it rides it
     (`ProductKind.collection_runs`), one publish sensor per collection and the nightly
-    reconciliation, all launching that job; nothing without a collection."""
+    reconciliation, all launching that job, and the sensor that launches it to collect the
+    provider batches of those kinds' products that embed; nothing without a collection."""
     groups = sorted(
         {
             group
@@ -48,7 +50,13 @@ def collection_runs(
     )
     if not config.collections or not groups:
         return dg.Definitions()
-    job, sensors, schedules = build_triggers(config, groups)
+    embedding = {
+        target.name
+        for kind in faces
+        if kind.collection_runs and kind.family == EMBED
+        for target in kind.targets(config)
+    }
+    job, sensors, schedules = build_triggers(config, groups, embedding)
     return dg.Definitions(jobs=[job], sensors=sensors, schedules=schedules)
 
 

@@ -54,11 +54,11 @@ def materialize(ws, instance, names, tags=None):  # noqa: ANN001, ANN201
     )
 
 
-def tick(ws, instance):  # noqa: ANN001, ANN201
+def tick(ws, instance, sensor="provider_batches_sensor", resource="generation"):  # noqa: ANN001, ANN201
     from batch_pipeline.definitions import build_definitions
 
-    sensor = build_definitions(ws["config"]).get_sensor_def("provider_batches_sensor")
-    resources = {k: ws["resources"][k] for k in ("pipeline", "generation")}
+    sensor = build_definitions(ws["config"]).get_sensor_def(sensor)
+    resources = {k: ws["resources"][k] for k in ("pipeline", resource)}
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         return sensor(context)
 
@@ -106,8 +106,9 @@ def test_the_step_submits_and_the_sensor_starts_the_run_that_lands_the_batch(wor
 def test_the_index_embeds_through_the_inference_resource_s_batch_api(workspace, batch_api):
     """The collection's stage assets on the openai-batch embedding executor: the step
     submits and returns, and lands nothing while the batch runs (no document fails); the
-    briefs' sensor leaves the index's batch alone; the next run collects it and lands every
-    document, sending nothing again."""
+    briefs' sensor leaves the index's batch alone; the collections' job's sensor asks the
+    provider through the inference resource and, once the batch is done, starts the run that
+    collects it and lands every document, sending nothing again."""
     from resources.inference import InferenceResource
 
     workspace["resources"]["inference"] = InferenceResource(
@@ -124,12 +125,19 @@ def test_the_index_embeds_through_the_inference_resource_s_batch_api(workspace, 
         assert landed["documents_awaiting"] == 3
         idle = tick(workspace, instance)  # the briefs' sensor: not its batch
         assert "no provider batch in flight" in idle.skip_reason.skip_message
+        collections = ("collection_provider_batches_sensor", "inference")
+        waiting = tick(workspace, instance, *collections)
+        assert not waiting.run_requests and "still running" in waiting.skip_reason.skip_message
 
         batch_api.hold, batch_api.polls_to_finish = False, 1
-        second = materialize(workspace, instance, STAGE_ASSETS)
+        (request,) = tick(workspace, instance, *collections).run_requests
+        assert request.partition_key == "handbook" and request.tags[SUBMITTED_BY] == first.run_id
+        second = materialize(workspace, instance, STAGE_ASSETS, tags=request.tags)
         assert second.success
         assert metadata_of(second, "vector_index")["documents_landed"] == 3
         assert len(batch_api.created) == 1  # collected, never sent again
+        idle = tick(workspace, instance, *collections)
+        assert "no provider batch in flight" in idle.skip_reason.skip_message
 
 
 def test_a_batch_api_embedder_without_an_address_fails_at_load_naming_the_field(workspace):
