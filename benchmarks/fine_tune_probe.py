@@ -61,7 +61,7 @@ def top1(model, names, by_intent, test) -> float:  # noqa: ANN001
 def fine_tune(model, names, by_intent, steps: int, batch: int, lr: float) -> float:  # noqa: ANN001
     """Train `model` in place on (text, another text of its intent) pairs; the seconds."""
     import torch
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     torch.manual_seed(SEED)
     rng = random.Random(SEED)
@@ -80,7 +80,7 @@ def fine_tune(model, names, by_intent, steps: int, batch: int, lr: float) -> flo
             a, p = rng.sample(by_intent[name], 2)
             anchors.append(a)
             positives.append(p)
-        features = [model.tokenize(anchors), model.tokenize(positives)]
+        features = [model.preprocess(anchors), model.preprocess(positives)]
         value = loss(features, None)
         optimiser.zero_grad()
         value.backward()
