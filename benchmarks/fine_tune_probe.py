@@ -18,12 +18,16 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import clinc150  # noqa: E402
 
 from batch_pipeline.config import ModelConfig  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
@@ -31,16 +35,14 @@ from batch_pipeline.tickets.classify import normalised  # noqa: E402
 from batch_pipeline.tickets.training import LOGISTIC, TrainingPool, fit_head  # noqa: E402
 
 SEED = 2026
-EXAMPLES = 10
+EXAMPLES = clinc150.EXAMPLES
 
 
 def taxonomy_examples(train: list[list[str]]) -> dict[str, list[str]]:
-    """As `benchmarks/clinc150.py` draws them."""
-    by_intent: dict[str, list[str]] = {}
-    for text, label in train:
-        by_intent.setdefault(label, []).append(text)
-    rng = random.Random(SEED)
-    return {label: rng.sample(texts, EXAMPLES) for label, texts in sorted(by_intent.items())}
+    """Each intent's examples, as `benchmarks/clinc150.py` draws them."""
+    return {
+        label: entry["examples"] for label, entry in clinc150.taxonomy(train)["intents"].items()
+    }
 
 
 def embed(model, texts: list[str]) -> np.ndarray:  # noqa: ANN001
