@@ -9,7 +9,8 @@ logistic head (`tickets.training.fit_head`). Fine-tuned: the encoder trained fir
 texts of the same intent with in-batch negatives (sentence-transformers'
 MultipleNegativesRankingLoss, the SetFit idea: Tunstall et al., 2022), a fixed number of steps,
 in a plain torch loop (no `datasets` dependency), then the same head on its vectors. Prints
-top-1 on the 4,500 test utterances for both, and the training seconds.
+top-1 on the test utterances for both, and the training minutes. HWU64 in the same layout
+(`benchmarks/hwu64.py`) runs the same way.
 
     .venv/bin/python benchmarks/fine_tune_probe.py data_full.json [--full] [--steps 300]
 """
@@ -116,7 +117,7 @@ def main() -> None:
     tuned = top1(model, names, by_intent, data["test"])
     per = "full" if args.full else f"{EXAMPLES} per intent"
     print(
-        f"CLINC150 {per}: frozen top-1 {frozen:.3f}, fine-tuned {tuned:.3f} "
+        f"{args.data.name} {per}: frozen top-1 {frozen:.3f}, fine-tuned {tuned:.3f} "
         f"({tuned - frozen:+.3f}) after {args.steps} steps of {args.batch} pairs, lr {args.lr:g}, "
         f"in {seconds / 60:.1f} min"
     )
