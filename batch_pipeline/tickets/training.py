@@ -16,16 +16,16 @@ scores); the report gives the expected calibration error of those answers before
 The calibrated scores are the confidences a ticket's row carries; `unknown` is decided on the
 head's own (`classify`'s docstring says why).
 
-The `unknown` threshold is the lowest top score at which the kept head's
-held-out answers are `target_precision` correct with 95% confidence (a Wilson lower bound, so
-a few lucky answers do not set it), so `unknown` costs no more right answers than that target needs.
-Tickets labelled `unknown` (out of scope: no intent fits) do not train a head; they are held
-out like the rest, where any answer to them is wrong, so they teach the threshold what out
-of scope looks like, and with them the threshold is no lower than where held-out accuracy
-peaks, `unknown` counting as right for them (Larson et al.'s oos-threshold rule). Without
-them, the threshold only guards against confusions between intents. Fixed `min_confidence`
-and `min_margin` in the configuration replace it; the report then says how many right
-held-out answers they discard.
+The `unknown` threshold is the lowest top score at which the kept head's held-out answers are
+`target_precision` correct with 95% confidence (a Wilson lower bound, so a few lucky answers
+do not set it), so `unknown` costs no more right answers than that target needs. Tickets
+labelled `unknown` (out of scope: no intent fits) do not train a head; they are held out like
+the rest, where any answer to them is wrong, so they teach the threshold what out of scope
+looks like, and with them the threshold is no lower than where held-out accuracy peaks,
+`unknown` counting as right for them (Larson et al.'s oos-threshold rule). Without them, the
+threshold only guards against confusions between intents. Fixed `min_confidence` and
+`min_margin` in the configuration replace it; the report then says how many right held-out
+answers they discard.
 """
 
 import hashlib
