@@ -31,9 +31,11 @@ TICKET_COLUMN_DESCRIPTIONS: dict[str, str] = {
     "embedded_at": "When the vector was computed (UTC).",
     # land (ticket_intents)
     "intent": "The intent the ticket was classified as, or unknown when none is clear enough.",
-    "confidence": "The cosine similarity to the chosen intent's prototype.",
-    "top_intents": "The three nearest intents, nearest first.",
-    "top_scores": "Their cosine similarities, in the same order.",
+    "confidence": "How often an answer this sure is right: the chosen intent's probability, "
+    "calibrated on held-out tickets (with calibration none, the head's own score: a cosine for "
+    "prototype, a probability for logistic).",
+    "top_intents": "The three likeliest intents, likeliest first.",
+    "top_scores": "Their scores, as confidence is, in the same order.",
     "model_fingerprint": "Hash of what the ticket's vector depends on: the model and the input "
     "cut.",
     "taxonomy_version": "Hash of the taxonomy file the ticket was classified against.",
