@@ -40,6 +40,11 @@ def logits_of(kind: str, scores: np.ndarray) -> np.ndarray:
     return np.asarray(scores, dtype=np.float64)
 
 
+def calibrated(kind: str, scores: np.ndarray, temperature: float) -> np.ndarray:
+    """A head's scores as calibrated probabilities: softmax(its logits / `temperature`)."""
+    return softmax(logits_of(kind, scores) / temperature)
+
+
 def negative_log_likelihood(
     logits: np.ndarray, labels: np.ndarray, temperature: float, outside: np.ndarray | None = None
 ) -> float:

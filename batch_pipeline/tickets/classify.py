@@ -29,7 +29,7 @@ import numpy as np
 
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
 from batch_pipeline.inference.embedder import Embedder
-from batch_pipeline.tickets.calibration import logits_of, softmax
+from batch_pipeline.tickets.calibration import calibrated
 
 TOP_K = 3
 PROTOTYPE = "prototype"
@@ -108,9 +108,12 @@ class CalibratedHead:
     def raw(self, vectors: np.ndarray) -> np.ndarray:
         return self.inner.scores(vectors)
 
+    def calibrate(self, raw: np.ndarray) -> np.ndarray:
+        """The calibrated scores of the head's own `raw` ones."""
+        return calibrated(self.kind, raw, self.temperature).astype(np.float32)
+
     def scores(self, vectors: np.ndarray) -> np.ndarray:
-        logits = logits_of(self.kind, self.inner.scores(vectors))
-        return softmax(logits / self.temperature).astype(np.float32)
+        return self.calibrate(self.raw(vectors))
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {**self.inner.arrays(), "temperature": np.asarray([self.temperature])}
@@ -175,9 +178,10 @@ class IntentClassifier:
 
     def classify(self, vectors: np.ndarray) -> list[Prediction]:
         vectors = normalised(np.asarray(vectors, dtype=np.float32).reshape(-1, self.dimension))
-        calibrated = isinstance(self.head, CalibratedHead)
-        raw = self.head.raw(vectors) if calibrated else self.head.scores(vectors)
-        scores = self.head.scores(vectors) if calibrated else raw
+        head = self.head
+        is_calibrated = isinstance(head, CalibratedHead)
+        raw = head.raw(vectors) if is_calibrated else head.scores(vectors)
+        scores = head.calibrate(raw) if is_calibrated else raw  # the head scores once
         predictions = []
         for row, own in zip(scores, raw, strict=True):
             order = np.argsort(-own, kind="stable")[:TOP_K]
@@ -186,5 +190,5 @@ class IntentClassifier:
             margin = best - round(float(own[order[1]]), 4) if len(order) > 1 else best
             clear = best >= self.min_confidence and margin >= self.min_margin
             intent = self.names[order[0]] if clear else UNKNOWN
-            predictions.append(Prediction(intent, top[0][1], top, best if calibrated else None))
+            predictions.append(Prediction(intent, top[0][1], top, best if is_calibrated else None))
         return predictions

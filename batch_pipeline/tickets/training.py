@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from batch_pipeline.tickets.calibration import (
+    calibrated,
     expected_calibration_error,
     fit_temperature,
     logits_of,
-    softmax,
 )
 from batch_pipeline.tickets.classify import (
     HEADS,
@@ -337,8 +337,8 @@ def train_classifier(
         if calibration == TEMPERATURE:
             logits = logits_of(chosen, raw)
             temperature = fit_temperature(logits[in_scope], truth[in_scope], logits[~in_scope])
-            calibrated = softmax(logits / temperature).max(axis=1)
-            ece_after = expected_calibration_error(calibrated[in_scope], right)
+            sure = calibrated(chosen, raw, temperature).max(axis=1)
+            ece_after = expected_calibration_error(sure[in_scope], right)
         predicted, best, margins = _top_two(held[chosen])
         correct = predicted == pool.labels[validation]
         if fixed:
