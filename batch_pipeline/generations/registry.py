@@ -83,8 +83,16 @@ class GenerationRegistry:
         )
         return self.get(product, fingerprint)
 
-    def update(self, product: str, fingerprint: str, **values: Any) -> None:
-        self.tracking.update_generation(product, fingerprint, **values)
+    def update(
+        self,
+        product: str,
+        fingerprint: str,
+        unless_changed: dict[str, Any] | None = None,
+        **values: Any,
+    ) -> bool:
+        """Write `values` to the generation's record (with `unless_changed`, only while those
+        columns still hold what the caller read); whether it was written."""
+        return self.tracking.update_generation(product, fingerprint, unless_changed, **values)
 
     def record(
         self,

@@ -241,17 +241,23 @@ class GenerationReviewer:
         if baseline is not None:
             scores["baseline"] = baseline.scores
         stored = self._stored(self.registry.get(self.product, record.fingerprint) or record)
-        self.registry.update(
+        # A land that finished during this review (another shard's, another day's) may have
+        # made the generation complete since it was read: then this review's verdict is stale
+        # and writes nothing, neither undoing that nor keeping a key the next review would
+        # trust; the next review decides on the new state.
+        written = self.registry.update(
             self.product,
             record.fingerprint,
+            unless_changed={"complete": bool(record.complete)},
             complete=completeness.complete,
             decision=f"{decision}: {reason}",
             scores=json.dumps({**stored, **scores}, default=str),
         )
         record = self.registry.get(self.product, record.fingerprint)
         live = self.registry.live(self.product)
-        key = self._key(record, live, self.rule.assess(record, live))
-        self.registry.update(self.product, record.fingerprint, reviewed_key=key)
+        if written:
+            key = self._key(record, live, self.rule.assess(record, live))
+            self.registry.update(self.product, record.fingerprint, reviewed_key=key)
         return GenerationReview.of(record, live, decision, reason, scores, warnings)
 
     def drop_retired(self, now: datetime | None = None) -> list[str]:

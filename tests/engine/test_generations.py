@@ -294,3 +294,55 @@ def test_reviews_that_promote_the_same_generation_at_once_switch_it_once(sql_url
     with pytest.raises(GenerationError, match="already live"):
         registry.promote(name, "new", "by hand")
     tracking.dispose()
+
+
+def test_a_review_overtaken_by_a_land_does_not_undo_its_completeness(sql_url):
+    """Four shards land in parallel: one shard's review reads the generation before the last
+    shard's land makes it complete (and promotes it), then writes its own verdict. That stale
+    verdict must not mark the complete, live generation incomplete (it did: CI's four-shard
+    backfill ended live with complete=False), nor leave a key the next review would trust."""
+    import uuid
+
+    from batch_pipeline.config import GenerationsConfig
+    from batch_pipeline.generations.registry import GenerationRegistry
+    from batch_pipeline.generations.review import Completeness, GenerationReviewer
+    from batch_pipeline.state.tracking import TrackingStore
+
+    tracking = TrackingStore(sql_url)
+    registry = GenerationRegistry(tracking)
+    name = f"overtaken_{uuid.uuid4().hex[:8]}"
+    registry.ensure(name, "fp", f"{name}__fp", {})
+
+    class RecordedCompleteness:  # as the index's rule: what the lands' tracking recorded
+        def assess(self, record, live):  # noqa: ANN001, ANN202
+            return Completeness(bool(record.complete), None, {"complete": bool(record.complete)})
+
+    class LandDuringScoring:  # the last shard's land finishes while this review scores
+        tolerance, floors = 0.0, {}
+
+        def key(self, record):  # noqa: ANN001, ANN202
+            return {"table": record.index_name}
+
+        def score(self, record, embedder_for):  # noqa: ANN001, ANN202
+            if not registry.get(name, "fp").complete:
+                registry.update(name, "fp", complete=True, state="candidate")
+                registry.promote(name, "fp", "first complete generation", "pipeline")
+            return {"accuracy": 1.0}
+
+    reviewer = GenerationReviewer(
+        registry,
+        name,
+        RecordedCompleteness(),
+        LandDuringScoring(),
+        "land it",
+        GenerationsConfig(),
+        lambda table: None,
+    )
+    stale = reviewer.review(registry.get(name, "fp"), lambda model: None)
+    assert stale.decision == "refused"  # what it found when it read the record
+    record = registry.get(name, "fp")
+    assert record.state == "live" and record.complete  # not undone by the stale verdict
+    again = reviewer.review(record, lambda model: None)
+    assert again.evaluated and again.decision == "live"  # the stale review left no key
+    assert registry.get(name, "fp").complete
+    tracking.dispose()

@@ -121,16 +121,31 @@ class GenerationRecords:
         except sa.exc.IntegrityError:
             pass
 
-    def update_generation(self, product: str, fingerprint: str, **values: Any) -> None:
+    def update_generation(
+        self,
+        product: str,
+        fingerprint: str,
+        unless_changed: dict[str, Any] | None = None,
+        **values: Any,
+    ) -> bool:
+        """Write `values` to the generation's record. With `unless_changed` (column: the value
+        the caller read), only while every such column still holds that value: a compare and
+        set, so a write computed from a stale read never undoes a concurrent run's. Returns
+        whether the record was written."""
+        conditions = [
+            generations.c[column] == value for column, value in (unless_changed or {}).items()
+        ]
         with self.engine.begin() as conn:
-            conn.execute(
+            written = conn.execute(
                 generations.update()
                 .where(
                     generations.c.product == product,
                     generations.c.fingerprint == fingerprint,
+                    *conditions,
                 )
                 .values(updated_at=time.time(), **values)
             )
+        return written.rowcount > 0
 
     def switch_live(self, product: str, fingerprint: str, audit: dict[str, Any]) -> str | None:
         """Retire the live generation and make `fingerprint` live, with its audit entry, in
