@@ -258,6 +258,10 @@ class GenerationReviewer:
         if written:
             key = self._key(record, live, self.rule.assess(record, live))
             self.registry.update(self.product, record.fingerprint, reviewed_key=key)
+        else:
+            reason += (
+                " (a concurrent land changed the generation meanwhile; the next review decides)"
+            )
         return GenerationReview.of(record, live, decision, reason, scores, warnings)
 
     def drop_retired(self, now: datetime | None = None) -> list[str]:

@@ -339,7 +339,8 @@ def test_a_review_overtaken_by_a_land_does_not_undo_its_completeness(sql_url):
         lambda table: None,
     )
     stale = reviewer.review(registry.get(name, "fp"), lambda model: None)
-    assert stale.decision == "refused"  # what it found when it read the record
+    assert stale.decision == "refused"  # what it found when it read the record, and so
+    assert stale.reason.endswith("changed the generation meanwhile; the next review decides)")
     record = registry.get(name, "fp")
     assert record.state == "live" and record.complete  # not undone by the stale verdict
     again = reviewer.review(record, lambda model: None)
