@@ -4,6 +4,7 @@ import dagster as dg
 
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.triggers.tags import nightly_tags
+from sensors.default_status import schedule_status
 
 NIGHTLY_SCHEDULE = "nightly_reconciliation"
 
@@ -17,9 +18,7 @@ def build_nightly_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition
         job=job,
         cron_schedule=settings.cron,
         execution_timezone=settings.timezone,
-        default_status=dg.DefaultScheduleStatus.RUNNING
-        if settings.enabled
-        else dg.DefaultScheduleStatus.STOPPED,
+        default_status=schedule_status(settings.enabled),
         description=(
             "Full reconciliation of every collection: detect deletions, re-embed anything "
             "stale, compact the LanceDB table and clean up old versions."

@@ -16,6 +16,7 @@ from batch_pipeline.triggers.publish import (
 )
 from batch_pipeline.triggers.tags import publish_tags
 from resources.pipeline import PipelineResource
+from sensors.default_status import sensor_status
 from sensors.resource_params import sensor_function
 
 
@@ -79,9 +80,7 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
         name=publish_sensor_name(collection),
         job=job,
         minimum_interval_seconds=TICK_SECONDS,
-        default_status=dg.DefaultSensorStatus.RUNNING
-        if settings.enabled
-        else dg.DefaultSensorStatus.STOPPED,
+        default_status=sensor_status(settings.enabled),
         description=(
             f"Watches collection {collection!r} for added, changed and deleted documents and "
             f"launches a run that embeds only those, batching changes within "

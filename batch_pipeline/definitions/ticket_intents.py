@@ -14,6 +14,7 @@ from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
 from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
+from sensors.default_status import schedule_status, sensor_status
 from sensors.resource_params import sensor_function
 
 TICKET_JOB = "ticket_intents_job"
@@ -47,9 +48,7 @@ def build_ticket_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:
         minute_of_hour=0,
         description=f"Classify yesterday's tickets at {settings.schedule_hour:02d}:00 "
         f"{settings.timezone}.",
-        default_status=dg.DefaultScheduleStatus.RUNNING
-        if settings.schedule_enabled
-        else dg.DefaultScheduleStatus.STOPPED,
+        default_status=schedule_status(settings.schedule_enabled),
     )
 
 
@@ -85,9 +84,7 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
         name=TICKET_EXPORTS_SENSOR,
         job=job,
         minimum_interval_seconds=arrivals.interval_seconds,
-        default_status=dg.DefaultSensorStatus.RUNNING
-        if arrivals.enabled
-        else dg.DefaultSensorStatus.STOPPED,
+        default_status=sensor_status(arrivals.enabled),
         description=(
             f"Launches a day of ticket_intents whose export arrived after the daily schedule "
             f"({settings.schedule_hour:02d}:00 {settings.timezone}), or changed after the day "
