@@ -67,7 +67,6 @@ class BatchApiResource(dg.ConfigurableResource):
         """Where the openai-batch executor submits: None without api_base."""
         if self.api_base is None:
             return None
-        window_seconds(self.completion_window)  # a ConfigError naming the field
         return BatchApiSettings(
             api_base=self.api_base,
             api_key_env=self.api_key_env,

@@ -8,7 +8,8 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.config import PipelineConfig, S3SourceConfig, TicketS3Export, load_config
+from batch_pipeline.config import PipelineConfig, load_config
+from batch_pipeline.config.sources import S3Location
 from batch_pipeline.declaration import ProductEnv
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.products import product_env
@@ -96,7 +97,7 @@ class PipelineResource(dg.ConfigurableResource):
         return self._opened[key]
 
 
-def _s3_client(s3: S3Resource | None, source: S3SourceConfig | TicketS3Export):  # noqa: ANN202
+def _s3_client(s3: S3Resource | None, source: S3Location):  # noqa: ANN202
     """A client from the S3 resource, with the source's own endpoint and region (a
     collection's source, or the ticket export's)."""
     resource = s3 or S3Resource()

@@ -8,7 +8,7 @@ from batch_pipeline.arguments import whole_number
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
-from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
+from batch_pipeline.executors.batch_api import BatchApiSettings
 from batch_pipeline.executors.registry import EXECUTORS, all_executor_names
 
 PARALLEL = ("tensor_parallel_size", "data_parallel_size")
@@ -93,7 +93,6 @@ def batch_api_of(args: argparse.Namespace) -> BatchApiSettings | None:
         return None
     if getattr(args, "executor", None) != OPENAI_BATCH:
         raise ConfigError(f"--api-base: for --executor {OPENAI_BATCH} only")
-    window_seconds(args.completion_window)  # a ConfigError naming the flag's value
     return BatchApiSettings(
         api_base=args.api_base,
         api_key_env=args.api_key_env,

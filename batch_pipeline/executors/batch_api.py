@@ -78,6 +78,9 @@ class BatchApiSettings:
     price_per_million_input_tokens: float = 0.0
     price_per_million_output_tokens: float = 0.0
 
+    def __post_init__(self) -> None:
+        window_seconds(self.completion_window)  # a ConfigError naming the window it cannot read
+
     def api_key(self) -> str:
         key = os.environ.get(self.api_key_env)
         if not key:

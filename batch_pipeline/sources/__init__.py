@@ -4,6 +4,7 @@ import os
 from collections.abc import Callable
 
 from batch_pipeline.config import FilesystemSourceConfig, S3SourceConfig, SqlSourceConfig
+from batch_pipeline.config.sources import S3Location
 from batch_pipeline.sources.base import (
     ChangeSet,
     DocumentReadError,
@@ -30,7 +31,8 @@ __all__ = [
     "make_source",
 ]
 
-S3ClientFactory = Callable[[S3SourceConfig], object]
+# a bucket's location (a collection's S3 source, the tickets' S3 export) -> an S3 client
+S3ClientFactory = Callable[[S3Location], object]
 
 
 # The environment both the code location and the CLI read for S3 (credentials come from the
@@ -47,7 +49,7 @@ def s3_environment() -> dict[str, str]:
     return {arg: os.environ[env] for arg, env in S3_ENV.items() if os.environ.get(env)}
 
 
-def aws_client(service: str, config: S3SourceConfig):  # noqa: ANN201
+def aws_client(service: str, config: S3Location):  # noqa: ANN201
     """A boto3 client ("s3", or "sqs" for a change feed) as the code location builds one: the
     environment's settings (S3_ENV), overridden by the source's own `endpoint_url` and
     `region`."""
@@ -62,7 +64,7 @@ def aws_client(service: str, config: S3SourceConfig):  # noqa: ANN201
     return boto3.session.Session(profile_name=profile).client(service, **settings)
 
 
-def default_s3_client(config: S3SourceConfig):  # noqa: ANN201
+def default_s3_client(config: S3Location):  # noqa: ANN201
     return aws_client("s3", config)
 
 

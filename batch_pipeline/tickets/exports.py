@@ -19,6 +19,7 @@ from batch_pipeline.config import (
     TicketS3Export,
     TicketSqlExport,
 )
+from batch_pipeline.sources import S3ClientFactory
 from batch_pipeline.sources.base import SourceUnavailableError
 from batch_pipeline.transient import is_transient
 
@@ -269,15 +270,16 @@ class SqlExport(TicketExport):
 
 
 def make_export(
-    config: TicketExportConfig, timezone: str, s3_client: object | None = None
+    config: TicketExportConfig, timezone: str, s3_client: S3ClientFactory | None = None
 ) -> TicketExport:
-    """The reader for `tickets.source`."""
+    """The reader for `tickets.source`; an S3 export's client from `s3_client`, as every
+    product's S3 sources (None: boto3's defaults and `BATCH_PIPELINE_S3_*`)."""
     if isinstance(config, TicketFolderExport):
         return FolderExport(config)
     if isinstance(config, TicketS3Export):
         from batch_pipeline.sources import default_s3_client
 
-        return S3Export(config, s3_client or default_s3_client(config))
+        return S3Export(config, (s3_client or default_s3_client)(config))
     if isinstance(config, TicketSqlExport):
         return SqlExport(config, timezone)
     raise TypeError(f"unsupported ticket export kind {config.kind!r}")

@@ -4,7 +4,7 @@ day live holds, scored by accuracy on the labelled tickets."""
 
 from typing import ClassVar
 
-from batch_pipeline.config import PipelineConfig, TicketS3Export, TicketsConfig
+from batch_pipeline.config import PipelineConfig, TicketsConfig
 from batch_pipeline.declaration import (
     Lines,
     ProductEnv,
@@ -57,10 +57,10 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
     """The ticket intents; an S3 export is read through `env.s3_client` where one is given."""
-    source = env.config.tickets.source
-    client = env.s3_client(source) if env.s3_client and isinstance(source, TicketS3Export) else None
     return TicketIntents(
-        TicketProduct(env.config, env.storage, env.tracking, env.store, client, env.execution)
+        TicketProduct(
+            env.config, env.storage, env.tracking, env.store, env.s3_client, env.execution
+        )
     )
 
 
