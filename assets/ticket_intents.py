@@ -90,6 +90,18 @@ def ticket_partitions(config: PipelineConfig) -> dg.DailyPartitionsDefinition:
     return dg.DailyPartitionsDefinition(start_date=settings.start_date, timezone=settings.timezone)
 
 
+def fine_tune_metadata(trained: dict | None, config: PipelineConfig) -> dict[str, object]:
+    """A fine-tuned encoder's training minutes beside the nightly window (none when the
+    encoder is frozen)."""
+    tuned = (trained or {}).get("fine_tune")
+    if not tuned:
+        return {}
+    return {
+        "encoder_fine_tune_minutes": dg.MetadataValue.float(round(tuned["seconds"] / 60, 3)),
+        "window_minutes": dg.MetadataValue.float(float(config.schedule.window_minutes)),
+    }
+
+
 def _land_report(landed: Landed) -> LandReport:
     """The day's mix, the classifier that scored it, and the day's checks."""
     context, product, summary = landed.context, landed.product, landed.summary
@@ -103,7 +115,7 @@ def _land_report(landed: Landed) -> LandReport:
         "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
         "dagster/row_count": summary.mix.total,
         "dagster/column_schema": column_schema(
-            intent_schema(product.model.embedding_dimension), DESCRIBED
+            intent_schema(product.base_model.embedding_dimension), DESCRIBED
         ),
         **intent_mix_table(summary.metadata()),
         "taxonomy_version": product.taxonomy.version,
@@ -115,6 +127,7 @@ def _land_report(landed: Landed) -> LandReport:
             if trained
             else {}
         ),
+        **fine_tune_metadata(trained, landed.context.resources.pipeline.config),
     }
     checks = [
         dg.AssetCheckResult(

@@ -93,12 +93,23 @@ def ticket(n: int, day: date, text: str, label: str) -> dict:
     return {"id": f"C{n:06d}", "created_at": f"{day}T12:00:00Z", "body": text, "label": label}
 
 
-def setting(out: Path, name: str, history: list[list[str]], precision: str = "faithful") -> Path:
-    """A pipeline.yaml whose training window holds `history` as labelled tickets."""
+def setting(
+    out: Path,
+    name: str,
+    history: list[list[str]],
+    precision: str = "faithful",
+    fine_tune: dict | None = None,
+) -> Path:
+    """A pipeline.yaml whose training window holds `history` as labelled tickets (and whose
+    encoder is fine-tuned under `fine_tune`, a `tickets.training.fine_tune` recipe)."""
     folder = out / (name if precision == "faithful" else f"{name}-{precision}")
+    if fine_tune is not None:
+        folder = folder.with_name(f"{folder.name}-fine-tuned")
     tickets = [ticket(n, FIRST_DAY, text, label) for n, (text, label) in enumerate(history)]
     days = write_exports(folder / "exports", tickets) if tickets else []
     window = {"start": days[0], "end": days[-1]} if days else {}
+    if fine_tune is not None:
+        window["fine_tune"] = fine_tune
     config = {
         # fixed_accuracy asks every collection for an evaluation set: this one is never run
         "collections": [
@@ -127,6 +138,11 @@ def setting(out: Path, name: str, history: list[list[str]], precision: str = "fa
 def measure(config_path: Path, runner: EmbeddingRunner, test, oos) -> dict:  # noqa: ANN001
     config = load_config(config_path)
     product = TicketProduct(config, resolve_storage(str(config_path.parent / "home")))
+    tuning = None
+    if product.encoder_key is not None:  # fine-tune the encoder (timed), and embed with it
+        started = time.perf_counter()
+        runner = EmbeddingRunner(product.model, runner.device)
+        tuning = time.perf_counter() - started
     started = time.perf_counter()
     product.classify_texts([("", "warm up")], runner)  # trains the generation's classifier
     trained = time.perf_counter() - started
@@ -163,6 +179,7 @@ def measure(config_path: Path, runner: EmbeddingRunner, test, oos) -> dict:  # n
         "answered_accuracy": sum(p == y for p, y in answered) / max(1, len(answered)),
         "oos_caught": (sum(p.intent == UNKNOWN for p in caught) / len(caught) if caught else None),
         "train_seconds": trained,
+        "fine_tune_seconds": tuning,
         "min_confidence": report["min_confidence"],
     }
 
@@ -173,6 +190,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/clinc150"))
     parser.add_argument(
         "--int8", action="store_true", help="each setting again on the int8 model (fixed_accuracy)"
+    )
+    parser.add_argument(
+        "--fine-tune",
+        type=int,
+        metavar="STEPS",
+        help="each setting again with the encoder fine-tuned for STEPS steps "
+        "(tickets.training.fine_tune's recipe otherwise as it ships)",
+    )
+    parser.add_argument(
+        "--settings", nargs="+", metavar="N", type=int, help="only these settings (1, 2, 3)"
     )
     args = parser.parse_args()
     data = json.loads(args.data.read_text(encoding="utf-8"))
@@ -194,6 +221,8 @@ def main() -> None:
     }
     if not unknown:  # a set without out-of-scope utterances (HWU64, `benchmarks/hwu64.py`)
         settings = {"10 per intent": [], "full training set": rest}
+    if args.settings:
+        settings = {k: v for n, (k, v) in enumerate(settings.items(), 1) if n in args.settings}
     config = load_config(setting(out, "probe", []))
     runner = EmbeddingRunner(resolve_model(config.model))
     tests, outside = len(data["test"]), len(data["oos_test"])
@@ -207,15 +236,20 @@ def main() -> None:
         int8 = EmbeddingRunner(fixed, "cpu", "int8", backend="openvino",
                                export_cache=out / "openvino")  # fmt: skip
         paths.append(("fixed_accuracy", int8))
+    tunings = [None] + ([{"steps": args.fine_tune}] if args.fine_tune else [])
     for name, history in settings.items():
         for precision, used in paths:
-            m = measure(
-                setting(out, name.replace(" ", "_").replace("+", "and"), history, precision),
-                used,
-                data["test"],
-                data["oos_test"],
-            )
-            show(f"{name}{' (int8)' if precision != 'faithful' else ''}", m)
+            for tuning in tunings:
+                m = measure(
+                    setting(
+                        out, name.replace(" ", "_").replace("+", "and"), history, precision, tuning
+                    ),
+                    used,
+                    data["test"],
+                    data["oos_test"],
+                )
+                label = name + (" (int8)" if precision != "faithful" else "")
+                show(label + (" fine-tuned" if tuning else ""), m)
 
 
 def show(name: str, m: dict) -> None:
@@ -225,6 +259,11 @@ def show(name: str, m: dict) -> None:
         f"  as shipped {m['as_shipped']:.3f}"
         f"  coverage {m['coverage']:.3f}  answered {m['answered_accuracy']:.3f}"
         + (f"  out-of-scope caught {m['oos_caught']:.3f}" if m["oos_caught"] is not None else "")
+        + (
+            f"  encoder fine-tuned in {m['fine_tune_seconds'] / 60:.1f} min"
+            if m["fine_tune_seconds"] is not None
+            else ""
+        )
         + f"  trained in {m['train_seconds']:.1f} s"
         f"  (validation: {candidates}; unknown below {m['min_confidence']:.3f})"
     )

@@ -92,6 +92,35 @@ class TicketArrivalsConfig(_Strict):
     )
 
 
+class FineTuneConfig(_Strict):
+    """Contrastive fine-tuning of the encoder on the labelled history and the taxonomy's
+    examples before the head is trained (`batch_pipeline.tickets.fine_tune`): pairs of texts
+    of one intent, the other intents' texts in the batch as negatives. The fine-tuned encoder
+    is a model of its own: its generation's fingerprint has the base model, the labelled
+    history's hash, the taxonomy and this recipe."""
+
+    steps: int = Field(
+        default=600, ge=1, le=1_000_000, description="Training steps (one batch of pairs each)."
+    )
+    learning_rate: float = Field(
+        default=3e-5, gt=0, le=1e-2, description="AdamW's peak learning rate (linear decay)."
+    )
+    batch_pairs: int = Field(
+        default=32,
+        ge=2,
+        le=1024,
+        description="Pairs per step, each of a different intent (fewer when fewer intents "
+        "have two labelled texts).",
+    )
+    seed: int = Field(default=2026, description="Seeds the pairs drawn and torch.")
+    max_minutes: float = Field(
+        default=30,
+        gt=0,
+        description="Training stops here even before `steps`, so that it fits the nightly "
+        "window (`schedule.window_minutes`); the run reports which ended it.",
+    )
+
+
 class TicketTrainingConfig(_Strict):
     """What a ticket generation learns from besides the taxonomy: the labelled tickets (an
     agent's `label`) of a window of past days, minus the evaluation set. Changing the window
@@ -123,6 +152,13 @@ class TicketTrainingConfig(_Strict):
         description="temperature: a ticket's confidence and top scores are probabilities "
         "made honest by temperature scaling, fitted on the held-out share; none: the head's "
         "own scores. `unknown` (and min_confidence) reads the head's own scores either way.",
+    )
+
+    fine_tune: FineTuneConfig | None = Field(
+        default=None,
+        description="Fine-tune the encoder on the labelled tickets before training the head "
+        "(off unless set; `fine_tune: {}` takes the defaults). A fine-tuned generation must "
+        "beat the frozen encoder's on the evaluation set to go live.",
     )
 
     @field_validator("start", "end")

@@ -196,7 +196,12 @@ def gate(
         ]
         if short:
             return GateDecision(False, f"no better than {baseline.name}: " + "; ".join(short))
-    better = f", better than {baseline.name}," if baseline is not None else ","
+    better = ","
+    if baseline is not None:
+        figures = ", ".join(
+            f"{m} {candidate[m]:.4f} > {baseline.scores[m]:.4f}" for m in baseline.metrics
+        )
+        better = f", better than {baseline.name} ({figures}),"
     if live is None:
         return GateDecision(
             True, f"complete{better} and there is no live generation to compare with"

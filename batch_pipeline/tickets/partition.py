@@ -88,7 +88,7 @@ class DayPartition(ProductPartition):
 
     def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
         out = self.path(run_id, TICKET_PREPARE.file)
-        model = self.product.model
+        model = self.product.base_model  # its tokenizer and prefix are the fine-tuned one's too
         summary = prepare_inputs(
             collected,
             out,
@@ -136,7 +136,7 @@ class DayPartition(ProductPartition):
             request.run_id,
             product.model_fingerprint,
             product.taxonomy.version,
-            product.model.embedding_dimension,
+            product.base_model.embedding_dimension,
         )
         collected_rows = read_table(
             files.collected, ["ticket_id", "day", "status", "error_reason", "error_message"]

@@ -37,6 +37,7 @@ from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.names import generation_index
+from batch_pipeline.sources import S3ClientFactory
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -49,6 +50,12 @@ from batch_pipeline.tickets.classify import (
 )
 from batch_pipeline.tickets.evaluation import load_labelled_tickets
 from batch_pipeline.tickets.exports import TicketExport, make_export
+from batch_pipeline.tickets.fine_tune import (
+    ENCODERS,
+    EncoderStore,
+    encoder_key,
+    fine_tuned_model,
+)
 from batch_pipeline.tickets.history import LabelledHistory, labelled_history
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.mix import IntentMix
@@ -56,6 +63,7 @@ from batch_pipeline.tickets.partition import DayPartition
 from batch_pipeline.tickets.prepare import ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 from batch_pipeline.tickets.training import (
+    ENCODER_HELD_OUT,
     NO_CALIBRATION,
     OUT_OF_SCOPE,
     LabelsRefusedError,
@@ -63,6 +71,7 @@ from batch_pipeline.tickets.training import (
     TrainingPool,
     TrainingReport,
     dropped_labels_text,
+    encoder_texts,
     train_classifier,
 )
 
@@ -93,6 +102,36 @@ def parse_day(value: str | date, settings: TicketsConfig) -> date:
     return day
 
 
+def unregistered(product: str, fingerprint: str, index: str, built: dict) -> GenerationRecord:
+    """A generation's record as it would be registered, without registering it."""
+    return GenerationRecord(
+        product=product, fingerprint=fingerprint, index_name=index, state="building",
+        model_config=json.dumps(built, sort_keys=True), full_pass=False, full_passes=None,
+        documents=0, rows=0, complete=False, scores=None, decision=None, created_at=0.0,
+        updated_at=0.0, promoted_at=None, retired_at=None,
+    )  # fmt: skip
+
+
+def labelled_texts(
+    taxonomy: Taxonomy, history: LabelledHistory, model: ResolvedModel, max_tokens: int
+) -> tuple[list[str], list[int]]:
+    """The taxonomy's examples and the labelled tickets as `model` reads them (its document
+    prefix; a ticket cut as a day's is), each with its intent's number (`OUT_OF_SCOPE` for
+    `unknown`): what the encoder is fine-tuned on and the head is trained on."""
+    prefix, tokenizer = model.document_prefix, load_tokenizer(model.path)
+    names = taxonomy.names
+    examples = [(n, prefix + e) for n, i in enumerate(taxonomy.intents) for e in i.examples]
+    tickets = [
+        (
+            OUT_OF_SCOPE if label == UNKNOWN else names.index(label),
+            ticket_input(tokenizer, s, b, max_tokens, prefix),
+        )
+        for s, b, label in history.tickets
+    ]
+    pairs = examples + tickets
+    return [t for _, t in pairs], [n for n, _ in pairs]
+
+
 class TicketProduct(ReviewedGenerations):
     """What every day shares: the configuration, the taxonomy, the model, the generations."""
 
@@ -102,7 +141,7 @@ class TicketProduct(ReviewedGenerations):
         storage: StorageLocations,
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
-        s3_client: object | None = None,
+        s3_client: S3ClientFactory | None = None,
         execution: ExecutorChoice | None = None,
     ) -> None:
         self.config = config
@@ -120,8 +159,43 @@ class TicketProduct(ReviewedGenerations):
         return self.settings.name
 
     @cached_property
-    def model(self) -> ResolvedModel:
+    def base_model(self) -> ResolvedModel:
+        """The configured encoder (`model:`), as it ships."""
         return resolve_model(self.config.model)
+
+    @cached_property
+    def encoders(self) -> EncoderStore:
+        """The product's fine-tuned encoders, under the home."""
+        return EncoderStore(self.storage.home / ENCODERS / self.name)
+
+    @cached_property
+    def encoder_key(self) -> str | None:
+        """The fine-tuned encoder's key (`tickets.training.fine_tune`); None when the
+        encoder is not fine-tuned."""
+        recipe = self.settings.training.fine_tune
+        if recipe is None:
+            return None
+        return encoder_key(
+            self.base_model, self.history.hash, self.taxonomy.version, self.settings.max_tokens,
+            self.settings.training.validation_fraction, recipe,
+        )  # fmt: skip
+
+    @property
+    def model_name(self) -> str:
+        """The encoder's name, without training it: the configured model's, and the
+        fine-tuned encoder's key where there is one."""
+        name = self.base_model.name
+        return name if self.encoder_key is None else f"{name} fine-tuned {self.encoder_key}"
+
+    @cached_property
+    def model(self) -> ResolvedModel:
+        """The encoder that embeds the tickets: the configured one, or, with
+        `tickets.training.fine_tune`, that one fine-tuned on the labelled tickets (trained
+        here on first use, then read back from under the home)."""
+        recipe = self.settings.training.fine_tune
+        if recipe is None or self.encoder_key is None:
+            return self.base_model
+        return self.encoders.ready(self.encoder_key, self.base_model, recipe, self._encoder_texts)
 
     @cached_property
     def taxonomy(self) -> Taxonomy:
@@ -130,9 +204,10 @@ class TicketProduct(ReviewedGenerations):
     @cached_property
     def model_fingerprint(self) -> str:
         """Everything that changes a ticket's vector: the model and the input cut."""
-        return fingerprint_of(
-            {"model": self.model.identity(), "max_tokens": self.settings.max_tokens}
-        )
+        identity = {"model": self.base_model.identity(), "max_tokens": self.settings.max_tokens}
+        if self.encoder_key is not None:  # fine-tuned: a model of its own
+            identity["fine_tune"] = self.encoder_key
+        return fingerprint_of(identity)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -167,13 +242,16 @@ class TicketProduct(ReviewedGenerations):
         """What the classifier is trained from and calibrated by (on the record and in the
         fingerprint)."""
         t = self.settings.training
-        return {
+        settings = {
             "days": t.days(),
             "history": self.history.hash,
             "validation_fraction": t.validation_fraction,
             "target_precision": t.target_precision,
             "calibration": t.calibration,
         }
+        if t.fine_tune is not None:
+            settings["fine_tune"] = {**t.fine_tune.model_dump(mode="json"), "key": self.encoder_key}
+        return settings
 
     @property
     def index(self) -> str:
@@ -218,7 +296,46 @@ class TicketProduct(ReviewedGenerations):
     def scorer(self) -> AccuracyScorer | None:
         """Accuracy on the labelled tickets, where there are any."""
         evaluation = self.settings.evaluation
-        return AccuracyScorer(evaluation, self._predict) if evaluation is not None else None
+        if evaluation is None:
+            return None
+        frozen = self._frozen_scores if self.encoder_key is not None else None
+        return AccuracyScorer(evaluation, self._predict, frozen)
+
+    def frozen_twin(self) -> "TicketProduct":
+        """This configuration with the encoder as it ships (no `fine_tune`): what a
+        fine-tuned generation must beat."""
+        training = self.settings.training.model_copy(update={"fine_tune": None})
+        settings = self.settings.model_copy(update={"training": training})
+        return TicketProduct(
+            self.config.model_copy(update={"tickets": settings}),
+            self.storage, self.tracking, self.store, self.s3_client, self.execution,
+        )  # fmt: skip
+
+    def _frozen_scores(self, embedder_for: EmbedderFor) -> dict[str, float]:
+        """The frozen twin's scores on the labelled tickets: its generation's where it was
+        registered (it was live, say, before fine-tuning was turned on), else the same
+        generation unregistered (its head trained and cached in staging, no table)."""
+        twin = self.frozen_twin()
+        record = twin.registry.get(twin.name, twin.fingerprint) or unregistered(
+            twin.name, twin.fingerprint, twin.index, twin.generation_config()
+        )
+        evaluation = self.settings.evaluation
+        return AccuracyScorer(evaluation, twin._predict).score(record, embedder_for)
+
+    def drop_tables(self, index: str) -> None:
+        """A generation's table, and its fine-tuned encoder where no other generation that
+        is not dropped uses it."""
+        super().drop_tables(index)
+        keys = {}
+        for g in self.registry.list_all(self.name):
+            tuned = json.loads(g.model_config).get("training", {}).get("fine_tune")
+            if tuned is not None:
+                keys[g.index_name] = (tuned["key"], g.state)
+        if index not in keys:
+            return
+        key = keys[index][0]
+        if not any(k == key and i != index and st != DROPPED for i, (k, st) in keys.items()):
+            self.encoders.remove(key)
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""
@@ -278,18 +395,9 @@ class TicketProduct(ReviewedGenerations):
                 "cannot be trained again as it was; use the current configuration's generation"
             )
         model = self.model_for(record)
-        prefix, tokenizer = model.document_prefix, load_tokenizer(model.path)
         names = taxonomy.names
-        examples = [(n, e) for n, i in enumerate(taxonomy.intents) for e in i.examples]
-        tickets = [
-            (ticket_input(tokenizer, s, b, built["max_tokens"], prefix), label)
-            for s, b, label in history.tickets
-        ]
-        texts = [prefix + e for _, e in examples] + [t for t, _ in tickets]
-        labels = [n for n, _ in examples] + [
-            OUT_OF_SCOPE if label == UNKNOWN else names.index(label) for _, label in tickets
-        ]
-        inputs = [prefix + i.description for i in taxonomy.intents] + texts
+        texts, labels = labelled_texts(taxonomy, history, model, built["max_tokens"])
+        inputs = [model.document_prefix + i.description for i in taxonomy.intents] + texts
         vectors = normalised(np.asarray(embedder.embed(inputs), dtype=np.float32))
         pool = TrainingPool(
             names,
@@ -297,7 +405,7 @@ class TicketProduct(ReviewedGenerations):
             vectors[len(names) :],
             np.asarray(labels, dtype=int),
             texts,
-            labelled_tickets=len(tickets),
+            labelled_tickets=len(history.tickets),
         )
         dropped = history.dropped_summary()
         try:
@@ -309,6 +417,8 @@ class TicketProduct(ReviewedGenerations):
                 Thresholds(built["min_confidence"], built["min_margin"]),
                 # a generation recorded before calibration was trained without it
                 training.get("calibration", NO_CALIBRATION),
+                # a fine-tuned encoder learned from every fold but this one
+                ENCODER_HELD_OUT if training.get("fine_tune") else None,
             )
         except LabelsRefusedError as error:
             if dropped is None:
@@ -318,6 +428,11 @@ class TicketProduct(ReviewedGenerations):
             "labels_not_in_taxonomy": dropped,
             "history_days_missing": history.missing_days or None,
         }
+        tuned = training.get("fine_tune")
+        encoder = self.encoders.report(tuned["key"]) if tuned is not None else None
+        if encoder is not None:  # the encoder's training, against the nightly window
+            window = self.config.schedule.window_minutes
+            notes["fine_tune"] = {**encoder.as_dict(), "window_minutes": window}
         return classifier, report, notes
 
     def _prototype_classifier(
@@ -374,10 +489,36 @@ class TicketProduct(ReviewedGenerations):
         embedder = embedder_for(self.model_for(record))
         return self.classify_texts(texts, embedder, record)
 
-    @staticmethod
-    def model_for(record: GenerationRecord) -> ResolvedModel:
-        """The model a generation was built with."""
-        return resolve_model(ModelConfig.model_validate(json.loads(record.model_config)["model"]))
+    def _encoder_texts(self) -> tuple[list[str], list[int]]:
+        """What the encoder is fine-tuned on: this configuration's taxonomy examples and
+        labelled tickets, with their intents' numbers, less the fold that then validates the
+        head (`training.encoder_texts`)."""
+        texts, labels = labelled_texts(
+            self.taxonomy, self.history, self.base_model, self.settings.max_tokens
+        )
+        learns = encoder_texts(labels, texts, self.settings.training.validation_fraction)
+        return [t for t, k in zip(texts, learns, strict=True) if k], [
+            n for n, k in zip(labels, learns, strict=True) if k
+        ]
+
+    def model_for(self, record: GenerationRecord) -> ResolvedModel:
+        """The encoder a generation was built with: its configured model, or that model
+        fine-tuned (its folder checked; trained again only under this configuration)."""
+        built = json.loads(record.model_config)
+        base = resolve_model(ModelConfig.model_validate(built["model"]))
+        tuned = built.get("training", {}).get("fine_tune")
+        if tuned is None:
+            return base
+        if tuned["key"] == self.encoder_key:
+            return self.model
+        folder = self.encoders.verified(tuned["key"])
+        if folder is None:
+            raise ConfigError(
+                f"generation {record.index_name}'s fine-tuned encoder is not under "
+                f"{self.encoders.root} (dropped, or damaged); it can be trained again only "
+                "under the configuration that built it"
+            )
+        return fine_tuned_model(base, tuned["key"], folder)
 
     def day_report(self, day: str, examples: int = 2) -> dict:
         """A day under the live generation: the intent mix, unknown rate, confidence spread,

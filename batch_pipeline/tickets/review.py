@@ -7,6 +7,8 @@
   frequent confusions, and the expected calibration error of the top answers' confidences
   (`ece`; `ece_uncalibrated` with the head's own scores, where they are calibrated), which
   the gate does not compare.
+- Baseline: a generation whose encoder is fine-tuned must be strictly more accurate than the
+  same generation on the frozen encoder (`tickets.training.fine_tune`).
 """
 
 import json
@@ -17,7 +19,7 @@ import numpy as np
 
 from batch_pipeline.config import TicketEvaluationConfig
 from batch_pipeline.config.taxonomy import parse_taxonomy
-from batch_pipeline.generations.evaluation import eval_set_version
+from batch_pipeline.generations.evaluation import Baseline, eval_set_version
 from batch_pipeline.generations.review import Completeness, EmbedderFor
 from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.tickets.calibration import expected_calibration_error
@@ -32,6 +34,7 @@ from batch_pipeline.tickets.intent_store import IntentStore
 # What a generation predicts for (subject, body) pairs, with the models `embedder_for` loads.
 Predict = Callable[[GenerationRecord, list[tuple[str, str]], EmbedderFor], list[Prediction]]
 DAYS_NAMED = 3  # a refusal names at most this many days to backfill
+FROZEN = "the frozen encoder"  # how the gate names a fine-tuned generation's baseline
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class AccuracyScorer:
 
     evaluation: TicketEvaluationConfig
     predict: Predict
+    # a fine-tuned generation's: the scores of the same generation on the frozen encoder
+    frozen: Callable[[EmbedderFor], dict[str, float]] | None = None
 
     @property
     def tolerance(self) -> float:
@@ -88,6 +93,13 @@ class AccuracyScorer:
             **calibration_errors(labels, predictions),
             **intent_figures(labels, predicted),
         }
+
+    def baseline(self, embedder_for: EmbedderFor) -> Baseline | None:
+        """A fine-tuned generation must be more accurate than the frozen encoder's (the same
+        taxonomy, history and head, on the configured model as it ships); None otherwise."""
+        if self.frozen is None:
+            return None
+        return Baseline(FROZEN, self.frozen(embedder_for), ("accuracy",))
 
 
 def calibration_errors(labels: list[str], predictions: list[Prediction]) -> dict[str, float]:

@@ -26,6 +26,12 @@ looks like, and with them the threshold is no lower than where held-out accuracy
 threshold only guards against confusions between intents. Fixed `min_confidence` and
 `min_margin` in the configuration replace it; the report then says how many right held-out
 answers they discard.
+
+Where the encoder is fine-tuned on the labelled texts (`tickets.training.fine_tune`), a text
+it learned from is no longer held out for the head: its vector was pulled towards its intent.
+The encoder then learns from every fold but one (`ENCODER_HELD_OUT`), and that fold alone
+validates, calibrates and sets the threshold (`held_out_fold`); the kept head still trains
+on everything.
 """
 
 import hashlib
@@ -147,6 +153,9 @@ class TrainingReport:
         return dict(self.__dict__)
 
 
+ENCODER_HELD_OUT = 0  # the fold a fine-tuned encoder does not learn from
+
+
 def _hash_rank(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -163,12 +172,28 @@ def folds_of(labels: np.ndarray, texts: Sequence[str], folds: int) -> np.ndarray
     return fold
 
 
-def held_out_scores(kind: str, pool: TrainingPool, fold: np.ndarray, folds: int) -> np.ndarray:
+def fold_count(validation_fraction: float) -> int:
+    """k of the k-fold validation: 1 / `validation_fraction`, at least 2."""
+    return max(2, round(1 / validation_fraction))
+
+
+def encoder_texts(
+    labels: Sequence[int], texts: Sequence[str], validation_fraction: float
+) -> np.ndarray:
+    """Which labelled texts a fine-tuned encoder may learn from: all but the fold
+    `ENCODER_HELD_OUT`, which then validates the head on vectors the encoder never fitted."""
+    fold = folds_of(np.asarray(labels), texts, fold_count(validation_fraction))
+    return fold != ENCODER_HELD_OUT
+
+
+def held_out_scores(
+    kind: str, pool: TrainingPool, fold: np.ndarray, folds: int, only: int | None = None
+) -> np.ndarray:
     """Every validated text's scores from a head of `kind` trained without its fold (rows of
-    texts that always train stay zero)."""
+    texts that always train stay zero); with `only`, the texts of that fold alone."""
     scores = np.zeros((len(pool.labels), len(pool.names)), np.float32)
     trains = pool.labels != OUT_OF_SCOPE
-    for k in range(folds):
+    for k in range(folds) if only is None else (only,):
         held = fold == k
         if held.any():
             head = fit_head(kind, pool, np.flatnonzero(trains & ~held))
@@ -291,8 +316,10 @@ def train_classifier(
     target_precision: float = 0.95,
     thresholds: Thresholds = Thresholds(),
     calibration: str = TEMPERATURE,
+    held_out_fold: int | None = None,
 ) -> tuple[IntentClassifier, TrainingReport]:
-    """Choose, calibrate and train a classifier on the pool (see the module docstring)."""
+    """Choose, calibrate and train a classifier on the pool (see the module docstring);
+    with `held_out_fold`, only that fold validates (the rest trained the encoder)."""
     if calibration not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {calibration!r}; calibrations: {CALIBRATIONS}")
     started = time.perf_counter()
@@ -308,9 +335,9 @@ def train_classifier(
     for kind in candidates:
         if kind not in HEADS:  # before any training: fail at once, not after a first fit
             raise unknown_classifier(kind)
-    folds = max(2, round(1 / validation_fraction))
+    folds = fold_count(validation_fraction)
     fold = folds_of(pool.labels, pool.texts, folds)
-    validation = np.flatnonzero(fold >= 0)
+    validation = np.flatnonzero(fold >= 0 if held_out_fold is None else fold == held_out_fold)
     notes = []
     scores: dict[str, float] = {}
     held: dict[str, np.ndarray] = {}
@@ -318,7 +345,7 @@ def train_classifier(
     in_scope = truth != OUT_OF_SCOPE
     if in_scope.any():
         for kind in candidates:
-            scored = held_out_scores(kind, pool, fold, folds)[validation]
+            scored = held_out_scores(kind, pool, fold, folds, held_out_fold)[validation]
             held[kind] = scored
             hits = scored.argmax(axis=1)[in_scope] == truth[in_scope]
             scores[kind] = round(float(hits.mean()), 4)

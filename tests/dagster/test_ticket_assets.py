@@ -49,6 +49,18 @@ def asset_resources(config: Path, home: Path) -> dict[str, object]:
     }
 
 
+def materialised_day(config: Path, home: Path, day: str = "2026-11-29"):  # noqa: ANN201
+    """The five ticket assets materialised for `day`: the result (a success) and the assets."""
+    defs = build_definitions(config)
+    assets = [defs.get_assets_def(stage.asset) for stage in TICKET_STAGES]
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            assets, partition_key=day, instance=instance, resources=asset_resources(config, home)
+        )
+    assert result.success
+    return result, assets
+
+
 def test_the_daily_schedule_targets_yesterday_in_the_configured_time_zone(tmp_path):
     config = ticket_workspace(tmp_path, timezone="America/New_York")
     defs = build_definitions(config)
@@ -68,42 +80,31 @@ def test_the_daily_schedule_targets_yesterday_in_the_configured_time_zone(tmp_pa
 
 def test_a_day_materialises_with_its_intent_mix_and_checks(tmp_path):
     config = ticket_workspace(tmp_path)
-    defs = build_definitions(config)
-    resources = asset_resources(config, tmp_path / "home")
-    assets = [defs.get_assets_def(stage.asset) for stage in TICKET_STAGES]
+    result, assets = materialised_day(config, tmp_path / "home")
     assert {a.group_names_by_key[a.key] for a in assets} == {"ticket_intents"}
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            assets, partition_key="2026-11-29", instance=instance, resources=resources
-        )
-        assert result.success
-        (event,) = result.asset_materializations_for_node("ticket_intents")
-        meta = metadata_values(event.metadata)
-        # the mix is one table, not a chart per intent
-        assert not [
-            k
-            for k in meta
-            if k.startswith("intent_") and k not in ("intent_mix", "intent_mix_shift")
-        ]
-        mix = [record.data for record in meta["intent_mix"].records]
-        assert len(mix) == 16  # 15 intents and unknown, zeros included
-        assert sum(row["tickets"] for row in mix) == meta["tickets_classified"] == 309
-        assert [row["tickets"] for row in mix] == sorted(
-            (row["tickets"] for row in mix), reverse=True
-        )
-        assert meta["tickets_failed"] == 3
-        assert 0 <= meta["unknown_rate"] < 0.1 and meta["mean_confidence"] > 0.5
-        assert meta["review_decision"] == "promoted"
-        assert "generation_generation" not in meta and "review_generation" not in meta
-        assert not any(key.startswith("documents_") for key in meta)  # tickets, in tickets
-        assert meta["tickets_attempted"] == 312 and "model_fingerprint:" in meta["fingerprints"]
-        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-        assert checks["day_complete"].passed
-        assert checks["no_mass_deletion_held"].passed  # a first day removes nothing
-        assert checks["intent_mix_shift"].passed  # no trailing days yet: nothing to compare
-        assert checks["intent_mix_shift"].severity == dg.AssetCheckSeverity.WARN
-        exports = result.asset_materializations_for_node("ticket_exports")[0].metadata
-        assert figure(exports["failed_duplicate_id"].value) == 1
+    (event,) = result.asset_materializations_for_node("ticket_intents")
+    meta = metadata_values(event.metadata)
+    # the mix is one table, not a chart per intent
+    assert not [
+        k for k in meta if k.startswith("intent_") and k not in ("intent_mix", "intent_mix_shift")
+    ]
+    mix = [record.data for record in meta["intent_mix"].records]
+    assert len(mix) == 16  # 15 intents and unknown, zeros included
+    assert sum(row["tickets"] for row in mix) == meta["tickets_classified"] == 309
+    assert [row["tickets"] for row in mix] == sorted((row["tickets"] for row in mix), reverse=True)
+    assert meta["tickets_failed"] == 3
+    assert 0 <= meta["unknown_rate"] < 0.1 and meta["mean_confidence"] > 0.5
+    assert meta["review_decision"] == "promoted"
+    assert "generation_generation" not in meta and "review_generation" not in meta
+    assert not any(key.startswith("documents_") for key in meta)  # tickets, in tickets
+    assert meta["tickets_attempted"] == 312 and "model_fingerprint:" in meta["fingerprints"]
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["day_complete"].passed
+    assert checks["no_mass_deletion_held"].passed  # a first day removes nothing
+    assert checks["intent_mix_shift"].passed  # no trailing days yet: nothing to compare
+    assert checks["intent_mix_shift"].severity == dg.AssetCheckSeverity.WARN
+    exports = result.asset_materializations_for_node("ticket_exports")[0].metadata
+    assert figure(exports["failed_duplicate_id"].value) == 1
 
 
 def test_the_export_sensor_launches_a_day_whose_export_arrived_late(tmp_path):
@@ -178,3 +179,27 @@ def test_a_stage_without_its_upstream_fails_once_not_retried(tmp_path):
         assert "ticket_exports has no materialisation for partition '2026-11-29'" in str(
             failure.event_specific_data.error
         )
+
+
+def test_a_fine_tuned_day_reports_its_training_minutes_against_the_window(tmp_path):
+    """`tickets.training.fine_tune` in Dagster: the inference resource embeds with the
+    fine-tuned encoder (its own model fingerprint), and the asset says how long training
+    took beside the nightly window."""
+    config = ticket_workspace(tmp_path)
+    config.write_text(
+        config.read_text()
+        + '  training: {start: "2026-11-23", end: "2026-11-24", '
+        + "fine_tune: {steps: 2, batch_pairs: 4}}\n"
+    )
+    result, _ = materialised_day(config, tmp_path / "home")
+    (event,) = result.asset_materializations_for_node("ticket_intents")
+    meta = metadata_values(event.metadata)
+    assert meta["encoder_fine_tune_minutes"] > 0 and meta["window_minutes"] == 240
+    assert meta["classifier"].startswith("encoder fine-tuned (2 of 2 steps, ")
+    from batch_pipeline.config import load_config
+    from batch_pipeline.state.storage import resolve_storage
+    from batch_pipeline.tickets.product import TicketProduct
+
+    product = TicketProduct(load_config(config), resolve_storage(str(tmp_path / "home")))
+    assert meta["model_fingerprint"] == product.model_fingerprint
+    assert product.encoders.verified(product.encoder_key) is not None
