@@ -18,6 +18,7 @@ finds it no worse than live. Rollback is the registry's.
 
 import io
 import json
+import uuid
 from collections.abc import Callable
 from datetime import date, timedelta
 from functools import cached_property
@@ -74,6 +75,8 @@ from batch_pipeline.tickets.training import (
     encoder_texts,
     train_classifier,
 )
+
+ENCODER_WAIT_SLACK = 600  # seconds past a fine-tuning's budget another run waits for it
 
 
 def tickets_config(config: PipelineConfig) -> TicketsConfig:
@@ -195,7 +198,15 @@ class TicketProduct(ReviewedGenerations):
         recipe = self.settings.training.fine_tune
         if recipe is None or self.encoder_key is None:
             return self.base_model
-        return self.encoders.ready(self.encoder_key, self.base_model, recipe, self._encoder_texts)
+        # one process trains it; the others (a backfill's days) wait and read it back
+        with self.tracking.landing_lease(
+            f"encoder:{self.name}:{self.encoder_key}",
+            owner=f"encoder training {uuid.uuid4().hex[:8]}",
+            wait_seconds=recipe.max_minutes * 60 + ENCODER_WAIT_SLACK,
+        ):
+            return self.encoders.ready(
+                self.encoder_key, self.base_model, recipe, self._encoder_texts
+            )
 
     @cached_property
     def taxonomy(self) -> Taxonomy:

@@ -129,3 +129,48 @@ def test_training_stops_at_its_minutes_and_needs_two_intents_to_pair(model, tmp_
     assert report.pairs_per_step == 2 and report.intents == 2
     with pytest.raises(ConfigError, match="at least two intents with two labelled texts"):
         train_encoder(model, texts, [0, 0, 1, -1], FineTuneConfig(), tmp_path / "b", "k")
+
+
+def slow_training_run(config: str, home: str, marks: str) -> None:
+    """A run that needs the fine-tuned encoder (in a process of its own), whose training is a
+    stand-in that takes two seconds and marks that it ran."""
+    import os
+    import time
+    from pathlib import Path
+
+    from batch_pipeline.config import load_config
+    from batch_pipeline.state.storage import resolve_storage
+    from batch_pipeline.tickets import fine_tune
+    from batch_pipeline.tickets.product import TicketProduct
+
+    def slow_training(base, texts, labels, recipe, out, key, clock=time.monotonic):  # noqa: ANN001, ANN202
+        (Path(marks) / str(os.getpid())).write_text(key)
+        time.sleep(2.0)  # long enough for every other run to find the lease held
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text("{}")
+        return fine_tune.FineTuneReport(key, 1, 1, 2.0, "steps", len(texts), 2, 2, 0.5)
+
+    fine_tune.train_encoder = slow_training
+    TicketProduct(load_config(Path(config)), resolve_storage(home)).model  # noqa: B018
+
+
+def test_runs_that_need_one_encoder_at_once_train_it_once(tmp_path):
+    """A backfill's days start together, each in a process of its own: one trains the
+    encoder, the others wait for it under a lease in the tracking store and read it back."""
+    import multiprocessing
+
+    marks = tmp_path / "trainings"
+    marks.mkdir()
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    with_fine_tune(workspace, "{steps: 1, batch_pairs: 4}")
+    product = workspace.product()
+    args = (str(workspace.config), str(workspace.home), str(marks))
+    spawn = multiprocessing.get_context("spawn")
+    runs = [spawn.Process(target=slow_training_run, args=args) for _ in range(3)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(timeout=300)
+    assert [run.exitcode for run in runs] == [0, 0, 0]
+    assert len(list(marks.iterdir())) == 1  # trained once
+    assert product.encoders.verified(product.encoder_key) is not None
