@@ -90,17 +90,30 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
 
 
 class _Reader:
-    """One daemon thread that reads files in turn, handed them one at a time."""
+    """One daemon thread that reads files in turn, handed them one at a time. The thread
+    ends after `idle_seconds` without a file and the next read starts another, so a process
+    that opens many sources (a sensor's ticks, a test session) keeps no idle threads."""
 
-    def __init__(self, read) -> None:  # noqa: ANN001 - FilesystemSource.read
-        self._read = read
+    IDLE_SECONDS = 2.0
+
+    def __init__(self, read, idle_seconds: float | None = None) -> None:  # noqa: ANN001
+        self._read = read  # FilesystemSource.read
+        self._idle = self.IDLE_SECONDS if idle_seconds is None else idle_seconds
         self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="source-read", daemon=True).start()
+        self._lock = threading.Lock()
+        self._serving = False
 
     def _serve(self) -> None:
         while True:
-            doc_id = self._jobs.get()
+            try:
+                doc_id = self._jobs.get(timeout=self._idle)
+            except queue.Empty:
+                with self._lock:  # a read hands its job over under this lock
+                    if self._jobs.empty():
+                        self._serving = False
+                        return
+                continue
             try:
                 self._results.put(self._read(doc_id))
             except BaseException as error:  # handed back to the caller's thread
@@ -108,7 +121,11 @@ class _Reader:
 
     def read(self, doc_id: str, timeout: float) -> RawDocument:
         """The file's bytes; raises what the read raised, or queue.Empty after `timeout`."""
-        self._jobs.put(doc_id)
+        with self._lock:
+            self._jobs.put(doc_id)
+            if not self._serving:
+                self._serving = True
+                threading.Thread(target=self._serve, name="source-read", daemon=True).start()
         result = self._results.get(timeout=timeout)
         if isinstance(result, BaseException):
             raise result

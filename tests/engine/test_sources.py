@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from batch_pipeline.sources import DocumentReadError, SourceUnavailableError
-from batch_pipeline.sources.filesystem import FilesystemSource
+from batch_pipeline.sources.filesystem import FilesystemSource, _Reader
 from batch_pipeline.sources.s3 import S3Source
 from batch_pipeline.sources.sql import SqlSource
 
@@ -135,6 +135,27 @@ def test_a_hung_read_holds_a_look_no_longer_than_its_hashing_time(tmp_path):
     assert time.monotonic() - started < 30  # not the 600 s read timeout
     assert [e.doc_id for e in look.changed] == ["a.md"]
     assert look.state["a.md"][1] is None  # unreadable: a change again at the next look
+
+
+def test_sources_leave_no_idle_reader_threads_behind(tmp_path, monkeypatch):
+    """Every source read through a worker thread; before the fix each kept its thread for
+    the process's life (a test session held a hundred)."""
+    monkeypatch.setattr(_Reader, "IDLE_SECONDS", 0.1)
+    (tmp_path / "a.md").write_text("one")
+
+    def readers() -> int:
+        return sum(t.name == "source-read" and t.is_alive() for t in threading.enumerate())
+
+    before = readers()
+    sources = [FilesystemSource(tmp_path, "*.md") for _ in range(20)]
+    for source in sources:
+        assert source.read_within_timeout("a.md").data == b"one"
+    deadline = time.monotonic() + 10
+    while readers() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert readers() == before
+    # an idle source reads again: its reader starts anew
+    assert sources[0].read_within_timeout("a.md").data == b"one"
 
 
 def test_s3_lists_reads_and_detects_changes(s3_bucket):
