@@ -43,21 +43,8 @@ from batch_pipeline.inference.vllm_generator import (  # noqa: E402
 )
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
 from batch_pipeline.tickets.cascade import choose_threshold  # noqa: E402
+from batch_pipeline.tickets.escalation import SYSTEM, answer_schema  # noqa: E402
 from batch_pipeline.tickets.product import TicketProduct  # noqa: E402
-
-SYSTEM = (
-    "You route customer requests. Answer with the one intent below that the request asks "
-    "for, or unknown if none fits.\nIntents: {intents}"
-)
-
-
-def schema(names: list[str]) -> dict:
-    return {
-        "type": "object",
-        "properties": {"intent": {"type": "string", "enum": [*names, UNKNOWN]}},
-        "required": ["intent"],
-        "additionalProperties": False,
-    }
 
 
 def ask(generator: VllmGenerator, names: list[str], texts: list[str]) -> tuple[list[str], float]:
@@ -65,7 +52,7 @@ def ask(generator: VllmGenerator, names: list[str], texts: list[str]) -> tuple[l
     system = SYSTEM.format(intents=", ".join(names))
     prompts = [Prompt(f"t{n}", system, text) for n, text in enumerate(texts)]
     started = time.perf_counter()
-    outputs = generator.generate(prompts, Sampling(max_tokens=24), schema(names))
+    outputs = generator.generate(prompts, Sampling(max_tokens=24), answer_schema(names))
     answers = []
     for output in outputs:
         try:

@@ -16,7 +16,7 @@ from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.reports.text import printable
 from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.product import TicketProduct
-from batch_pipeline.tickets.report import classifier_line, evaluation_line
+from batch_pipeline.tickets.report import classifier_line, day_report, evaluation_line
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def intents(product: TicketProduct, args: argparse.Namespace) -> int:
-    report = product.day_report(args.day, args.examples)
+    report = day_report(product, args.day, args.examples)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

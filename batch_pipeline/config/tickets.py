@@ -184,6 +184,52 @@ class TicketTrainingConfig(_Strict):
         return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
+class CascadeConfig(_Strict):
+    """Send the tickets the classifier is least sure of to a chat model, answering from the
+    taxonomy's intents (or `unknown`) under a JSON schema's `enum`, with a threshold chosen
+    so that the combined accuracy meets `target_accuracy` with probability at least
+    1 - `delta` (`batch_pipeline.tickets.cascade`). Part of the generation: changing it is a
+    new generation that must pass the gate."""
+
+    target_accuracy: float = Field(
+        gt=0,
+        le=1,
+        description="The accuracy the classifier and the chat model together must reach on "
+        "tickets drawn as the held-out labelled ones are.",
+    )
+    delta: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="The chance allowed that the cascade misses target_accuracy (the bound's "
+        "failure probability).",
+    )
+    label_budget: int = Field(
+        default=1000,
+        ge=10,
+        description="At most this many held-out labelled tickets choose the threshold (the "
+        "chat model answers each once).",
+    )
+    executor: Literal["vllm", "vllm-run-batch"] = Field(
+        default="vllm",
+        description="Where the chat model runs: vllm (in the run's process) or "
+        "vllm-run-batch (vLLM's `run-batch` in a subprocess).",
+    )
+    chat_model: Path | None = Field(
+        default=None,
+        description="The chat model's folder (relative to the config); default the shipped "
+        "SmolLM2-135M-Instruct (or $BATCH_PIPELINE_CHAT_MODEL).",
+    )
+    max_tokens: int = Field(
+        default=32,
+        ge=8,
+        le=512,
+        description="Output tokens allowed for the chat model's answer (one intent's name).",
+    )
+
+    _resolve_chat_model = field_validator("chat_model")(_existing_folder)
+
+
 class TicketsConfig(_Strict):
     """Nightly ticket intent classification: one daily partition per day of tickets."""
 
@@ -233,6 +279,11 @@ class TicketsConfig(_Strict):
         ge=0,
         le=2,
         description="Fixed: below this gap to the second intent a ticket is `unknown`.",
+    )
+    cascade: CascadeConfig | None = Field(
+        default=None,
+        description="Send the least sure tickets to a chat model, with an accuracy guarantee "
+        "(off unless set).",
     )
     max_mix_shift: float = Field(
         default=0.25,

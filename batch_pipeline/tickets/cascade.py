@@ -140,7 +140,7 @@ def choose_threshold(
             None, target_accuracy, delta, n, len(cuts), base,
             accuracy_lower_bound(base, n, alpha), 0.0, head_accuracy,
             f"no threshold makes the cascade {target_accuracy:.1%} accurate with probability "
-            f"{1 - delta:.0%} on {n} labelled tickets (at best {right} right): nothing "
+            f"{1 - delta:.0%} on {n} held-out labelled texts (at best {right} right): nothing "
             "escalates; label more tickets, lower the target, or use a better chat model",
         )  # fmt: skip
     i, right, bound = best
@@ -148,7 +148,7 @@ def choose_threshold(
     note = (
         "the classifier alone meets the target: nothing escalates"
         if i == 0
-        else f"{i} of {n} labelled tickets escalate; the cascade is right on {right}"
+        else f"{i} of {n} held-out labelled texts escalate; the cascade is right on {right}"
     )
     return CascadePlan(threshold, target_accuracy, delta, n, len(cuts), right, bound,
                        i / n, head_accuracy, note)  # fmt: skip

@@ -41,4 +41,11 @@ TICKET_COLUMN_DESCRIPTIONS: dict[str, str] = {
     "taxonomy_version": "Hash of the taxonomy file the ticket was classified against.",
     "run_id": "The run that classified the ticket.",
     "classified_at": "When the ticket was classified (UTC).",
+    # with tickets.cascade
+    "head_intent": "The classifier's intent, before the cascade: intent differs where the chat "
+    "model answered otherwise.",
+    "answered_by": "Which model gave intent: classifier, or the cascade's chat model (by name) "
+    "where the ticket's confidence (the classifier's) was under the cascade's threshold.",
+    "answer_cost": "What the chat model's answer cost, in the cost section's currency (its "
+    "share of the ask's device time); 0 where the classifier answered.",
 }

@@ -22,6 +22,9 @@ The encoder is a model of its own:
   checked before they load; a folder that fails the check is trained again, with a warning
   naming why;
 - training stops at `steps` or at `max_minutes`, whichever comes first, and says which;
+- runs that need it at once (a backfill's days) train it once: the first holds a lease in
+  the tracking store (`encoder:<product>:<key>`), the others wait for it and read it back; a
+  run that finds the folder checked takes no lease;
 - its folder is removed when the last generation using it is dropped.
 """
 
@@ -94,13 +97,18 @@ def encoder_key(
     )
 
 
+def fine_tuned_name(base_name: str, key: str) -> str:
+    """The fine-tuned encoder's name, as runs, rows and reports show it."""
+    return f"{base_name} fine-tuned {key}"
+
+
 def fine_tuned_model(base: ResolvedModel, key: str, folder: Path) -> ResolvedModel:
     """The fine-tuned encoder as a model: the base model's settings, its own folder, and an
     identity that is the base model's and the key (not its files' hash, which training on
     another machine need not reproduce bit for bit)."""
     return replace(
         base,
-        name=f"{base.name} fine-tuned {key}",
+        name=fine_tuned_name(base.name, key),
         path=folder,
         files_hash=fingerprint_of({"base": base.files_hash, "fine_tune": key}),
     )
@@ -110,8 +118,10 @@ def intent_groups(texts: Sequence[str], labels: Sequence[int]) -> dict[int, list
     """The texts of each intent that has two or more (those that can form a pair); labels
     below zero (`unknown`, out of scope) belong to none."""
     groups: dict[int, list[str]] = defaultdict(list)
+    seen: set[tuple[int, str]] = set()
     for text, label in zip(texts, labels, strict=True):
-        if label >= 0 and text not in groups[label]:
+        if label >= 0 and (label, text) not in seen:
+            seen.add((label, text))
             groups[label].append(text)
     return {label: group for label, group in groups.items() if len(group) >= 2}
 

@@ -13,8 +13,16 @@ import pyarrow.compute as pc
 
 from batch_pipeline.state.vector_store import VectorStore, commit_with_retries, sql_literal
 
+CLASSIFIER = "classifier"  # answered_by for a ticket the classifier answered
 
-def intent_schema(dim: int) -> pa.Schema:
+
+def intent_schema(dim: int, cascade: bool = False) -> pa.Schema:
+    """A ticket generation's rows; with a cascade, which model answered and at what cost."""
+    escalation = [
+        pa.field("head_intent", pa.string(), nullable=False),
+        pa.field("answered_by", pa.string(), nullable=False),
+        pa.field("answer_cost", pa.float64(), nullable=False),
+    ]
     return pa.schema(
         [
             pa.field("ticket_id", pa.string(), nullable=False),
@@ -31,6 +39,7 @@ def intent_schema(dim: int) -> pa.Schema:
             pa.field("taxonomy_version", pa.string(), nullable=False),
             pa.field("run_id", pa.string(), nullable=False),
             pa.field("classified_at", pa.timestamp("us", tz="UTC"), nullable=False),
+            *(escalation if cascade else []),
         ]
     )
 
@@ -61,11 +70,12 @@ class IntentStore:
         days = self.store.scan(index, ["day"])["day"]
         return sorted(pc.unique(days).to_pylist()) if len(days) else []
 
-    def replace_day(self, index: str, day: date | str, rows: pa.Table, dim: int) -> int:
-        """Make the day's rows exactly `rows`, in one commit; returns the table version."""
+    def replace_day(self, index: str, day: date | str, rows: pa.Table) -> int:
+        """Make the day's rows exactly `rows` (of `intent_schema`), in one commit; returns the
+        table version."""
         table = self.store.open(index)
         if table is None:
-            table = self.store.create_table(index, intent_schema(dim))
+            table = self.store.create_table(index, rows.schema)
         data = rows.cast(table.schema)
         commit_with_retries(
             table,

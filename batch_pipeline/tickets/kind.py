@@ -56,11 +56,18 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 
 def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
-    """The ticket intents; an S3 export is read through `env.s3_client` where one is given."""
+    """The ticket intents; an S3 export is read through `env.s3_client` where one is given,
+    and the cascade's chat model is `env.generator` where one is given."""
     return TicketIntents(
         TicketProduct(
-            env.config, env.storage, env.tracking, env.store, env.s3_client, env.execution
-        )
+            env.config,
+            env.storage,
+            env.tracking,
+            env.store,
+            env.s3_client,
+            env.execution,
+            env.generator,
+        )  # fmt: skip
     )
 
 

@@ -7,6 +7,11 @@ answered yet (`ExecuteAnswers.awaited`) keeps its earlier row, if it had one, an
 classified nor failed: the run that collects the answer lands it. All of it is one commit
 scoped to the day (`IntentStore.replace_day`); with nothing to change there is no commit, so
 replaying a run changes nothing.
+
+With a cascade (`tickets.cascade`), the tickets classified now whose confidence is under the
+generation's threshold are sent to its chat model before the commit; a valid answer replaces
+the classifier's intent, and the row records which model answered and at what cost. A ticket
+whose row is kept is not asked again, so a rerun escalates nothing already answered.
 """
 
 from collections.abc import Callable
@@ -23,7 +28,8 @@ from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
 from batch_pipeline.tickets.classify import IntentClassifier
 from batch_pipeline.tickets.collect import failure_key
-from batch_pipeline.tickets.intent_store import IntentStore, intent_schema
+from batch_pipeline.tickets.escalation import ChatAnswer, DayCascade
+from batch_pipeline.tickets.intent_store import CLASSIFIER, IntentStore, intent_schema
 from batch_pipeline.tickets.mix import IntentMix
 
 
@@ -45,6 +51,11 @@ class TicketLandSummary:
     tickets_unchanged: int = 0
     tickets_removed: int = 0
     tickets_awaiting: int = 0  # a provider has yet to answer for them: the next run lands them
+    # the cascade's, of the tickets classified now: sent to the chat model, answered by it
+    # (valid answers), and what its answers cost
+    tickets_escalated: int = 0
+    tickets_chat_answered: int = 0
+    escalation_cost: float = 0.0
     table_version: int | None = None
     committed: bool = False
     failures: list[FailureRecord] = field(default_factory=list)
@@ -58,6 +69,15 @@ class TicketLandSummary:
             "tickets_removed": self.tickets_removed,
             "tickets_failed": len(self.failures),
             "tickets_awaiting": self.tickets_awaiting,
+            **(
+                {
+                    "tickets_escalated": self.tickets_escalated,
+                    "tickets_chat_answered": self.tickets_chat_answered,
+                    "escalation_cost": round(self.escalation_cost, 6),
+                }
+                if self.tickets_escalated
+                else {}
+            ),
             "committed": self.committed,
             **self.mix.metadata(self.intents),
         }
@@ -72,6 +92,18 @@ def _vectors_by_input(embeddings: StagePath | Path) -> dict[str, np.ndarray]:
     return vectors
 
 
+def escalated(head_intent: str, answer: ChatAnswer | None, cascade: DayCascade) -> dict:
+    """A row's cascade columns: the chat model's intent where it answered validly (the
+    `intent` key overrides the classifier's), which model answered, and the answer's cost."""
+    columns = {"head_intent": head_intent, "answered_by": CLASSIFIER, "answer_cost": 0.0}
+    if answer is None:
+        return columns
+    columns["answer_cost"] = answer.cost  # an invalid answer was paid for too
+    if answer.intent is not None:
+        columns.update(intent=answer.intent, answered_by=cascade.model_name)
+    return columns
+
+
 def land_day(
     intents: IntentStore,
     target: DayTarget,
@@ -80,13 +112,16 @@ def land_day(
     known_vectors: Callable[[], dict[str, np.ndarray]],
     classifier: Callable[[], IntentClassifier],
     hold_deletions: Callable[[int, int], str | None],
+    cascade: DayCascade | None = None,
 ) -> TicketLandSummary:
     """Classify and write the day (see the module docstring). `known_vectors()` gives vectors
     this model computed before, by input hash; `classifier()` is only called if some ticket
     needs classifying. Tickets gone from the export that `hold_deletions` (the run frame's
     mass-deletion guard) holds back keep their rows: an export that shrank that far is more
-    likely broken."""
+    likely broken. `cascade` sends the least sure of the tickets classified to a chat model
+    (see the module docstring)."""
     summary = TicketLandSummary()
+    schema = intent_schema(target.dimension, cascade is not None)
     columns = ["ticket_id", "channel", "input_hash", "input_text"]
     inputs = read_table(inputs_path, columns).to_pylist()
     existing = intents.day_rows(target.index, target.day)
@@ -109,7 +144,7 @@ def land_day(
         keep += gone
     else:
         summary.tickets_removed = len(gone)
-    new_rows = pa.Table.from_pylist([], schema=intent_schema(target.dimension))
+    new_rows = pa.Table.from_pylist([], schema=schema)
     if todo:
         computed = _vectors_by_input(embeddings_path)
         answers = ExecuteAnswers.of(embeddings_path)
@@ -139,6 +174,15 @@ def land_day(
         if ready:
             vectors = np.stack([v for _, v in ready]).astype(np.float32)
             predictions = classifier().classify(vectors)
+            answers = {}
+            if cascade is not None:
+                answers = cascade.escalate(
+                    [(row["input_hash"], row["input_text"]) for row, _ in ready],
+                    [p.confidence for p in predictions],
+                )
+                summary.tickets_escalated = len(answers)
+                summary.tickets_chat_answered = sum(a.intent is not None for a in answers.values())
+                summary.escalation_cost = sum(a.cost for a in answers.values())
             now = datetime.now(UTC)
             new_rows = pa.Table.from_pylist(
                 [
@@ -147,6 +191,11 @@ def land_day(
                         "day": target.day,
                         "channel": row["channel"],
                         "intent": p.intent,
+                        **(
+                            escalated(p.intent, answers.get(row["input_hash"]), cascade)
+                            if cascade is not None
+                            else {}
+                        ),
                         "confidence": p.confidence,
                         "top_intents": [name for name, _ in p.top],
                         "top_scores": [score for _, score in p.top],
@@ -160,14 +209,14 @@ def land_day(
                     }
                     for (row, vector), p in zip(ready, predictions, strict=True)
                 ],
-                schema=intent_schema(target.dimension),
+                schema=schema,
             )
             summary.tickets_classified = new_rows.num_rows
     kept = existing.take(pa.array(sorted(keep), pa.int64())) if keep else None
     changed = summary.tickets_classified or summary.tickets_removed
     if changed or not intents.store.has_table(target.index):
         day = pa.concat_tables([kept.cast(new_rows.schema), new_rows]) if kept else new_rows
-        summary.table_version = intents.replace_day(target.index, target.day, day, target.dimension)
+        summary.table_version = intents.replace_day(target.index, target.day, day)
         summary.committed = True
     else:
         table = intents.store.open(target.index)

@@ -149,6 +149,7 @@ class DayPartition(ProductPartition):
             self.known_vectors,
             lambda: product.classifier_for(record, request.load),
             run.hold_deletions,
+            product.day_cascade(record),
         )
         summary.intents = product.taxonomy.names
         summary.failures = collected_failures(collected_rows) + summary.failures

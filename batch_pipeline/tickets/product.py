@@ -21,7 +21,7 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import date, timedelta
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -31,14 +31,15 @@ from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.generations.registry import DROPPED
 from batch_pipeline.generations.review import (
     EmbedderFor,
-    NoLiveGenerationError,
     ReviewedGenerations,
 )
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import fingerprint_of
+from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
 from batch_pipeline.names import generation_index
 from batch_pipeline.sources import S3ClientFactory
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
@@ -49,6 +50,12 @@ from batch_pipeline.tickets.classify import (
     head_from_arrays,
     normalised,
 )
+from batch_pipeline.tickets.escalation import (
+    DayCascade,
+    Escalation,
+    cascade_plan,
+    vllm_engine,
+)
 from batch_pipeline.tickets.evaluation import load_labelled_tickets
 from batch_pipeline.tickets.exports import TicketExport, make_export
 from batch_pipeline.tickets.fine_tune import (
@@ -56,10 +63,10 @@ from batch_pipeline.tickets.fine_tune import (
     EncoderStore,
     encoder_key,
     fine_tuned_model,
+    fine_tuned_name,
 )
 from batch_pipeline.tickets.history import LabelledHistory, labelled_history
 from batch_pipeline.tickets.intent_store import IntentStore
-from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.partition import DayPartition
 from batch_pipeline.tickets.prepare import ticket_input
 from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
@@ -146,8 +153,10 @@ class TicketProduct(ReviewedGenerations):
         store: VectorStore | None = None,
         s3_client: S3ClientFactory | None = None,
         execution: ExecutorChoice | None = None,
+        generator: Generator | None = None,
     ) -> None:
         self.config = config
+        self.generator = generator  # the cascade's chat model (None: vLLM on its settings)
         self.execution = execution or ExecutorChoice()  # which executor embeds, and on what
         self.settings = tickets_config(config)
         self.storage = storage
@@ -187,8 +196,9 @@ class TicketProduct(ReviewedGenerations):
     def model_name(self) -> str:
         """The encoder's name, without training it: the configured model's, and the
         fine-tuned encoder's key where there is one."""
-        name = self.base_model.name
-        return name if self.encoder_key is None else f"{name} fine-tuned {self.encoder_key}"
+        if self.encoder_key is None:
+            return self.base_model.name
+        return fine_tuned_name(self.base_model.name, self.encoder_key)
 
     @cached_property
     def model(self) -> ResolvedModel:
@@ -198,6 +208,9 @@ class TicketProduct(ReviewedGenerations):
         recipe = self.settings.training.fine_tune
         if recipe is None or self.encoder_key is None:
             return self.base_model
+        folder = self.encoders.verified(self.encoder_key)
+        if folder is not None:  # trained: no lease to take
+            return fine_tuned_model(self.base_model, self.encoder_key, folder)
         # one process trains it; the others (a backfill's days) wait and read it back
         with self.tracking.landing_lease(
             f"encoder:{self.name}:{self.encoder_key}",
@@ -233,6 +246,7 @@ class TicketProduct(ReviewedGenerations):
                 "min_margin": s.min_margin,
                 "classifier": s.classifier,
                 "training": self.training_settings(),
+                **({"cascade": self.cascade_settings()} if self.escalation else {}),
             }
         )
 
@@ -295,7 +309,30 @@ class TicketProduct(ReviewedGenerations):
             "min_margin": s.min_margin,
             "classifier": s.classifier,
             "training": self.training_settings(),
+            **({"cascade": self.cascade_settings()} if self.escalation else {}),
         }
+
+    @cached_property
+    def escalation(self) -> Escalation | None:
+        """The cascade's chat model (`tickets.cascade`); None without one."""
+        settings = self.settings.cascade
+        if settings is None:
+            return None
+        if self.generator is not None:
+            engine = lambda: (self.generator, PromptPlanSettings())  # noqa: E731
+        else:
+            engine = partial(vllm_engine, settings.chat_model, self.storage.home,
+                             self.execution.device)  # fmt: skip
+        return Escalation(
+            settings, self.taxonomy.names, engine, self.config.cost.device_price
+        )  # fmt: skip
+
+    def cascade_settings(self) -> dict:
+        """What decides the cascade's answers and threshold (on the record and in the
+        fingerprint): the guarantee asked for and the chat model's identity."""
+        s = self.settings.cascade
+        guarantee = {"target_accuracy": s.target_accuracy, "delta": s.delta}
+        return {**guarantee, "label_budget": s.label_budget, **self.escalation.identity()}
 
     # its generations: the frame's reviewer, with its rule and scorer
     no_live_hint = "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)"
@@ -316,7 +353,8 @@ class TicketProduct(ReviewedGenerations):
         """This configuration with the encoder as it ships (no `fine_tune`): what a
         fine-tuned generation must beat."""
         training = self.settings.training.model_copy(update={"fine_tune": None})
-        settings = self.settings.model_copy(update={"training": training})
+        # the encoder is what it measures: the cascade's chat model is not asked again
+        settings = self.settings.model_copy(update={"training": training, "cascade": None})
         return TicketProduct(
             self.config.model_copy(update={"tickets": settings}),
             self.storage, self.tracking, self.store, self.s3_client, self.execution,
@@ -439,6 +477,14 @@ class TicketProduct(ReviewedGenerations):
             "labels_not_in_taxonomy": dropped,
             "history_days_missing": history.missing_days or None,
         }
+        if "cascade" in built:  # its threshold, on the held-out texts the head never saw
+            if self.escalation is None or built["cascade"] != self.cascade_settings():
+                raise ConfigError(
+                    f"generation {record.index_name}'s cascade (tickets.cascade) is not the "
+                    "configuration's, so its threshold cannot be chosen again as it was; use "
+                    "the current configuration's generation"
+                )
+            notes["cascade"] = cascade_plan(self.escalation, report.held_out, texts, pool.labels)
         tuned = training.get("fine_tune")
         encoder = self.encoders.report(tuned["key"]) if tuned is not None else None
         if encoder is not None:  # the encoder's training, against the nightly window
@@ -512,6 +558,19 @@ class TicketProduct(ReviewedGenerations):
             n for n, k in zip(labels, learns, strict=True) if k
         ]
 
+    def day_cascade(self, record: GenerationRecord) -> DayCascade | None:
+        """The generation's cascade for a day's land (None without one): its chat model, and
+        the threshold its training chose, read once the classifier is trained."""
+        if "cascade" not in json.loads(record.model_config):
+            return None
+        if self.escalation is None or record.fingerprint != self.fingerprint:
+            raise ConfigError(f"generation {record.index_name}'s cascade is not configured")
+
+        def plan() -> dict | None:
+            return (self.trained(record) or {}).get("cascade")
+
+        return DayCascade(self.escalation, plan, self.base_model.document_prefix)
+
     def model_for(self, record: GenerationRecord) -> ResolvedModel:
         """The encoder a generation was built with: its configured model, or that model
         fine-tuned (its folder checked; trained again only under this configuration)."""
@@ -530,58 +589,3 @@ class TicketProduct(ReviewedGenerations):
                 "under the configuration that built it"
             )
         return fine_tuned_model(base, tuned["key"], folder)
-
-    def day_report(self, day: str, examples: int = 2) -> dict:
-        """A day under the live generation: the intent mix, unknown rate, confidence spread,
-        shift against the trailing days, and the most confident examples per intent."""
-        pipeline = self.day(day)
-        record = self.live().record
-        rows = self.intents.day_rows(
-            record.index_name, pipeline.day, ["ticket_id", "intent", "confidence", "input_text"]
-        ).to_pylist()
-        if not rows and pipeline.partition not in self.intents.days(record.index_name):
-            raise NoLiveGenerationError(
-                f"{pipeline.partition} is not classified under the live generation "
-                f"{record.index_name}; materialise that partition of ticket_intents "
-                f"(or batch-pipeline run --day {pipeline.partition})"
-            )
-        mix = IntentMix.of([r["intent"] for r in rows], [r["confidence"] for r in rows])
-        mix = mix.with_shift(pipeline.trailing_counts(record.index_name))
-        chosen: dict[str, list[dict]] = {}
-        for row in sorted(rows, key=lambda r: -r["confidence"]):
-            picked = chosen.setdefault(row["intent"], [])
-            if len(picked) < examples:
-                picked.append(
-                    {
-                        "ticket_id": row["ticket_id"],
-                        "confidence": round(row["confidence"], 4),
-                        "text": row["input_text"],
-                    }
-                )
-        counts = dict(sorted(mix.counts.items(), key=lambda item: (-item[1], item[0])))
-        spread = {k: round(v, 4) for k, v in mix.confidence_spread().items()}
-        failed = [
-            f
-            for f in self.tracking.list_failures(index=record.index_name)
-            if f["doc_id"].startswith(f"{pipeline.partition}/")
-        ]
-        return {
-            "day": pipeline.partition,
-            "generation": record.index_name,
-            "taxonomy_version": json.loads(record.model_config)["taxonomy_version"],
-            "tickets": mix.total,
-            "counts": counts,
-            "unknown_rate": round(mix.unknown_rate or 0.0, 4),
-            "confidence": {"mean": round(mix.mean_confidence or 0.0, 4), **spread},
-            "shift": None if mix.shift is None else round(mix.shift, 4),
-            "examples": chosen,
-            "failed": len(failed),
-            "classifier": self.trained(record),
-            "evaluation": self._evaluation_figures(record),
-        }
-
-    @staticmethod
-    def _evaluation_figures(record: GenerationRecord) -> dict:
-        """The generation's own scores on the labelled set, as its last review kept them:
-        accuracy, coverage, per-intent figures, the worst confusions ({} before a review)."""
-        return json.loads(record.scores or "{}").get("own") or {}

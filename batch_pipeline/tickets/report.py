@@ -3,18 +3,22 @@ due, the latest day's mix, failing rows, the last run, the generations and the t
 
 A day is due from `tickets.start_date` to yesterday (the Dagster partitions); it counts as
 classified when the live generation holds rows for it. Reads the live table and the tracking
-store; `doctor` also checks that the export can be read.
+store; `doctor` also checks that the export can be read. `day_report` is one day under the
+live generation, as the `intents` command shows it.
 """
 
+import json
 from dataclasses import dataclass
 from datetime import date
 
 from batch_pipeline.declaration import RunReport
+from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.health.tables import table_damage
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
+from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.product import TicketProduct
 from batch_pipeline.tickets.training import dropped_labels_text
@@ -178,6 +182,7 @@ def generation_note(model_config: dict[str, object]) -> str:
         f"classifier={trained['classifier']} ({candidate_scores(trained)})"
         + (f"; {tuned}" if tuned else "")
         + (f"; {dropped_labels_text(dropped)}" if dropped else "")
+        + cascade_text(trained.get("cascade"))
     )
 
 
@@ -214,6 +219,29 @@ def classifier_line(trained: dict | None) -> str:
         f"{calibration_text(trained)}{rule}{answered}"
         + (f"; {dropped_labels_text(dropped)}" if dropped else "")
         + (f"; trained without {', '.join(missing)} (no export)" if missing else "")
+        + cascade_text(trained.get("cascade"))
+    )
+
+
+def cascade_text(plan: dict | None) -> str:
+    """The cascade's threshold and its arithmetic: `; cascade to SmolLM2-135M-Instruct under
+    confidence 0.899 (target 96.0% with probability 80%: 287 of 289 held-out texts right,
+    bound 0.964; 4.8% escalated; the chat model 98.3% right there)`; empty without one."""
+    if not plan:
+        return ""
+    guarantee = f"target {plan['target_accuracy']:.1%} with probability {1 - plan['delta']:.0%}"
+    chat = plan.get("chat_accuracy")
+    asked = (
+        ""
+        if chat is None
+        else f"; {plan['chat_model']} right on {chat:.1%} of the {plan['labels']} held-out texts"
+    )
+    if plan["threshold"] is None:
+        return f"; cascade: {plan['note']} ({guarantee}{asked})"
+    return (
+        f"; cascade to {plan['chat_model']} under confidence {plan['threshold']:.3f} "
+        f"({guarantee}: {plan['right']} of {plan['labels']} held-out texts right, bound "
+        f"{plan['lower_bound']:.3f}; {plan['escalated_share']:.1%} escalated{asked})"
     )
 
 
@@ -290,5 +318,75 @@ def run_lines(report: RunReport) -> list[str]:
         f"run {report.run_id}: {report.partition.partition}: {day.tickets_classified} tickets "
         f"classified, {day.tickets_unchanged} unchanged, {day.tickets_removed} removed, "
         f"{len(day.failures)} failed; {duration(measures.wall_seconds)} wall-clock",
+        *([escalation_line(day)] if day.tickets_escalated else []),
         report.review_line(),
     ]
+
+
+def escalation_line(day) -> str:  # noqa: ANN001 - a TicketLandSummary
+    """What the cascade sent to its chat model in a run: `cascade: 14 of 303 tickets
+    classified now went to the chat model (4.6%); 14 answered; cost 0.0021 (0.0069 per 1,000
+    tickets classified)`."""
+    share = day.tickets_escalated / day.tickets_classified
+    per_1k = day.escalation_cost / day.tickets_classified * 1000
+    return (
+        f"cascade: {day.tickets_escalated} of {day.tickets_classified} tickets classified now "
+        f"went to the chat model ({share:.1%}); {day.tickets_chat_answered} answered; cost "
+        f"{day.escalation_cost:.4g} ({per_1k:.4g} per 1,000 tickets classified)"
+    )
+
+
+def day_report(product: TicketProduct, day: str, examples: int = 2) -> dict:
+    """A day under the live generation: the intent mix, unknown rate, confidence spread,
+    shift against the trailing days, and the most confident examples per intent."""
+    pipeline = product.day(day)
+    record = product.live().record
+    rows = product.intents.day_rows(
+        record.index_name, pipeline.day, ["ticket_id", "intent", "confidence", "input_text"]
+    ).to_pylist()
+    if not rows and pipeline.partition not in product.intents.days(record.index_name):
+        raise NoLiveGenerationError(
+            f"{pipeline.partition} is not classified under the live generation "
+            f"{record.index_name}; materialise that partition of ticket_intents "
+            f"(or batch-pipeline run --day {pipeline.partition})"
+        )
+    mix = IntentMix.of([r["intent"] for r in rows], [r["confidence"] for r in rows])
+    mix = mix.with_shift(pipeline.trailing_counts(record.index_name))
+    chosen: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: -r["confidence"]):
+        picked = chosen.setdefault(row["intent"], [])
+        if len(picked) < examples:
+            picked.append(
+                {
+                    "ticket_id": row["ticket_id"],
+                    "confidence": round(row["confidence"], 4),
+                    "text": row["input_text"],
+                }
+            )
+    counts = dict(sorted(mix.counts.items(), key=lambda item: (-item[1], item[0])))
+    spread = {k: round(v, 4) for k, v in mix.confidence_spread().items()}
+    failed = [
+        f
+        for f in product.tracking.list_failures(index=record.index_name)
+        if f["doc_id"].startswith(f"{pipeline.partition}/")
+    ]
+    return {
+        "day": pipeline.partition,
+        "generation": record.index_name,
+        "taxonomy_version": json.loads(record.model_config)["taxonomy_version"],
+        "tickets": mix.total,
+        "counts": counts,
+        "unknown_rate": round(mix.unknown_rate or 0.0, 4),
+        "confidence": {"mean": round(mix.mean_confidence or 0.0, 4), **spread},
+        "shift": None if mix.shift is None else round(mix.shift, 4),
+        "examples": chosen,
+        "failed": len(failed),
+        "classifier": product.trained(record),
+        "evaluation": evaluation_figures(record),
+    }
+
+
+def evaluation_figures(record: GenerationRecord) -> dict:
+    """The generation's own scores on the labelled set, as its last review kept them:
+    accuracy, coverage, per-intent figures, the worst confusions ({} before a review)."""
+    return json.loads(record.scores or "{}").get("own") or {}

@@ -148,9 +148,22 @@ class TrainingReport:
     ece_after: float | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # the held-out texts' answers, for the cascade's threshold; not recorded
+    held_out: "HeldOutAnswers | None" = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "held_out"}
+
+
+@dataclass(frozen=True)
+class HeldOutAnswers:
+    """What the classifier answers on the held-out texts, each scored by a head trained
+    without it: the pool's positions, the calibrated confidence of the top intent, and the
+    answer (the intent's number, or OUT_OF_SCOPE where it says `unknown`)."""
+
+    positions: np.ndarray
+    confidence: np.ndarray
+    answers: np.ndarray
 
 
 ENCODER_HELD_OUT = 0  # the fold a fine-tuned encoder does not learn from
@@ -382,6 +395,18 @@ def train_classifier(
             threshold, coverage, accuracy, discarded = _answered(best, correct, threshold)
     elif fixed and thresholds.min_confidence is not None:
         threshold = thresholds.min_confidence
+    held_out = None
+    if chosen in held:
+        raw = held[chosen]
+        sure = calibrated(chosen, raw, temperature) if temperature is not None else raw
+        predicted, best, margins = _top_two(raw)
+        clear = (best >= threshold) & (margins >= min_margin)
+        held_out = HeldOutAnswers(
+            # rounded as a row's confidence is (`IntentClassifier.classify`)
+            validation,
+            sure.max(axis=1).round(4),
+            np.where(clear, predicted, OUT_OF_SCOPE),
+        )
     head = fit_head(chosen, pool, np.flatnonzero(pool.labels != OUT_OF_SCOPE))
     if temperature is not None:
         head = CalibratedHead(head, temperature)
@@ -403,5 +428,6 @@ def train_classifier(
         ece_after=None if ece_after is None else round(ece_after, 4),
         seconds=round(time.perf_counter() - started, 3),
         notes=notes,
+        held_out=held_out,
     )
     return IntentClassifier(pool.names, head, threshold, min_margin), report

@@ -174,3 +174,7 @@ def test_runs_that_need_one_encoder_at_once_train_it_once(tmp_path):
     assert [run.exitcode for run in runs] == [0, 0, 0]
     assert len(list(marks.iterdir())) == 1  # trained once
     assert product.encoders.verified(product.encoder_key) is not None
+    # a run that finds the encoder trained and checked takes no lease
+    later = workspace.product()
+    later.tracking.landing_lease = None  # would fail if called
+    assert later.model.path == product.encoders.verified(product.encoder_key)

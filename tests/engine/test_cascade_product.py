@@ -1,0 +1,162 @@
+"""The ticket cascade in the product (`tickets.cascade`): the threshold chosen on the held-out
+labelled texts at training, the least sure tickets answered by a chat model when a day lands,
+each row saying which model answered and at what cost, and reruns that ask nothing again.
+
+The chat model is a marked STAND-IN (`LabelAnswering`) behind the real `Generator` protocol,
+on the real in-process executor's prompt plan and execute: it answers a ticket with its label
+(as the issue's Batch API check asks), so the guarantee's arithmetic has something to choose.
+The encoder is the real all-MiniLM-L6-v2; LanceDB and SQLite are real."""
+
+import json
+import math
+
+import pytest
+
+from batch_pipeline.config import ConfigError, load_config
+from batch_pipeline.config.taxonomy import UNKNOWN, load_taxonomy
+from batch_pipeline.inference.fake import FakeGenerator, fake_chat_model
+from batch_pipeline.inference.generator import Prompt
+from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.tickets.intent_store import CLASSIFIER
+from batch_pipeline.tickets.prepare import ticket_text
+from batch_pipeline.tickets.product import TicketProduct
+from tests.engine.test_tickets import TRAINING_DAYS, labelled_workspace, run_day
+
+CASCADE = "{target_accuracy: 0.96, delta: 0.2}"
+
+
+class LabelAnswering(FakeGenerator):
+    """STAND-IN chat model: answers a ticket with its label where the sample gives one,
+    else `unknown`. Counts what it is asked."""
+
+    def __init__(self, labels: dict[str, str], right: bool = True) -> None:
+        super().__init__(fake_chat_model())
+        self.labels = labels
+        self.right = right
+        self.asked: list[str] = []
+
+    def _answer(self, prompt: Prompt, schema: dict | None) -> str:
+        self.asked.append(prompt.user)
+        label = self.labels.get(prompt.user, UNKNOWN) if self.right else UNKNOWN
+        return json.dumps({"intent": label})
+
+
+def labels_of(workspace) -> dict[str, str]:  # noqa: ANN001
+    """Each labelled text's intent: the sample's tickets, and the taxonomy's examples."""
+    examples = {e: i.name for i in load_taxonomy(workspace.taxonomy).intents for e in i.examples}
+    return examples | {
+        ticket_text(t.get("subject"), t["body"]): t.get("label") or UNKNOWN
+        for day in workspace.days.values()
+        for t in day
+        if t.get("body")
+    }
+
+
+def with_cascade(workspace, cascade: str = CASCADE) -> None:  # noqa: ANN001
+    text = workspace.config.read_text()
+    workspace.config.write_text(text + f"  cascade: {cascade}\n")
+
+
+def cascade_product(workspace, generator) -> TicketProduct:  # noqa: ANN001
+    config = load_config(workspace.config)
+    storage = resolve_storage(str(workspace.home))
+    return TicketProduct(config, storage, generator=generator)
+
+
+def test_the_least_sure_tickets_go_to_the_chat_model_and_rows_say_who_answered(tmp_path, runner):
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    frozen = workspace.product()
+    with_cascade(workspace)
+    chat = LabelAnswering(labels_of(workspace))
+    product = cascade_product(workspace, chat)
+    assert product.fingerprint != frozen.fingerprint  # a generation of its own
+    assert "cascade" not in frozen.generation_config()
+
+    day = TRAINING_DAYS[2]
+    landed, _ = run_day(product, runner, day=day)
+    plan = product.trained()["cascade"]
+    # chosen on held-out labelled texts, each asked once, within the label budget; then the
+    # day's least sure tickets asked
+    assert 0 < plan["labels"] <= 1000
+    assert len(chat.asked) == plan["labels"] + landed.tickets_escalated
+    assert plan["threshold"] is not None and plan["lower_bound"] >= 0.96
+    assert plan["chat_accuracy"] > 0.95 and plan["chat_model"] == "FAKE-chat-model"
+    assert 0 < plan["escalated_share"] < 1
+    assert plan["right"] > plan["head_accuracy"] * plan["labels"]  # better than the head alone
+
+    rows = product.intents.day_rows(product.index, day).to_pylist()
+    under = [r for r in rows if r["confidence"] < plan["threshold"]]
+    assert under and len(under) < len(rows)
+    assert landed.tickets_escalated == len(under) == landed.tickets_chat_answered
+    labels = labels_of(workspace)
+    for row in rows:
+        if row["confidence"] < plan["threshold"]:
+            assert row["answered_by"] == "FAKE-chat-model" and row["answer_cost"] > 0
+            assert row["intent"] == labels[row["input_text"]]
+        else:
+            assert row["answered_by"] == CLASSIFIER and row["answer_cost"] == 0
+            assert row["intent"] == row["head_intent"]
+    assert any(r["intent"] != r["head_intent"] for r in under)  # it changed some answers
+    assert landed.escalation_cost == pytest.approx(sum(r["answer_cost"] for r in rows))
+
+    # a rerun asks nothing: every row is kept
+    asked = len(chat.asked)
+    again, _ = run_day(cascade_product(workspace, chat), runner, day=day, run_id="r2")
+    assert again.tickets_escalated == 0 and len(chat.asked) == asked and not again.committed
+
+    # an edited ticket is classified again, and only it may be asked
+    tickets = [dict(t) for t in workspace.days[day]]
+    edited = next(
+        t for t in tickets if ticket_text(t.get("subject"), t["body"]) == under[0]["input_text"]
+    )
+    edited["body"] += " Please help."
+    workspace.write_day(day, tickets)
+    chat.labels[ticket_text(edited.get("subject"), edited["body"])] = edited.get("label") or UNKNOWN
+    edit, _ = run_day(cascade_product(workspace, chat), runner, day=day, run_id="r3")
+    assert edit.tickets_classified == 1 and edit.tickets_escalated <= 1
+    assert chat.asked[asked:] in ([], [ticket_text(edited.get("subject"), edited["body"])])
+
+
+def test_a_chat_model_no_better_than_the_classifier_gets_nothing(tmp_path, runner):
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    with_cascade(workspace)
+    chat = LabelAnswering(labels_of(workspace), right=False)  # always `unknown`
+    product = cascade_product(workspace, chat)
+    landed, _ = run_day(product, runner, day=TRAINING_DAYS[2])
+    plan = product.trained()["cascade"]
+    assert plan["threshold"] is None and plan["escalated_share"] == 0
+    assert "nothing escalates" in plan["note"]
+    asked = len(chat.asked)
+    assert asked == plan["labels"]  # asked in training only
+    rows = product.intents.day_rows(product.index, TRAINING_DAYS[2]).to_pylist()
+    assert rows and {r["answered_by"] for r in rows} == {CLASSIFIER}
+    assert landed.tickets_escalated == 0
+
+
+def test_a_target_no_threshold_can_promise_escalates_nothing_and_says_why(tmp_path, runner):
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    with_cascade(workspace, "{target_accuracy: 0.999, delta: 0.01, label_budget: 10}")
+    product = cascade_product(workspace, LabelAnswering(labels_of(workspace)))
+    run_day(product, runner, day=TRAINING_DAYS[2])
+    plan = product.trained()["cascade"]
+    assert plan["labels"] == 10 and plan["threshold"] is None
+    assert "no threshold makes the cascade 99.9% accurate" in plan["note"]
+    assert not math.isnan(plan["lower_bound"])
+
+
+@pytest.mark.parametrize(
+    ("cascade", "field"),
+    [
+        ("{target_accuracy: 1.5}", "tickets.cascade.target_accuracy"),
+        ("{target_accuracy: 0.9, delta: 0}", "tickets.cascade.delta"),
+        ("{target_accuracy: 0.9, executor: openai-batch}", "tickets.cascade.executor"),
+        ("{target_accuracy: 0.9, label_budget: 3}", "tickets.cascade.label_budget"),
+        ("{target_accuracy: 0.9, chat_model: no-such-folder}", "tickets.cascade.chat_model"),
+        ("{delta: 0.1}", "tickets.cascade.target_accuracy"),
+    ],
+)
+def test_a_bad_cascade_fails_at_load_naming_the_field(tmp_path, cascade, field):
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    with_cascade(workspace, cascade)
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(workspace.config)
