@@ -54,3 +54,15 @@ def valid_timezone(value: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {value!r}") from None
     return value
+
+
+def window_seconds(completion_window: str) -> float:
+    """A completion window ("24h", "30m", "2d") in seconds; a ConfigError naming it otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = completion_window[:-1], completion_window[-1:]
+    if unit not in units or not number.isdigit() or int(number) <= 0:
+        raise ConfigError(
+            f"completion_window {completion_window!r}: give a number and a unit "
+            "(s, m, h or d), as 24h"
+        )
+    return float(int(number) * units[unit])

@@ -11,6 +11,7 @@ from batch_pipeline.config.base import (
     _existing_folder,
     _Strict,
     valid_timezone,
+    window_seconds,
 )
 from batch_pipeline.config.index import CollectionConfig
 from batch_pipeline.config.sources import S3Location, _SqlConnection
@@ -184,6 +185,45 @@ class TicketTrainingConfig(_Strict):
         return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
+class CascadeBatchApiConfig(_Strict):
+    """Where the cascade's `openai-batch` executor submits: a provider's Batch API, or a
+    self-hosted gateway's."""
+
+    api_base: str = Field(
+        description="The Batch API's base URL (https://api.openai.com/v1, or a gateway's)."
+    )
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="The environment variable holding the API key (the key itself is never "
+        "configured, logged or recorded).",
+    )
+    model: str | None = Field(
+        default=None,
+        description="The provider's name of the chat model; unset, the configured chat "
+        "model's. Part of the generation.",
+    )
+    completion_window: str = Field(default="24h", description="The batches' completion window.")
+    wait_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="How long a run waits for the chat model's answers; those not back by then "
+        "are collected by the next run (tickets land with the classifier's intent meanwhile). "
+        "Unset: until every answer is back.",
+    )
+    price_per_million_input_tokens: float = Field(
+        default=0.0, ge=0, description="The provider's batch price of input tokens."
+    )
+    price_per_million_output_tokens: float = Field(
+        default=0.0, ge=0, description="The provider's batch price of output tokens."
+    )
+
+    @field_validator("completion_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        window_seconds(value)  # a ConfigError (a ValueError) saying what it cannot read
+        return value
+
+
 class CascadeConfig(_Strict):
     """Send the tickets the classifier is least sure of to a chat model, answering from the
     taxonomy's intents (or `unknown`) under a JSON schema's `enum`, with a threshold chosen
@@ -210,10 +250,14 @@ class CascadeConfig(_Strict):
         description="At most this many held-out labelled tickets choose the threshold (the "
         "chat model answers each once).",
     )
-    executor: Literal["vllm", "vllm-run-batch"] = Field(
+    executor: Literal["vllm", "vllm-run-batch", "openai-batch"] = Field(
         default="vllm",
-        description="Where the chat model runs: vllm (in the run's process) or "
-        "vllm-run-batch (vLLM's `run-batch` in a subprocess).",
+        description="Where the chat model runs: vllm (in the run's process), vllm-run-batch "
+        "(vLLM's `run-batch` in a subprocess) or openai-batch (a provider's Batch API, "
+        "`batch_api`).",
+    )
+    batch_api: CascadeBatchApiConfig | None = Field(
+        default=None, description="With executor openai-batch: where its batches go."
     )
     chat_model: Path | None = Field(
         default=None,
@@ -228,6 +272,16 @@ class CascadeConfig(_Strict):
     )
 
     _resolve_chat_model = field_validator("chat_model")(_existing_folder)
+
+    @model_validator(mode="after")
+    def _batch_api_for_openai_batch(self) -> "CascadeConfig":
+        if self.executor == "openai-batch" and self.batch_api is None:
+            raise ValueError("batch_api: the openai-batch executor needs one (api_base, ...)")
+        if self.executor != "openai-batch" and self.batch_api is not None:
+            raise ValueError(
+                f"batch_api: only the openai-batch executor takes one, not {self.executor}"
+            )
+        return self
 
 
 class TicketsConfig(_Strict):

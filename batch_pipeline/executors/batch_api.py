@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from batch_pipeline.config import ConfigError
+from batch_pipeline.config.base import window_seconds
 from batch_pipeline.config.secrets import masked_url, url_secrets
 from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
 from batch_pipeline.faults import crash_point
@@ -509,18 +510,6 @@ def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:
         counts.update(zip(batch["input_hash"].to_pylist(), batch["token_count"].to_pylist(),
                           strict=True))  # fmt: skip
     return counts
-
-
-def window_seconds(completion_window: str) -> float:
-    """A completion window ("24h", "30m", "2d") in seconds; a ConfigError naming it otherwise."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    number, unit = completion_window[:-1], completion_window[-1:]
-    if unit not in units or not number.isdigit() or int(number) <= 0:
-        raise ConfigError(
-            f"completion_window {completion_window!r}: give a number and a unit "
-            "(s, m, h or d), as 24h"
-        )
-    return float(int(number) * units[unit])
 
 
 def run_of(out: StagePath | Path) -> str:

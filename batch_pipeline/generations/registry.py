@@ -55,6 +55,17 @@ class GenerationRegistry:
     def live(self, product: str) -> GenerationRecord | None:
         return self.tracking.live_generation(product)
 
+    @staticmethod
+    def unregistered(product: str, fingerprint: str, index: str, built: dict) -> GenerationRecord:
+        """A generation's record as it would be registered, without registering it (a
+        baseline scored for the gate and never built, say)."""
+        return GenerationRecord(
+            product=product, fingerprint=fingerprint, index_name=index, state="building",
+            model_config=json.dumps(built, sort_keys=True), full_pass=False, full_passes=None,
+            documents=0, rows=0, complete=False, scores=None, decision=None, created_at=0.0,
+            updated_at=0.0, promoted_at=None, retired_at=None,
+        )  # fmt: skip
+
     def list_all(self, product: str | None = None) -> list[GenerationRecord]:
         return self.tracking.list_generations(product)
 

@@ -5,19 +5,22 @@ of, answered by a chat model that may name only one of the taxonomy's intents or
 The answers run through the generate family's executors by name (`cascade.executor`), over
 the same prompt plan as the document briefs: the prompts are written as a prepared file,
 planned against the engine's context and KV cache, and executed, in the run's process
-(`vllm`) or in `vllm run-batch`'s subprocess. An answer that is not valid under the schema
-is no answer: the ticket keeps the classifier's.
+(`vllm`), in `vllm run-batch`'s subprocess, or through a provider's Batch API
+(`openai-batch`, its batches recorded in the partition's ledger as the briefs' are). An
+answer that is not valid under the schema is no answer: the ticket keeps the classifier's.
+An answer a provider has not returned yet is awaited: the ticket lands with the classifier's
+intent, marked `awaiting`, and the next run asks again, which collects it.
 
-Each answer carries its cost: the executor's device seconds for the ask, priced at
-`cost.device_prices` for its device, shared among the asked tickets by their tokens (prompt
-and output).
+Each answer carries its cost: the executor's device seconds for the ask (generating, and
+starting the engine), priced at `cost.device_hour` for its device, or a provider's tokens at
+its batch prices; shared among the asked tickets by their tokens (prompt and output).
 """
 
 import hashlib
 import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from batch_pipeline.config import ConfigError
 from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.config.tickets import CascadeConfig
 from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger
 from batch_pipeline.executors.registry import GENERATE, executor_class
+from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -39,7 +44,9 @@ from batch_pipeline.stages.prompt_plan import (
     prepared_prompts_schema,
 )
 from batch_pipeline.state.staging import read_table
+from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.tickets.cascade import choose_threshold
+from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.training import HeldOutAnswers
 
 PROMPT_VERSION = "tickets-cascade-1"  # the system prompt and schema below: their version
@@ -70,13 +77,29 @@ def vllm_engine(
     return VllmGenerator(model, engine), plan_settings_for(engine)
 
 
+# what decides a chat model's answer to a ticket (`Escalation.identity`): generations that
+# agree on these, and on the taxonomy, share their answers
+ASKED_BY = ("chat_model", "chat_model_fingerprint", "prompt", "max_tokens", "served_model")
+CASCADE_PARTITION = "cascade"  # a day's provider batches: under `<day>/cascade`
+HELD_OUT_PARTITION = "held-out/cascade"  # the threshold's held-out texts' batches
+AWAITED = "the chat model's answer is still at the provider: the next run collects it"
+
+
 @dataclass(frozen=True)
 class ChatAnswer:
-    """The chat model's answer for one ticket: an intent (or unknown), or None with why."""
+    """The chat model's answer for one ticket: an intent (or unknown), or None with why
+    (`awaiting`: not back from a provider yet)."""
 
     intent: str | None
     cost: float  # in the cost section's currency: this answer's share of the ask
     error: str | None = None
+    awaiting: bool = False
+    reused: bool = False  # another generation's answer to the same question: not asked again
+
+
+class CascadePending(Exception):
+    """The cascade's threshold cannot be chosen yet: the chat model's answers on the
+    held-out texts are still at the provider."""
 
 
 class Escalation:
@@ -116,6 +139,15 @@ class Escalation:
     def model_name(self) -> str:
         return self.model.name
 
+    @property
+    def served_model(self) -> str | None:
+        """The provider's model, where it is named and is not the chat model: the answers are
+        then another model's."""
+        api = self.settings.batch_api
+        if api is None or api.model in (None, self.model.name):
+            return None
+        return api.model
+
     def identity(self) -> dict[str, object]:
         """What decides an answer besides the ticket: the generation's fingerprint has it."""
         return {
@@ -123,7 +155,21 @@ class Escalation:
             "chat_model_fingerprint": self.model.fingerprint,
             "prompt": PROMPT_VERSION,
             "max_tokens": self.settings.max_tokens,
+            **({"served_model": self.served_model} if self.served_model else {}),
         }
+
+    @property
+    def batch_api(self) -> BatchApiSettings | None:
+        """The provider's address and terms, for the openai-batch executor."""
+        api = self.settings.batch_api
+        if api is None:
+            return None
+        return BatchApiSettings(
+            api.api_base, api.api_key_env, api.model, api.completion_window,
+            wait_seconds=api.wait_seconds,
+            price_per_million_input_tokens=api.price_per_million_input_tokens,
+            price_per_million_output_tokens=api.price_per_million_output_tokens,
+        )  # fmt: skip
 
     @property
     def sampling(self) -> Sampling:
@@ -139,12 +185,26 @@ class Escalation:
             )
         return chosen(self.generator, self.sampling, answer_schema(self.names), self.plan_settings)
 
-    def answer(self, texts: Mapping[str, str]) -> dict[str, ChatAnswer]:
-        """The chat model's answer for each text, by its key (a ticket's input hash)."""
+    def executor_for(self, ledger: BatchLedger | None):  # noqa: ANN201
+        """The executor, with the provider's address and `ledger` where it sends batches."""
+        executor = self.executor
+        if not getattr(executor, "records_batches", False):
+            return executor
+        if ledger is None:
+            raise ConfigError(f"the {self.settings.executor} executor needs a ledger")
+        return replace(executor, api=self.batch_api, ledger=ledger)
+
+    def answer(
+        self, texts: Mapping[str, str], run_id: str = "cascade", ledger: BatchLedger | None = None
+    ) -> dict[str, ChatAnswer]:
+        """The chat model's answer for each text, by its key (a ticket's input hash); a
+        provider's batches are recorded in `ledger`, under `run_id`."""
         if not texts:
             return {}
+        executor = self.executor_for(ledger)
         with tempfile.TemporaryDirectory(prefix="batch-pipeline-cascade-") as scratch:
-            folder = Path(scratch)  # the ask's prompts, plan and answers, on local disk
+            folder = Path(scratch) / run_id  # the ask's files; the run is its folder's name
+            folder.mkdir()
             system = SYSTEM.format(intents=", ".join(self.names))
             prompts = pa.table(
                 {
@@ -156,7 +216,6 @@ class Escalation:
             )
             pq.write_table(prompts, folder / "prepared.parquet")
             options = ExecuteOptions()
-            executor = self.executor
             plan = executor.plan(folder / "prepared.parquet", folder / "planned.parquet", options)
             refused = dict(plan.refused)  # too long for the engine's context
             summary = executor.execute(
@@ -185,45 +244,88 @@ class Escalation:
                 except (ValueError, KeyError, TypeError) as problem:
                     error = f"unreadable answer: {problem}"
             answers[row["input_hash"]] = ChatAnswer(intent, cost, error)
+        pending = set(texts) - set(answers) - set(refused) - set(summary.failed_inputs)
         for key in texts:
-            if key not in answers:
-                why = refused.get(key, "the executor gave no answer")
-                answers[key] = ChatAnswer(None, 0.0, why)
+            if key in pending and getattr(executor, "records_batches", False):
+                answers[key] = ChatAnswer(None, 0.0, AWAITED, awaiting=True)
+            elif key not in answers:
+                why = refused.get(key) or summary.failed_inputs.get(key)
+                answers[key] = ChatAnswer(None, 0.0, why or "the executor gave no answer")
         return answers
+
+
+@dataclass(frozen=True)
+class HeldOutCascade:
+    """What the cascade's threshold is chosen on: the held-out labelled texts (at most
+    `label_budget`, in an order their texts' hashes give), each with the calibrated
+    confidence and rightness of the classifier trained without it, and its true intent."""
+
+    texts: list[str]
+    confidence: list[float]
+    head_right: list[bool]
+    truth: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        held_out: HeldOutAnswers | None,
+        texts: Sequence[str],
+        labels: np.ndarray,
+        names: list[str],
+        budget: int,
+    ) -> "HeldOutCascade":
+        if held_out is None:
+            return cls([], [], [], [])
+        order = sorted(
+            range(len(held_out.positions)),
+            key=lambda n: text_key(texts[held_out.positions[n]]),
+        )[:budget]
+        positions = [int(held_out.positions[n]) for n in order]
+        return cls(
+            [texts[p] for p in positions],
+            [float(held_out.confidence[n]) for n in order],
+            [bool(held_out.answers[n] == labels[p]) for n, p in zip(order, positions, strict=True)],
+            [names[labels[p]] if labels[p] >= 0 else UNKNOWN for p in positions],
+        )
+
+    def as_dict(self) -> dict[str, list]:
+        return dict(self.__dict__)
+
+
+def text_key(text: str) -> str:
+    """A held-out text's request id: the same text, the same id, in every run."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def cascade_plan(
     escalation: Escalation,
-    held_out: HeldOutAnswers | None,
-    texts: Sequence[str],
-    labels: np.ndarray,
+    held_out: HeldOutCascade,
+    run_id: str = "cascade",
+    ledger: BatchLedger | None = None,
 ) -> dict[str, object]:
-    """The cascade's threshold (`cascade.choose_threshold`), chosen on the held-out labelled
-    texts (at most `label_budget`, in an order their texts' hashes give), each answered by
-    the classifier trained without it and by the chat model; with the chat model's accuracy
-    and cost there, for the record."""
+    """The cascade's threshold (`cascade.choose_threshold`) on the held-out texts, each
+    answered by the chat model; with the chat model's accuracy and cost there, for the
+    record. Raises CascadePending while a provider has some of the answers."""
     settings = escalation.settings
-    chosen: list[int] = []
-    if held_out is not None:
-        order = sorted(
-            range(len(held_out.positions)),
-            key=lambda n: hashlib.sha256(texts[held_out.positions[n]].encode()).hexdigest(),
+    keys = [text_key(t) for t in held_out.texts]
+    answers = escalation.answer(dict(zip(keys, held_out.texts, strict=True)), run_id, ledger)
+    awaited = sum(a.awaiting for a in answers.values())
+    if awaited:
+        raise CascadePending(
+            f"the chat model has not answered {awaited} of the {len(answers)} held-out texts "
+            "yet (a provider's batch): the cascade's threshold is chosen once a run collects "
+            "them; until then nothing escalates"
         )
-        chosen = order[: settings.label_budget]
-    positions = [int(held_out.positions[n]) for n in chosen] if chosen else []
-    truth = [escalation.names[labels[p]] if labels[p] >= 0 else UNKNOWN for p in positions]
-    answers = escalation.answer({str(n): texts[p] for n, p in zip(chosen, positions, strict=True)})
-    chat = [answers[str(n)].intent for n in chosen]
-    head_right = [held_out.answers[n] == labels[p] for n, p in zip(chosen, positions, strict=True)]
-    chat_right = [a == t for a, t in zip(chat, truth, strict=True)]
+    chat_right = [answers[k].intent == t for k, t in zip(keys, held_out.truth, strict=True)]
     plan = choose_threshold(
-        [held_out.confidence[n] for n in chosen], head_right, chat_right,
+        held_out.confidence, held_out.head_right, chat_right,
         settings.target_accuracy, settings.delta,
     )  # fmt: skip
+    asked = bool(keys)
     return {
         **plan.as_dict(),
-        "chat_model": escalation.model_name if chosen else None,
-        "chat_accuracy": round(float(np.mean(chat_right)), 4) if chosen else None,
+        "chat_model": escalation.model_name if asked else None,
+        "chat_accuracy": round(float(np.mean(chat_right)), 4) if asked else None,
         "chat_cost": sum(a.cost for a in answers.values()),
     }
 
@@ -234,8 +336,14 @@ class DayCascade:
     training chose (read when first needed: it is trained with the classifier)."""
 
     escalation: Escalation
-    plan: Callable[[], dict | None]  # the generation's CascadePlan, as its record keeps it
+    # the generation's CascadePlan, as its record keeps it (CascadePending: not chosen yet)
+    plan: Callable[[], dict | None]
     prefix: str = ""  # the encoder's document prefix: not part of what the chat model reads
+    run_id: str = "cascade"
+    ledger: BatchLedger | None = None  # the day's, for a provider's batches
+    # the answers other generations got to the same question (same chat model, prompt and
+    # taxonomy), by input hash: they are not asked again
+    known: Callable[[set[str]], dict[str, str]] | None = None
 
     @property
     def model_name(self) -> str:
@@ -245,8 +353,12 @@ class DayCascade:
         self, inputs: list[tuple[str, str]], confidences: list[float]
     ) -> dict[str, ChatAnswer]:
         """The chat model's answers for the inputs (key, text) whose confidence is under the
-        plan's threshold; none where the plan escalates nothing."""
-        plan = self.plan()
+        plan's threshold; none where the plan escalates nothing, and every input awaiting
+        while the threshold is (its held-out answers are at a provider)."""
+        try:
+            plan = self.plan()
+        except CascadePending as pending:
+            return {key: ChatAnswer(None, 0.0, str(pending), awaiting=True) for key, _ in inputs}
         threshold = None if plan is None else plan.get("threshold")
         if threshold is None:
             return {}
@@ -255,4 +367,33 @@ class DayCascade:
             for (key, text), confidence in zip(inputs, confidences, strict=True)
             if confidence < threshold
         }
-        return self.escalation.answer(asked)
+        known = self.known(set(asked)) if self.known is not None else {}
+        fresh = {key: text for key, text in asked.items() if key not in known}
+        answers = self.escalation.answer(fresh, self.run_id, self.ledger)
+        answers.update({key: ChatAnswer(i, 0.0, reused=True) for key, i in known.items()})
+        return answers
+
+
+def known_answers(
+    registry: GenerationRegistry,
+    intents: IntentStore,
+    product: str,
+    record: GenerationRecord,
+    model: str,
+    keys: set[str],
+) -> dict[str, str]:
+    """The chat model's answers to these inputs in the product's other generations that
+    asked the same question: the same chat model, prompt and taxonomy (a changed label or
+    threshold is a new generation, not a new question)."""
+    built = json.loads(record.model_config)
+    ours = {k: built["cascade"].get(k) for k in ASKED_BY}
+    found: dict[str, str] = {}
+    for other in registry.list_all(product):
+        theirs = json.loads(other.model_config)
+        if other.index_name == record.index_name or other.state == DROPPED:
+            continue
+        if "cascade" not in theirs or theirs["taxonomy_version"] != built["taxonomy_version"]:
+            continue
+        if {k: theirs["cascade"].get(k) for k in ASKED_BY} == ours:
+            found.update(intents.answered(other.index_name, keys - found.keys(), model))
+    return found

@@ -23,9 +23,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from batch_pipeline.config.taxonomy import UNKNOWN
+from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
+from batch_pipeline.inference.models import ResolvedModel, load_tokenizer
 from batch_pipeline.state.staging import StagePath
 from batch_pipeline.tickets.exports import ExportMissingError, TicketExport
+from batch_pipeline.tickets.prepare import ticket_input
+from batch_pipeline.tickets.training import OUT_OF_SCOPE
 
 
 @dataclass(frozen=True)
@@ -124,3 +127,23 @@ def _read(
             else:
                 kept.append((subject, body, label.strip()))
     return LabelledHistory(list(days), kept, dropped, held, missing)
+
+
+def labelled_texts(
+    taxonomy: Taxonomy, history: LabelledHistory, model: ResolvedModel, max_tokens: int
+) -> tuple[list[str], list[int]]:
+    """The taxonomy's examples and the labelled tickets as `model` reads them (its document
+    prefix; a ticket cut as a day's is), each with its intent's number (`OUT_OF_SCOPE` for
+    `unknown`): what the encoder is fine-tuned on and the head is trained on."""
+    prefix, tokenizer = model.document_prefix, load_tokenizer(model.path)
+    names = taxonomy.names
+    examples = [(n, prefix + e) for n, i in enumerate(taxonomy.intents) for e in i.examples]
+    tickets = [
+        (
+            OUT_OF_SCOPE if label == UNKNOWN else names.index(label),
+            ticket_input(tokenizer, s, b, max_tokens, prefix),
+        )
+        for s, b, label in history.tickets
+    ]
+    pairs = examples + tickets
+    return [t for _, t in pairs], [n for n, _ in pairs]

@@ -11,7 +11,9 @@ replaying a run changes nothing.
 With a cascade (`tickets.cascade`), the tickets classified now whose confidence is under the
 generation's threshold are sent to its chat model before the commit; a valid answer replaces
 the classifier's intent, and the row records which model answered and at what cost. A ticket
-whose row is kept is not asked again, so a rerun escalates nothing already answered.
+whose row is kept is not asked again, so a rerun escalates nothing already answered; a row
+whose answer a provider has not returned yet (`answered_by` awaiting) is not kept, so the
+next run asks again and collects it.
 """
 
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from batch_pipeline.tickets import TICKET_EXECUTE
 from batch_pipeline.tickets.classify import IntentClassifier
 from batch_pipeline.tickets.collect import failure_key
 from batch_pipeline.tickets.escalation import ChatAnswer, DayCascade
-from batch_pipeline.tickets.intent_store import CLASSIFIER, IntentStore, intent_schema
+from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER, IntentStore, intent_schema
 from batch_pipeline.tickets.mix import IntentMix
 
 
@@ -55,6 +57,8 @@ class TicketLandSummary:
     # (valid answers), and what its answers cost
     tickets_escalated: int = 0
     tickets_chat_answered: int = 0
+    tickets_answer_awaiting: int = 0  # at a provider: the classifier's intent meanwhile
+    tickets_answer_reused: int = 0  # of those escalated, answered in another generation
     escalation_cost: float = 0.0
     table_version: int | None = None
     committed: bool = False
@@ -73,9 +77,11 @@ class TicketLandSummary:
                 {
                     "tickets_escalated": self.tickets_escalated,
                     "tickets_chat_answered": self.tickets_chat_answered,
+                    "tickets_answer_awaiting": self.tickets_answer_awaiting,
+                    "tickets_answer_reused": self.tickets_answer_reused,
                     "escalation_cost": round(self.escalation_cost, 6),
                 }
-                if self.tickets_escalated
+                if self.tickets_escalated or self.tickets_answer_awaiting
                 else {}
             ),
             "committed": self.committed,
@@ -98,6 +104,8 @@ def escalated(head_intent: str, answer: ChatAnswer | None, cascade: DayCascade) 
     columns = {"head_intent": head_intent, "answered_by": CLASSIFIER, "answer_cost": 0.0}
     if answer is None:
         return columns
+    if answer.awaiting:
+        return {**columns, "answered_by": AWAITING}
     columns["answer_cost"] = answer.cost  # an invalid answer was paid for too
     if answer.intent is not None:
         columns.update(intent=answer.intent, answered_by=cascade.model_name)
@@ -128,6 +136,9 @@ def land_day(
     ids = existing["ticket_id"].to_pylist() if existing.num_rows else []
     by_ticket = {ticket_id: i for i, ticket_id in enumerate(ids)}
     existing_hashes = existing["input_hash"].to_pylist() if existing.num_rows else []
+    if existing.num_rows and "answered_by" in existing.column_names:  # awaited: asked again
+        awaited = [by == AWAITING for by in existing["answered_by"].to_pylist()]
+        existing_hashes = [None if a else h for h, a in zip(existing_hashes, awaited, strict=True)]
     keep: list[int] = []
     todo: list[dict] = []
     for row in inputs:
@@ -180,8 +191,12 @@ def land_day(
                     [(row["input_hash"], row["input_text"]) for row, _ in ready],
                     [p.confidence for p in predictions],
                 )
-                summary.tickets_escalated = len(answers)
-                summary.tickets_chat_answered = sum(a.intent is not None for a in answers.values())
+                asked = [answers[r["input_hash"]] for r, _ in ready if r["input_hash"] in answers]
+                summary.tickets_escalated = sum(not a.awaiting for a in asked)
+                summary.tickets_answer_awaiting = len(asked) - summary.tickets_escalated
+                summary.tickets_chat_answered = sum(a.intent is not None for a in asked)
+                summary.tickets_answer_reused = sum(a.reused for a in asked)
+                # paid once per request: tickets with the same input share one answer
                 summary.escalation_cost = sum(a.cost for a in answers.values())
             now = datetime.now(UTC)
             new_rows = pa.Table.from_pylist(

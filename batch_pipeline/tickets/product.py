@@ -26,8 +26,9 @@ from functools import cached_property, partial
 import numpy as np
 
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
-from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy, load_taxonomy, parse_taxonomy
+from batch_pipeline.config.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
 from batch_pipeline.executors import ExecutorChoice
+from batch_pipeline.executors.batch_api import BatchLedger
 from batch_pipeline.generations.registry import DROPPED
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -51,9 +52,13 @@ from batch_pipeline.tickets.classify import (
     normalised,
 )
 from batch_pipeline.tickets.escalation import (
+    CASCADE_PARTITION,
+    HELD_OUT_PARTITION,
     DayCascade,
     Escalation,
+    HeldOutCascade,
     cascade_plan,
+    known_answers,
     vllm_engine,
 )
 from batch_pipeline.tickets.evaluation import load_labelled_tickets
@@ -65,7 +70,7 @@ from batch_pipeline.tickets.fine_tune import (
     fine_tuned_model,
     fine_tuned_name,
 )
-from batch_pipeline.tickets.history import LabelledHistory, labelled_history
+from batch_pipeline.tickets.history import LabelledHistory, labelled_history, labelled_texts
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.partition import DayPartition
 from batch_pipeline.tickets.prepare import ticket_input
@@ -73,7 +78,6 @@ from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 from batch_pipeline.tickets.training import (
     ENCODER_HELD_OUT,
     NO_CALIBRATION,
-    OUT_OF_SCOPE,
     LabelsRefusedError,
     Thresholds,
     TrainingPool,
@@ -110,36 +114,6 @@ def parse_day(value: str | date, settings: TicketsConfig) -> date:
     if day < date.fromisoformat(settings.start_date):
         raise ConfigError(f"{day} is before tickets.start_date ({settings.start_date})")
     return day
-
-
-def unregistered(product: str, fingerprint: str, index: str, built: dict) -> GenerationRecord:
-    """A generation's record as it would be registered, without registering it."""
-    return GenerationRecord(
-        product=product, fingerprint=fingerprint, index_name=index, state="building",
-        model_config=json.dumps(built, sort_keys=True), full_pass=False, full_passes=None,
-        documents=0, rows=0, complete=False, scores=None, decision=None, created_at=0.0,
-        updated_at=0.0, promoted_at=None, retired_at=None,
-    )  # fmt: skip
-
-
-def labelled_texts(
-    taxonomy: Taxonomy, history: LabelledHistory, model: ResolvedModel, max_tokens: int
-) -> tuple[list[str], list[int]]:
-    """The taxonomy's examples and the labelled tickets as `model` reads them (its document
-    prefix; a ticket cut as a day's is), each with its intent's number (`OUT_OF_SCOPE` for
-    `unknown`): what the encoder is fine-tuned on and the head is trained on."""
-    prefix, tokenizer = model.document_prefix, load_tokenizer(model.path)
-    names = taxonomy.names
-    examples = [(n, prefix + e) for n, i in enumerate(taxonomy.intents) for e in i.examples]
-    tickets = [
-        (
-            OUT_OF_SCOPE if label == UNKNOWN else names.index(label),
-            ticket_input(tokenizer, s, b, max_tokens, prefix),
-        )
-        for s, b, label in history.tickets
-    ]
-    pairs = examples + tickets
-    return [t for _, t in pairs], [n for n, _ in pairs]
 
 
 class TicketProduct(ReviewedGenerations):
@@ -365,7 +339,7 @@ class TicketProduct(ReviewedGenerations):
         registered (it was live, say, before fine-tuning was turned on), else the same
         generation unregistered (its head trained and cached in staging, no table)."""
         twin = self.frozen_twin()
-        record = twin.registry.get(twin.name, twin.fingerprint) or unregistered(
+        record = twin.registry.get(twin.name, twin.fingerprint) or twin.registry.unregistered(
             twin.name, twin.fingerprint, twin.index, twin.generation_config()
         )
         evaluation = self.settings.evaluation
@@ -405,7 +379,8 @@ class TicketProduct(ReviewedGenerations):
         if "classifier" not in built:  # built before classifiers were trained
             return self._prototype_classifier(record, built, taxonomy, embedder)
         cache = self.staging.root / "classifiers" / f"{record.fingerprint}.npz"
-        if cache.is_file():
+        cascade_ready = "cascade" not in built or self._held_out_file(record).is_file()
+        if cache.is_file() and cascade_ready:
             with np.load(io.BytesIO(cache.read_bytes())) as stored:
                 arrays = {k: stored[k] for k in stored.files}
             meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
@@ -477,14 +452,10 @@ class TicketProduct(ReviewedGenerations):
             "labels_not_in_taxonomy": dropped,
             "history_days_missing": history.missing_days or None,
         }
-        if "cascade" in built:  # its threshold, on the held-out texts the head never saw
-            if self.escalation is None or built["cascade"] != self.cascade_settings():
-                raise ConfigError(
-                    f"generation {record.index_name}'s cascade (tickets.cascade) is not the "
-                    "configuration's, so its threshold cannot be chosen again as it was; use "
-                    "the current configuration's generation"
-                )
-            notes["cascade"] = cascade_plan(self.escalation, report.held_out, texts, pool.labels)
+        if "cascade" in built:  # its threshold is chosen on the texts the head never saw
+            budget = built["cascade"]["label_budget"]
+            held = HeldOutCascade.of(report.held_out, texts, pool.labels, names, budget)
+            self._held_out_file(record).write_bytes(json.dumps(held.as_dict()).encode())
         tuned = training.get("fine_tune")
         encoder = self.encoders.report(tuned["key"]) if tuned is not None else None
         if encoder is not None:  # the encoder's training, against the nightly window
@@ -558,18 +529,53 @@ class TicketProduct(ReviewedGenerations):
             n for n, k in zip(labels, learns, strict=True) if k
         ]
 
-    def day_cascade(self, record: GenerationRecord) -> DayCascade | None:
+    def _held_out_file(self, record: GenerationRecord):  # noqa: ANN202 - a StagePath
+        """Where training keeps what the cascade's threshold is chosen on."""
+        return self.staging.root / "classifiers" / f"{record.fingerprint}.cascade.json"
+
+    def day_cascade(self, record: GenerationRecord, run_id: str, day: str) -> DayCascade | None:
         """The generation's cascade for a day's land (None without one): its chat model, and
-        the threshold its training chose, read once the classifier is trained."""
+        its threshold, chosen once the classifier is trained; a provider's batches go to the
+        generation's ledger, the day's and the held-out texts' apart."""
         if "cascade" not in json.loads(record.model_config):
             return None
         if self.escalation is None or record.fingerprint != self.fingerprint:
             raise ConfigError(f"generation {record.index_name}'s cascade is not configured")
+        held_out = BatchLedger(self.tracking, record.index_name, HELD_OUT_PARTITION)
+        return DayCascade(
+            self.escalation,
+            partial(self.cascade_plan, record, run_id, held_out),
+            self.base_model.document_prefix,
+            run_id,
+            BatchLedger(self.tracking, record.index_name, f"{day}/{CASCADE_PARTITION}"),
+            partial(
+                known_answers,
+                self.registry,
+                self.intents,
+                self.name,
+                record,
+                self.escalation.model_name,
+            ),  # fmt: skip
+        )
 
-        def plan() -> dict | None:
-            return (self.trained(record) or {}).get("cascade")
-
-        return DayCascade(self.escalation, plan, self.base_model.document_prefix)
+    def cascade_plan(
+        self, record: GenerationRecord, run_id: str, ledger: BatchLedger | None = None
+    ) -> dict:
+        """The generation's cascade plan: as its record keeps it, or chosen now on the
+        held-out texts its training kept (`escalation.cascade_plan`) and recorded; raises
+        CascadePending while a provider has some of their answers."""
+        trained = self.trained(record) or {}
+        if "cascade" in trained:
+            return trained["cascade"]
+        held = json.loads(self._held_out_file(record).read_bytes())
+        plan = cascade_plan(self.escalation, HeldOutCascade(**held), run_id, ledger)
+        fresh = self.registry.get(self.name, record.fingerprint) or record
+        built = json.loads(fresh.model_config)
+        trained = {**built.get("trained", {}), "cascade": plan}
+        self.registry.update(
+            self.name, record.fingerprint, model_config=json.dumps({**built, "trained": trained})
+        )
+        return plan
 
     def model_for(self, record: GenerationRecord) -> ResolvedModel:
         """The encoder a generation was built with: its configured model, or that model

@@ -318,7 +318,7 @@ def run_lines(report: RunReport) -> list[str]:
         f"run {report.run_id}: {report.partition.partition}: {day.tickets_classified} tickets "
         f"classified, {day.tickets_unchanged} unchanged, {day.tickets_removed} removed, "
         f"{len(day.failures)} failed; {duration(measures.wall_seconds)} wall-clock",
-        *([escalation_line(day)] if day.tickets_escalated else []),
+        *([escalation_line(day)] if day.tickets_escalated or day.tickets_answer_awaiting else []),
         report.review_line(),
     ]
 
@@ -329,10 +329,16 @@ def escalation_line(day) -> str:  # noqa: ANN001 - a TicketLandSummary
     tickets classified)`."""
     share = day.tickets_escalated / day.tickets_classified
     per_1k = day.escalation_cost / day.tickets_classified * 1000
+    awaiting = (
+        f"; {day.tickets_answer_awaiting} await the chat model's answer (the classifier's intent "
+        "stands meanwhile; the next run collects them)"
+        if day.tickets_answer_awaiting
+        else ""
+    )
     return (
         f"cascade: {day.tickets_escalated} of {day.tickets_classified} tickets classified now "
         f"went to the chat model ({share:.1%}); {day.tickets_chat_answered} answered; cost "
-        f"{day.escalation_cost:.4g} ({per_1k:.4g} per 1,000 tickets classified)"
+        f"{day.escalation_cost:.4g} ({per_1k:.4g} per 1,000 tickets classified){awaiting}"
     )
 
 

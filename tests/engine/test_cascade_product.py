@@ -17,7 +17,7 @@ from batch_pipeline.config.taxonomy import UNKNOWN, load_taxonomy
 from batch_pipeline.inference.fake import FakeGenerator, fake_chat_model
 from batch_pipeline.inference.generator import Prompt
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.tickets.intent_store import CLASSIFIER
+from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER
 from batch_pipeline.tickets.prepare import ticket_text
 from batch_pipeline.tickets.product import TicketProduct
 from tests.engine.test_tickets import TRAINING_DAYS, labelled_workspace, run_day
@@ -149,7 +149,14 @@ def test_a_target_no_threshold_can_promise_escalates_nothing_and_says_why(tmp_pa
     [
         ("{target_accuracy: 1.5}", "tickets.cascade.target_accuracy"),
         ("{target_accuracy: 0.9, delta: 0}", "tickets.cascade.delta"),
-        ("{target_accuracy: 0.9, executor: openai-batch}", "tickets.cascade.executor"),
+        ("{target_accuracy: 0.9, executor: openai}", "tickets.cascade.executor"),
+        ("{target_accuracy: 0.9, executor: openai-batch}", "tickets.cascade: batch_api"),
+        (
+            "{target_accuracy: 0.9, executor: openai-batch, batch_api: {api_base: x, "
+            "completion_window: 2 days}}",
+            "tickets.cascade.batch_api.completion_window",
+        ),
+        ("{target_accuracy: 0.9, batch_api: {api_base: x}}", "tickets.cascade: batch_api"),
         ("{target_accuracy: 0.9, label_budget: 3}", "tickets.cascade.label_budget"),
         ("{target_accuracy: 0.9, chat_model: no-such-folder}", "tickets.cascade.chat_model"),
         ("{delta: 0.1}", "tickets.cascade.target_accuracy"),
@@ -160,3 +167,104 @@ def test_a_bad_cascade_fails_at_load_naming_the_field(tmp_path, cascade, field):
     with_cascade(workspace, cascade)
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(workspace.config)
+
+
+def test_through_a_batch_api_answers_not_back_yet_are_collected_by_the_next_run(
+    tmp_path, runner, monkeypatch
+):
+    """The same plan through the Batch API emulator, whose "model" is the STAND-IN that
+    answers from the labels: the first run submits the held-out texts and lands every ticket
+    with the classifier's intent, marked awaiting; the next run collects them, chooses the
+    threshold and asks for the day's least sure tickets; a third asks nothing."""
+    from tests.support.batch_api import BatchApiEmulator
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    emulator = BatchApiEmulator()
+    url = emulator.start()
+    try:
+        monkeypatch.setenv("OPENAI_API_KEY", emulator.api_key)
+        emulator._fake = LabelAnswering(labels_of(workspace))  # the provider's model
+        emulator.polls_to_finish = 1
+        with_cascade(
+            workspace,
+            "{target_accuracy: 0.96, delta: 0.2, executor: openai-batch, batch_api: "
+            f"{{api_base: '{url}', wait_seconds: 0, price_per_million_input_tokens: 0.5, "
+            "price_per_million_output_tokens: 1.5}}",
+        )
+        day = TRAINING_DAYS[2]
+
+        emulator.hold = True  # a provider's slow night
+        first, _ = run_day(cascade_product(workspace, FakeGenerator()), runner, day=day)
+        product = cascade_product(workspace, FakeGenerator())
+        assert "cascade" not in (product.trained() or {})
+        rows = product.intents.day_rows(product.index, day).to_pylist()
+        assert rows and {r["answered_by"] for r in rows} == {AWAITING}
+        assert all(r["intent"] == r["head_intent"] for r in rows)
+        assert first.tickets_answer_awaiting == len(rows) and first.tickets_escalated == 0
+        held_out = emulator.created[0]
+        assert len(emulator.created) == 1 and len(set(held_out)) == len(held_out)
+
+        emulator.hold = False
+        second, _ = run_day(product, runner, day=day, run_id="r2")
+        plan = product.trained()["cascade"]
+        # the guarantee's arithmetic, on the answers the provider returned
+        assert plan["labels"] == len(held_out) and plan["threshold"] is not None
+        assert plan["lower_bound"] >= plan["target_accuracy"] == 0.96
+        assert 0 < plan["escalated_share"] < 1 and plan["chat_cost"] > 0
+        assert len(emulator.created) == 2  # the held-out texts were not sent again
+        assert second.tickets_classified == len(rows) and second.tickets_answer_awaiting == 0
+        rows = product.intents.day_rows(product.index, day).to_pylist()
+        under = [r for r in rows if r["confidence"] < plan["threshold"]]
+        assert second.tickets_escalated == len(under) == len(emulator.created[1]) > 0
+        labels = labels_of(workspace)
+        for row in under:
+            assert row["answered_by"] == "FAKE-chat-model" and row["answer_cost"] > 0
+            assert row["intent"] == labels[row["input_text"]]
+        assert {r["answered_by"] for r in rows if r not in under} == {CLASSIFIER}
+
+        third, _ = run_day(product, runner, day=day, run_id="r3")
+        assert len(emulator.created) == 2 and third.tickets_classified == 0
+    finally:
+        emulator.stop()
+
+
+def test_a_changed_label_asks_only_the_tickets_no_generation_has_asked(tmp_path, runner):
+    """A label changed in the training window is a new generation with its own threshold;
+    its day asks the chat model only for the tickets under that threshold whose same
+    question (chat model, prompt, taxonomy) no earlier generation asked."""
+    from tests.engine.test_tickets import relabel
+
+    workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
+    with_cascade(workspace)
+    chat = LabelAnswering(labels_of(workspace))
+    day = TRAINING_DAYS[2]
+    before = cascade_product(workspace, chat)
+    run_day(before, runner, day=day)
+    old_rows = before.intents.day_rows(before.index, day).to_pylist()
+    answered_before = {r["input_hash"] for r in old_rows if r["answered_by"] != CLASSIFIER}
+    assert answered_before
+
+    def change(ticket: dict) -> dict:  # one labelled ticket of the window relabelled
+        if ticket["id"] == first_labelled:
+            ticket["label"] = "refund_request" if ticket["label"] != "refund_request" else "other"
+        return ticket
+
+    first_labelled = next(t["id"] for t in workspace.days[TRAINING_DAYS[0]] if t.get("label"))
+    relabel(workspace, TRAINING_DAYS[0], change)
+    after = cascade_product(workspace, chat)
+    assert after.fingerprint != before.fingerprint
+    asked = len(chat.asked)
+    landed, _ = run_day(after, runner, day=day, run_id="r2")
+    plan = after.trained()["cascade"]
+    rows = after.intents.day_rows(after.index, day).to_pylist()
+    under = {r["input_hash"] for r in rows if r["confidence"] < plan["threshold"]}
+    new_questions = under - answered_before
+    assert under & answered_before  # some questions were asked before
+    # the held-out texts for the new threshold, then only the day's new questions
+    assert len(chat.asked) - asked == plan["labels"] + len(new_questions)
+    assert landed.tickets_answer_reused == sum(
+        1 for r in rows if r["input_hash"] in under & answered_before
+    )
+    for row in rows:
+        if row["input_hash"] in under & answered_before:
+            assert row["answered_by"] == "FAKE-chat-model" and row["answer_cost"] == 0
