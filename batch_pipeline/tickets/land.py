@@ -53,8 +53,9 @@ class TicketLandSummary:
     tickets_unchanged: int = 0
     tickets_removed: int = 0
     tickets_awaiting: int = 0  # a provider has yet to answer for them: the next run lands them
-    # the cascade's, of the tickets classified now: sent to the chat model, answered by it
-    # (valid answers), and what its answers cost
+    # the cascade's (`cascade`: one is configured), of the tickets classified now: sent to
+    # the chat model, answered by it (valid answers), and what its answers cost
+    cascade: bool = False
     tickets_escalated: int = 0
     tickets_chat_answered: int = 0
     tickets_answer_awaiting: int = 0  # at a provider: the classifier's intent meanwhile
@@ -81,7 +82,7 @@ class TicketLandSummary:
                     "tickets_answer_reused": self.tickets_answer_reused,
                     "escalation_cost": round(self.escalation_cost, 6),
                 }
-                if self.tickets_escalated or self.tickets_answer_awaiting
+                if self.cascade
                 else {}
             ),
             "committed": self.committed,
@@ -128,7 +129,7 @@ def land_day(
     mass-deletion guard) holds back keep their rows: an export that shrank that far is more
     likely broken. `cascade` sends the least sure of the tickets classified to a chat model
     (see the module docstring)."""
-    summary = TicketLandSummary()
+    summary = TicketLandSummary(cascade=cascade is not None)
     schema = intent_schema(target.dimension, cascade is not None)
     columns = ["ticket_id", "channel", "input_hash", "input_text"]
     inputs = read_table(inputs_path, columns).to_pylist()
