@@ -176,6 +176,30 @@ def test_it_lands_the_in_process_outputs_from_shuffled_results(make, provider, b
     )
 
 
+def test_newlines_and_control_characters_cross_the_batch_file_intact(
+    make, provider, batch_api, family, tmp_path
+):
+    """A document with CRLF and bare CR line ends, tabs, a form feed, terminal escapes
+    and Unicode line and paragraph separators: its requests are one JSON line each, and
+    what lands is what the in-process executor lands (the provider's file read back line by
+    line, not split at U+2028)."""
+    odd = (
+        "# Odd bytes\r\n\r\nFirst line\r\nsecond\rthird\tcolumn\x0cpage \x1b[31mred\x1b[0m "
+        "a line\u2028separator and a paragraph\u2029separator.\n\n"
+        + "More words to embed and brief. " * 20
+    )
+    (tmp_path / "docs" / "odd.md").write_bytes(odd.encode("utf-8"))
+    in_process = make(home="in-process")
+    in_process.run("run-local")
+    assert "odd.md" in in_process.landed()
+    subject = provider()
+    subject.run("run-1")
+    assert sorted(subject.landed()) == sorted(in_process.landed())
+    assert same_outputs(family, subject.landed(), in_process.landed())
+    for lines in batch_api.created:  # one request per line, every id a request's
+        assert len(lines) == len(set(lines))
+
+
 def test_a_partial_failure_is_sent_again_once_with_only_its_ids(provider, batch_api):
     subject = provider()
     flaky: set[str] = set()
