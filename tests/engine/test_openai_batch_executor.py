@@ -183,10 +183,10 @@ def test_newlines_and_control_characters_cross_the_batch_file_intact(
     and Unicode line and paragraph separators: its requests are one JSON line each, and
     what lands is what the in-process executor lands (the provider's file read back line by
     line, not split at U+2028)."""
+    words = "More words to embed and brief. " * 20
     odd = (
         "# Odd bytes\r\n\r\nFirst line\r\nsecond\rthird\tcolumn\x0cpage \x1b[31mred\x1b[0m "
-        "a line\u2028separator and a paragraph\u2029separator.\n\n"
-        + "More words to embed and brief. " * 20
+        f"a line\u2028separator and a paragraph\u2029separator.\n\n{words}"
     )
     (tmp_path / "docs" / "odd.md").write_bytes(odd.encode("utf-8"))
     in_process = make(home="in-process")
