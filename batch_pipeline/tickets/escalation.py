@@ -82,6 +82,7 @@ def vllm_engine(
 ASKED_BY = ("chat_model", "chat_model_fingerprint", "prompt", "max_tokens", "served_model")
 CASCADE_PARTITION = "cascade"  # a day's provider batches: under `<day>/cascade`
 HELD_OUT_PARTITION = "held-out/cascade"  # the threshold's held-out texts' batches
+EVALUATION_PARTITION = "evaluation/cascade"  # the review's labelled tickets' batches
 AWAITED = "the chat model's answer is still at the provider: the next run collects it"
 
 
@@ -397,3 +398,38 @@ def known_answers(
         if {k: theirs["cascade"].get(k) for k in ASKED_BY} == ours:
             found.update(intents.answered(other.index_name, keys - found.keys(), model))
     return found
+
+
+def cascade_scores(
+    escalation: Escalation,
+    plan: dict,
+    texts: list[str],
+    confidences: list[float],
+    predicted: list[str],
+    labels: list[str],
+    ledger: BatchLedger | None = None,
+) -> dict[str, float]:
+    """The cascade on the labelled set, as a day runs it: the tickets under the plan's
+    threshold answered by the chat model. Its accuracy beside the target, the share
+    escalated, and the chat model's cost per 1,000 tickets; none while a provider has some
+    of the answers."""
+    threshold = plan.get("threshold")
+    final = list(predicted)
+    cost = 0.0
+    under = [] if threshold is None else [n for n, c in enumerate(confidences) if c < threshold]
+    if under:
+        answers = escalation.answer({text_key(texts[n]): texts[n] for n in under}, "review", ledger)
+        if any(a.awaiting for a in answers.values()):
+            return {}
+        for n in under:
+            answer = answers[text_key(texts[n])]
+            final[n] = answer.intent if answer.intent is not None else final[n]
+        cost = sum(a.cost for a in answers.values())
+    right = sum(f == y for f, y in zip(final, labels, strict=True))
+    count = max(1, len(labels))
+    return {
+        "cascade_accuracy": round(right / count, 4),
+        "cascade_target": float(plan["target_accuracy"]),
+        "cascade_escalated_share": round(len(under) / count, 4),
+        "cascade_cost_per_1k": cost / count * 1000,
+    }

@@ -149,7 +149,7 @@ class DayPartition(ProductPartition):
             self.known_vectors,
             lambda: product.classifier_for(record, request.load),
             run.hold_deletions,
-            product.day_cascade(record, request.run_id, self.partition),
+            product.cascades.day(record, request.run_id, self.partition),
         )
         summary.intents = product.taxonomy.names
         summary.failures = collected_failures(collected_rows) + summary.failures

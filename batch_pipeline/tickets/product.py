@@ -28,7 +28,6 @@ import numpy as np
 from batch_pipeline.config import ConfigError, ModelConfig, PipelineConfig, TicketsConfig
 from batch_pipeline.config.taxonomy import Taxonomy, load_taxonomy, parse_taxonomy
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import BatchLedger
 from batch_pipeline.generations.registry import DROPPED
 from batch_pipeline.generations.review import (
     EmbedderFor,
@@ -51,16 +50,7 @@ from batch_pipeline.tickets.classify import (
     head_from_arrays,
     normalised,
 )
-from batch_pipeline.tickets.escalation import (
-    CASCADE_PARTITION,
-    HELD_OUT_PARTITION,
-    DayCascade,
-    Escalation,
-    HeldOutCascade,
-    cascade_plan,
-    known_answers,
-    vllm_engine,
-)
+from batch_pipeline.tickets.escalation import Escalation, HeldOutCascade, vllm_engine
 from batch_pipeline.tickets.evaluation import load_labelled_tickets
 from batch_pipeline.tickets.exports import TicketExport, make_export
 from batch_pipeline.tickets.fine_tune import (
@@ -70,6 +60,7 @@ from batch_pipeline.tickets.fine_tune import (
     fine_tuned_model,
     fine_tuned_name,
 )
+from batch_pipeline.tickets.generation_cascade import GenerationCascade
 from batch_pipeline.tickets.history import LabelledHistory, labelled_history, labelled_texts
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.partition import DayPartition
@@ -301,6 +292,11 @@ class TicketProduct(ReviewedGenerations):
             settings, self.taxonomy.names, engine, self.config.cost.device_price
         )  # fmt: skip
 
+    @cached_property
+    def cascades(self) -> GenerationCascade:
+        """Its generations' cascades: their thresholds, days and scores."""
+        return GenerationCascade(self)
+
     def cascade_settings(self) -> dict:
         """What decides the cascade's answers and threshold (on the record and in the
         fingerprint): the guarantee asked for and the chat model's identity."""
@@ -321,7 +317,8 @@ class TicketProduct(ReviewedGenerations):
         if evaluation is None:
             return None
         frozen = self._frozen_scores if self.encoder_key is not None else None
-        return AccuracyScorer(evaluation, self._predict, frozen)
+        cascade = self.cascades.scores if self.escalation is not None else None
+        return AccuracyScorer(evaluation, self._predict, frozen, cascade)
 
     def frozen_twin(self) -> "TicketProduct":
         """This configuration with the encoder as it ships (no `fine_tune`): what a
@@ -379,7 +376,7 @@ class TicketProduct(ReviewedGenerations):
         if "classifier" not in built:  # built before classifiers were trained
             return self._prototype_classifier(record, built, taxonomy, embedder)
         cache = self.staging.root / "classifiers" / f"{record.fingerprint}.npz"
-        cascade_ready = "cascade" not in built or self._held_out_file(record).is_file()
+        cascade_ready = "cascade" not in built or self.cascades.held_out_file(record).is_file()
         if cache.is_file() and cascade_ready:
             with np.load(io.BytesIO(cache.read_bytes())) as stored:
                 arrays = {k: stored[k] for k in stored.files}
@@ -455,7 +452,7 @@ class TicketProduct(ReviewedGenerations):
         if "cascade" in built:  # its threshold is chosen on the texts the head never saw
             budget = built["cascade"]["label_budget"]
             held = HeldOutCascade.of(report.held_out, texts, pool.labels, names, budget)
-            self._held_out_file(record).write_bytes(json.dumps(held.as_dict()).encode())
+            self.cascades.held_out_file(record).write_bytes(json.dumps(held.as_dict()).encode())
         tuned = training.get("fine_tune")
         encoder = self.encoders.report(tuned["key"]) if tuned is not None else None
         if encoder is not None:  # the encoder's training, against the nightly window
@@ -528,54 +525,6 @@ class TicketProduct(ReviewedGenerations):
         return [t for t, k in zip(texts, learns, strict=True) if k], [
             n for n, k in zip(labels, learns, strict=True) if k
         ]
-
-    def _held_out_file(self, record: GenerationRecord):  # noqa: ANN202 - a StagePath
-        """Where training keeps what the cascade's threshold is chosen on."""
-        return self.staging.root / "classifiers" / f"{record.fingerprint}.cascade.json"
-
-    def day_cascade(self, record: GenerationRecord, run_id: str, day: str) -> DayCascade | None:
-        """The generation's cascade for a day's land (None without one): its chat model, and
-        its threshold, chosen once the classifier is trained; a provider's batches go to the
-        generation's ledger, the day's and the held-out texts' apart."""
-        if "cascade" not in json.loads(record.model_config):
-            return None
-        if self.escalation is None or record.fingerprint != self.fingerprint:
-            raise ConfigError(f"generation {record.index_name}'s cascade is not configured")
-        held_out = BatchLedger(self.tracking, record.index_name, HELD_OUT_PARTITION)
-        return DayCascade(
-            self.escalation,
-            partial(self.cascade_plan, record, run_id, held_out),
-            self.base_model.document_prefix,
-            run_id,
-            BatchLedger(self.tracking, record.index_name, f"{day}/{CASCADE_PARTITION}"),
-            partial(
-                known_answers,
-                self.registry,
-                self.intents,
-                self.name,
-                record,
-                self.escalation.model_name,
-            ),  # fmt: skip
-        )
-
-    def cascade_plan(
-        self, record: GenerationRecord, run_id: str, ledger: BatchLedger | None = None
-    ) -> dict:
-        """The generation's cascade plan: as its record keeps it, or chosen now on the
-        held-out texts its training kept (`escalation.cascade_plan`) and recorded; raises
-        CascadePending while a provider has some of their answers."""
-        trained = self.trained(record) or {}
-        if "cascade" in trained:
-            return trained["cascade"]
-        held = json.loads(self._held_out_file(record).read_bytes())
-        plan = cascade_plan(self.escalation, HeldOutCascade(**held), run_id, ledger)
-        fresh = self.registry.get(self.name, record.fingerprint) or record
-        built = json.loads(fresh.model_config)
-        trained = {**built.get("trained", {}), "cascade": plan}
-        self.registry.update(
-            self.name, record.fingerprint, model_config=json.dumps({**built, "trained": trained})
-        )
-        return plan
 
     def model_for(self, record: GenerationRecord) -> ResolvedModel:
         """The encoder a generation was built with: its configured model, or that model

@@ -293,6 +293,12 @@ def evaluation_line(scores: dict) -> str:
             if "ece_uncalibrated" in scores
             else ""
         )
+    if "cascade_accuracy" in scores:
+        line += (
+            f"; with the cascade {scores['cascade_accuracy']:.3f} (target "
+            f"{scores['cascade_target']:.3f}), {scores['cascade_escalated_share']:.1%} escalated"
+            f" at {scores['cascade_cost_per_1k']:.4g} per 1,000"
+        )
     per_intent = scores.get("per_intent") or {}
     weakest = sorted(per_intent.items(), key=lambda item: item[1]["recall"])[:WEAKEST]
     if weakest:

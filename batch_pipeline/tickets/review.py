@@ -33,6 +33,11 @@ from batch_pipeline.tickets.intent_store import IntentStore
 
 # What a generation predicts for (subject, body) pairs, with the models `embedder_for` loads.
 Predict = Callable[[GenerationRecord, list[tuple[str, str]], EmbedderFor], list[Prediction]]
+# a cascade generation's figures on the labelled set: (record, tickets, the classifier's
+# predictions, the labels) -> cascade_accuracy, cascade_escalated_share, ...
+CascadeScores = Callable[
+    [GenerationRecord, list[tuple[str, str]], list[Prediction], list[str]], dict[str, float]
+]
 DAYS_NAMED = 3  # a refusal names at most this many days to backfill
 FROZEN = "the frozen encoder"  # how the gate names a fine-tuned generation's baseline
 
@@ -69,6 +74,9 @@ class AccuracyScorer:
     predict: Predict
     # a fine-tuned generation's: the scores of the same generation on the frozen encoder
     frozen: Callable[[EmbedderFor], dict[str, float]] | None = None
+    # a cascade generation's: its accuracy with the least sure tickets answered by the chat
+    # model (figures beside the classifier's; the gate judges the classifier's)
+    cascade: CascadeScores | None = None
 
     @property
     def tolerance(self) -> float:
@@ -85,13 +93,15 @@ class AccuracyScorer:
     def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
         taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])
         labelled = load_labelled_tickets(self.evaluation.path, taxonomy.names)
-        predictions = self.predict(record, [(t.subject, t.body) for t in labelled], embedder_for)
+        texts = [(t.subject, t.body) for t in labelled]
+        predictions = self.predict(record, texts, embedder_for)
         labels = [t.label for t in labelled]
         predicted = [p.intent for p in predictions]
         return {
             **classification_scores(labels, predicted),
             **calibration_errors(labels, predictions),
             **intent_figures(labels, predicted),
+            **(self.cascade(record, texts, predictions, labels) if self.cascade else {}),
         }
 
     def baseline(self, embedder_for: EmbedderFor) -> Baseline | None:

@@ -20,7 +20,7 @@ from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER
 from batch_pipeline.tickets.prepare import ticket_text
 from batch_pipeline.tickets.product import TicketProduct
-from tests.engine.test_tickets import TRAINING_DAYS, labelled_workspace, run_day
+from tests.engine.test_tickets import TRAINING_DAYS, embedder_for, labelled_workspace, run_day
 
 CASCADE = "{target_accuracy: 0.96, delta: 0.2}"
 
@@ -42,8 +42,11 @@ class LabelAnswering(FakeGenerator):
 
 
 def labels_of(workspace) -> dict[str, str]:  # noqa: ANN001
-    """Each labelled text's intent: the sample's tickets, and the taxonomy's examples."""
+    """Each labelled text's intent: the sample's tickets, the labelled set's and the
+    taxonomy's examples."""
     examples = {e: i.name for i in load_taxonomy(workspace.taxonomy).intents for e in i.examples}
+    labelled = [json.loads(line) for line in (workspace.root / "eval.jsonl").open()]
+    examples |= {ticket_text(t.get("subject"), t["body"]): t["label"] for t in labelled}
     return examples | {
         ticket_text(t.get("subject"), t["body"]): t.get("label") or UNKNOWN
         for day in workspace.days.values()
@@ -98,6 +101,10 @@ def test_the_least_sure_tickets_go_to_the_chat_model_and_rows_say_who_answered(t
             assert row["intent"] == row["head_intent"]
     assert any(r["intent"] != r["head_intent"] for r in under)  # it changed some answers
     assert landed.escalation_cost == pytest.approx(sum(r["answer_cost"] for r in rows))
+    # the review runs the cascade on the labelled set too: its accuracy beside the target
+    scores = product.review(embedder_for(runner)).scores["candidate"]
+    assert scores["cascade_target"] == 0.96 and 0 < scores["cascade_escalated_share"] < 1
+    assert scores["cascade_accuracy"] >= scores["accuracy"] and scores["cascade_cost_per_1k"] > 0
 
     # a rerun asks nothing: every row is kept
     asked = len(chat.asked)
