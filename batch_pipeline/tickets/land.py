@@ -186,19 +186,19 @@ def land_day(
         if ready:
             vectors = np.stack([v for _, v in ready]).astype(np.float32)
             predictions = classifier().classify(vectors)
-            answers = {}
+            chat = {}  # the cascade's answers, by input hash
             if cascade is not None:
-                answers = cascade.escalate(
+                chat = cascade.escalate(
                     [(row["input_hash"], row["input_text"]) for row, _ in ready],
                     [p.confidence for p in predictions],
                 )
-                asked = [answers[r["input_hash"]] for r, _ in ready if r["input_hash"] in answers]
+                asked = [chat[r["input_hash"]] for r, _ in ready if r["input_hash"] in chat]
                 summary.tickets_escalated = sum(not a.awaiting for a in asked)
                 summary.tickets_answer_awaiting = len(asked) - summary.tickets_escalated
                 summary.tickets_chat_answered = sum(a.intent is not None for a in asked)
                 summary.tickets_answer_reused = sum(a.reused for a in asked)
                 # paid once per request: tickets with the same input share one answer
-                summary.escalation_cost = sum(a.cost for a in answers.values())
+                summary.escalation_cost = sum(a.cost for a in chat.values())
             now = datetime.now(UTC)
             new_rows = pa.Table.from_pylist(
                 [
@@ -208,7 +208,7 @@ def land_day(
                         "channel": row["channel"],
                         "intent": p.intent,
                         **(
-                            escalated(p.intent, answers.get(row["input_hash"]), cascade)
+                            escalated(p.intent, chat.get(row["input_hash"]), cascade)
                             if cascade is not None
                             else {}
                         ),

@@ -396,15 +396,13 @@ def train_classifier(
     elif fixed and thresholds.min_confidence is not None:
         threshold = thresholds.min_confidence
     held_out = None
-    if chosen in held:
-        raw = held[chosen]
-        sure = calibrated(chosen, raw, temperature) if temperature is not None else raw
-        predicted, best, margins = _top_two(raw)
+    if chosen in held:  # the scores, answers and margins the threshold was chosen on
+        confidence = sure if temperature is not None else raw.max(axis=1)
         clear = (best >= threshold) & (margins >= min_margin)
         held_out = HeldOutAnswers(
             # rounded as a row's confidence is (`IntentClassifier.classify`)
             validation,
-            sure.max(axis=1).round(4),
+            confidence.round(4),
             np.where(clear, predicted, OUT_OF_SCOPE),
         )
     head = fit_head(chosen, pool, np.flatnonzero(pool.labels != OUT_OF_SCOPE))
