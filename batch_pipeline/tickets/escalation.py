@@ -36,7 +36,7 @@ from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger
 from batch_pipeline.executors.registry import GENERATE, executor_class
 from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
-from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
+from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.stages.prompt_plan import (
     PromptPlanSettings,
@@ -66,13 +66,10 @@ def answer_schema(names: list[str]) -> dict:
     }
 
 
-def vllm_engine(
-    chat_model: Path | None, home: Path, device: str
-) -> tuple[Generator, PromptPlanSettings]:
-    """The chat model at `chat_model` (default the shipped one) on vLLM, and its prompt plan."""
+def vllm_engine(model: ChatModel, home: Path, device: str) -> tuple[Generator, PromptPlanSettings]:
+    """The chat model on vLLM, and its prompt plan."""
     from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
 
-    model = resolve_chat_model(chat_model, home)
     engine = engine_settings_for(model, device, "auto", home / CALIBRATION_FILE)
     return VllmGenerator(model, engine), plan_settings_for(engine)
 
@@ -104,19 +101,22 @@ class CascadePending(Exception):
 
 
 class Escalation:
-    """A chat model answering tickets with one of `names` (see the module docstring).
-    `engine()` gives the chat model's generator and the prompt plan its engine takes; the
-    engine itself starts only when a ticket is asked."""
+    """`model` answering tickets with one of `names` (see the module docstring). `engine()`
+    gives its generator and the prompt plan its engine takes, only when a ticket is asked
+    (the generation's fingerprint needs the model's identity alone); the engine itself
+    starts when the first answer is generated."""
 
     def __init__(
         self,
         settings: CascadeConfig,
         names: list[str],
+        model: ChatModel,
         engine: Callable[[], tuple[Generator, PromptPlanSettings]],
         price_per_hour: Callable[[str], float],
     ) -> None:
         self.settings = settings
         self.names = list(names)
+        self.model = model
         self.engine = engine
         self.price_per_hour = price_per_hour
 
@@ -131,10 +131,6 @@ class Escalation:
     @property
     def plan_settings(self) -> PromptPlanSettings:
         return self._engine[1]
-
-    @property
-    def model(self) -> ChatModel:
-        return self.generator.model
 
     @property
     def model_name(self) -> str:

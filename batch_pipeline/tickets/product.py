@@ -33,6 +33,7 @@ from batch_pipeline.generations.review import (
     EmbedderFor,
     ReviewedGenerations,
 )
+from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.generator import Generator
@@ -284,12 +285,13 @@ class TicketProduct(ReviewedGenerations):
         if settings is None:
             return None
         if self.generator is not None:
+            model = self.generator.model
             engine = lambda: (self.generator, PromptPlanSettings())  # noqa: E731
         else:
-            engine = partial(vllm_engine, settings.chat_model, self.storage.home,
-                             self.execution.device)  # fmt: skip
+            model = resolve_chat_model(settings.chat_model, self.storage.home)
+            engine = partial(vllm_engine, model, self.storage.home, self.execution.device)
         return Escalation(
-            settings, self.taxonomy.names, engine, self.config.cost.device_price
+            settings, self.taxonomy.names, model, engine, self.config.cost.device_price
         )  # fmt: skip
 
     @cached_property
