@@ -228,6 +228,8 @@ class BatchDriver:
                 continue
             if status == "failed":
                 errors = getattr(getattr(remote, "errors", None), "data", None) or []
+                if self._refused_requests(client, work, batch, errors):
+                    continue
                 said = "; ".join(_said(e) for e in errors[:3]) or "no reason given"
                 if len(errors) > 3:
                     said += f"; and {len(errors) - 3} more"
@@ -254,6 +256,39 @@ class BatchDriver:
             if batch.run_id != self.run_id:
                 self.batches.collected_from(batch.run_id, batch.submitted_at)
         return self.ledger.uncollected()
+
+    def _refused_requests(self, client, work: BatchWork, batch: ProviderBatch,
+                          errors: list) -> bool:  # noqa: ANN001 # fmt: skip
+        """A batch the provider's validation failed for some of its requests only (each error
+        naming its line): those requests are their inputs' failures, and the rest are sent
+        again at once, in a batch of their own, so one bad request never blocks the others.
+        False where the errors name no line or every line, or the batch was itself such a
+        resend (the file's or the settings' fault, such as a model the provider does not
+        serve, whose errors a provider may list for a few lines only: the run fails)."""
+        if batch.attempt != FIRST:
+            return False
+        lines = self.ledger.tracking.batch_request_lines(batch.file_sha256)
+        refused: dict[str, str] = {}
+        for error in errors:
+            key = lines.get(getattr(error, "line", None))
+            if key is None:
+                return False  # an error of the whole file, or a line unknown here
+            refused.setdefault(key, f"refused by the provider: {_said(error)}")
+        if not refused or len(refused) >= len(lines):
+            return False
+        self.sent |= set(lines.values())
+        done = work.output.done_keys
+        fresh = {key for key in refused if key in work.keys and key not in done}
+        work.take([BatchResult(key, None, None, error=refused[key]) for key in sorted(fresh)])
+        rest = {key for key in lines.values() if key not in refused and key in work.keys}
+        if rest - done:
+            self._send(client, work, rest - done, RESUBMITTED)
+        first = next(iter(refused.values()))
+        note = f"{len(refused)} of {len(lines)} requests refused: {first}"
+        self.ledger.tracking.collect_provider_batch(batch.batch_id, "failed", self.run_id, note)
+        self.batches.refused_requests += len(refused)
+        self.batches.collected.append(batch.batch_id)
+        return True
 
     def _retrieve(self, client, batch: ProviderBatch):  # noqa: ANN001, ANN202
         """The provider's view of the batch; None, and the batch given up, where the

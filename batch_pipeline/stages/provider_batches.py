@@ -21,6 +21,9 @@ class ProviderBatches:
     given_up: list[str] = field(default_factory=list)  # gone at the provider: sent again
     cancelled: list[str] = field(default_factory=list)  # cancelled there: this run sends no more
     unreadable_lines: int = 0  # answer lines that were not JSON, or named no request
+    # requests the provider's validation refused (a batch failed naming their lines): their
+    # inputs' failures, the rest of their batch sent again
+    refused_requests: int = 0
     # the earliest other run whose provider batches this run collected, and when it submitted
     submitted_by: str | None = None
     submitted_at: float | None = None
@@ -41,6 +44,7 @@ class ProviderBatches:
             "batches_given_up": self.given_up,
             "batches_cancelled": self.cancelled,
             "unreadable_answer_lines": self.unreadable_lines,
+            "requests_refused": self.refused_requests,
             "submitted_by": self.submitted_by,
             "submitted_at": self.submitted_at,
         }
@@ -56,6 +60,7 @@ class ProviderBatches:
             "batches_given_up": len(self.given_up),
             "batches_cancelled": len(self.cancelled),
             "unreadable_answer_lines": self.unreadable_lines,
+            "requests_refused": self.refused_requests,
         }
 
     def lines(self, unit: str) -> list[str]:
@@ -79,6 +84,12 @@ class ProviderBatches:
             lines.append(
                 f"  provider batch(es) {', '.join(self.adopted)} found at the provider though "
                 "their creation had not answered: collected, not created again"
+            )
+        if self.refused_requests:
+            lines.append(
+                f"  {self.refused_requests} request(s) refused by the provider's validation of "
+                f"their batch: their {unit} failed (see `failures`); the rest of the batch was "
+                "sent again"
             )
         if self.unreadable_lines:
             lines.append(

@@ -14,6 +14,10 @@ intent, marked `awaiting`, and the next run asks again, which collects it.
 Each answer carries its cost: the executor's device seconds for the ask (generating, and
 starting the engine), priced at `cost.device_hour` for its device, or a provider's tokens at
 its batch prices; shared among the asked tickets by their tokens (prompt and output).
+
+A ticket is the customer's text: the chat model's control tokens written in it (`<|im_start|>`
+and the like) are broken before it reaches the prompt (`text.control_tokens`), as a
+document's are for its brief, so a ticket cannot open a turn of its own and name its intent.
 """
 
 import hashlib
@@ -45,11 +49,13 @@ from batch_pipeline.stages.prompt_plan import (
 )
 from batch_pipeline.state.staging import read_table
 from batch_pipeline.state.tracking import GenerationRecord
+from batch_pipeline.text.control_tokens import neutralised
 from batch_pipeline.tickets.cascade import choose_threshold
 from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.training import HeldOutAnswers
 
-PROMPT_VERSION = "tickets-cascade-1"  # the system prompt and schema below: their version
+# the system prompt and schema below, and the ticket's control tokens broken: their version
+PROMPT_VERSION = "tickets-cascade-2"
 SYSTEM = (
     "You route customer support tickets. Answer with the one intent below that the ticket "
     "asks for, or unknown if none fits.\nIntents: {intents}"
@@ -203,11 +209,12 @@ class Escalation:
             folder = Path(scratch) / run_id  # the ask's files; the run is its folder's name
             folder.mkdir()
             system = SYSTEM.format(intents=", ".join(self.names))
+            controls = self.generator.control_tokens()  # the tokenizer's: no engine starts
             prompts = pa.table(
                 {
                     "input_hash": list(texts),
                     "system": [system] * len(texts),
-                    "user": list(texts.values()),
+                    "user": [neutralised(text, controls)[0] for text in texts.values()],
                 },
                 schema=prepared_prompts_schema(),
             )

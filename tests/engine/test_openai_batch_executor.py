@@ -459,9 +459,47 @@ def test_a_file_the_provider_refuses_fails_the_run_in_one_line_naming_its_lines(
     assert "\n" not in said and said.startswith("provider batch batch_")
     assert "failed: model_not_found (line 1): no model 'm' (line 1); " in said
     assert said.endswith("; and 2 more")  # three named, the count of the rest
+    # the errors named 5 lines of a longer file (a provider lists a few): those 5 were taken
+    # as refused requests and the rest sent again once, whose refusal failed the run
+    first, resent = batch_api.created
+    assert len(first) > 5 and sorted(resent) == sorted(first[5:])
     batch_api.invalid = []  # the operator fixed the model's name
-    provider().run("run-2")  # a refused batch ran nothing: every request is sent again
-    assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
+    provider().run("run-2")  # what the refused batches ran: nothing; the rest is sent again
+    # the 5 taken as refused are recorded failures (a brief's), which the next run tries again
+    provider().run("run-3")
+    assert len(batch_api.created) <= 4 and sorted(subject.landed()) == ARTICLES
+
+
+def test_requests_the_provider_refuses_fail_alone_and_the_rest_of_their_batch_lands(
+    provider, batch_api
+):
+    """A provider's validation refuses one request of the file (over its size limit, say): the
+    batch fails at once, naming that line. The request is its input's failure; the rest are
+    sent again at once and land, so one bad request never blocks the partition."""
+    subject = provider()
+    refused: list[str] = []
+    batch_api.refuse = lambda cid: (
+        "request too large" if (not refused and not refused.append(cid)) or cid in refused
+        else None
+    )  # fmt: skip
+    summaries = subject.run("run-1")
+    batches = summaries["execute"].batches
+    first, resent = batch_api.created
+    assert refused[0] in first and sorted(resent) == sorted(set(first) - set(refused))
+    assert batches.refused_requests == 1 and batches.pending == 0
+    failed = Subject.failed(summaries["land"])
+    assert len(failed) == 1 and "refused by the provider" in next(iter(failed.values()))
+    assert "request too large" in next(iter(failed.values()))
+    assert len(subject.landed()) == len(ARTICLES) - 1  # the rest landed
+    recorded = {b.batch_id: b for b in subject.tracking.provider_batches(subject.index, "handbook")}
+    assert all(b.collected_by == "run-1" for b in recorded.values())  # nothing left in flight
+    assert any("1 of" in (b.note or "") and "refused" in b.note for b in recorded.values())
+    assert any("1 request(s) refused by the provider's validation" in line
+               for line in batches.lines("documents"))  # fmt: skip
+    batch_api.refuse = lambda cid: None  # the document was fixed, or the provider's limit
+    subject.run("run-2")  # the next run sends the refused input again, only it
+    assert len(batch_api.created) == 3 and set(batch_api.created[2]) <= set(first)
+    assert sorted(subject.landed()) == ARTICLES
 
 
 def test_status_doctor_and_batches_name_a_stuck_batch_and_drop_gives_it_up(

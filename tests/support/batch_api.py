@@ -24,7 +24,10 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
   creation that answers 500 after the batch was made (`create_errors`, as a gateway timing
   out after its backend accepted); a batch or file deleted (`forget`), as past the
   provider's retention, answering 404; a file the provider refuses (`invalid`: the batch
-  fails at once with those errors, each naming its line, and runs nothing).
+  fails at once with those errors, each naming its line, and runs nothing), or some of its
+  requests (`refuse(custom_id)`: a message for each one its validation refuses, and the
+  batch fails at once with an error naming each one's line, as a provider's validation of
+  an over-long or malformed request does).
 
 The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
 prompt's own words, so a brief can be checked against its document. The embeddings are
@@ -132,6 +135,7 @@ class BatchApiEmulator:
         # the file's validation errors (`code`, `message`, `line`): a batch created while set
         # fails at once with them, as a provider that refuses the file does (nothing is run)
         self.invalid: list[dict] = []
+        self.refuse: Callable[[str], str | None] = lambda custom_id: None
         # the "model" of `/v1/embeddings`: an input (token ids or text) to its vector; by
         # default a hashed bag of its tokens, 384 wide (a test gives the real model's)
         self.embed: Callable[[list[int] | str], list[float]] = hashed_vector
@@ -283,8 +287,14 @@ class BatchApiEmulator:
         )
         lines = batch.requests = self._requests(batch)
         batch.counts["total"] = len(lines)
-        if self.invalid:
-            batch.status, batch.errors = "failed", [dict(e, object="error") for e in self.invalid]
+        refused = [
+            {"code": "invalid_request", "message": said, "line": n, "object": "error"}
+            for n, line in enumerate(lines, start=1)
+            if (said := self.refuse(line["custom_id"])) is not None
+        ]
+        if self.invalid or refused:
+            errors = [dict(e, object="error") for e in self.invalid] + refused
+            batch.status, batch.errors = "failed", errors
         self.created.append([line["custom_id"] for line in lines])
         self.batches[batch.id] = batch
         return batch

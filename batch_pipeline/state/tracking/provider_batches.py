@@ -71,7 +71,8 @@ class ProviderBatchRecords:
         """Before a batch is created: its requests' ids under its file's hash, and a row under
         a placeholder id (returned), in one transaction."""
         intent = f"{INTENT_PREFIX}{uuid.uuid4().hex}"
-        ids = sorted(set(custom_ids))
+        lines = {custom_id: n for n, custom_id in enumerate(custom_ids, start=1)}
+        ids = sorted(lines)
         with self.engine.begin() as conn:
             known = conn.execute(
                 sa.select(sa.func.count())
@@ -83,7 +84,7 @@ class ProviderBatchRecords:
                     conn.execute(
                         sa.insert(provider_batch_requests),
                         [
-                            {"file_sha256": file_sha256, "custom_id": i}
+                            {"file_sha256": file_sha256, "custom_id": i, "line": lines[i]}
                             for i in ids[start : start + 5000]
                         ],
                     )
@@ -132,6 +133,18 @@ class ProviderBatchRecords:
                 )
             }
         return ids or None
+
+    def batch_request_lines(self, file_sha256: str | None) -> dict[int, str]:
+        """The custom_id on each line (from 1) of the batch file with this hash; empty where
+        no lines were recorded."""
+        if not file_sha256:
+            return {}
+        table = provider_batch_requests
+        query = sa.select(table.c.line, table.c.custom_id).where(
+            table.c.file_sha256 == file_sha256, table.c.line.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {line: custom_id for line, custom_id in conn.execute(query)}
 
     def provider_batch(self, batch_id: str) -> ProviderBatch | None:
         query = sa.select(provider_batches).where(provider_batches.c.batch_id == batch_id)

@@ -209,6 +209,9 @@ provider_batch_requests = sa.Table(
     metadata,
     sa.Column("file_sha256", sa.String(64), primary_key=True),
     sa.Column("custom_id", sa.String(256), primary_key=True),
+    # its line in the file (from 1), which a provider's validation errors name; None for a
+    # batch recorded before lines were
+    sa.Column("line", sa.Integer),
 )
 
 
