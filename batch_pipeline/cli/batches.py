@@ -6,9 +6,10 @@ import argparse
 
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.config import ConfigError
+from batch_pipeline.config.secrets import masked_url
 from batch_pipeline.executors.batch_api import BatchApiSettings, batch_client
 from batch_pipeline.health.provider_batches import batch_views
-from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES
+from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES, GIVEN_UP, ProviderBatch
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -55,6 +56,8 @@ def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
     if batch is None:
         raise ConfigError(f"no provider batch {args.batch_id!r} is recorded (batch-pipeline "
                           "batches lists them)")  # fmt: skip
+    if batch.status == GIVEN_UP:
+        return _cancel_given_up(batch, args)
     if batch.collected_at is not None:
         raise ConfigError(
             f"provider batch {batch.batch_id} was already collected ({batch.status}) by run "
@@ -81,6 +84,35 @@ def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
     ctx.tracking.collect_provider_batch(batch.batch_id, DROPPED, "operator", "dropped by an "
                                         "operator (batch-pipeline batches drop)")  # fmt: skip
     print(f"dropped: {plan}{cancelled}")
+    return 0
+
+
+def _cancel_given_up(batch: ProviderBatch, args: argparse.Namespace) -> int:
+    """A batch already given up (its requests were sent again): with `--api-base`, cancelled
+    at the provider it was sent to, where it may still run and bill."""
+    if not args.api_base:
+        sent = f" (it was sent to {batch.api_base})" if batch.api_base else ""
+        raise ConfigError(
+            f"provider batch {batch.batch_id} was given up by run {batch.collected_by}: its "
+            f"requests were sent again. Where it may still run{sent}, --api-base ADDRESS "
+            "cancels it there"
+        )
+    plan = f"cancel provider batch {batch.batch_id} (given up) at {masked_url(args.api_base)}"
+    if not args.yes:
+        print(f"would {plan}; run again with --yes to do it")
+        return 1
+    import openai
+
+    api = BatchApiSettings(api_base=args.api_base, api_key_env=args.api_key_env)
+    with batch_client(api, api.api_key()) as client:
+        try:
+            client.batches.cancel(batch.batch_id)
+        except openai.NotFoundError:
+            raise ConfigError(
+                f"the Batch API at {api.shown_base} has no batch {batch.batch_id}: nothing to "
+                "cancel there"
+            ) from None
+    print(f"cancelled: {plan[len('cancel ') :]}")
     return 0
 
 

@@ -128,12 +128,20 @@ class BatchLedger:
         return self.tracking.provider_batches(self.generation, self.partition, uncollected=True)
 
     def intend(
-        self, run_id: str, file_id: str, file_sha256: str, custom_ids: list[str], attempt: int
+        self,
+        run_id: str,
+        file_id: str,
+        file_sha256: str,
+        custom_ids: list[str],
+        attempt: int,
+        api_base: str | None = None,
     ) -> str:
-        """Record a batch before it is created (its placeholder id)."""
+        """Record a batch before it is created (its placeholder id), and where it goes
+        (`api_base`, credentials masked)."""
         return self.tracking.record_batch_intent(
-            self.generation, self.partition, run_id, file_id, file_sha256, custom_ids, attempt
-        )
+            self.generation, self.partition, run_id, file_id, file_sha256, custom_ids, attempt,
+            api_base,
+        )  # fmt: skip
 
 
 def with_ledger(executor: object, ledger: BatchLedger) -> object:
@@ -304,7 +312,14 @@ class BatchDriver:
     def _give_up(self, batch: ProviderBatch, why: str) -> None:
         """A batch the provider no longer has (deleted, past its file retention, another
         `api_base`): recorded as given up, shown by `batches`, and its requests, which no
-        checkpoint holds, sent again by this run."""
+        checkpoint holds, sent again by this run. One sent to another `api_base` may still
+        run, and bill, there: the note says where, and how to cancel it."""
+        if batch.api_base and batch.api_base != self.api.shown_base:
+            why += (
+                f"; it was sent to {batch.api_base}, where it may still run and bill: cancel "
+                f"it there (batches drop {batch.batch_id} --yes --api-base <that address>)"
+            )
+            self.batches.elsewhere.append(batch.batch_id)
         self.ledger.tracking.collect_provider_batch(batch.batch_id, GIVEN_UP, self.run_id, why)
         self.batches.given_up.append(batch.batch_id)
 
@@ -362,7 +377,9 @@ class BatchDriver:
         digest, ids = file_digest(path)
         with path.open("rb") as handle:
             uploaded = client.files.create(file=(path.name, handle), purpose="batch")
-        intent = self.ledger.intend(self.run_id, uploaded.id, digest, ids, attempt)
+        intent = self.ledger.intend(
+            self.run_id, uploaded.id, digest, ids, attempt, self.api.shown_base
+        )
         crash_point("intended", len(self.batches.submitted) + 1)
         try:
             created = client.with_options(max_retries=0).batches.create(

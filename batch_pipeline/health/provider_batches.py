@@ -33,7 +33,8 @@ class BatchView:
 
     def line(self) -> str:
         b = self.batch
-        where = f"{b.batch_id} ({self.product}, {b.partition}, {b.requests} requests)"
+        sent = f", sent to {b.api_base}" if b.api_base else ""
+        where = f"{b.batch_id} ({self.product}, {b.partition}, {b.requests} requests{sent})"
         if b.collected_at is None:
             state = "being created" if b.creating else b.status
             line = f"{where}: {state} for {hours(self.age_seconds)}"
@@ -60,6 +61,7 @@ class BatchView:
             "in_flight": b.collected_at is None,
             "stuck": self.stuck,
             "note": b.note,
+            "api_base": b.api_base,
         }
 
 

@@ -19,6 +19,8 @@ class ProviderBatches:
     # cut off, though the provider had created them
     adopted: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)  # gone at the provider: sent again
+    # of those, the ones sent to another api_base than this run's: they may still run there
+    elsewhere: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)  # cancelled there: this run sends no more
     unreadable_lines: int = 0  # answer lines that were not JSON, or named no request
     # requests the provider's validation refused (a batch failed naming their lines): their
@@ -42,6 +44,7 @@ class ProviderBatches:
             "pending_batches": self.pending,
             "batches_adopted": self.adopted,
             "batches_given_up": self.given_up,
+            "batches_given_up_elsewhere": self.elsewhere,
             "batches_cancelled": self.cancelled,
             "unreadable_answer_lines": self.unreadable_lines,
             "requests_refused": self.refused_requests,
@@ -70,9 +73,13 @@ class ProviderBatches:
         if self.given_up:
             lines.append(
                 f"  {len(self.given_up)} provider batch(es) given up, the provider no longer "
-                f"having them ({', '.join(self.given_up)}): their {unit} were sent again (if "
-                f"api_base changed since they were sent, they may still run and bill at the "
-                f"old one: cancel them there)"
+                f"having them ({', '.join(self.given_up)}): their {unit} were sent again"
+            )
+        if self.elsewhere:
+            lines.append(
+                f"  provider batch(es) {', '.join(self.elsewhere)} had been sent to another "
+                "api_base, where they may still run and bill: `batch-pipeline batches` says "
+                "where; cancel them there (batches drop ID --yes --api-base ADDRESS)"
             )
         if self.cancelled:
             lines.append(

@@ -537,3 +537,54 @@ def test_status_doctor_and_batches_name_a_stuck_batch_and_drop_gives_it_up(
     assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
     cli.main([*args, "doctor"])
     assert "provider batch" not in capsys.readouterr().out  # nothing stuck any more
+
+
+def test_a_batch_given_up_after_api_base_changed_says_where_it_may_still_bill_and_is_cancelled_there(  # noqa: E501
+    provider, make, batch_api, corpus, tmp_path, capsys
+):
+    """A batch in flight at one Batch API, then a run at another (`--api-base` changed): the
+    new one has no such batch, so it is given up and its requests sent there; the record,
+    the run and `batches` name the first address, and `batches drop ID --api-base FIRST
+    --yes` cancels it there, so it is not billed twice."""
+    import itertools
+
+    from batch_pipeline import cli
+    from tests.support.batch_api import BatchApiEmulator
+
+    subject = provider(wait_seconds=0)
+    batch_api.hold = True
+    subject.run("run-1")
+    (remote,) = batch_api.batches.values()
+    assert subject.tracking.provider_batch(remote.id).api_base == batch_api.url
+    other = BatchApiEmulator(api_key=batch_api.api_key)
+    other._ids = itertools.count(1000)  # a provider's ids are its own
+    other.embed, other.polls_to_finish = batch_api.embed, 1
+    url = other.start()
+    try:
+        moved = make(NAME, api_base=url)
+        summaries = moved.run("run-2")
+        assert sorted(moved.landed()) == ARTICLES  # sent again at the new address
+        batches = summaries["execute"].batches
+        assert batches.given_up == batches.elsewhere == [remote.id]
+        recorded = moved.tracking.provider_batch(remote.id)
+        assert recorded.status == "given_up" and f"sent to {batch_api.url}" in recorded.note
+        assert any("had been sent to another api_base" in line
+                   for line in batches.lines("documents"))  # fmt: skip
+        args = ["--config", str(corpus), "--home", str(tmp_path / "home")]
+        capsys.readouterr()
+        assert cli.main([*args, "batches"]) == 0
+        assert f"sent to {batch_api.url}" in capsys.readouterr().out
+        assert cli.main([*args, "batches", "drop", remote.id]) == 2  # where? it says
+        assert batch_api.url in capsys.readouterr().err
+        drop = [*args, "batches", "drop", remote.id, "--api-base", batch_api.url,
+                "--api-key-env", KEY_ENV]  # fmt: skip
+        assert cli.main(drop) == 1 and "would cancel" in capsys.readouterr().out
+        assert batch_api.batches[remote.id].status not in ("cancelled", "cancelling")
+        assert cli.main([*drop, "--yes"]) == 0
+        assert "cancelled" in capsys.readouterr().out
+        assert batch_api.batches[remote.id].status == "cancelled"  # not billed on
+        assert cli.main([*args, "batches", "drop", remote.id, "--yes", "--api-base", url,
+                         "--api-key-env", KEY_ENV]) == 2  # fmt: skip
+        assert "has no batch" in capsys.readouterr().err  # the wrong address: nothing there
+    finally:
+        other.stop()

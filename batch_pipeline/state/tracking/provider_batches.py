@@ -41,6 +41,7 @@ class ProviderBatch:
     collected_by: str | None = None
     file_sha256: str | None = None
     note: str | None = None
+    api_base: str | None = None  # where it was sent, credentials masked
 
     @property
     def creating(self) -> bool:
@@ -67,6 +68,7 @@ class ProviderBatchRecords:
         file_sha256: str,
         custom_ids: Iterable[str],
         attempt: int,
+        api_base: str | None = None,
     ) -> str:
         """Before a batch is created: its requests' ids under its file's hash, and a row under
         a placeholder id (returned), in one transaction."""
@@ -100,6 +102,7 @@ class ProviderBatchRecords:
                     status=CREATING,
                     submitted_at=time.time(),
                     file_sha256=file_sha256,
+                    api_base=None if api_base is None else api_base[:512],
                 )
             )
         return intent

@@ -199,6 +199,9 @@ provider_batches = sa.Table(
     # why a batch ended without all its answers: given up (the provider no longer has it),
     # dropped by an operator, cancelled at the provider, lines that were not answers
     sa.Column("note", sa.String(512)),
+    # the Batch API it was sent to, as it may be printed (credentials masked): a batch the
+    # provider at another `api_base` does not know may still run, and bill, at this one
+    sa.Column("api_base", sa.String(512)),
 )
 
 # The custom_ids of each batch file a run handed to a provider, by the file's SHA-256,
