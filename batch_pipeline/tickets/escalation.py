@@ -11,6 +11,11 @@ answer that is not valid under the schema is no answer: the ticket keeps the cla
 An answer a provider has not returned yet is awaited: the ticket lands with the classifier's
 intent, marked `awaiting`, and the next run asks again, which collects it.
 
+An answer is kept (the tracking store's `chat_answers`) under its question: the chat model,
+the prompt, the list of intents, and the text. Whoever asks that question of that text again
+(a rerun, the next generation's held-out texts, a day's ticket seen before, the review's
+labelled tickets) takes the answer, at no cost, instead of asking.
+
 Each answer carries its cost: the executor's device seconds for the ask (generating, and
 starting the engine), priced at `cost.device_hour` for its device, or a provider's tokens at
 its batch prices; shared among the asked tickets by their tokens (prompt and output).
@@ -23,10 +28,11 @@ document's are for its brief, so a ticket cannot open a turn of its own and name
 import hashlib
 import json
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +44,6 @@ from batch_pipeline.config.tickets import CascadeConfig
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger
 from batch_pipeline.executors.registry import GENERATE, executor_class
-from batch_pipeline.generations.registry import DROPPED, GenerationRegistry
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -48,10 +53,8 @@ from batch_pipeline.stages.prompt_plan import (
     prepared_prompts_schema,
 )
 from batch_pipeline.state.staging import read_table
-from batch_pipeline.state.tracking import GenerationRecord
 from batch_pipeline.text.control_tokens import neutralised
 from batch_pipeline.tickets.cascade import choose_threshold
-from batch_pipeline.tickets.intent_store import IntentStore
 from batch_pipeline.tickets.training import HeldOutAnswers
 
 # the system prompt and schema below, and the ticket's control tokens broken: their version
@@ -80,9 +83,6 @@ def vllm_engine(model: ChatModel, home: Path, device: str) -> tuple[Generator, P
     return VllmGenerator(model, engine), plan_settings_for(engine)
 
 
-# what decides a chat model's answer to a ticket (`Escalation.identity`): generations that
-# agree on these, and on the taxonomy, share their answers
-ASKED_BY = ("chat_model", "chat_model_fingerprint", "prompt", "max_tokens", "served_model")
 CASCADE_PARTITION = "cascade"  # a day's provider batches: under `<day>/cascade`
 HELD_OUT_PARTITION = "held-out/cascade"  # the threshold's held-out texts' batches
 EVALUATION_PARTITION = "evaluation/cascade"  # the review's labelled tickets' batches
@@ -101,6 +101,14 @@ class ChatAnswer:
     reused: bool = False  # another generation's answer to the same question: not asked again
 
 
+class AnswerBook(Protocol):
+    """Where answers are kept by question and text key (the tracking store)."""
+
+    def chat_answers(self, question: str, text_keys: Iterable[str]) -> dict[str, str]: ...
+
+    def record_chat_answers(self, question: str, answers: Mapping[str, str]) -> None: ...
+
+
 class CascadePending(Exception):
     """The cascade's threshold cannot be chosen yet: the chat model's answers on the
     held-out texts are still at the provider."""
@@ -110,7 +118,8 @@ class Escalation:
     """`model` answering tickets with one of `names` (see the module docstring). `engine()`
     gives its generator and the prompt plan its engine takes, only when a ticket is asked
     (the generation's fingerprint needs the model's identity alone); the engine itself
-    starts when the first answer is generated."""
+    starts when the first answer is generated. `book` keeps the answers (None: each ask is
+    asked)."""
 
     def __init__(
         self,
@@ -119,12 +128,14 @@ class Escalation:
         model: ChatModel,
         engine: Callable[[], tuple[Generator, PromptPlanSettings]],
         price_per_hour: Callable[[str], float],
+        book: AnswerBook | None = None,
     ) -> None:
         self.settings = settings
         self.names = list(names)
         self.model = model
         self.engine = engine
         self.price_per_hour = price_per_hour
+        self.book = book
 
     @cached_property
     def _engine(self) -> tuple[Generator, PromptPlanSettings]:
@@ -152,14 +163,21 @@ class Escalation:
         return api.model
 
     def identity(self) -> dict[str, object]:
-        """What decides an answer besides the ticket: the generation's fingerprint has it."""
-        return {
+        """What decides an answer besides the ticket: the generation's fingerprint has it,
+        and its hash with the intents' names (`question`)."""
+        asked = {
             "chat_model": self.model.name,
             "chat_model_fingerprint": self.model.fingerprint,
             "prompt": PROMPT_VERSION,
             "max_tokens": self.settings.max_tokens,
             **({"served_model": self.served_model} if self.served_model else {}),
         }
+        return {**asked, "question": question_key(asked, self.names)}
+
+    @property
+    def question(self) -> str:
+        """The question every ticket is asked: the same one, the same answers."""
+        return str(self.identity()["question"])
 
     @property
     def batch_api(self) -> BatchApiSettings | None:
@@ -200,8 +218,27 @@ class Escalation:
     def answer(
         self, texts: Mapping[str, str], run_id: str = "cascade", ledger: BatchLedger | None = None
     ) -> dict[str, ChatAnswer]:
-        """The chat model's answer for each text, by its key (a ticket's input hash); a
-        provider's batches are recorded in `ledger`, under `run_id`."""
+        """The chat model's answer for each text, by its key (a ticket's input hash): kept
+        ones from the book, the rest asked; a provider's batches are recorded in `ledger`,
+        under `run_id`."""
+        by_text = {key: text_key(text) for key, text in texts.items()}
+        kept = self.book.chat_answers(self.question, set(by_text.values())) if self.book else {}
+        answers = {
+            key: ChatAnswer(kept[k], 0.0, reused=True) for key, k in by_text.items() if k in kept
+        }
+        asked = {key: text for key, text in texts.items() if key not in answers}
+        fresh = self._ask(asked, run_id, ledger)
+        if self.book is not None:
+            self.book.record_chat_answers(
+                self.question,
+                {by_text[key]: a.intent for key, a in fresh.items() if a.intent is not None},
+            )
+        return {key: (answers.get(key) or fresh[key]) for key in texts}
+
+    def _ask(
+        self, texts: Mapping[str, str], run_id: str, ledger: BatchLedger | None
+    ) -> dict[str, ChatAnswer]:
+        """The chat model's answer for each text, asked now."""
         if not texts:
             return {}
         executor = self.executor_for(ledger)
@@ -297,8 +334,16 @@ class HeldOutCascade:
 
 
 def text_key(text: str) -> str:
-    """A held-out text's request id: the same text, the same id, in every run."""
+    """A text's key: the same text, the same key, in every run (a held-out text's request
+    id, and an answer's key in the book)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def question_key(asked: Mapping[str, object], names: Sequence[str]) -> str:
+    """The hash of what decides an answer besides the text: the chat model, the prompt, its
+    limits, and the intents it may name (in the prompt and the schema's enum)."""
+    body = json.dumps({**asked, "intents": list(names)}, sort_keys=True)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:32]
 
 
 def cascade_plan(
@@ -345,9 +390,6 @@ class DayCascade:
     prefix: str = ""  # the encoder's document prefix: not part of what the chat model reads
     run_id: str = "cascade"
     ledger: BatchLedger | None = None  # the day's, for a provider's batches
-    # the answers other generations got to the same question (same chat model, prompt and
-    # taxonomy), by input hash: they are not asked again
-    known: Callable[[set[str]], dict[str, str]] | None = None
 
     @property
     def model_name(self) -> str:
@@ -371,36 +413,7 @@ class DayCascade:
             for (key, text), confidence in zip(inputs, confidences, strict=True)
             if confidence < threshold
         }
-        known = self.known(set(asked)) if self.known is not None else {}
-        fresh = {key: text for key, text in asked.items() if key not in known}
-        answers = self.escalation.answer(fresh, self.run_id, self.ledger)
-        answers.update({key: ChatAnswer(i, 0.0, reused=True) for key, i in known.items()})
-        return answers
-
-
-def known_answers(
-    registry: GenerationRegistry,
-    intents: IntentStore,
-    product: str,
-    record: GenerationRecord,
-    model: str,
-    keys: set[str],
-) -> dict[str, str]:
-    """The chat model's answers to these inputs in the product's other generations that
-    asked the same question: the same chat model, prompt and taxonomy (a changed label or
-    threshold is a new generation, not a new question)."""
-    built = json.loads(record.model_config)
-    ours = {k: built["cascade"].get(k) for k in ASKED_BY}
-    found: dict[str, str] = {}
-    for other in registry.list_all(product):
-        theirs = json.loads(other.model_config)
-        if other.index_name == record.index_name or other.state == DROPPED:
-            continue
-        if "cascade" not in theirs or theirs["taxonomy_version"] != built["taxonomy_version"]:
-            continue
-        if {k: theirs["cascade"].get(k) for k in ASKED_BY} == ours:
-            found.update(intents.answered(other.index_name, keys - found.keys(), model))
-    return found
+        return self.escalation.answer(asked, self.run_id, self.ledger)
 
 
 def cascade_scores(

@@ -1,6 +1,6 @@
 """A ticket generation's cascade (`tickets.cascade`), as the product runs it: the threshold
 chosen on the held-out texts its training kept and recorded on the generation, a day's
-escalation with its ledgers and the answers other generations already have, and the
+escalation with its ledgers, and the
 cascade's figures on the labelled set for the review. The chat model and the arithmetic are
 `tickets.escalation`'s and `tickets.cascade`'s."""
 
@@ -21,7 +21,6 @@ from batch_pipeline.tickets.escalation import (
     HeldOutCascade,
     cascade_plan,
     cascade_scores,
-    known_answers,
 )
 from batch_pipeline.tickets.prepare import ticket_text
 
@@ -79,14 +78,6 @@ class GenerationCascade:
             product.base_model.document_prefix,
             run_id,
             self.ledger(record, f"{day}/{CASCADE_PARTITION}"),
-            partial(
-                known_answers,
-                product.registry,
-                product.intents,
-                product.name,
-                record,
-                escalation.model_name,
-            ),  # fmt: skip
         )
 
     def scores(

@@ -291,7 +291,8 @@ class TicketProduct(ReviewedGenerations):
             model = resolve_chat_model(settings.chat_model, self.storage.home)
             engine = partial(vllm_engine, model, self.storage.home, self.execution.device)
         return Escalation(
-            settings, self.taxonomy.names, model, engine, self.config.cost.device_price
+            settings, self.taxonomy.names, model, engine, self.config.cost.device_price,
+            self.tracking,
         )  # fmt: skip
 
     @cached_property
@@ -345,19 +346,33 @@ class TicketProduct(ReviewedGenerations):
         return AccuracyScorer(evaluation, twin._predict).score(record, embedder_for)
 
     def drop_tables(self, index: str) -> None:
-        """A generation's table, and its fine-tuned encoder where no other generation that
-        is not dropped uses it."""
+        """A generation's table, its fine-tuned encoder where no other generation that is
+        not dropped uses it, and the chat model's kept answers to questions no other such
+        generation asks."""
         super().drop_tables(index)
         keys = {}
         for g in self.registry.list_all(self.name):
             tuned = json.loads(g.model_config).get("training", {}).get("fine_tune")
             if tuned is not None:
                 keys[g.index_name] = (tuned["key"], g.state)
+        self._forget_chat_answers(index)
         if index not in keys:
             return
         key = keys[index][0]
         if not any(k == key and i != index and st != DROPPED for i, (k, st) in keys.items()):
             self.encoders.remove(key)
+
+    def _forget_chat_answers(self, dropped: str) -> None:
+        """The chat model's kept answers to questions no generation left asks (a cascade's
+        `question`, on its record)."""
+        asked = {
+            cascade.get("question")
+            for g in self.registry.list_all(self.name)
+            if g.state != DROPPED
+            and g.index_name != dropped
+            and (cascade := json.loads(g.model_config).get("cascade"))
+        }
+        self.tracking.drop_chat_answers(asked - {None})
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""

@@ -17,6 +17,7 @@ from batch_pipeline.config.taxonomy import UNKNOWN, load_taxonomy
 from batch_pipeline.inference.fake import FakeGenerator, fake_chat_model
 from batch_pipeline.inference.generator import Prompt
 from batch_pipeline.state.storage import resolve_storage
+from batch_pipeline.tickets.escalation import text_key
 from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER
 from batch_pipeline.tickets.prepare import ticket_text
 from batch_pipeline.tickets.product import TicketProduct
@@ -81,7 +82,11 @@ def test_the_least_sure_tickets_go_to_the_chat_model_and_rows_say_who_answered(t
     # chosen on held-out labelled texts, each asked once, within the label budget; then the
     # day's least sure tickets asked
     assert 0 < plan["labels"] <= 1000
-    assert len(chat.asked) == plan["labels"] + landed.tickets_escalated
+    # every text asked once: a day's ticket that was a held-out text takes its kept answer
+    assert len(chat.asked) == len(set(chat.asked))
+    assert len(chat.asked) == (
+        plan["labels"] + landed.tickets_escalated - landed.tickets_answer_reused
+    )
     assert plan["threshold"] is not None and plan["lower_bound"] >= 0.96
     assert plan["chat_accuracy"] > 0.95 and plan["chat_model"] == "FAKE-chat-model"
     assert 0 < plan["escalated_share"] < 1
@@ -235,10 +240,12 @@ def test_through_a_batch_api_answers_not_back_yet_are_collected_by_the_next_run(
         emulator.stop()
 
 
-def test_a_changed_label_asks_only_the_tickets_no_generation_has_asked(tmp_path, runner):
+def test_a_changed_label_asks_only_the_texts_no_generation_has_asked(tmp_path, runner):
     """A label changed in the training window is a new generation with its own threshold;
-    its day asks the chat model only for the tickets under that threshold whose same
-    question (chat model, prompt, taxonomy) no earlier generation asked."""
+    its held-out texts and its day's tickets under that threshold are asked of the chat model
+    only where the same question (chat model, prompt, intents) of the same text was never
+    asked: the rest take the kept answers, at no cost. Dropping the generations that ask it
+    forgets the kept answers."""
     from tests.engine.test_tickets import relabel
 
     workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
@@ -250,6 +257,7 @@ def test_a_changed_label_asks_only_the_tickets_no_generation_has_asked(tmp_path,
     old_rows = before.intents.day_rows(before.index, day).to_pylist()
     answered_before = {r["input_hash"] for r in old_rows if r["answered_by"] != CLASSIFIER}
     assert answered_before
+    asked_before = set(chat.asked)
 
     def change(ticket: dict) -> dict:  # one labelled ticket of the window relabelled
         if ticket["id"] == first_labelled:
@@ -260,21 +268,33 @@ def test_a_changed_label_asks_only_the_tickets_no_generation_has_asked(tmp_path,
     relabel(workspace, TRAINING_DAYS[0], change)
     after = cascade_product(workspace, chat)
     assert after.fingerprint != before.fingerprint
+    assert after.escalation.question == before.escalation.question  # the same question
     asked = len(chat.asked)
     landed, _ = run_day(after, runner, day=day, run_id="r2")
     plan = after.trained()["cascade"]
+    assert plan["threshold"] is not None
+    fresh = chat.asked[asked:]
+    assert not set(fresh) & asked_before  # nothing asked twice, held-out texts included
+    assert len(fresh) < plan["labels"] / 10  # the held-out texts' answers were kept
     rows = after.intents.day_rows(after.index, day).to_pylist()
-    under = {r["input_hash"] for r in rows if r["confidence"] < plan["threshold"]}
-    new_questions = under - answered_before
-    assert under & answered_before  # some questions were asked before
-    # the held-out texts for the new threshold, then only the day's new questions
-    assert len(chat.asked) - asked == plan["labels"] + len(new_questions)
-    assert landed.tickets_answer_reused == sum(
-        1 for r in rows if r["input_hash"] in under & answered_before
-    )
-    for row in rows:
-        if row["input_hash"] in under & answered_before:
-            assert row["answered_by"] == "FAKE-chat-model" and row["answer_cost"] == 0
+    under = [r for r in rows if r["confidence"] < plan["threshold"]]
+    assert under and all(r["answered_by"] == "FAKE-chat-model" for r in under)
+    reused = [r for r in under if r["input_text"] in asked_before]
+    assert reused and all(r["answer_cost"] == 0 for r in reused)
+    assert landed.tickets_answer_reused == len(reused)
+    assert {r["input_text"] for r in under} - asked_before <= set(fresh)
+
+    # a changed list of intents is another question: nothing kept answers it
+    book, question = after.tracking, after.escalation.question
+    keys = {text_key(text) for text in asked_before}
+    assert book.chat_answers(question, keys) and not book.chat_answers("another", keys)
+    # once no generation asks the question, its kept answers go with the last of them
+    after.drop_tables(before.index)
+    assert book.chat_answers(question, keys)  # the new generation still asks it
+    for generation in (before, after):  # retention dropped both
+        after.registry.update(after.name, generation.fingerprint, state="dropped")
+    after.drop_tables(after.index)
+    assert book.chat_answers(question, keys) == {}
 
 
 def test_a_ticket_cannot_open_a_turn_of_its_own_in_the_chat_models_prompt():

@@ -218,6 +218,18 @@ provider_batch_requests = sa.Table(
 )
 
 
+# A chat model's answers to a question it is asked again and again (the ticket cascade's: one
+# text, under one model, prompt and list of intents), by the question's hash and the text's:
+# whoever asks the same question of the same text again takes the answer, at no cost.
+chat_answers = sa.Table(
+    "chat_answers",
+    metadata,
+    sa.Column("question", sa.String(64), primary_key=True),
+    sa.Column("text_key", sa.String(64), primary_key=True),
+    sa.Column("answer", sa.String(256), nullable=False),
+    sa.Column("answered_at", sa.Float, nullable=False),
+)
+
 # One row per index a land built (or rebuilt) on a table: how many rows it was trained on,
 # so a later land knows when the table has outgrown the training (`index.vector.rebuild_growth`).
 index_builds = sa.Table(

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from batch_pipeline.config import masked_url
 from batch_pipeline.iterables import batched
 from batch_pipeline.names import GENERATION_SEPARATOR, generation_index, generation_product
+from batch_pipeline.state.tracking.chat_answers import ChatAnswerRecords
 from batch_pipeline.state.tracking.generation_records import GenerationRecords
 from batch_pipeline.state.tracking.index_builds import IndexBuildRecords
 from batch_pipeline.state.tracking.lease import lease
@@ -134,7 +135,7 @@ def _run_row(row: sa.Row) -> dict[str, Any]:
     return {**values, "counts": run_counts(dict(row._mapping))}
 
 
-class TrackingStore(GenerationRecords, ProviderBatchRecords, IndexBuildRecords):
+class TrackingStore(GenerationRecords, ProviderBatchRecords, IndexBuildRecords, ChatAnswerRecords):
     """Document, failure, run and generation records for every collection."""
 
     def __init__(self, url: str) -> None:
