@@ -80,6 +80,15 @@ class GenerationCascade:
             self.ledger(record, f"{day}/{CASCADE_PARTITION}"),
         )
 
+    def awaiting(self, record: GenerationRecord) -> list[str]:
+        """The generation's provider batches its review waits for, still uncollected: its
+        held-out texts' and its labelled tickets' answers."""
+        return [
+            batch.batch_id
+            for partition in (HELD_OUT_PARTITION, EVALUATION_PARTITION)
+            for batch in self.ledger(record, partition).uncollected()
+        ]
+
     def scores(
         self,
         record: GenerationRecord,

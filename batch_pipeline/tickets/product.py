@@ -320,8 +320,10 @@ class TicketProduct(ReviewedGenerations):
         if evaluation is None:
             return None
         frozen = self._frozen_scores if self.encoder_key is not None else None
-        cascade = self.cascades.scores if self.escalation is not None else None
-        return AccuracyScorer(evaluation, self._predict, frozen, cascade)
+        if self.escalation is None:
+            return AccuracyScorer(evaluation, self._predict, frozen)
+        cascades = self.cascades
+        return AccuracyScorer(evaluation, self._predict, frozen, cascades.scores, cascades.awaiting)
 
     def frozen_twin(self) -> "TicketProduct":
         """This configuration with the encoder as it ships (no `fine_tune`): what a

@@ -12,6 +12,7 @@
 """
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,6 +78,9 @@ class AccuracyScorer:
     # a cascade generation's: its accuracy with the least sure tickets answered by the chat
     # model (figures beside the classifier's; the gate judges the classifier's)
     cascade: CascadeScores | None = None
+    # a cascade generation's provider batches still out (its held-out or labelled tickets'
+    # answers): its scores are not kept for reuse meanwhile
+    awaiting: Callable[[GenerationRecord], list[str]] | None = None
 
     @property
     def tolerance(self) -> float:
@@ -87,8 +91,12 @@ class AccuracyScorer:
         return {"accuracy": self.evaluation.min_accuracy}
 
     def key(self, record: GenerationRecord) -> dict[str, object]:
-        # a generation's predictions depend on its record alone, not on the rows it holds
-        return {"eval_set": eval_set_version(self.evaluation.path)}
+        # a generation's predictions depend on its record alone, not on the rows it holds;
+        # while a provider holds its cascade's answers, each review scores afresh (which
+        # collects them), so figures left out for want of them are never reused
+        out = self.awaiting(record) if self.awaiting is not None else []
+        key: dict[str, object] = {"eval_set": eval_set_version(self.evaluation.path)}
+        return {**key, "awaiting": sorted(out), "at": time.time()} if out else key
 
     def score(self, record: GenerationRecord, embedder_for: EmbedderFor) -> dict[str, float]:
         taxonomy = parse_taxonomy(json.loads(record.model_config)["taxonomy"])

@@ -236,6 +236,21 @@ def test_through_a_batch_api_answers_not_back_yet_are_collected_by_the_next_run(
 
         third, _ = run_day(product, runner, day=day, run_id="r3")
         assert len(emulator.created) == 2 and third.tickets_classified == 0
+
+        # the review's cascade figures wait for the provider, and are not kept without them
+        emulator.hold = True
+        embedder = embedder_for(runner)
+        assert "cascade_accuracy" not in product.review(embedder).scores["candidate"]
+        assert len(emulator.created) == 3  # the labelled tickets under the threshold
+        assert "cascade_accuracy" not in product.review(embedder).scores["candidate"]
+        assert len(emulator.created) == 3  # collected, not sent again
+        emulator.hold = False
+        scores = product.review(embedder).scores["candidate"]
+        assert scores["cascade_target"] == 0.96 and scores["cascade_accuracy"] >= 0.96
+        assert 0 < scores["cascade_escalated_share"] < 1
+        again = product.review(embedder)
+        assert again.scores["candidate"]["cascade_accuracy"] == scores["cascade_accuracy"]
+        assert len(emulator.created) == 3
     finally:
         emulator.stop()
 
