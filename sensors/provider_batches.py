@@ -27,7 +27,8 @@ SUBMITTED_BY = "batch_pipeline/submitted_by"
 POLL_SECONDS = 60
 
 
-def _digest(batch_ids: tuple[str, ...]) -> str:
+def batches_digest(batch_ids: tuple[str, ...]) -> str:
+    """A short, stable name for a set of batches: a run key's."""
     return hashlib.sha1("+".join(batch_ids).encode()).hexdigest()[:16]
 
 
@@ -80,7 +81,7 @@ def build_provider_batch_sensor(
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=f"provider-batches:{found.partition}:{_digest(found.batch_ids)}",
+                    run_key=f"provider-batches:{found.partition}:{batches_digest(found.batch_ids)}",
                     partition_key=found.partition,
                     tags={SUBMITTED_BY: found.submitted_by},
                 )

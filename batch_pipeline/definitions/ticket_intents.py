@@ -1,7 +1,9 @@
 """The ticket intents' Dagster definitions: their stage assets on daily partitions, their job,
-the daily schedule (yesterday's partition at `tickets.schedule_hour`), and the export sensor,
+the daily schedule (yesterday's partition at `tickets.schedule_hour`), the export sensor,
 which launches a day whose export arrived after the schedule, was replaced after the day ran,
-or (a SQL table) gained or lost tickets since."""
+or (a SQL table) gained or lost tickets since, and, with a cascade through a provider
+(`tickets.cascade.executor: openai-batch`), the sensor that starts the day's run collecting
+the chat model's answers once the provider has finished its batches."""
 
 from datetime import UTC, datetime
 
@@ -10,16 +12,21 @@ from dagster_aws.s3 import S3Resource
 
 from assets.ticket_intents import TICKETS_GROUP, build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
+from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
+from batch_pipeline.names import generation_product
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
+from batch_pipeline.tickets.escalation import cascade_partition
 from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
 from sensors.default_status import schedule_status, sensor_status
+from sensors.provider_batches import POLL_SECONDS, SUBMITTED_BY, batches_digest
 from sensors.resource_params import sensor_function
 
 TICKET_JOB = "ticket_intents_job"
 TICKET_SCHEDULE = "ticket_intents_daily"
 TICKET_EXPORTS_SENSOR = "ticket_exports_sensor"
+CASCADE_BATCHES_SENSOR = "ticket_cascade_batches_sensor"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -94,12 +101,68 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
     )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))
 
 
+def build_cascade_batches_sensor(config: PipelineConfig, job) -> dg.SensorDefinition:  # noqa: ANN001
+    """Once every batch the cascade handed the provider for a day (or for a generation's
+    held-out or labelled tickets) has finished there, one run of the day that collects them
+    (`GenerationCascade.collecting_day`); the run key names the batches."""
+    settings = config.tickets
+
+    def evaluate(
+        context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource | None
+    ) -> dg.SensorResult:
+        env = pipeline.product_env(s3)
+        waiting = [
+            b
+            for b in env.tracking.uncollected_provider_batches()
+            if generation_product(b.generation) == settings.name and cascade_partition(b.partition)
+        ]
+        if not waiting:
+            return dg.SensorResult(skip_reason=dg.SkipReason("no cascade batch in flight"))
+        product = open_tickets(env, targets(pipeline.config)[0]).engine
+        try:
+            ready = collectable(product.escalation.batch_api, waiting)
+        except ProviderBatchError as error:  # holds no key
+            return dg.SensorResult(skip_reason=dg.SkipReason(f"Batch API unavailable: {error}"))
+        requests: dict[str, dg.RunRequest] = {}
+        for found in ready:
+            day = product.cascades.collecting_day(found.generation, found.partition)
+            if day is None or day in requests:
+                continue
+            context.log.info(f"{found.partition}: {len(found.batch_ids)} batches finished; "
+                             f"the run of {day} collects them")  # fmt: skip
+            requests[day] = dg.RunRequest(
+                run_key=f"cascade-batches:{found.partition}:{batches_digest(found.batch_ids)}",
+                partition_key=day,
+                tags={SUBMITTED_BY: found.submitted_by},
+            )
+        if not requests:
+            return dg.SensorResult(
+                skip_reason=dg.SkipReason(f"{len(waiting)} cascade batches still running")
+            )
+        return dg.SensorResult(run_requests=list(requests.values()))
+
+    return dg.sensor(
+        name=CASCADE_BATCHES_SENSOR,
+        job=job,
+        minimum_interval_seconds=POLL_SECONDS,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Starts the run of a day that collects the ticket cascade's answers once "
+        "every batch the chat model's provider took for it has finished (polled every "
+        f"{POLL_SECONDS} s; nothing is asked of the provider while no batch is in flight).",
+    )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))
+
+
 def ticket_definitions(config: PipelineConfig) -> dg.Definitions:
-    """The ticket intents, on daily partitions: their job, schedule and export sensor."""
+    """The ticket intents, on daily partitions: their job, schedule and export sensor, and
+    the cascade's provider-batch sensor where it asks a provider."""
     job = build_ticket_job()
+    cascade = config.tickets.cascade
+    sensors = [build_ticket_exports_sensor(config, job)]
+    if cascade is not None and cascade.executor == "openai-batch":
+        sensors.append(build_cascade_batches_sensor(config, job))
     return dg.Definitions(
         assets=build_ticket_assets(ticket_partitions(config)),
         jobs=[job],
         schedules=[build_ticket_schedule(config, job)],
-        sensors=[build_ticket_exports_sensor(config, job)],
+        sensors=sensors,
     )

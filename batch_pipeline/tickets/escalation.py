@@ -89,6 +89,11 @@ EVALUATION_PARTITION = "evaluation/cascade"  # the review's labelled tickets' ba
 AWAITED = "the chat model's answer is still at the provider: the next run collects it"
 
 
+def cascade_partition(partition: str) -> bool:
+    """Whether a ledger partition holds the cascade's batches (not a day's embeddings')."""
+    return partition.endswith(f"/{CASCADE_PARTITION}")
+
+
 @dataclass(frozen=True)
 class ChatAnswer:
     """The chat model's answer for one ticket: an intent (or unknown), or None with why

@@ -89,6 +89,16 @@ class GenerationCascade:
             for batch in self.ledger(record, partition).uncollected()
         ]
 
+    def collecting_day(self, index: str, partition: str) -> str | None:
+        """The day whose run collects the batches of the generation `index` recorded under
+        the ledger's `partition`: a day's own (`<day>/cascade`), or, for its held-out texts'
+        and its labelled tickets', the newest day it holds (a run of it asks its awaiting
+        tickets again and reviews the generation); None where it holds none yet."""
+        if partition not in (HELD_OUT_PARTITION, EVALUATION_PARTITION):
+            return partition.removesuffix(f"/{CASCADE_PARTITION}")
+        days = self.product.intents.days(index)
+        return days[-1] if days else None
+
     def scores(
         self,
         record: GenerationRecord,

@@ -14,7 +14,6 @@ import pyarrow.compute as pc
 from batch_pipeline.state.vector_store import (
     VectorStore,
     commit_with_retries,
-    in_filter,
     sql_literal,
 )
 
@@ -72,16 +71,6 @@ class IntentStore:
             query = query.select(sorted({*columns, "ticket_id"}))
         rows = query.limit(None).to_arrow().sort_by("ticket_id")
         return rows if columns is None else rows.select(columns)
-
-    def answered(self, index: str, keys: set[str], model: str) -> dict[str, str]:
-        """The intents `model` gave the inputs `keys` (input hashes) in this generation."""
-        table = self.store.open(index)
-        if table is None or not keys or "answered_by" not in table.schema.names:
-            return {}
-        where = f"answered_by = {sql_literal(model)} AND {in_filter('input_hash', sorted(keys))}"
-        rows = table.search().where(where).select(["input_hash", "intent"]).limit(None)
-        found = rows.to_arrow()
-        return dict(zip(found["input_hash"].to_pylist(), found["intent"].to_pylist(), strict=True))
 
     def days(self, index: str) -> list[str]:
         """The days this generation holds rows for, oldest first."""

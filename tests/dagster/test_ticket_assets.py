@@ -203,3 +203,81 @@ def test_a_fine_tuned_day_reports_its_training_minutes_against_the_window(tmp_pa
     product = TicketProduct(load_config(config), resolve_storage(str(tmp_path / "home")))
     assert meta["model_fingerprint"] == product.model_fingerprint
     assert product.encoders.verified(product.encoder_key) is not None
+
+
+def test_the_cascade_sensor_starts_the_day_that_collects_the_providers_answers(
+    tmp_path, batch_api, monkeypatch
+):
+    """A cascade through a provider (the LOOPBACK EMULATOR of the Batch API, whose "model" is
+    the STAND-IN answering from the labels): the day's run submits and returns; the sensor
+    skips while the provider holds the batches, then starts one run of the day, which
+    collects the held-out texts' answers, chooses the threshold and submits the day's least
+    sure tickets; once those are back, the sensor starts the run that lands their answers."""
+    import json
+
+    from batch_pipeline.config.taxonomy import load_taxonomy
+    from batch_pipeline.tickets.prepare import ticket_text
+    from tests.engine.test_cascade_product import LabelAnswering
+
+    config = ticket_workspace(tmp_path)
+    monkeypatch.setenv("BP_TEST_CASCADE_KEY", batch_api.api_key)
+    config.write_text(
+        config.read_text()
+        + '  training: {start: "2026-11-23", end: "2026-11-26"}\n'
+        + "  cascade: {target_accuracy: 0.98, delta: 0.2, executor: openai-batch, batch_api: "
+        + f"{{api_base: '{batch_api.url}', api_key_env: BP_TEST_CASCADE_KEY, wait_seconds: 0}}}}\n"
+    )
+    taxonomy = load_taxonomy(tmp_path / "taxonomy.yaml")
+    labels = {e: i.name for i in taxonomy.intents for e in i.examples}
+    for export in sorted((tmp_path / "exports").glob("*.jsonl")):
+        for line in export.read_text().splitlines():
+            ticket = json.loads(line)
+            if ticket.get("label") and ticket.get("body"):
+                labels[ticket_text(ticket.get("subject"), ticket["body"])] = ticket["label"]
+    batch_api._fake = LabelAnswering(labels)
+    batch_api.polls_to_finish = 1
+    home, day = tmp_path / "home", "2026-11-29"
+    defs = build_definitions(config)
+    assets = [defs.get_assets_def(stage.asset) for stage in TICKET_STAGES]
+    sensor = defs.get_sensor_def("ticket_cascade_batches_sensor")
+    resources = asset_resources(config, home)
+
+    def run_day(**tags: str) -> dict:
+        result = dg.materialize(
+            assets, partition_key=day, instance=instance, resources=resources, tags=tags
+        )
+        assert result.success
+        (event,) = result.asset_materializations_for_node("ticket_intents")
+        return metadata_values(event.metadata)
+
+    def tick():  # noqa: ANN202
+        with dg.build_sensor_context(
+            instance=instance, resources={"pipeline": resources["pipeline"]}
+        ) as context:
+            return sensor(context)
+
+    with dg.instance_for_test() as instance:
+        batch_api.hold = True  # the provider's slow night
+        first = run_day()
+        assert first["tickets_answer_awaiting"] == first["tickets_classified"] > 0
+        waiting = tick()
+        assert not waiting.run_requests and "still running" in waiting.skip_reason.skip_message
+
+        batch_api.hold = False
+        (request,) = tick().run_requests
+        assert request.partition_key == day and "held-out/cascade" in request.run_key
+        assert tick().run_requests[0].run_key == request.run_key  # one run however many ticks
+        batch_api.hold = True  # the day's least sure tickets wait in their turn
+        second = run_day(**request.tags)
+        assert "cascade to SmolLM2-135M-Instruct under confidence" in second["classifier"]
+        asked = second["tickets_answer_awaiting"]  # sent, not answered yet
+        assert 0 < asked < second["tickets_classified"] and second["tickets_chat_answered"] == 0
+        assert "still running" in tick().skip_reason.skip_message
+
+        batch_api.hold = False
+        (request,) = tick().run_requests
+        assert request.partition_key == day and request.run_key.startswith("cascade-batches:")
+        third = run_day(**request.tags)
+        assert third["tickets_answer_awaiting"] == 0
+        assert third["tickets_escalated"] == third["tickets_chat_answered"] == asked
+        assert "no cascade batch in flight" in tick().skip_reason.skip_message
