@@ -103,7 +103,7 @@ class ChatAnswer:
     cost: float  # in the cost section's currency: this answer's share of the ask
     error: str | None = None
     awaiting: bool = False
-    reused: bool = False  # another generation's answer to the same question: not asked again
+    reused: bool = False  # a kept answer to the same question of the same text: not asked
 
 
 class AnswerBook(Protocol):
@@ -228,17 +228,26 @@ class Escalation:
         under `run_id`."""
         by_text = {key: text_key(text) for key, text in texts.items()}
         kept = self.book.chat_answers(self.question, set(by_text.values())) if self.book else {}
-        answers = {
-            key: ChatAnswer(kept[k], 0.0, reused=True) for key, k in by_text.items() if k in kept
-        }
-        asked = {key: text for key, text in texts.items() if key not in answers}
-        fresh = self._ask(asked, run_id, ledger)
+        first: dict[str, str] = {}  # each text not kept: the first key that asks it
+        for key, k in by_text.items():
+            if k not in kept:
+                first.setdefault(k, key)
+        fresh = self._ask({key: texts[key] for key in first.values()}, run_id, ledger)
         if self.book is not None:
             self.book.record_chat_answers(
                 self.question,
                 {by_text[key]: a.intent for key, a in fresh.items() if a.intent is not None},
             )
-        return {key: (answers.get(key) or fresh[key]) for key in texts}
+        answers = {}
+        for key, k in by_text.items():
+            if k in kept:
+                answers[key] = ChatAnswer(kept[k], 0.0, reused=True)
+            elif first[k] == key:
+                answers[key] = fresh[key]
+            else:  # the same text twice in one ask: asked once, its cost on the first
+                answer = fresh[first[k]]
+                answers[key] = replace(answer, cost=0.0, reused=answer.intent is not None)
+        return answers
 
     def _ask(
         self, texts: Mapping[str, str], run_id: str, ledger: BatchLedger | None

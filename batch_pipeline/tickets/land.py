@@ -59,7 +59,9 @@ class TicketLandSummary:
     tickets_escalated: int = 0
     tickets_chat_answered: int = 0
     tickets_answer_awaiting: int = 0  # at a provider: the classifier's intent meanwhile
-    tickets_answer_reused: int = 0  # of those escalated, answered in another generation
+    # of those escalated, a kept answer: the same text asked before (by any generation asking
+    # the same question), or twice in this day
+    tickets_answer_reused: int = 0
     escalation_cost: float = 0.0
     table_version: int | None = None
     committed: bool = False

@@ -336,3 +336,34 @@ def test_a_ticket_cannot_open_a_turn_of_its_own_in_the_chat_models_prompt():
     for marker in ("<|im_start|>", "<|im_end|>"):
         assert marker not in reached
     assert reached.replace(JOINER, "") == injected  # the text reads the same
+
+
+def test_the_same_text_is_asked_once_and_its_kept_answer_serves_every_later_ask(tmp_path):
+    """Two tickets with one text in an ask: the chat model is asked once, the second ticket
+    takes the answer at no cost; a later ask of that question, by anyone holding the same
+    tracking store, asks nothing; another list of intents is another question."""
+    from batch_pipeline.config.tickets import CascadeConfig
+    from batch_pipeline.stages.prompt_plan import PromptPlanSettings
+    from batch_pipeline.state.tracking import TrackingStore
+    from batch_pipeline.tickets.escalation import Escalation
+
+    tracking = TrackingStore(f"sqlite:///{tmp_path / 'tracking.db'}")
+    chat = LabelAnswering({"Reset my password": "password_reset"})
+
+    def escalation(names: list[str]) -> Escalation:
+        return Escalation(
+            CascadeConfig(target_accuracy=0.9), names, chat.model,
+            lambda: (chat, PromptPlanSettings()), lambda device: 1.0, tracking,
+        )  # fmt: skip
+
+    names = ["password_reset", "refund"]
+    first = escalation(names).answer({"a": "Reset my password", "b": "Reset my password"})
+    assert chat.asked == ["Reset my password"]
+    assert first["a"].intent == first["b"].intent == "password_reset"
+    assert first["a"].cost > 0 and not first["a"].reused
+    assert first["b"].cost == 0 and first["b"].reused
+    later = escalation(names).answer({"c": "Reset my password"})
+    assert chat.asked == ["Reset my password"] and later["c"].reused
+    assert later["c"].intent == "password_reset" and later["c"].cost == 0
+    escalation([*names, "billing"]).answer({"d": "Reset my password"})
+    assert chat.asked == ["Reset my password"] * 2  # another question: asked
