@@ -35,10 +35,10 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
 ):
     """The yes/no judge on the shipped SmolLM2-135M-Instruct on vLLM in this process: one
     score in [0, 1] per pair, the model said something (not every score 0.5), and a rerun
-    gives the same scores (greedy, one token). The same pairs through the `openai-batch` score
-    executor, at the Batch API emulator answering with the same model's first-token
-    log-probabilities: the same scores within 1e-4; and through `vllm-run-batch` (vLLM's own
-    run-batch over chat completion lines): within 1e-3."""
+    gives the same scores (greedy, one token; to within 1e-5). The same pairs through the
+    `openai-batch` score executor, at the Batch API emulator answering with the same model's
+    first-token log-probabilities: the same scores within 1e-4; and through `vllm-run-batch`
+    (vLLM's own run-batch over chat completion lines): within 1e-3."""
     from vllm import SamplingParams
 
     from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
@@ -66,7 +66,10 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
         first = judge.score(pairs)
         assert first.shape == (len(pairs),) and ((first >= 0) & (first <= 1)).all()
         assert np.abs(first - 0.5).max() > 0.01
-        assert np.array_equal(judge.score(pairs), first)
+        # greedy, one token: a rerun gives the same scores, to a few float32 ulps (a second
+        # pass through the same engine, its prefix cache warm, may sum in another order: 4e-6
+        # apart on a 2-core AVX2 EPYC, identical on an AMX Xeon)
+        np.testing.assert_allclose(judge.score(pairs), first, rtol=0, atol=1e-5)
         assert judge.stats.pairs == 2 * len(pairs) and judge.load_seconds > 0
 
         batch_api.judge = provider_judge
