@@ -365,16 +365,19 @@ class TicketProduct(ReviewedGenerations):
             self.encoders.remove(key)
 
     def _forget_chat_answers(self, dropped: str) -> None:
-        """The chat model's kept answers to questions no generation left asks (a cascade's
-        `question`, on its record)."""
-        asked = {
-            cascade.get("question")
-            for g in self.registry.list_all(self.name)
-            if g.state != DROPPED
-            and g.index_name != dropped
-            and (cascade := json.loads(g.model_config).get("cascade"))
-        }
-        self.tracking.drop_chat_answers(asked - {None})
+        """The chat model's kept answers to the question generation `dropped` asked (its
+        cascade's `question`), where no other generation that is not dropped asks it."""
+        asked = {}
+        for g in self.registry.list_all(self.name):
+            question = json.loads(g.model_config).get("cascade", {}).get("question")
+            if question is not None:
+                asked[g.index_name] = (question, g.state)
+        if dropped not in asked:
+            return
+        question = asked[dropped][0]
+        others = [st for i, (q, st) in asked.items() if q == question and i != dropped]
+        if all(state == DROPPED for state in others):
+            self.tracking.drop_chat_answers([question])
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""

@@ -303,6 +303,7 @@ def test_a_changed_label_asks_only_the_texts_no_generation_has_asked(tmp_path, r
     book, question = after.tracking, after.escalation.question
     keys = {text_key(text) for text in asked_before}
     assert book.chat_answers(question, keys) and not book.chat_answers("another", keys)
+    book.record_chat_answers("another", {"k": "refund"})  # another product's, say
     # once no generation asks the question, its kept answers go with the last of them
     after.drop_tables(before.index)
     assert book.chat_answers(question, keys)  # the new generation still asks it
@@ -310,6 +311,7 @@ def test_a_changed_label_asks_only_the_texts_no_generation_has_asked(tmp_path, r
         after.registry.update(after.name, generation.fingerprint, state="dropped")
     after.drop_tables(after.index)
     assert book.chat_answers(question, keys) == {}
+    assert book.chat_answers("another", {"k"}) == {"k": "refund"}  # not this product's to drop
 
 
 def test_a_ticket_cannot_open_a_turn_of_its_own_in_the_chat_models_prompt():

@@ -62,12 +62,12 @@ class ChatAnswerRecords:
             known.update(row[0] for row in conn.execute(query))
         return known
 
-    def drop_chat_answers(self, keep: Iterable[str]) -> int:
-        """Forget the answers to every question but those in `keep` (no generation asks
-        them any more); how many answers went."""
-        kept = sorted(set(keep))
-        query = sa.delete(chat_answers)
-        if kept:
-            query = query.where(chat_answers.c.question.not_in(kept))
+    def drop_chat_answers(self, questions: Iterable[str]) -> int:
+        """Forget the answers to these questions (no generation asks them any more); how
+        many answers went."""
+        dropped = sorted(set(questions))
+        if not dropped:
+            return 0
+        query = sa.delete(chat_answers).where(chat_answers.c.question.in_(dropped))
         with self.engine.begin() as conn:
             return conn.execute(query).rowcount or 0
