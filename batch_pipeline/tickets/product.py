@@ -349,35 +349,21 @@ class TicketProduct(ReviewedGenerations):
 
     def drop_tables(self, index: str) -> None:
         """A generation's table, its fine-tuned encoder where no other generation that is
-        not dropped uses it, and the chat model's kept answers to questions no other such
-        generation asks."""
+        not dropped uses it, and the chat model's kept answers to its cascade's question
+        where no such generation asks it."""
         super().drop_tables(index)
-        keys = {}
-        for g in self.registry.list_all(self.name):
-            tuned = json.loads(g.model_config).get("training", {}).get("fine_tune")
-            if tuned is not None:
-                keys[g.index_name] = (tuned["key"], g.state)
-        self._forget_chat_answers(index)
-        if index not in keys:
-            return
-        key = keys[index][0]
-        if not any(k == key and i != index and st != DROPPED for i, (k, st) in keys.items()):
-            self.encoders.remove(key)
-
-    def _forget_chat_answers(self, dropped: str) -> None:
-        """The chat model's kept answers to the question generation `dropped` asked (its
-        cascade's `question`), where no other generation that is not dropped asks it."""
-        asked = {}
-        for g in self.registry.list_all(self.name):
-            question = json.loads(g.model_config).get("cascade", {}).get("question")
-            if question is not None:
-                asked[g.index_name] = (question, g.state)
-        if dropped not in asked:
-            return
-        question = asked[dropped][0]
-        others = [st for i, (q, st) in asked.items() if q == question and i != dropped]
-        if all(state == DROPPED for state in others):
+        configs = {
+            g.index_name: (json.loads(g.model_config), g.state)
+            for g in self.registry.list_all(self.name)
+        }
+        question = _held_alone(configs, index, lambda c: (c.get("cascade") or {}).get("question"))
+        if question is not None:
             self.tracking.drop_chat_answers([question])
+        tuned = _held_alone(
+            configs, index, lambda c: ((c.get("training") or {}).get("fine_tune") or {}).get("key")
+        )
+        if tuned is not None:
+            self.encoders.remove(tuned)
 
     def same_model_generations(self) -> list[str]:
         """Tables of this product's generations whose vectors this model computed."""
@@ -566,3 +552,15 @@ class TicketProduct(ReviewedGenerations):
                 "under the configuration that built it"
             )
         return fine_tuned_model(base, tuned["key"], folder)
+
+
+def _held_alone(
+    configs: dict[str, tuple[dict, str]], dropped: str, held: Callable[[dict], str | None]
+) -> str | None:
+    """What generation `dropped` holds (`held` of its record's config), where no other
+    generation that is not dropped holds it too; None otherwise."""
+    mine = held(configs[dropped][0]) if dropped in configs else None
+    if mine is None:
+        return None
+    others = [s for i, (c, s) in configs.items() if i != dropped and held(c) == mine]
+    return mine if all(state == DROPPED for state in others) else None
