@@ -13,11 +13,18 @@ finished; the run's tags name the run that submitted them.
 """
 
 import hashlib
+from collections.abc import Callable
 
 import dagster as dg
 
-from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
+from batch_pipeline.executors.batch_api import (
+    BatchApiSettings,
+    Collectable,
+    ProviderBatchError,
+    collectable,
+)
 from batch_pipeline.names import generation_product
+from batch_pipeline.state.tracking import ProviderBatch
 from resources.batch_api import BatchApiResource
 from resources.pipeline import PipelineResource
 
@@ -30,6 +37,52 @@ POLL_SECONDS = 60
 def batches_digest(batch_ids: tuple[str, ...]) -> str:
     """A short, stable name for a set of batches: a run key's."""
     return hashlib.sha1("+".join(batch_ids).encode()).hexdigest()[:16]
+
+
+def collecting_runs(
+    context: dg.SensorEvaluationContext,
+    waiting: list[ProviderBatch],
+    api_of: Callable[[], BatchApiSettings | None],
+    key_prefix: str,
+    what: str = "provider",
+    no_api: str = "no api_base to ask about them",
+    run_of: Callable[[Collectable], str | None] = lambda found: found.partition,
+) -> dg.SensorResult:
+    """What every provider-batch sensor does with the batches `waiting` for it: skips while
+    none is, while the provider cannot be asked (`api_of` gives no address, or it does not
+    answer) or while any of a group still runs; otherwise one run request per Dagster
+    partition `run_of` names for a finished group (None: no run collects it yet), keyed
+    `<key_prefix>:<ledger partition>:<the batches' digest>` and tagged with the run that
+    submitted them. `api_of` is called only where a batch waits: a sensor with nothing in
+    flight asks nothing of the provider."""
+    if not waiting:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no {what} batch in flight"))
+    api = api_of()
+    if api is None:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(f"{len(waiting)} {what} batches in flight, but {no_api}")
+        )
+    try:
+        ready = collectable(api, waiting)
+    except ProviderBatchError as error:  # holds no key
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"Batch API unavailable: {error}"))
+    requests: dict[str, dg.RunRequest] = {}
+    for found in ready:
+        partition = run_of(found)
+        if partition is None or partition in requests:
+            continue
+        ran_by = "" if partition == found.partition else f"; the run of {partition} collects them"
+        context.log.info(f"{found.partition}: {len(found.batch_ids)} batches finished{ran_by}")
+        requests[partition] = dg.RunRequest(
+            run_key=f"{key_prefix}:{found.partition}:{batches_digest(found.batch_ids)}",
+            partition_key=partition,
+            tags={SUBMITTED_BY: found.submitted_by},
+        )
+    if not requests:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(f"{len(waiting)} {what} batches still running")
+        )
+    return dg.SensorResult(run_requests=list(requests.values()))
 
 
 def build_provider_batch_sensor(
@@ -56,37 +109,12 @@ def build_provider_batch_sensor(
             for b in pipeline.product_env().tracking.uncollected_provider_batches()
             if b.partition in known and generation_product(b.generation) in products
         ]
-        if not waiting:
-            return dg.SensorResult(skip_reason=dg.SkipReason("no provider batch in flight"))
-        api = resource.batch_api()
-        if api is None:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(
-                    f"{len(waiting)} provider batches in flight, but the {resource_key} "
-                    "resource has no api_base to ask about them"
-                )
-            )
-        try:
-            ready = collectable(api, waiting)
-        except ProviderBatchError as error:  # holds no key
-            return dg.SensorResult(skip_reason=dg.SkipReason(f"Batch API unavailable: {error}"))
-        if not ready:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(f"{len(waiting)} provider batches still running")
-            )
-        for found in ready:
-            context.log.info(
-                f"{found.partition}: {len(found.batch_ids)} batches finished; collecting them"
-            )
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(
-                    run_key=f"provider-batches:{found.partition}:{batches_digest(found.batch_ids)}",
-                    partition_key=found.partition,
-                    tags={SUBMITTED_BY: found.submitted_by},
-                )
-                for found in ready
-            ]
+        return collecting_runs(
+            context,
+            waiting,
+            lambda: resource.batch_api(),
+            key_prefix="provider-batches",
+            no_api=f"the {resource_key} resource has no api_base to ask about them",
         )
 
     # the resource is a parameter named for its key, as Dagster's typed resources are asked for

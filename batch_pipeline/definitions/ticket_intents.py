@@ -12,7 +12,6 @@ from dagster_aws.s3 import S3Resource
 
 from assets.ticket_intents import TICKETS_GROUP, build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
-from batch_pipeline.executors.batch_api import ProviderBatchError, collectable
 from batch_pipeline.names import generation_product
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
@@ -20,7 +19,7 @@ from batch_pipeline.tickets.escalation import cascade_partition
 from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
 from sensors.default_status import schedule_status, sensor_status
-from sensors.provider_batches import POLL_SECONDS, SUBMITTED_BY, batches_digest
+from sensors.provider_batches import POLL_SECONDS, collecting_runs
 from sensors.resource_params import sensor_function
 
 TICKET_JOB = "ticket_intents_job"
@@ -116,30 +115,15 @@ def build_cascade_batches_sensor(config: PipelineConfig, job) -> dg.SensorDefini
             for b in env.tracking.uncollected_provider_batches()
             if generation_product(b.generation) == settings.name and cascade_partition(b.partition)
         ]
-        if not waiting:
-            return dg.SensorResult(skip_reason=dg.SkipReason("no cascade batch in flight"))
-        product = open_tickets(env, targets(pipeline.config)[0]).engine
-        try:
-            ready = collectable(product.escalation.batch_api, waiting)
-        except ProviderBatchError as error:  # holds no key
-            return dg.SensorResult(skip_reason=dg.SkipReason(f"Batch API unavailable: {error}"))
-        requests: dict[str, dg.RunRequest] = {}
-        for found in ready:
-            day = product.cascades.collecting_day(found.generation, found.partition)
-            if day is None or day in requests:
-                continue
-            context.log.info(f"{found.partition}: {len(found.batch_ids)} batches finished; "
-                             f"the run of {day} collects them")  # fmt: skip
-            requests[day] = dg.RunRequest(
-                run_key=f"cascade-batches:{found.partition}:{batches_digest(found.batch_ids)}",
-                partition_key=day,
-                tags={SUBMITTED_BY: found.submitted_by},
-            )
-        if not requests:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(f"{len(waiting)} cascade batches still running")
-            )
-        return dg.SensorResult(run_requests=list(requests.values()))
+        product = None if not waiting else open_tickets(env, targets(pipeline.config)[0]).engine
+        return collecting_runs(
+            context,
+            waiting,
+            lambda: product.escalation.batch_api,
+            key_prefix="cascade-batches",
+            what="cascade",
+            run_of=lambda found: product.cascades.collecting_day(found.generation, found.partition),
+        )
 
     return dg.sensor(
         name=CASCADE_BATCHES_SENSOR,
