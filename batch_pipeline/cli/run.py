@@ -58,20 +58,21 @@ def _run_target(ctx: CommandContext, args: argparse.Namespace) -> tuple[str, str
     `--kind` which product over it (default: the first kind with one, in the registry's
     order). A ConfigError in one line for anything that names no runnable product."""
     _old_kind_spelling(ctx, args)
+    kind = None if args.kind is None else kind_named(args.kind, ctx.config).name  # named first
     key = args.partition or args.collection or args.day
     if args.product is not None:
         if key:
             raise ConfigError("give --product or one of --collection, --partition, --day")
         target = ctx.product_target(args.product)
-        if args.kind not in (None, target.kind):
+        if kind not in (None, target.kind):
             raise ConfigError(f"{args.product!r} is of kind {target.kind}, not {args.kind}")
         if target.collection is None:
             raise ConfigError(f"{args.product!r} runs a day at a time: give --day YYYY-MM-DD")
         return target.kind, target.collection
     if not key:
         raise ConfigError("run needs --collection, --partition, --day or --product")
-    if args.kind is not None:
-        return kind_named(args.kind, ctx.config).name, key
+    if kind is not None:
+        return kind, key
     return kind_for_partition(ctx.config, key).name, key
 
 
