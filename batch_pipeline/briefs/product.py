@@ -98,19 +98,13 @@ class BriefProduct(ReviewedGenerations):
 
     @cached_property
     def collection(self):  # noqa: ANN201 - a CollectionConfig
-        try:
-            return self.config.collection(self.collection_name)
-        except KeyError as error:
-            raise ConfigError(str(error.args[0])) from None
+        return self.config.configured(self.collection_name)
 
     @cached_property
     def settings(self) -> BriefsConfig:
-        if self.collection.briefs is None:
-            raise ConfigError(
-                f"collection {self.collection_name!r} has no briefs: add "
-                f"collections[{self.collection_name}].briefs (prompt, output_schema)"
-            )
-        return self.collection.briefs
+        return self.config.collection_section(
+            self.collection_name, "briefs", "briefs", " (prompt, output_schema)"
+        )
 
     @property
     def name(self) -> str:

@@ -46,10 +46,7 @@ class CommandContext:
         or all of them."""
         if only is None:
             return [c.name for c in self.config.collections]
-        try:
-            return [self.config.collection(only).name]
-        except KeyError as error:
-            raise ConfigError(str(error.args[0])) from None
+        return [self.config.configured(only).name]
 
     def products(self, only: str | None = None) -> list[Product]:
         """The products a command covers: `only` (which must be configured), or all."""

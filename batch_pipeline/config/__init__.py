@@ -451,6 +451,25 @@ class PipelineConfig(_Strict):
         known = ", ".join(c.name for c in self.collections)
         raise KeyError(f"unknown collection {name!r}; configured: {known}")
 
+    def configured(self, name: str) -> CollectionConfig:
+        """The collection called `name`; a ConfigError naming the configured ones where none
+        is (what a product opened over a collection says)."""
+        try:
+            return self.collection(name)
+        except KeyError as error:
+            raise ConfigError(str(error.args[0])) from None
+
+    def collection_section(self, name: str, section: str, what: str, needs: str = "") -> Any:
+        """The collection `name`'s `section`, a product configured inside it (briefs,
+        related); a ConfigError saying what to add where it has none (`what` names the
+        product, `needs` the section's required fields)."""
+        found = getattr(self.configured(name), section)
+        if found is None:
+            raise ConfigError(
+                f"collection {name!r} has no {what}: add collections[{name}].{section}{needs}"
+            )
+        return found
+
 
 def redacted(value: Any) -> Any:
     """A JSON-ready copy with secret settings (`SECRET_SETTINGS`) and passwords in URLs masked."""

@@ -64,10 +64,7 @@ class IndexProduct(ReviewedGenerations):
         s3_client: S3ClientFactory | None = None,
         execution: ExecutorChoice | None = None,
     ) -> None:
-        try:
-            self.collection: CollectionConfig = config.collection(collection)
-        except KeyError as error:
-            raise ConfigError(str(error.args[0])) from None
+        self.collection: CollectionConfig = config.configured(collection)
         self.config = config
         self.storage = storage
         self.tracking = tracking or TrackingStore(storage.tracking_url)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from batch_pipeline.config import CollectionConfig, ConfigError, RelatedConfig, RerankerConfig
+from batch_pipeline.config import CollectionConfig, RelatedConfig, RerankerConfig
 from batch_pipeline.declaration import CollectionDocuments, ProductEnv, input_product
 from batch_pipeline.executors.scoring import score_executor
 from batch_pipeline.generations.review import NoLiveGenerationError, ReviewedGenerations
@@ -53,19 +53,11 @@ class RelatedProduct(ReviewedGenerations):
 
     @cached_property
     def collection(self) -> CollectionConfig:
-        try:
-            return self.config.collection(self.collection_name)
-        except KeyError as error:
-            raise ConfigError(str(error.args[0])) from None
+        return self.config.configured(self.collection_name)
 
     @cached_property
     def settings(self) -> RelatedConfig:
-        if self.collection.related is None:
-            raise ConfigError(
-                f"collection {self.collection_name!r} has no related documents: add "
-                f"collections[{self.collection_name}].related"
-            )
-        return self.collection.related
+        return self.config.collection_section(self.collection_name, "related", "related documents")
 
     @property
     def name(self) -> str:
