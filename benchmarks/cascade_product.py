@@ -37,25 +37,12 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import clinc150  # noqa: E402
 
 from batch_pipeline.config import load_config  # noqa: E402
-from batch_pipeline.config.taxonomy import UNKNOWN  # noqa: E402
-from batch_pipeline.inference.fake import FakeGenerator  # noqa: E402
-from batch_pipeline.inference.generator import Prompt  # noqa: E402
+from batch_pipeline.inference.fake import FakeGenerator, LabelAnswering  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
 from batch_pipeline.inference.runner import EmbeddingRunner  # noqa: E402
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
 from batch_pipeline.tickets.product import TicketProduct  # noqa: E402
 from batch_pipeline.tickets.report import cascade_text  # noqa: E402
-
-
-class LabelAnswering(FakeGenerator):
-    """STAND-IN chat model, NOT A MODEL: answers a text with its label (unknown if none)."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        super().__init__()
-        self.labels = labels
-
-    def _answer(self, prompt: Prompt, schema: dict | None) -> str:
-        return json.dumps({"intent": self.labels.get(prompt.user, UNKNOWN)})
 
 
 def main() -> None:

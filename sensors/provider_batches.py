@@ -17,12 +17,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from batch_pipeline.executors.batch_api import (
-    BatchApiSettings,
-    Collectable,
-    ProviderBatchError,
-    collectable,
-)
+from batch_pipeline.executors.batch_api import BatchApiSettings, ProviderBatchError
+from batch_pipeline.executors.batch_status import Collectable, collectable
 from batch_pipeline.names import generation_product
 from batch_pipeline.state.tracking import ProviderBatch
 from resources.batch_api import BatchApiResource

@@ -38,12 +38,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.config.base import window_seconds
 from batch_pipeline.config.secrets import masked_url, url_secrets
 from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
 from batch_pipeline.faults import crash_point
+from batch_pipeline.measures.progress import Progress
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_batches
@@ -179,6 +181,48 @@ class BatchWork:
     take: Callable[[list[BatchResult]], None]
 
 
+class CountedSummary(Protocol):
+    """An execute summary a Batch API family counts answers into (embed, score)."""
+
+    stats: Any  # its RunStats: seconds, tokens, batches
+    failed_inputs: dict[str, str]
+    unanswered: int
+
+
+def kept_answers(
+    answered: list[BatchResult],
+    has_answer: Callable[[BatchResult], bool],
+    missing: str,
+    summary: CountedSummary,
+    planned_tokens: dict[str, int],
+) -> tuple[list[BatchResult], int]:
+    """Of a settled batch's answers, those that carry what the family asked for, and their
+    tokens (the provider's usage, else the plan's count); the rest are their inputs'
+    failures in `summary` (their error, else `missing`). The provider's padding is not
+    billed, so the tokens are counted as padded tokens too."""
+    kept = [r for r in answered if has_answer(r)]
+    for failed in (r for r in answered if not has_answer(r)):
+        summary.failed_inputs[failed.key] = failed.error or missing
+    tokens = sum(r.prompt_tokens or planned_tokens[r.key] for r in kept)
+    stats = summary.stats
+    stats.tokens += tokens
+    stats.padded_tokens += tokens
+    stats.batches += 1
+    return kept, tokens
+
+
+def provider_settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
+    """Every Batch API executor's `settings_problem`: the device and the dtype are the
+    provider's to choose, so only `auto` is taken for them."""
+    for setting, value in (("device", device), ("dtype", dtype)):
+        if value != "auto":
+            return (
+                setting,
+                f"{value!r} is the provider's to choose on the {NAME} executor; leave it auto",
+            )
+    return None
+
+
 @dataclass
 class BatchDriver:
     """Collects, submits and waits for one execute (see the module docstring)."""
@@ -196,6 +240,18 @@ class BatchDriver:
         key = self.api.api_key()
         with batch_client(self.api, key) as client:
             self._drive(client, work)
+
+    def drive_counted(self, work: BatchWork, tracker: Progress, summary: CountedSummary) -> None:
+        """`drive`, with `tracker` showing the run at work meanwhile: the summary's seconds
+        are the drive's (submitting, polling, reading), and its `unanswered` the plan's
+        inputs the provider has answered neither way yet (neither landed nor failed)."""
+        tracker.working()
+        began = time.perf_counter()
+        self.drive(work)
+        summary.stats.seconds = time.perf_counter() - began
+        answered = work.output.done_keys | summary.failed_inputs.keys()
+        summary.unanswered = len(work.keys - answered)
+        tracker.finish()
 
     def _drive(self, client, work: BatchWork) -> None:  # noqa: ANN001
         wait = self.api.wait_seconds
@@ -511,47 +567,6 @@ def batch_client(api: BatchApiSettings, key: str) -> Iterator[object]:
         ) from None
     finally:
         client.close()
-
-
-@dataclass(frozen=True)
-class Collectable:
-    """A partition whose batches have all finished at the provider: a run of it collects
-    them."""
-
-    generation: str
-    partition: str
-    batch_ids: tuple[str, ...]
-    submitted_by: str  # the run that submitted the first of them
-
-
-def collectable(api: BatchApiSettings, batches: list[ProviderBatch]) -> list[Collectable]:
-    """Of these uncollected batches, grouped by generation and partition, the groups whose
-    every batch has finished (one status call per batch)."""
-    groups: dict[tuple[str, str], list[ProviderBatch]] = {}
-    for batch in batches:
-        groups.setdefault((batch.generation, batch.partition), []).append(batch)
-    key = api.api_key()
-    ready = []
-    with batch_client(api, key) as client:
-        for (generation, partition), members in sorted(groups.items()):
-            statuses = [_status_of(client, b) for b in members]
-            if all(status in FINAL_STATUSES or status == GIVEN_UP for status in statuses):
-                ids = tuple(sorted(b.batch_id for b in members))
-                ready.append(Collectable(generation, partition, ids, members[0].run_id))
-    return ready
-
-
-def _status_of(client, batch: ProviderBatch) -> str:  # noqa: ANN001
-    """A batch's status at the provider; one a run must settle (an intent whose creation
-    never answered, a batch the provider no longer has) counts as finished."""
-    import openai
-
-    if batch.creating:
-        return GIVEN_UP
-    try:
-        return str(client.batches.retrieve(batch.batch_id).status)
-    except openai.NotFoundError:
-        return GIVEN_UP
 
 
 def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:

@@ -30,7 +30,9 @@ from batch_pipeline.executors.batch_api import (
     BatchLedger,
     BatchWork,
     ProviderBatchError,
+    kept_answers,
     planned_token_counts,
+    provider_settings_problem,
     run_of,
     window_seconds,
 )
@@ -66,15 +68,7 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             )
         super().__post_init__()
 
-    @staticmethod
-    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
-        for setting, value in (("device", device), ("dtype", dtype)):
-            if value != "auto":
-                return (
-                    setting,
-                    f"{value!r} is the provider's to choose on the {NAME} executor; leave it auto",
-                )
-        return None
+    settings_problem = staticmethod(provider_settings_problem)
 
     @property
     def served_model(self) -> str | None:
@@ -124,28 +118,19 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
                             yield embedding_request_line(key, given, name, self.model.normalize)
 
             def take(answered: list[BatchResult]) -> None:
-                stats = summary.stats
-                kept = [r for r in answered if r.vector is not None]
-                for failed in (r for r in answered if r.vector is None):
-                    summary.failed_inputs[failed.key] = failed.error or "no vector"
-                tokens = sum(r.prompt_tokens or planned_tokens[r.key] for r in kept)
-                stats.inputs += len(kept)
-                stats.tokens += tokens
-                stats.padded_tokens += tokens  # the provider's padding is not billed
-                stats.batches += 1
+                kept, tokens = kept_answers(answered, lambda r: r.vector is not None, "no vector",
+                                            summary, planned_tokens)  # fmt: skip
+                summary.stats.inputs += len(kept)
                 if kept:
                     output.add(self._rows(kept, name, schema))
                     output.done_keys |= {r.key for r in kept}
                 tracker.advance(len(answered), tokens)
 
-            tracker.working()
-            began = time.perf_counter()
             driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
                                  set(resumed))  # fmt: skip
-            driver.drive(BatchWork(EMBEDDINGS, keys, output, requests, take))
-            summary.stats.seconds = time.perf_counter() - began  # submitting, polling, reading
-            summary.unanswered = len(keys - output.done_keys - summary.failed_inputs.keys())
-            tracker.finish()
+            driver.drive_counted(
+                BatchWork(EMBEDDINGS, keys, output, requests, take), tracker, summary
+            )
             output.finish(summary.record(), planned)
         return summary
 

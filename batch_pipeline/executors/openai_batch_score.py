@@ -28,7 +28,9 @@ from batch_pipeline.executors.batch_api import (
     BatchDriver,
     BatchLedger,
     BatchWork,
+    kept_answers,
     planned_token_counts,
+    provider_settings_problem,
     run_of,
 )
 from batch_pipeline.executors.batch_file import (
@@ -72,12 +74,7 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
             )
         super().__post_init__()
 
-    @staticmethod
-    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
-        for setting, value in (("device", device), ("dtype", dtype)):
-            if value != "auto":
-                return setting, f"{value!r} is the provider's to choose on the {NAME} executor"
-        return None
+    settings_problem = staticmethod(provider_settings_problem)
 
     def execute(
         self,
@@ -120,15 +117,11 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
                         yield judge_request_line(prompt, model)
 
             def take(answered: list[BatchResult]) -> None:
-                kept = [r for r in answered if r.scores]
-                for failed in (r for r in answered if not r.scores):
-                    summary.failed_inputs[failed.key] = failed.error or "no log-probabilities"
-                stats = summary.stats
-                tokens = sum(r.prompt_tokens or planned_tokens[r.key] for r in kept)
-                stats.pairs += len(kept)
-                stats.tokens += tokens
-                stats.padded_tokens += tokens  # the provider's padding is not billed
-                stats.batches += 1
+                kept, tokens = kept_answers(
+                    answered, lambda r: bool(r.scores), "no log-probabilities", summary,
+                    planned_tokens,
+                )  # fmt: skip
+                summary.stats.pairs += len(kept)
                 if kept:
                     now = datetime.now(UTC)
                     output.add(
@@ -144,13 +137,10 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
                     output.done_keys |= {r.key for r in kept}
                 tracker.advance(len(answered), tokens)
 
-            tracker.working()
-            began = time.perf_counter()
             driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
                                  set(resumed))  # fmt: skip
-            driver.drive(BatchWork(CHAT_COMPLETIONS, keys, output, requests, take))
-            summary.stats.seconds = time.perf_counter() - began  # submitting, polling, reading
-            summary.unanswered = len(keys - output.done_keys - summary.failed_inputs.keys())
-            tracker.finish()
+            driver.drive_counted(
+                BatchWork(CHAT_COMPLETIONS, keys, output, requests, take), tracker, summary
+            )
             output.finish(summary.record(), planned)
         return summary

@@ -13,6 +13,11 @@ than `max_tokens` is cut and finishes with `length`. It honours `type`, `propert
 `required`, `enum`, `minItems`/`maxItems` and `minLength`/`maxLength`, and nothing else, so
 a schema asking more (a `pattern`, say) gets outputs that fail validation, as a model that
 cannot satisfy its schema would.
+
+NOT A MODEL, and it knows the answers: `LabelAnswering` answers a prompt whose user turn is a
+labelled text with `{"intent": <its label>}` (`unknown` otherwise, or always with
+`right=False`): the chat model that the ticket cascade's tests and its benchmark escalate to,
+so that the guarantee's arithmetic has answers to choose a threshold from.
 """
 
 import itertools
@@ -25,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.embedder import PlannedBatch, RunStats
 from batch_pipeline.inference.generator import Generation, GenerationStats, Prompt, Sampling
@@ -234,3 +240,19 @@ def _instance(schema: dict, words: list[str], salt: int) -> object:
     if kind == "boolean":
         return bool(salt & 1)
     return None
+
+
+class LabelAnswering(FakeGenerator):
+    """STAND-IN chat model that answers with the text's label (see the module docstring);
+    `asked` lists the texts it was asked, in order."""
+
+    def __init__(self, labels: dict[str, str], right: bool = True) -> None:
+        super().__init__()
+        self.labels = labels
+        self.right = right
+        self.asked: list[str] = []
+
+    def _answer(self, prompt: Prompt, schema: dict | None) -> str:
+        self.asked.append(prompt.user)
+        label = self.labels.get(prompt.user, UNKNOWN) if self.right else UNKNOWN
+        return json.dumps({"intent": label})

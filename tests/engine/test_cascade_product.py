@@ -2,9 +2,10 @@
 labelled texts at training, the least sure tickets answered by a chat model when a day lands,
 each row saying which model answered and at what cost, and reruns that ask nothing again.
 
-The chat model is a marked STAND-IN (`LabelAnswering`) behind the real `Generator` protocol,
-on the real in-process executor's prompt plan and execute: it answers a ticket with its label
-(as the issue's Batch API check asks), so the guarantee's arithmetic has something to choose.
+The chat model is the marked STAND-IN `inference.fake.LabelAnswering`, behind the real
+`Generator` protocol, on the real in-process executor's prompt plan and execute: it answers a
+ticket with its label (as the issue's Batch API check asks), so the guarantee's arithmetic has
+something to choose.
 The encoder is the real all-MiniLM-L6-v2; LanceDB and SQLite are real."""
 
 import json
@@ -14,8 +15,7 @@ import pytest
 
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.config.taxonomy import UNKNOWN, load_taxonomy
-from batch_pipeline.inference.fake import FakeGenerator, fake_chat_model
-from batch_pipeline.inference.generator import Prompt
+from batch_pipeline.inference.fake import FakeGenerator, LabelAnswering
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.tickets.escalation import text_key
 from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER
@@ -24,22 +24,6 @@ from batch_pipeline.tickets.product import TicketProduct
 from tests.engine.test_tickets import TRAINING_DAYS, embedder_for, labelled_workspace, run_day
 
 CASCADE = "{target_accuracy: 0.96, delta: 0.2}"
-
-
-class LabelAnswering(FakeGenerator):
-    """STAND-IN chat model: answers a ticket with its label where the sample gives one,
-    else `unknown`. Counts what it is asked."""
-
-    def __init__(self, labels: dict[str, str], right: bool = True) -> None:
-        super().__init__(fake_chat_model())
-        self.labels = labels
-        self.right = right
-        self.asked: list[str] = []
-
-    def _answer(self, prompt: Prompt, schema: dict | None) -> str:
-        self.asked.append(prompt.user)
-        label = self.labels.get(prompt.user, UNKNOWN) if self.right else UNKNOWN
-        return json.dumps({"intent": label})
 
 
 def labels_of(workspace) -> dict[str, str]:  # noqa: ANN001
