@@ -103,6 +103,22 @@ def test_the_shipped_config_is_valid():
     assert config.collections[0].source.path.is_dir()
 
 
+def test_a_product_inside_a_collection_says_what_to_add_and_an_unknown_collection_whats_there():
+    config = load_config()  # the shipped handbook has briefs and related documents
+    assert config.collection_section("handbook", "briefs", "briefs").prompt.name
+    plain = config.model_copy(
+        update={"collections": [config.collections[0].model_copy(update={"briefs": None})]}
+    )
+    with pytest.raises(ConfigError) as missing:
+        plain.collection_section("handbook", "briefs", "briefs", " (prompt, output_schema)")
+    assert str(missing.value) == (
+        "collection 'handbook' has no briefs: add collections[handbook].briefs "
+        "(prompt, output_schema)"
+    )
+    with pytest.raises(ConfigError, match=r"^unknown collection 'nope'; configured: handbook$"):
+        config.configured("nope")
+
+
 def test_storage_defaults_and_overrides(tmp_path, monkeypatch):
     monkeypatch.delenv("BATCH_PIPELINE_LANCEDB_URI", raising=False)
     monkeypatch.delenv("BATCH_PIPELINE_TRACKING_URL", raising=False)
