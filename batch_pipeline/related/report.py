@@ -75,6 +75,18 @@ def health_line(r: dict[str, object]) -> str:
     return doctor_line(r, f"{r['lists']} documents listed", table_summary(r))
 
 
+def _unused_executor(product: RelatedProduct) -> list[str]:
+    """Where the run named an executor that had nothing to run, a line saying so."""
+    chosen = product.execution
+    if product.reranker is not None or chosen is None or chosen.name is None:
+        return []
+    return [
+        f"  {chosen.spelled('executor')} {chosen.name} was not used: no reranker is live, so "
+        "the candidates' own scores ordered the lists (it scores them once a reranker "
+        "generation is promoted)"
+    ]
+
+
 def run_lines(product: RelatedProduct, report: RunReport) -> list[str]:
     """A run: the lists it scored (and why they were stale), its clock and cost, the review."""
     prepared = report.stage_metadata().get("prepare", {})
@@ -88,6 +100,7 @@ def run_lines(product: RelatedProduct, report: RunReport) -> list[str]:
     lines = [
         f"run {report.run_id} of {report.product}: {report.counts_line()}{why}; scored by "
         f"{product.model.name}",
+        *_unused_executor(product),
         *report.batches_lines(),
         report.measures_line(),
         report.review_line(),

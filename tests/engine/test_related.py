@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from batch_pipeline import cli
 from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.rerankers import build_test_cross_encoder
@@ -151,6 +152,23 @@ def test_a_deleted_page_s_list_goes_and_the_lists_holding_it_are_rescored(site, 
     assert result["summaries"]["land"].summary.deleted == [gone]
     assert holding - {gone} <= scored(result)
     assert gone not in s.lists() and all(gone not in found for found in s.lists().values())
+
+
+def test_a_run_naming_an_executor_with_no_live_reranker_says_it_was_not_used(site, runner, capsys):
+    configure(site)
+    s = Site(site, runner)
+    s.index("index-1")
+    base = ["--config", str(site / "pipeline.yaml"), "--home", str(site / "home")]
+    run = [*base, "run", "--kind", "related", "--collection", "handbook"]
+    assert cli.main([*run, "--executor", "vllm", "--run-id", "related-1"]) == 0
+    said = capsys.readouterr().out
+    assert "scored by candidates" in said
+    assert (
+        "  --executor vllm was not used: no reranker is live, so the candidates' own scores "
+        "ordered the lists"
+    ) in said
+    assert cli.main([*run, "--run-id", "related-2"]) == 0  # none named: nothing to say
+    assert "was not used" not in capsys.readouterr().out
 
 
 def test_a_promoted_reranker_scores_the_pairs_and_every_row_names_it(site, runner, model):
