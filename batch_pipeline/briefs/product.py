@@ -51,11 +51,10 @@ from batch_pipeline.generations.review import (
     ReviewedGenerations,
 )
 from batch_pipeline.inference.chat_models import ChatModel
-from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.inference.models import ResolvedModel, resolve_model
 from batch_pipeline.iterables import batched
-from batch_pipeline.names import briefs_product_name, generation_index, question_index
+from batch_pipeline.names import briefs_product_name, question_index
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.retrieval import VectorParams
 from batch_pipeline.state.storage import StorageLocations
@@ -184,14 +183,6 @@ class BriefProduct(ReviewedGenerations):
             "document_guard": DOCUMENT_GUARD,
             **({"served_model": self.served_model} if self.served_model else {}),
         }
-
-    @cached_property
-    def fingerprint(self) -> str:
-        return fingerprint_of(self.generation_config())
-
-    @property
-    def index(self) -> str:
-        return generation_index(self.name, self.fingerprint)
 
     def partition(self, key: str) -> "BriefPartition":
         return BriefPartition(self, key)

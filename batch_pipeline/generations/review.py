@@ -32,7 +32,9 @@ from batch_pipeline.config import GenerationsConfig
 from batch_pipeline.generations.evaluation import Baseline, gate
 from batch_pipeline.generations.registry import DROPPED, LIVE, RETIRED, GenerationRegistry
 from batch_pipeline.inference.embedder import Embedder
+from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.models import ResolvedModel
+from batch_pipeline.names import generation_index
 from batch_pipeline.state.tracking import GenerationRecord
 
 EmbedderFor = Callable[[ResolvedModel], Embedder]
@@ -351,11 +353,12 @@ class ReviewedGenerations:
     """A product's generations, reviewed by the one reviewer: a product's engine inherits
     its registry, its generation's record, `review` and `live`, and says only what is its
     own: `completeness_rule`, `scorer` (None without a labelled set), `no_live_hint` (what to
-    do before anything is live), `generation_config` (what its fingerprint hashes) and, for
-    a generation with more than its table, `drop_tables`. The reviewer is built here, once,
+    do before anything is live), `generation_config` (what its fingerprint hashes, and so
+    its generation's table, `index`) and, for a generation with more than its table,
+    `drop_tables`. The reviewer is built here, once,
     for every product alike.
 
-    The engine has `name`, `fingerprint`, `index`, `tracking`, `store` and `config` (whose
+    The engine has `name`, `tracking`, `store` and `config` (whose
     `generations` section is the review policy and retention)."""
 
     no_live_hint = "run it first"
@@ -375,6 +378,17 @@ class ReviewedGenerations:
     def drop_tables(self, index: str) -> None:
         """A generation's tables, by its table name: its own."""
         self.store.drop_table(index)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The generation key: the hash of `generation_config` (a product whose key is
+        more, or less, says so by its own)."""
+        return fingerprint_of(self.generation_config())
+
+    @property
+    def index(self) -> str:
+        """The generation's table and tracking key: the product's name and fingerprint."""
+        return generation_index(self.name, self.fingerprint)
 
     @cached_property
     def registry(self) -> GenerationRegistry:

@@ -95,12 +95,6 @@ class IndexProduct(ReviewedGenerations):
         with one: a change of any starts a new generation beside the live one."""
         return model_fingerprint(self.model, self.collection.chunking, self.executor.served_model)
 
-    @property
-    def index(self) -> str:
-        """This configuration's generation: its LanceDB table and its key in the tracking
-        store."""
-        return generation_index(self.name, self.fingerprint)
-
     def feed_tables(self, index: str, written: bool = False) -> list[str]:
         """The tables other products' declared feeds keep beside the generation `index` (the
         briefs' question rows): all of them, or those the configuration now writes

@@ -42,7 +42,7 @@ from batch_pipeline.generations.review import (
 )
 from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.scorer import Scorer
-from batch_pipeline.names import generation_index, reranker_product_name
+from batch_pipeline.names import reranker_product_name
 from batch_pipeline.state.retrieval import HYBRID, ranked_rows
 from batch_pipeline.state.tracking import GenerationRecord
 
@@ -242,10 +242,6 @@ class RerankerGenerations(ReviewedGenerations):
     def fingerprint(self) -> str:
         what = {k: v for k, v in self.generation_config().items() if k != "reranker"}
         return fingerprint_of({**what, "candidates": self.candidates})
-
-    @property
-    def index(self) -> str:
-        return generation_index(self.name, self.fingerprint)
 
     def completeness_rule(self) -> LiveIndexRule:
         return LiveIndexRule(self.index_product)

@@ -17,9 +17,8 @@ from batch_pipeline.config import CollectionConfig, RelatedConfig, RerankerConfi
 from batch_pipeline.declaration import CollectionDocuments, ProductEnv, input_product
 from batch_pipeline.executors.scoring import score_executor
 from batch_pipeline.generations.review import NoLiveGenerationError, ReviewedGenerations
-from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.rerankers import resolve_configured
-from batch_pipeline.names import generation_index, related_product_name, reranker_product_name
+from batch_pipeline.names import related_product_name, reranker_product_name
 from batch_pipeline.related import INDEX, NAME
 from batch_pipeline.related.candidates import LiveIndex
 from batch_pipeline.related.executor import CANDIDATES, CandidateScores
@@ -131,14 +130,6 @@ class RelatedProduct(ReviewedGenerations):
             "index_generation": self.live_index.index_name,
             "reranker_generation": self.live_reranker.index_name if self.live_reranker else None,
         }
-
-    @cached_property
-    def fingerprint(self) -> str:
-        return fingerprint_of(self.generation_config())
-
-    @property
-    def index(self) -> str:
-        return generation_index(self.name, self.fingerprint)
 
     def landed_lists(self, index: str | None = None) -> dict[str, LandedList]:
         """Each listed document's list, as built: its version and its related documents'."""

@@ -38,7 +38,6 @@ from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.fingerprint import fingerprint_of
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer, resolve_model
-from batch_pipeline.names import generation_index
 from batch_pipeline.sources import S3ClientFactory
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations
@@ -243,10 +242,6 @@ class TicketProduct(ReviewedGenerations):
         if t.fine_tune is not None:
             settings["fine_tune"] = {**t.fine_tune.model_dump(mode="json"), "key": self.encoder_key}
         return settings
-
-    @property
-    def index(self) -> str:
-        return generation_index(self.name, self.fingerprint)
 
     @cached_property
     def export(self) -> TicketExport:

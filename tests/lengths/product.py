@@ -4,7 +4,6 @@ bounds), its generations, its rule and scorer, handed to the shared reviewer."""
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import cached_property
 
 from batch_pipeline.declaration import ProductEnv
 from batch_pipeline.generations.review import (
@@ -12,8 +11,6 @@ from batch_pipeline.generations.review import (
     EmbedderFor,
     ReviewedGenerations,
 )
-from batch_pipeline.inference.fingerprint import fingerprint_of
-from batch_pipeline.names import generation_index
 from batch_pipeline.state.tracking import GenerationRecord
 from tests.lengths.config import LengthsConfig
 from tests.lengths.partition import LengthPartition
@@ -85,14 +82,6 @@ class LengthProduct(ReviewedGenerations):
 
     def generation_config(self) -> dict:
         return {"buckets": self.settings.buckets, "rule": "bytes-v1"}
-
-    @cached_property
-    def fingerprint(self) -> str:
-        return fingerprint_of(self.generation_config())
-
-    @property
-    def index(self) -> str:
-        return generation_index(self.name, self.fingerprint)
 
     @property
     def model(self) -> SizeRule:
