@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import dagster as dg
@@ -154,7 +154,8 @@ BIN = Path(sys.executable).parent
 
 @contextmanager
 def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """`dagster-daemon run` on this code location, output to `log`; stopped on leaving."""
+    """`dagster-daemon run` on this code location, output to `log`; stopped on leaving, with
+    every process it started (its code server outlives a SIGTERM to the daemon)."""
     with log.open("w") as out:
         daemon = subprocess.Popen(
             [str(BIN / "dagster-daemon"), "run", "-m", "batch_pipeline.definitions"],
@@ -168,10 +169,12 @@ def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]
             yield daemon
         finally:
             os.killpg(daemon.pid, signal.SIGTERM)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            # then what outlives it in its group: its code server (`dagster api grpc`)
+            with suppress(ProcessLookupError):
                 os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(timeout=30)
 
 
 # ----------------------------------------------------------------- servers
