@@ -1,18 +1,24 @@
 """Land for related documents: each stale document's list replaced by its best `k` scored
 candidates, and the lists of documents gone from the index deleted (what the frame's guard
-clears), in one commit (`merge_insert` on the row key, scoped to those documents).
+clears), `LISTS_PER_COMMIT` documents to a commit (`merge_insert` on the row key, scoped to
+those documents), as the index lands its documents: a reader sees each list whole, old or
+new.
 
 A list is landed only when every one of its candidates has a score: a document whose pairs a
 provider has not answered, or refused, keeps its old list and stays stale for the next run.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
+from batch_pipeline.iterables import batched
 from batch_pipeline.state.staging import StagePath, read_batches
 from batch_pipeline.state.vector_store import VectorStore, commit_with_retries, in_filter
+
+LISTS_PER_COMMIT = 500  # documents' lists in one commit (the index's DOCS_PER_COMMIT)
 
 TABLE_SCHEMA = pa.schema(
     [
@@ -72,22 +78,33 @@ def land_related(
     lineage: RelatedLineage,
 ) -> RelatedLandSummary:
     """Write each stale document's best `k` and delete `deleted`'s lists (see the module
-    docstring); `deleted` is what the guard cleared."""
+    docstring); `deleted` is what the guard cleared. The prepared pairs are read as a stream,
+    in `stale`'s order (prepare writes them so), and `LISTS_PER_COMMIT` lists go to a commit:
+    what a land holds is one commit's lists and the run's scores, however large the
+    collection."""
     scores: dict[str, float] = {}
     for batch in read_batches(executed, ["input_hash", "score"]):
         scores.update(zip(batch["input_hash"].to_pylist(), batch["score"].to_pylist(),
                           strict=True))  # fmt: skip
-    candidates: dict[str, list[dict]] = {}
-    columns = ["doc_id", "related_id", "candidate_rank", "doc_version", "related_version",
-               "input_hash"]  # fmt: skip
-    for batch in read_batches(prepared, columns):
-        for row in batch.to_pylist():
-            candidates.setdefault(row["doc_id"], []).append(row)
     summary = RelatedLandSummary()
     now = datetime.now(UTC)
-    rows = []
-    for doc_id in stale:
-        found = candidates.get(doc_id, [])
+    table = store.open(index)
+    rows: list[dict] = []
+    scope: list[str] = []
+
+    def commit(lists: list[str]) -> None:
+        nonlocal table, rows
+        if not lists:
+            return
+        table = table or store.create_table(index, TABLE_SCHEMA)
+        merge = table.merge_insert("row_key").when_matched_update_all()
+        merge = merge.when_not_matched_insert_all()
+        merge = merge.when_not_matched_by_source_delete(in_filter("doc_id", lists))
+        batch = pa.Table.from_pylist(rows, TABLE_SCHEMA)
+        commit_with_retries(table, lambda: merge.execute(batch))
+        rows = []
+
+    for doc_id, found in _candidates_in_order(prepared, stale):
         if any(c["input_hash"] not in scores for c in found):
             summary.awaiting.append(doc_id)
             continue
@@ -102,13 +119,32 @@ def land_related(
                 "landed_at": now,
             })  # fmt: skip
         summary.landed.append(doc_id)
-    replaced = summary.landed + list(deleted)
-    if not replaced:
-        return summary
-    table = store.open(index) or store.create_table(index, TABLE_SCHEMA)
-    merge = table.merge_insert("row_key").when_matched_update_all().when_not_matched_insert_all()
-    merge = merge.when_not_matched_by_source_delete(in_filter("doc_id", replaced))
-    commit_with_retries(table, lambda: merge.execute(pa.Table.from_pylist(rows, TABLE_SCHEMA)))
+        scope.append(doc_id)
+        if len(scope) >= LISTS_PER_COMMIT:
+            commit(scope)
+            scope = []
+    commit(scope)
+    for gone in batched(deleted, LISTS_PER_COMMIT):
+        commit(gone)
     summary.deleted = list(deleted)
-    summary.table_version = table.version
+    summary.table_version = table.version if table is not None else None
     return summary
+
+
+def _candidates_in_order(prepared: StagePath, stale: list[str]) -> Iterator[tuple[str, list[dict]]]:
+    """Each stale document with its prepared candidates (none where it has none), in
+    `stale`'s order, streamed: prepare wrote each document's pairs together, in that order."""
+    columns = ["doc_id", "related_id", "candidate_rank", "doc_version", "related_version",
+               "input_hash"]  # fmt: skip
+    rows = (row for batch in read_batches(prepared, columns) for row in batch.to_pylist())
+    row = next(rows, None)
+    for doc_id in stale:
+        found = []
+        while row is not None and row["doc_id"] == doc_id:
+            found.append(row)
+            row = next(rows, None)
+        yield doc_id, found
+    if row is not None:
+        raise RuntimeError(
+            f"the prepared pairs of {row['doc_id']!r} are not in the stale lists' order"
+        )

@@ -17,6 +17,7 @@ from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.rerankers import build_test_cross_encoder
 from batch_pipeline.products import product_env
+from batch_pipeline.related import land as related_land
 from batch_pipeline.related.kind import RELATED
 from batch_pipeline.related.links import folder_links
 from batch_pipeline.state.storage import resolve_storage
@@ -113,6 +114,23 @@ def test_every_page_gets_its_k_most_related_pages_and_a_rerun_scores_nothing(sit
     again = s.related("related-2")
     assert scored(again) == set() and again["summaries"]["execute"].stats.pairs == 0
     assert s.lists() == lists
+
+
+def test_lists_land_a_bounded_number_to_a_commit_and_each_whole(site, runner, monkeypatch):
+    configure(site)
+    s = Site(site, runner)
+    s.index("index-1")
+    monkeypatch.setattr(related_land, "LISTS_PER_COMMIT", 3)
+    first = s.related("related-1")
+    table = s.store.open(first["engine"].live().index)
+    assert table.version >= 1 + 7  # created, then 20 lists in 7 commits of at most 3
+    lists = s.lists()
+    assert set(lists) == set(PAGES) and all(len(found) == 3 for found in lists.values())
+    (site / "docs" / EDITED).unlink()  # a deleted page: its list goes, those holding it change
+    s.index("index-2")
+    again = s.related("related-2")
+    assert EDITED not in s.lists() and again["summaries"]["land"].summary.deleted == [EDITED]
+    assert all(EDITED not in found and len(found) == 3 for found in s.lists().values())
 
 
 def test_a_one_page_edit_rescores_that_page_and_its_neighbours_lists_only(site, runner):
