@@ -355,8 +355,7 @@ class ReviewedGenerations:
     own: `completeness_rule`, `scorer` (None without a labelled set), `no_live_hint` (what to
     do before anything is live), `generation_config` (what its fingerprint hashes, and so
     its generation's table, `index`) and, for a generation with more than its table,
-    `drop_tables`. The reviewer is built here, once,
-    for every product alike.
+    `drop_tables`. The reviewer is built here, once, for every product alike.
 
     The engine has `name`, `tracking`, `store` and `config` (whose
     `generations` section is the review policy and retention)."""
@@ -382,7 +381,7 @@ class ReviewedGenerations:
     @cached_property
     def fingerprint(self) -> str:
         """The generation key: the hash of `generation_config` (a product whose key is
-        more, or less, says so by its own)."""
+        made otherwise, the index's or the tickets', overrides it)."""
         return fingerprint_of(self.generation_config())
 
     @property
