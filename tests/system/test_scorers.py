@@ -68,7 +68,7 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
         assert np.abs(first - 0.5).max() > 0.01
         # greedy, one token: a rerun gives the same scores, to a few float32 ulps (a second
         # pass through the same engine, its prefix cache warm, may sum in another order: 4e-6
-        # apart on a 2-core AVX2 EPYC, identical on an AMX Xeon)
+        # apart on a 2-core AMD EPYC Zen 4, identical on an AMX Xeon)
         np.testing.assert_allclose(judge.score(pairs), first, rtol=0, atol=1e-5)
         assert judge.stats.pairs == 2 * len(pairs) and judge.load_seconds > 0
 
