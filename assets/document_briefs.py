@@ -37,7 +37,6 @@ from batch_pipeline.stages import COLLECT, Stage
 from batch_pipeline.state.table_indexes import IndexHealth
 
 BRIEFS_GROUP = "document_briefs"
-BRIEFS_OWNERS = ["team:support-content"]
 VALID_OUTPUTS = "valid_output_rate"
 
 BRIEF_COLUMN_DESCRIPTIONS = {
@@ -198,7 +197,6 @@ BRIEF_ASSETS = ProductAssets(
     stages=BRIEF_STAGES,
     open=_opened,
     group_name=BRIEFS_GROUP,
-    owners=tuple(BRIEFS_OWNERS),
     resources=frozenset({"pipeline", "generation", "inference"}),
     engine=lambda context, partition: context.resources.generation.generator,
     columns=BRIEF_COLUMN_DESCRIPTIONS,
@@ -271,7 +269,6 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
                 description=QUESTION_ROWS_DESCRIPTION,
                 kinds={"lancedb"},
                 group_name=BRIEFS_GROUP,
-                owners=BRIEFS_OWNERS,
                 skippable=True,  # nothing while briefs.index_questions is off
             )
         ],

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.partitions import OWNERS, partition_check
+from assets.partitions import partition_check
 from assets.stage_io import as_metadata
 from batch_pipeline.declaration import review_after_run
 from batch_pipeline.generations.drift import drift_report
@@ -27,7 +27,6 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         deps=[LAND.asset],
         partitions_def=partitions,
         group_name=GENERATIONS_GROUP,
-        owners=OWNERS,
         kinds={"python", "lancedb"},
         check_specs=[
             partition_check(

@@ -15,7 +15,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 GROUP_NAME = "embedding_pipeline"
-OWNERS = ["team:search-platform"]
 GPU_POOL = "gpu"  # one run at a time on a GPU; set its limit with `dagster instance concurrency`
 
 # Transient failures (S3, SQL, LanceDB commit conflicts) are retried with backoff. An asset

@@ -134,7 +134,6 @@ class ProductAssets:
     stages: tuple[Stage, ...]
     open: Opener
     group_name: str
-    owners: tuple[str, ...] = ()
     resources: frozenset[str] = frozenset({"pipeline", "inference"})
     engine: EngineFor = _no_engine  # what execute (and a land that scores) loads
     plan_options: Callable[[Context, StagedPartition], ExecuteOptions] = _default_options
@@ -164,7 +163,6 @@ def build_product_assets(
     common = {
         "partitions_def": partitions,
         "group_name": spec.group_name,
-        "owners": list(spec.owners),
         "required_resource_keys": set(spec.resources),
     }
 

@@ -52,7 +52,6 @@ RELATED_ASSETS = ProductAssets(
     stages=RELATED_STAGES,
     open=_opened,
     group_name=RELATED_GROUP,
-    owners=("team:support-content",),
     columns=RELATED_COLUMN_DESCRIPTIONS,
     prepare_deps=(INDEX_LAND,),
     optional=True,

@@ -4,7 +4,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from assets.partitions import GROUP_NAME, OWNERS, TRANSIENT_RETRY, retried_if_transient
+from assets.partitions import GROUP_NAME, TRANSIENT_RETRY, retried_if_transient
 from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
 from batch_pipeline.index.kind import index_partition
@@ -32,7 +32,6 @@ def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
         name=COLLECT.asset,
         partitions_def=partitions,
         group_name=GROUP_NAME,
-        owners=OWNERS,
         retry_policy=TRANSIENT_RETRY,
         kinds=set(COLLECT.kinds),
     )

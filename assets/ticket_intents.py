@@ -40,7 +40,6 @@ from batch_pipeline.tickets.report import classifier_line
 from batch_pipeline.tickets.training import LabelsRefusedError
 
 TICKETS_GROUP = "ticket_intents"
-TICKETS_OWNERS = ["team:support-analytics"]
 INTENT_MIX_SHIFT = "intent_mix_shift"
 DAY_COMPLETE = "day_complete"
 
@@ -158,7 +157,6 @@ TICKET_ASSETS = ProductAssets(
     stages=TICKET_STAGES,
     open=_opened,
     group_name=TICKETS_GROUP,
-    owners=tuple(TICKETS_OWNERS),
     engine=embedding_engine,
     plan_options=embedding_options,
     columns=DESCRIBED,

@@ -9,7 +9,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.index_generation import build_index_generation
-from assets.partitions import GROUP_NAME, OWNERS
+from assets.partitions import GROUP_NAME
 from assets.product_stages import (
     Context,
     LandCheck,
@@ -172,7 +172,6 @@ INDEX_ASSETS = ProductAssets(
     stages=STAGES,
     open=_opened,
     group_name=GROUP_NAME,
-    owners=tuple(OWNERS),
     engine=embedding_engine,
     plan_options=embedding_options,
     columns=COLUMN_DESCRIPTIONS,

