@@ -27,6 +27,7 @@ import argparse
 import errno
 import importlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -67,6 +68,7 @@ from batch_pipeline.products import KINDS, kinds_for, product_targets
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages.generate import EngineFaultError
+from batch_pipeline.state.checkpoints import unlandable_parts
 from batch_pipeline.state.tracking import LeaseLostError, LockTimeoutError, TrackingUnavailableError
 from batch_pipeline.state.vector_store import TableDamagedError, missing_data_file
 
@@ -321,13 +323,28 @@ def _failures(ctx: CommandContext, args: argparse.Namespace) -> int:
     return 0
 
 
+def checkpoint_problems(unlandable: dict[str, int], product: str) -> list[str]:
+    """Doctor's lines for the checkpoint parts of `product`'s partitions (staging keys
+    `<collection>`, a shard's `<collection>-sNN`, or `<product>/<partition>`) that hold rows
+    no table can hold."""
+    own = re.compile(rf"{re.escape(product)}(-s\d+)?")
+    return [
+        f"checkpoint {path} holds {count} rows whose vectors or scores are not finite "
+        "numbers: the next run computes them again, and drops it once it lands"
+        for path, count in unlandable.items()
+        if own.fullmatch(path.split("/", 1)[0])
+    ]
+
+
 def _doctor(ctx: CommandContext, args: argparse.Namespace) -> int:
     """Exit status 1 when any product has a problem, 2 when a source cannot be read."""
     products = ctx.products(args.product)
     reports = [product.health() for product in products]
     batches = batch_views(ctx.tracking)
+    unlandable = unlandable_parts(ctx.storage.staging().root)
     for product, report in zip(products, reports, strict=True):
         stuck = batch_problems(of_product(batches, product.name))
+        stuck += checkpoint_problems(unlandable, product.name)
         report["problems"] = [*report["problems"], *stuck]
         report["healthy"] = report["healthy"] and not stuck
     if args.json:

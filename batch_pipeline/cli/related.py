@@ -27,10 +27,19 @@ def _collection(ctx: CommandContext, given: str | None) -> str:
     if given is not None:
         return given
     names = [target.collection for target in RELATED.targets(ctx.config)]
-    if len(names) != 1:
-        which = ", ".join(names) if names else "none has related:"
-        raise ConfigError(f"give --collection: collections with related documents: {which}")
+    if not names:
+        raise ConfigError(
+            "no collection has related documents: add a `related:` section to one (docs/related.md)"
+        )
+    if len(names) > 1:
+        raise ConfigError(
+            f"{len(names)} collections have related documents ({', '.join(names)}): "
+            "give --collection"
+        )
     return names[0]
+
+
+GONE = "(no longer in the live index: the next related run replaces it)"
 
 
 def _related(ctx: CommandContext, args: argparse.Namespace) -> int:
@@ -45,13 +54,19 @@ def _related(ctx: CommandContext, args: argparse.Namespace) -> int:
         )
     titles = product.titles([row["related_id"] for row in rows])
     if args.json:
-        print(json.dumps([{**row, "title": titles.get(row["related_id"])} for row in rows],
-                         indent=2))  # fmt: skip
+        found = [
+            {**row, "title": titles.get(row["related_id"]), "in_index": row["related_id"] in titles}
+            for row in rows
+        ]
+        print(json.dumps(found, indent=2))
         return 0
-    print(f"{printable(args.doc_id)}: {len(rows)} related documents "
-          f"({live.index}, scored by {rows[0]['model_name']})")  # fmt: skip
+    print(
+        f"{printable(args.doc_id)}: {len(rows)} related documents "
+        f"({live.index}, scored by {rows[0]['model_name']})"
+    )
     for row in rows:
-        title = printable(titles.get(row["related_id"]) or "")
+        # a neighbour deleted since the list landed: said, not an empty title
+        title = printable(titles[row["related_id"]]) if row["related_id"] in titles else GONE
         print(f"{row['rank']}. {row['score']:.4f}  {printable(row['related_id'])}  {title}")
     return 0
 

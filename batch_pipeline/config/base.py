@@ -2,16 +2,39 @@
 built on (an unknown key fails at load, naming the field), and the path validators."""
 
 from pathlib import Path
+from typing import get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names the field and the reason."""
 
 
+def _takes(annotation: object, kind: type) -> bool:
+    """Whether a field's annotation admits `kind` (directly, or in a union or Annotated)."""
+    if annotation is kind:
+        return True
+    return any(_takes(arg, kind) for arg in get_args(annotation))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, data: object) -> object:
+        """`k: true` is no number: pydantic's lax mode would read it as 1 (a whole number,
+        or a float), so a boolean is refused wherever a field does not take one."""
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if not isinstance(value, bool) or field is None or _takes(field.annotation, bool):
+                continue
+            if _takes(field.annotation, int) or _takes(field.annotation, float):
+                raise ValueError(f"{name}: {str(value).lower()} is a boolean; give a number")
+        return data
 
 
 def _relative_to_config(value: Path | None, info: ValidationInfo) -> Path | None:

@@ -5,6 +5,7 @@ points at the wrong file must not print its contents)."""
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -57,3 +58,31 @@ def read_json(text: str) -> Any:
         raise FileFormatError(
             f"not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
         ) from None
+
+
+SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024  # a header larger than this is not one
+
+
+def weight_names(folder: Path) -> set[str] | None:
+    """The tensor names a model folder's weights hold, read from the safetensors headers
+    (`model.safetensors`, or the shards `model.safetensors.index.json` lists), else from
+    `pytorch_model.bin` (loaded memory-mapped, weights only); None where there are no
+    weights. A FileFormatError names a file that is not what it says."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        mapping = read_json(index.read_text(encoding="utf-8")).get("weight_map") or {}
+        return set(mapping)
+    single = folder / "model.safetensors"
+    if single.is_file():
+        with single.open("rb") as file:
+            size = int.from_bytes(file.read(8), "little")
+            if not 0 < size <= SAFETENSORS_HEADER_LIMIT:
+                raise FileFormatError(f"{single.name}: not a safetensors file")
+            header = read_json(file.read(size).decode("utf-8", errors="replace"))
+        return {name for name in header if name != "__metadata__"}
+    pickled = folder / "pytorch_model.bin"
+    if pickled.is_file():
+        import torch
+
+        return set(torch.load(pickled, map_location="cpu", weights_only=True, mmap=True))
+    return None

@@ -14,6 +14,7 @@ from batch_pipeline.config.base import (
     _Strict,
 )
 from batch_pipeline.config.briefs import BriefsConfig
+from batch_pipeline.config.files import weight_names
 from batch_pipeline.config.related import RelatedConfig
 from batch_pipeline.config.sources import SourceConfig
 from batch_pipeline.names import shard_of, shard_partition
@@ -210,10 +211,15 @@ SEQUENCE_CLASSIFIER = "ForSequenceClassification"  # a cross-encoder architectur
 MAX_PAIR_TOKENS = 512  # a pair is cut to this, or to the model's own limit if lower
 
 
+# what a sequence classifier's head is called in the weights (BERT-like models' `classifier`,
+# decoder models' `score`)
+CLASSIFIER_HEADS = frozenset({"classifier", "score"})
+
+
 def cross_encoder_length(folder: Path) -> int:
     """The most tokens a (query, document) pair may take in the cross-encoder at `folder`; a
     ValueError naming the folder and what is wrong where it is not one (no config.json,
-    another architecture, more than one label)."""
+    another architecture, more than one label, weights with no classifier head)."""
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ValueError(
@@ -234,6 +240,22 @@ def cross_encoder_length(folder: Path) -> int:
     if labels != 1:
         raise ValueError(
             f"reranker {folder}: it has {labels} labels; a reranker scores a pair with one"
+        )
+    try:
+        names = weight_names(folder)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"reranker {folder}: its weights cannot be read: {error}") from None
+    if names is None:
+        raise ValueError(
+            f"reranker {folder}: no weights there (model.safetensors or pytorch_model.bin)"
+        )
+    if not any(part in CLASSIFIER_HEADS for name in names for part in name.split(".")):
+        # an encoder's checkpoint under an edited config, or a damaged download: loaded, its
+        # head would be drawn at random in each process, and every score would mean nothing
+        raise ValueError(
+            f"reranker {folder}: its weights hold no classifier head (no "
+            f"{' or '.join(sorted(CLASSIFIER_HEADS))} weights); it is an encoder's checkpoint "
+            "or an incomplete one, not a trained cross-encoder"
         )
     return min(int(config.get("max_position_embeddings") or MAX_PAIR_TOKENS), MAX_PAIR_TOKENS)
 

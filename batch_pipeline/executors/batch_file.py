@@ -30,6 +30,7 @@ twice gives the same results.
 """
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,9 @@ def judge_score_of(body: dict) -> float:
         alternatives = [(t["token"], float(t["logprob"])) for t in first["top_logprobs"]]
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise BatchFileError(f"the judge's answer has no log-probabilities ({error!r})") from None
+    if any(math.isnan(logprob) or logprob > 0 for _, logprob in alternatives):
+        # NaN would read as "neither word" (0.5): a score nobody measured
+        raise BatchFileError("the judge's answer has a log-probability that is not one")
     return judge_probability(alternatives)
 
 
@@ -262,7 +266,8 @@ def result_of(line: dict) -> BatchResult:
             vector = body["data"][0]["embedding"]
             if not isinstance(vector, list):
                 raise TypeError(f"embedding is {type(vector).__name__}, not a list of floats")
-            vector = np.asarray(vector, dtype=np.float32)  # a quarter of a list's memory
+            with np.errstate(over="ignore"):  # 1e300 is inf: refused before any checkpoint
+                vector = np.asarray(vector, dtype=np.float32)  # a quarter of a list's memory
             tokens = int(usage.get("prompt_tokens") or 0)
             return BatchResult(key, None, "stop", tokens, 0, vector=vector)
         choice = body["choices"][0]
@@ -276,7 +281,7 @@ def result_of(line: dict) -> BatchResult:
             int(usage.get("completion_tokens") or 0),
             scores=judged,
         )
-    except (KeyError, IndexError, TypeError, BatchFileError) as error:
+    except (KeyError, IndexError, TypeError, ValueError, BatchFileError) as error:
         return BatchResult(key, None, None, error=f"malformed response ({error!r})")
 
 

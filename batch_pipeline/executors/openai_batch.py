@@ -110,5 +110,5 @@ class OpenAIBatchExecutor(GenerationExecutor):
             driver.drive(BatchWork(CHAT_COMPLETIONS, keys, output, requests, take))
             summary.stats.seconds = time.perf_counter() - began  # submitting, polling, reading
             tracker.finish()
-            output.finish(summary.record(), planned)
+            output.finish(summary, planned)
         return summary

@@ -13,7 +13,7 @@ unanswered twice) is neither landed nor failed: its document stays pending for t
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import ClassVar
 
@@ -29,7 +29,6 @@ from batch_pipeline.executors.batch_api import (
     BatchDriver,
     BatchLedger,
     BatchWork,
-    ProviderBatchError,
     kept_answers,
     planned_token_counts,
     provider_settings_problem,
@@ -118,12 +117,13 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
                             yield embedding_request_line(key, given, name, self.model.normalize)
 
             def take(answered: list[BatchResult]) -> None:
+                answered = [self._checked(r, name, dimension) for r in answered]
                 kept, tokens = kept_answers(answered, lambda r: r.vector is not None, "no vector",
                                             summary, planned_tokens)  # fmt: skip
-                summary.stats.inputs += len(kept)
                 if kept:
-                    output.add(self._rows(kept, name, schema))
-                    output.done_keys |= {r.key for r in kept}
+                    refused = output.add(self._rows(kept, schema))
+                    summary.stats.inputs += len(kept) - len(refused)
+                    output.done_keys |= {r.key for r in kept} - refused
                 tracker.advance(len(answered), tokens)
 
             driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
@@ -131,23 +131,35 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             driver.drive_counted(
                 BatchWork(EMBEDDINGS, keys, output, requests, take), tracker, summary
             )
-            output.finish(summary.record(), planned)
+            output.finish(summary, planned)
         return summary
 
-    def _rows(self, kept: list[BatchResult], name: str, schema: pa.Schema) -> pa.Table:
+    def _checked(self, answer: BatchResult, name: str, dimension: int) -> BatchResult:
+        """`answer`, or its input's failure where its vector is not one of the model's
+        width: a malformed answer, refused before any checkpoint (its document's failure,
+        sent again next run), as a vector that is not finite is by the checkpoint itself."""
+        vector = answer.vector
+        if vector is None or (vector.ndim == 1 and len(vector) == dimension):
+            return answer
+        return replace(
+            answer,
+            vector=None,
+            error=(
+                f"malformed answer: a vector of {vector.size} values from the provider's "
+                f"model {name}; the configured model {self.model.name} (whose tokenizer "
+                f"chunks the documents) embeds into {dimension}"
+            ),
+        )
+
+    def _rows(self, kept: list[BatchResult], schema: pa.Schema) -> pa.Table:
         """The answered vectors as checkpoint rows, normalised where the model normalises (a
-        provider may not); a vector of another width fails the run, naming both models."""
+        provider may not)."""
         vectors = np.stack([r.vector for r in kept]).astype(np.float32)
         dimension = schema.field("vector").type.list_size
-        if vectors.shape[1] != dimension:
-            raise ProviderBatchError(
-                f"the provider's model {name} embeds into {vectors.shape[1]} dimensions; the "
-                f"configured model {self.model.name} (whose tokenizer chunks the documents) "
-                f"into {dimension}"
-            )
         if self.model.normalize:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = vectors / np.where(norms > 0, norms, 1.0)
+            with np.errstate(over="ignore", invalid="ignore"):  # not finite: the checkpoint's
+                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+                vectors = vectors / np.where(norms > 0, norms, 1.0)
         now = datetime.now(UTC)
         return pa.table(
             {

@@ -142,5 +142,5 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
             driver.drive_counted(
                 BatchWork(CHAT_COMPLETIONS, keys, output, requests, take), tracker, summary
             )
-            output.finish(summary.record(), planned)
+            output.finish(summary, planned)
         return summary

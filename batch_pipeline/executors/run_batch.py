@@ -130,18 +130,18 @@ def run_batch_file(
 
 
 ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b|^ERROR\b|\bKilled\b")
-WARNING_LINE = re.compile(r"\bWARN(ING)?\b|\w*Warning\b")
 
 
 def telling_line(lines: list[str]) -> str:
     """The line of a failed run-batch's output that says most: the last that names an error
-    (a Python exception's last line, a log line at ERROR); else the last that is not a
-    warning (vLLM's last words are often a leaked-semaphore warning at shutdown)."""
+    (a Python exception's last line, a log line at ERROR). Where none does (a run-batch
+    killed from outside), it says so rather than quote an unrelated last line (a shutdown
+    warning, or vLLM's `Triton is installed, but doesn't include CPU backend`): the exit
+    status beside it tells what happened."""
     lines = [line.strip() for line in lines if line.strip()]
-    for wanted in (ERROR_LINE.search, lambda line: not WARNING_LINE.search(line)):
-        found = next((line for line in reversed(lines) if wanted(line)), None)
-        if found is not None:
-            return found
+    found = next((line for line in reversed(lines) if ERROR_LINE.search(line)), None)
+    if found is not None:
+        return found
     return "no error in its output" if lines else "no output"
 
 
@@ -223,7 +223,7 @@ class RunBatchExecutor(GenerationExecutor):
                         self._run(requests, output, summary, tracker)
                 tracker.finish()
             refuse_if_engine_failed(summary)
-            output.finish(summary.record(), planned)
+            output.finish(summary, planned)
         return summary
 
     def _run(

@@ -134,10 +134,15 @@ def ndcg(hits: list[int], relevant: int, k: int) -> float:
 # share answered, and accuracy on it, say how `unknown` spends it), and per-intent detail.
 # scores reported beside the gated ones, never compared with live: counts, what `unknown` spends,
 # per-intent figures, and calibration errors (lower is better, and the gate's are higher-better)
+# what no candidate is compared with live on: counts, breakdowns, and what is lower the better
+# (the share escalated and the cost of a cascade: less is no worse)
 REPORTED_ONLY = frozenset(
     {"queries", "tickets", "documents", "coverage", "answered_accuracy", "per_intent",
-     "confusions", "ece", "ece_uncalibrated"}
+     "confusions", "ece", "ece_uncalibrated", "cascade_escalated_share", "cascade_cost_per_1k"}
 )  # fmt: skip
+# a configured target, carried among a generation's scores, and the measured score it is a
+# floor for: a target is never compared with live's (an operator may lower it on purpose)
+TARGETS = {"cascade_target": "cascade_accuracy"}
 
 
 @dataclass(frozen=True)
@@ -169,8 +174,9 @@ def gate(
     baseline: Baseline | None = None,
 ) -> GateDecision:
     """Whether a candidate may be promoted: complete (`incomplete` says why not), every score
-    in `floors` at least its floor, every score `baseline` names above the baseline's, and no
-    score worse than live by more than `tolerance`."""
+    in `floors` at least its floor and every measured score at least its configured target
+    (`TARGETS`), every score `baseline` names above the baseline's, and no measured score
+    worse than live by more than `tolerance`."""
     if not complete:
         return GateDecision(
             False, incomplete or "not complete: a full pass has not landed every document yet"
@@ -185,6 +191,10 @@ def gate(
         f"{metric} {candidate[metric]:.4f} < min_{metric} {floor}"
         for metric, floor in (floors or {}).items()
         if metric in candidate and candidate[metric] < floor
+    ] + [
+        f"{measured} {candidate[measured]:.4f} < {target} {candidate[target]:.4f}"
+        for target, measured in TARGETS.items()
+        if target in candidate and measured in candidate and candidate[measured] < candidate[target]
     ]
     if below:
         return GateDecision(False, "below its floor: " + "; ".join(below))
@@ -210,6 +220,7 @@ def gate(
         f"{metric} {candidate[metric]:.4f} < live {live[metric]:.4f} - {tolerance}"
         for metric in candidate
         if metric not in REPORTED_ONLY
+        and metric not in TARGETS
         and metric in live
         and candidate[metric] < live[metric] - tolerance
     ]

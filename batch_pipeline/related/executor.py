@@ -71,5 +71,5 @@ class CandidateScores:
             summary.resumed_inputs = len(done)
             summary.stats.pairs = len(todo)
             summary.stats.seconds = time.perf_counter() - started
-            output.finish({**summary.record(), "device": "cpu" if todo else None}, planned)
+            output.finish(summary, planned, device="cpu" if todo else None)
         return summary

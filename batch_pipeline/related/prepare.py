@@ -83,6 +83,24 @@ def pair_key(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def stale_by_version(
+    current: dict[str, str], landed: dict[str, LandedList]
+) -> tuple[list[str], set[str]]:
+    """The documents of the live index (`current`: their versions) whose list is missing or
+    was built from another version of them, and, apart from those, the lists naming a
+    document changed or deleted since: stale without a candidate search (their neighbours,
+    which need one, are prepare's)."""
+    changed = sorted(
+        d for d, version in current.items() if landed.get(d) is None or landed[d].version != version
+    )
+    listing = {
+        d
+        for d, built in landed.items()
+        if d in current and any(current.get(r) != v for r, v in built.related.items())
+    } - set(changed)
+    return changed, listing
+
+
 def prepare_related(
     live: LiveIndex,
     landed: dict[str, LandedList],
@@ -94,13 +112,7 @@ def prepare_related(
     started = time.perf_counter()
     current = live.versions()
     summary = RelatedPrepareSummary(documents=len(current))
-    changed = sorted(d for d, version in current.items() if landed.get(d) is None
-                     or landed[d].version != version)  # fmt: skip
-    listing = {
-        d
-        for d, built in landed.items()
-        if d in current and any(current.get(r) != v for r, v in built.related.items())
-    } - set(changed)
+    changed, listing = stale_by_version(current, landed)
     found: dict[str, list[tuple[str, float]]] = {}  # candidates computed, by document
     neighbours: set[str] = set()
     if len(changed) < len(current):  # not every list is stale already: find the neighbours

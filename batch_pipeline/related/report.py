@@ -5,6 +5,7 @@ the generations."""
 from batch_pipeline.declaration import RunReport
 from batch_pipeline.generations.review import NoLiveGenerationError
 from batch_pipeline.health.freshness import utc_time
+from batch_pipeline.related.prepare import stale_by_version
 from batch_pipeline.related.product import RelatedProduct
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary
 
@@ -23,6 +24,7 @@ def product_status(product: RelatedProduct) -> dict[str, object]:
     except NoLiveGenerationError:
         generation, state, decision, scored_by = "(none)", "waiting for the index", None, None
     last = product.tracking.last_run(reader) if reader else None
+    stale = _stale_lists(product, reader)
     return {
         "product": product.name,
         "kind": KIND,
@@ -32,11 +34,26 @@ def product_status(product: RelatedProduct) -> dict[str, object]:
         "generation_decision": decision,
         "live_table": reader,
         "lists": live.documents if live is not None else 0,
+        "stale_lists": stale,
         "scored_by": scored_by,
         "last_run_id": last["run_id"] if last else None,
         "last_landed_at": utc_time(last["finished_at"]) if last else None,
         "source_error": None,
     }
+
+
+def _stale_lists(product: RelatedProduct, reader: str | None) -> int | None:
+    """How many of the documents in the live index have a list missing or built from other
+    versions (a run killed mid-land leaves some), in the generation being built where there
+    is one, else the live one; None before the index is live."""
+    try:
+        live_index = product.live_index_reader()
+        table = product.index if product.store.has_table(product.index) else reader
+    except NoLiveGenerationError:
+        return None
+    landed = product.landed_lists(table) if table is not None else {}
+    changed, listing = stale_by_version(live_index.versions(), landed)
+    return len(changed) + len(listing)
 
 
 def product_health(product: RelatedProduct) -> dict[str, object]:
@@ -63,9 +80,15 @@ def status_lines(rows: list[dict[str, object]], currency: str) -> list[str]:
     lines = []
     for r in rows:
         scored = f"scored by {r['scored_by']}" if r["scored_by"] else "not built yet"
+        stale = r.get("stale_lists")
+        stale_text = (
+            f"; {stale:,} lists stale (the next run of {r['collection']} rebuilds them)"
+            if stale
+            else ""
+        )
         lines.append(
             f"{r['product']} (related documents of {r['collection']}): {r['lists']:,} "
-            f"documents listed; {scored}; last run {r['last_run_id'] or '(none)'}"
+            f"documents listed{stale_text}; {scored}; last run {r['last_run_id'] or '(none)'}"
         )
         lines.append(generations_line(r))
     return lines

@@ -2,15 +2,22 @@
 value printable: a name holding a newline or an escape sequence cannot split a line or
 reach the terminal raw."""
 
-import re
+import unicodedata
 from datetime import UTC, datetime
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# what a terminal must not get raw: C0 and C1 controls, and Unicode's format characters
+# (Cf: bidi overrides and isolates such as U+202E, zero-width ones) and line and paragraph
+# separators (U+2028, U+2029), which can reorder, hide or split what is printed
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 def printable(value: object) -> str:
-    """`value` as text with every control character escaped (`\\n`, `\\x1b`)."""
-    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], str(value))
+    """`value` as text with every control, format and separator character escaped (`\\n`,
+    `\\x1b`, `\\u202e`)."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _HIDDEN else c for c in text)
 
 
 def text(value: object) -> str:

@@ -20,7 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
-from batch_pipeline.state.checkpoints import marked, open_checkpoints, write_part, write_resumed
+from batch_pipeline.state.checkpoints import (
+    marked,
+    not_finite,
+    open_checkpoints,
+    without,
+    write_part,
+    write_resumed,
+)
 from batch_pipeline.state.staging import STAGE_SECONDS, StagePath, StageWriter, stage_summary
 
 PLAN_SECONDS = "plan_seconds"  # the plan stage's seconds, carried in execute's footer
@@ -40,6 +47,7 @@ class CheckpointedOutput:
         started: float | None = None,
     ) -> None:
         self.rows = rows  # the computed rows' schema (the checkpoint files' too)
+        self.refused: dict[str, str] = {}  # input_hash -> why: rows no table can hold
         self.every = max(1, every)
         found = open_checkpoints(checkpoint_dir, rows)
         self.parts, self.done_keys, self.own = found.parts, found.done_keys, found.own
@@ -58,19 +66,31 @@ class CheckpointedOutput:
 
     def resume(self, wanted: set[str], copied=None) -> set[str]:  # noqa: ANN001
         """Copy the checkpointed rows of the `wanted` inputs, each once; the inputs copied
-        (`copied` hears each table of them, for a caller that counts)."""
-        return write_resumed(self.writer, self.parts, wanted, self.rows, copied)
+        (`copied` hears each table of them, for a caller that counts). A checkpointed row no
+        table can hold is not copied, nor counted done: this run computes it again."""
+        written = write_resumed(self.writer, self.parts, wanted, self.rows, copied)
+        self.done_keys -= (wanted & self.done_keys) - written
+        return written
 
-    def add(self, table: pa.Table, checkpointed: bool = True) -> None:
+    def add(self, table: pa.Table, checkpointed: bool = True) -> set[str]:
         """New rows: into the output, and into a checkpoint every `every` tables; rows a
-        rerun must compute again (`checkpointed=False`) into the output only."""
+        rerun must compute again (`checkpointed=False`) into the output only. A row whose
+        vector or score is not a finite number is neither: it is its input's failure
+        (`refused`, which `finish` adds to the execute's), so the rest lands and the next
+        run computes it again. Returns the inputs refused so."""
+        refused = not_finite(table)
+        if refused:
+            self.refused.update(refused)
+            self.done_keys -= set(refused)
+            table = without(table, refused)
         self.writer.write_table(marked(table, resumed=False))
         if not checkpointed:
-            return
+            return set(refused)
         self.pending.append(table)
         self.added += 1
         if self.added % self.every == 0:
             self.checkpoint()
+        return set(refused)
 
     def checkpoint(self) -> None:
         """Write what no checkpoint holds yet (nothing when nothing is pending)."""
@@ -82,9 +102,11 @@ class CheckpointedOutput:
         self.checkpoints += 1
         crash_point("execute", self.checkpoints)
 
-    def finish(self, record: dict[str, object], plan_path: StagePath | Path) -> None:
-        """The last checkpoint, and the footer land reads: `record` and the plan's seconds
-        (land never sees the plan file: execute carries them forward)."""
+    def finish(self, summary, plan_path: StagePath | Path, **extra: object) -> None:  # noqa: ANN001
+        """The last checkpoint, and the footer land reads: the execute's `summary` (its
+        record, with the refused rows among its failed inputs, and any `extra` fields) and
+        the plan's seconds (land never sees the plan file: execute carries them forward)."""
         self.checkpoint()
+        summary.failed_inputs.update(self.refused)
         planned = stage_summary(plan_path).get(STAGE_SECONDS)
-        self.writer.summary = {**record, PLAN_SECONDS: planned}
+        self.writer.summary = {**summary.record(), **extra, PLAN_SECONDS: planned}

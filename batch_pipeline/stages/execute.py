@@ -262,7 +262,7 @@ def execute_plan(
                 total_tokens=todo_tokens,
             )
             summary = _embed(plan_path, output, get_runner, dimension, done_keys, tracker)
-        output.finish(summary.record(), plan_path)
+        output.finish(summary, plan_path)
         return summary
 
 

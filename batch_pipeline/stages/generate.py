@@ -240,7 +240,7 @@ def execute_prompts(
                 summary, tracker, every=planned.chunk_size,
             )  # fmt: skip
         refuse_if_engine_failed(summary)
-        output.finish(summary.record(), plan_path)
+        output.finish(summary, plan_path)
     return summary
 
 

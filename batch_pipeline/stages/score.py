@@ -251,5 +251,5 @@ def execute_pairs(
             tracker.finish()
             summary.backend, summary.device = scorer.backend, scorer.device
             summary.load_seconds = scorer.load_seconds
-        output.finish(summary.record(), plan_path)
+        output.finish(summary, plan_path)
     return summary

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batch_pipeline.state.staging import (
     StagePath,
@@ -66,6 +68,66 @@ def checkpoints_used(output_path: "StagePath | Path") -> list[str] | None:
     return None if recorded is None else json.loads(recorded)
 
 
+def not_finite(table: pa.Table) -> dict[str, str]:
+    """The rows of `table` that no table can hold, by `input_hash`, with the reason: a
+    vector or score that is NaN or infinite (a provider's answer, or an overflow in the
+    model). LanceDB refuses a vector column holding NaN, so such a row would block every
+    land of its partition; it is its input's failure instead, computed again next run."""
+    bad: dict[str, str] = {}
+    if table.num_rows == 0:
+        return bad
+    keys = table["input_hash"]
+    for field in table.schema:
+        kind = field.type
+        if pa.types.is_fixed_size_list(kind) and pa.types.is_floating(kind.value_type):
+            array = table[field.name].combine_chunks()
+            size = kind.list_size
+            values = array.values.slice(array.offset * size, len(array) * size)
+            finite = np.isfinite(values.to_numpy(zero_copy_only=False).reshape(-1, size))
+            rows = ~finite.all(axis=1) & array.is_valid().to_numpy(zero_copy_only=False)
+            what = f"{field.name} has values that are not finite numbers"
+        elif pa.types.is_floating(kind):
+            values = table[field.name].to_numpy()
+            rows = ~np.isfinite(values) & table[field.name].is_valid().to_numpy()
+            what = f"{field.name} is not a finite number"
+        else:
+            continue
+        for row in np.flatnonzero(rows):
+            bad.setdefault(keys[int(row)].as_py(), f"malformed answer: {what}")
+    return bad
+
+
+def unlandable_parts(staging: StagePath) -> dict[str, int]:
+    """The checkpoint parts under `staging` holding rows no table can hold (`not_finite`),
+    by their path under it, with how many: `doctor` names them; the next run of their
+    partition computes those rows again instead of resuming them, and drops the parts once
+    it lands."""
+    found: dict[str, int] = {}
+    for info in sorted(staging.files(recursive=True), key=lambda info: info.path):
+        relative = posixpath.relpath(info.path, staging.path)
+        name = info.base_name
+        if "/checkpoints/" not in f"/{relative}" or not name.startswith("part-"):
+            continue
+        try:
+            count = sum(
+                len(not_finite(pa.Table.from_batches([batch])))
+                for batch in read_batches(staging.child(info))
+            )
+        except (OSError, pa.ArrowInvalid, KeyError):
+            continue  # landed and removed meanwhile, torn, or not a checkpoint of ours
+        if count:
+            found[relative] = count
+    return found
+
+
+def without(table: pa.Table, keys: "set[str] | dict[str, str]") -> pa.Table:
+    """`table` without the rows of `keys`."""
+    if not keys:
+        return table
+    drop = pa.array(list(keys), pa.string())
+    return table.filter(pc.invert(pc.is_in(table["input_hash"], value_set=drop)))
+
+
 def marked(table: pa.Table, resumed: bool) -> pa.Table:
     """`table` with a `resumed` column: taken from a checkpoint, not computed by this run."""
     return table.append_column("resumed", pa.array([resumed] * table.num_rows, pa.bool_()))
@@ -109,7 +171,9 @@ def write_resumed(
     table of copied rows is also handed to `copied`, for a caller that counts them.
 
     Returns the inputs copied. A part that vanishes while read (landed and removed by a
-    concurrent run) is skipped: the caller computes what it did not copy.
+    concurrent run) is skipped: the caller computes what it did not copy; so is a row no
+    table can hold (`not_finite`: written by an earlier version, or by hand), which this
+    run computes again instead, and the part goes with the others once this run lands.
     """
     written: set[str] = set()
     for part in parts:
@@ -119,10 +183,14 @@ def write_resumed(
                 keep = [i for i, k in enumerate(keys) if k in wanted and k not in written]
                 if keep:
                     rows = pa.Table.from_batches([record_batch]).take(pa.array(keep, pa.int64()))
+                    unfit = not_finite(rows)
+                    rows = without(rows, unfit)
+                    if rows.num_rows == 0:
+                        continue
                     writer.write_table(marked(rows.cast(schema), True))
                     if copied is not None:
                         copied(rows)
-                    written.update(keys[i] for i in keep)
+                    written.update(rows["input_hash"].to_pylist())
         except OSError:
             continue
     return written

@@ -235,17 +235,24 @@ def test_a_transient_read_error_is_retried_and_never_quarantines(
 
 def test_search_prints_names_escaped(make_pipeline, runner, workspace, capsys):
     """A file name with an escape sequence or a newline reaches the terminal escaped: it
-    can neither colour it nor split a result's line."""
+    can neither colour it nor split a result's line; nor can a bidi override or another
+    format character reorder or hide what is printed (round six)."""
     from batch_pipeline import cli
 
     (workspace["docs"] / "evil\x1b[31m.md").write_text("# Refunds\n\nRefunds take ten days.\n")
     (workspace["docs"] / "two\nlines.md").write_text("# Refunds too\n\nRefunds again.\n")
+    # bidi and format characters (Unicode's Cf) in a name and a title: escaped as well
+    (workspace["docs"] / "invoice\u202egnp.md").write_text(
+        "# Refunds \u2067hidden\u2069 and\u200b more\n\nRefunds, a third time.\n"
+    )
     make_pipeline().run("run-1", runner)
     base = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
     assert cli.main([*base, "search", "refunds", "--collection", "handbook", "-k", "5"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "evil\\x1b[31m.md" in out
     assert "two\\nlines.md" in out
+    assert not any(c in out for c in "\u202e\u2067\u2069\u200b")
+    assert "invoice\\u202egnp.md" in out and "\\u2067hidden\\u2069" in out
     assert not any(line.startswith("lines.md") for line in out.splitlines())
 
 

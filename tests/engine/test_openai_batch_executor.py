@@ -588,3 +588,107 @@ def test_a_batch_given_up_after_api_base_changed_says_where_it_may_still_bill_an
         assert "has no batch" in capsys.readouterr().err  # the wrong address: nothing there
     finally:
         other.stop()
+
+
+def poisoned_once(healthy, poison):  # noqa: ANN001, ANN201
+    """The emulator's `/v1/embeddings`, with the first input's vector poisoned; `.hit` holds
+    that input."""
+
+    def embed(given):  # noqa: ANN001, ANN202
+        vector = healthy(given)
+        if embed.hit is None:
+            embed.hit = given
+            return poison(vector)
+        return vector
+
+    embed.hit = None
+    return embed
+
+
+POISONS = {
+    "nan": lambda v: [float("nan"), *v[1:]],
+    "overflows float32": lambda v: [1e300, *v[1:]],  # inf, then NaN through normalising
+    "another width": lambda v: [*v, *v[:128]],
+}
+
+
+@pytest.mark.parametrize("family", ["embed"])
+@pytest.mark.parametrize("poison", POISONS, ids=list(POISONS))
+def test_a_provider_vector_that_is_not_finite_or_of_another_width_is_refused_and_sent_again(
+    provider, batch_api, family, poison
+):
+    """Not written to a checkpoint, listed as its document's failure, the rest landed; the
+    next run, against a healthy provider, lands the refused input (round six, defect 1)."""
+    from batch_pipeline.state.checkpoints import unlandable_parts
+
+    subject = provider()
+    healthy = batch_api.embed
+    batch_api.embed = poisoned_once(healthy, POISONS[poison])
+    landed = subject.run("run-1")["land"]
+    failed = Subject.failed(landed)
+    assert len(failed) == 1 and "malformed answer" in next(iter(failed.values()))
+    assert len(subject.landed()) == len(ARTICLES) - 1  # the rest landed
+    staging = subject.partition.staging.root
+    assert unlandable_parts(staging) == {}  # nothing a table cannot hold was kept
+    batch_api.embed = healthy
+    subject.run("run-2")
+    assert sorted(subject.landed()) == ARTICLES
+    assert subject.tracking.failure_count(subject.index) == 0
+
+
+@pytest.mark.parametrize("family", ["embed"])
+def test_a_provider_whose_every_vector_has_another_width_fails_each_input_by_name(
+    provider, batch_api, family
+):
+    subject = provider()
+    healthy = batch_api.embed
+    batch_api.embed = lambda given: [*healthy(given), 0.0]
+    landed = subject.run("run-1")["land"]
+    failed = Subject.failed(landed)
+    assert len(failed) == len(ARTICLES) and not subject.landed()
+    reason = next(iter(failed.values()))
+    assert "malformed answer: a vector of 385 values" in reason and "embeds into 384" in reason
+    assert not subject.tracking.provider_batches(subject.index, "handbook", uncollected=True)
+    batch_api.embed = healthy
+    subject.run("run-2")
+    assert sorted(subject.landed()) == ARTICLES
+
+
+@pytest.mark.parametrize("family", ["embed"])
+def test_a_checkpoint_that_cannot_land_is_named_then_recomputed_and_dropped(
+    make, family, corpus, tmp_path, capsys
+):
+    """A checkpoint holding a NaN vector (as the last version wrote one from a provider):
+    `doctor` names it, the next run (any executor) computes that input again instead of
+    resuming it, lands everything, and the part goes with the land."""
+    import pyarrow as pa
+
+    from batch_pipeline.cli import main
+    from batch_pipeline.state.checkpoints import unlandable_parts, write_part
+
+    reference = make(home="reference")
+    reference.run("run-0")
+    row = reference.partition.store.open(reference.index).to_arrow().slice(0, 1).to_pylist()[0]
+    poisoned = np.array(row["vector"], dtype=np.float32)
+    poisoned[0] = np.nan
+    subject = make()  # a home whose interrupted run left that checkpoint
+    write_part(
+        subject.partition.checkpoint_dir() / "an-earlier-run",
+        pa.table(
+            {
+                "input_hash": [row["input_hash"]],
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(poisoned), len(poisoned)),
+                "embedded_at": [row["embedded_at"]],
+            }
+        ),
+    )
+    named = unlandable_parts(subject.partition.staging.root)
+    assert list(named.values()) == [1]
+    home = str(tmp_path / "home")
+    assert main(["--config", str(corpus), "--home", home, "doctor", "--product", "handbook"]) == 1
+    said = capsys.readouterr().out
+    assert f"checkpoint {next(iter(named))} holds 1 rows" in said
+    subject.run("run-1")
+    assert sorted(subject.landed()) == sorted(reference.landed())
+    assert same_outputs("embed", subject.landed(), reference.landed())  # recomputed, not NaN
+    assert unlandable_parts(subject.partition.staging.root) == {}

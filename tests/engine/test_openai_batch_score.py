@@ -21,6 +21,7 @@ from batch_pipeline.inference.rerankers import resolve_reranker
 from batch_pipeline.stages.score import PAIRS_SCHEMA
 from batch_pipeline.state.staging import StageWriter, read_table
 from batch_pipeline.state.tracking import TrackingStore
+from tests.support import stand_in_cross_encoder
 from tests.support.batch_api import overlap_judge
 
 KEY_ENV = "BP_TEST_BATCH_API_KEY"
@@ -109,11 +110,37 @@ def test_a_refused_pair_fails_and_a_batch_in_flight_is_collected_by_the_next_run
     assert list(last.failed_inputs) == ["h3"] and "400" in last.failed_inputs["h3"]
 
 
+def test_a_score_that_is_not_a_finite_number_fails_its_pair_alone_and_is_asked_again(
+    planned, batch_api, judge, monkeypatch
+):
+    """A provider answering NaN log-probabilities for one pair: that pair's failure
+    (`malformed answer`), never a checkpoint row; the rest land, and the next run asks it
+    again (round six: the reranker's openai-batch path under the embedding path's cases)."""
+    from batch_pipeline.state.checkpoints import unlandable_parts
+    from batch_pipeline.state.staging import as_stage_path
+
+    monkeypatch.setenv(KEY_ENV, batch_api.api_key)
+
+    def poisoned(messages: list[dict]) -> list[tuple[str, float]]:
+        if "Invoices" in messages[-1]["content"]:  # the pair h1
+            return [("yes", float("nan")), ("no", float("nan"))]
+        return overlap_judge(messages)
+
+    batch_api.judge = poisoned
+    first, scores = run(executor_at(batch_api, judge, planned), planned, "run-1")
+    assert sorted(scores) == ["h0", "h2", "h3"]
+    assert list(first.failed_inputs) == ["h1"]
+    assert "malformed" in first.failed_inputs["h1"]
+    assert "a log-probability that is not one" in first.failed_inputs["h1"]
+    assert unlandable_parts(as_stage_path(planned)) == {}  # no checkpoint holds it
+    batch_api.judge = overlap_judge
+    again, scores = run(executor_at(batch_api, judge, planned), planned, "run-2")
+    assert "h1" in scores and not again.failed_inputs
+    assert batch_api.created[-1] == ["h1"]  # only the refused pair was asked again
+
+
 def test_a_cross_encoder_cannot_be_scored_through_a_batch_api(tmp_path):
-    folder = tmp_path / "cross-encoder"
-    folder.mkdir()
-    config = {"architectures": ["BertForSequenceClassification"], "num_labels": 1}
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = stand_in_cross_encoder(tmp_path / "cross-encoder")
     api = BatchApiSettings("http://127.0.0.1:9/v1", KEY_ENV)
     with pytest.raises(ConfigError, match="executor: openai-batch scores pairs with the judge"):
         score_executor(resolve_reranker(folder), ExecutorChoice("openai-batch", batch_api=api))

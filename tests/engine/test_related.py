@@ -217,3 +217,87 @@ def test_related_needs_a_whole_collection_and_candidates_for_its_k(site):
     configure(site, "{k: 3}", extra="    shards: 2\n")
     with pytest.raises(ConfigError, match=r"related.*whole collection"):
         load_config(site / "pipeline.yaml")
+
+
+def test_lists_left_stale_by_a_run_killed_mid_land_show_in_status(
+    site, runner, monkeypatch, capsys
+):
+    """Round six: after a related run killed part-way through its commits, `status` said
+    nothing of the lists it had not landed; it counts them, and the next run lands them."""
+    configure(site)
+    s = Site(site, runner)
+    s.index("index-1")
+    monkeypatch.setattr(related_land, "LISTS_PER_COMMIT", 3)
+    real = related_land._candidates_in_order
+
+    def killed_after_two_commits(prepared, stale):  # noqa: ANN001, ANN202
+        for n, item in enumerate(real(prepared, stale)):
+            if n == 6:  # two commits of three lists have landed
+                raise KeyboardInterrupt("killed mid-land")
+            yield item
+
+    base = ["--config", str(site / "pipeline.yaml"), "--home", str(site / "home")]
+    s.related("related-1")  # every list built once
+    (site / "docs" / EDITED).write_text((site / "docs" / EDITED).read_text() + "\nMore.\n")
+    for page in PAGES[:8]:  # eight pages changed: more lists stale than one commit holds
+        (site / "docs" / page).write_text((site / "docs" / page).read_text() + "\nEdited.\n")
+    s.index("index-2")
+    assert cli.main([*base, "status"]) == 0
+    assert "lists stale (the next run of handbook rebuilds them)" in capsys.readouterr().out
+    monkeypatch.setattr(related_land, "_candidates_in_order", killed_after_two_commits)
+    with pytest.raises(KeyboardInterrupt):
+        s.related("related-2")
+    monkeypatch.setattr(related_land, "_candidates_in_order", real)
+    assert cli.main([*base, "status", "--json"]) == 0
+    (related,) = [
+        r for r in json.loads(capsys.readouterr().out) if r.get("kind") == "related_documents"
+    ]
+    assert related["stale_lists"] > 0  # the lists the killed run did not land
+    s.related("related-3")
+    assert cli.main([*base, "status", "--json"]) == 0
+    (related,) = [
+        r for r in json.loads(capsys.readouterr().out) if r.get("kind") == "related_documents"
+    ]
+    assert related["stale_lists"] == 0
+
+
+def test_a_listed_neighbour_deleted_since_says_so_instead_of_an_empty_title(site, runner, capsys):
+    configure(site)
+    s = Site(site, runner)
+    s.index("index-1")
+    s.related("related-1")
+    holder, found = next((d, found) for d, found in s.lists().items() if found)
+    gone = found[0]
+    (site / "docs" / gone).unlink()
+    s.index("index-2")  # the related lists are not rebuilt yet: the holder's names `gone`
+    base = ["--config", str(site / "pipeline.yaml"), "--home", str(site / "home")]
+    assert cli.main([*base, "related", holder]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if f"  {gone}  " in line)
+    assert line.endswith("(no longer in the live index: the next related run replaces it)")
+    assert cli.main([*base, "related", holder, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["in_index"] for r in rows if r["related_id"] == gone] == [False]
+
+
+def test_related_without_a_collection_says_what_to_give(site, capsys):
+    from batch_pipeline.cli.context import CommandContext  # noqa: F401 - the command's own
+    from batch_pipeline.cli.related import _collection
+
+    class Context:
+        config = None
+
+    configure(site)
+    extra = "  - name: second\n    source: {kind: filesystem, path: docs}\n    related: {k: 3}\n"
+    (site / "pipeline.yaml").write_text((site / "pipeline.yaml").read_text() + extra)
+    Context.config = load_config(site / "pipeline.yaml")
+    with pytest.raises(ConfigError) as several:
+        _collection(Context, None)
+    assert str(several.value) == (
+        "2 collections have related documents (handbook, second): give --collection"
+    )
+    (site / "pipeline.yaml").write_text(
+        "collections:\n  - name: handbook\n    source: {kind: filesystem, path: docs}\n"
+    )
+    Context.config = load_config(site / "pipeline.yaml")
+    with pytest.raises(ConfigError, match="no collection has related documents: add a `related:`"):
+        _collection(Context, None)

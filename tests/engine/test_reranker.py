@@ -14,6 +14,7 @@ from batch_pipeline.index.search import search
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.inference.scorer import ScoreStats
 from batch_pipeline.state.storage import resolve_storage
+from tests.support import stand_in_cross_encoder
 
 OFFICE, PASSWORD = "what time does the office open", "I forgot my password"
 # hybrid search ranks notes.txt first for OFFICE: labelled refunds.md, a reranker can beat it
@@ -57,11 +58,7 @@ def runner_for(runner):
 @pytest.fixture()
 def cross_encoder_folder(tmp_path):
     """A folder that reads as a one-label cross-encoder (its engine is stood in for)."""
-    folder = tmp_path / "cross-encoder"
-    folder.mkdir()
-    config = {"architectures": ["BertForSequenceClassification"], "num_labels": 1}
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return stand_in_cross_encoder(tmp_path / "cross-encoder")
 
 
 def configure(workspace, reranker: str, evaluation: bool = True, chunking: str = "") -> None:

@@ -354,3 +354,21 @@ class PathClock:
         if self.runner is not None:
             self.now += self.cost[(self.runner.backend, self.runner.dtype)]
         return self.now
+
+
+def stand_in_cross_encoder(folder: Path) -> Path:
+    """FOR TESTS whose scoring engine is stood in for: a folder that reads as a one-label
+    cross-encoder: its config, and weights holding a classifier head (one float32, in
+    safetensors' layout: the header's length, the header, the data)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["BertForSequenceClassification"], "num_labels": 1}
+    (folder / "config.json").write_text(json.dumps(config))
+    header = json.dumps(
+        {"classifier.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+    )
+    (folder / "model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header.encode() + bytes(4)
+    )
+    return folder

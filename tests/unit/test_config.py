@@ -71,6 +71,27 @@ def test_a_bad_value_names_its_field(tmp_path, text, field, reason):
     assert reason in message
 
 
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ("    related: {k: true}\n", "collections[0].related: k"),
+        ("    chunking: {max_tokens: true}\n", "collections[0].chunking: max_tokens"),
+        ("    evaluation: {path: eval.jsonl, tolerance: false}\n", "evaluation: tolerance"),
+    ],
+)
+def test_a_boolean_is_no_number(tmp_path, section, field):
+    """`k: true` loaded as `k: 1` (pydantic's lax bool-to-int): refused, naming the field."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "eval.jsonl").write_text('{"query": "q", "relevant": ["a.md"]}\n')
+    text = f"collections:\n  - name: kb\n    source: {{kind: filesystem, path: d}}\n{section}"
+    with pytest.raises(ConfigError) as error:
+        load_config(write(tmp_path, text))
+    assert field in str(error.value) and "is a boolean; give a number" in str(error.value)
+    sensor = "sensor: {interval_seconds: true}\n"
+    with pytest.raises(ConfigError, match="sensor: interval_seconds: true is a boolean"):
+        load_config(write(tmp_path, text.replace(section, "") + sensor))
+
+
 @pytest.mark.parametrize("name", ["Hand Book", "../etc", "kb'; drop", "x" * 64, "1kb", ""])
 def test_unsafe_collection_names_are_rejected(tmp_path, name):
     text = f"collections:\n  - name: {name!r}\n    source: {{kind: filesystem, path: d}}\n"
