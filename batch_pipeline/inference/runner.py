@@ -59,6 +59,7 @@ from batch_pipeline.inference.openvino_model import (
 )
 from batch_pipeline.inference.quantize import CALIBRATION_INPUTS
 from batch_pipeline.inference.tokens import TokenIds
+from batch_pipeline.inference.weights import every_weight_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -171,14 +172,15 @@ class EmbeddingRunner:
 
         transformers_logging.disable_progress_bar()
         try:
-            model = SentenceTransformer(
-                str(resolved.path),
-                device=self.device,
-                local_files_only=True,
-                model_kwargs={
-                    "dtype": torch.float32 if self._autocast else getattr(torch, self.dtype)
-                },
-            )
+            with every_weight_loaded(resolved.path, "model"):
+                model = SentenceTransformer(
+                    str(resolved.path),
+                    device=self.device,
+                    local_files_only=True,
+                    model_kwargs={
+                        "dtype": torch.float32 if self._autocast else getattr(torch, self.dtype)
+                    },
+                )
         except Exception as error:  # noqa: BLE001
             raise ModelLoadError(
                 f"cannot load model {resolved.name!r} from {resolved.path}: "

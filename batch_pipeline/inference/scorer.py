@@ -23,6 +23,7 @@ import numpy as np
 
 from batch_pipeline.inference.batching import PlanSettings, pack_batches
 from batch_pipeline.inference.rerankers import ResolvedReranker
+from batch_pipeline.inference.weights import every_weight_loaded
 
 Pair = tuple[str, str]  # (query, document)
 
@@ -144,9 +145,10 @@ class CrossEncoderScorer(BatchedScorer):
 
             transformers_logging.disable_progress_bar()  # a run prints its own progress
             started = time.perf_counter()
-            self._model = CrossEncoder(
-                str(self.reranker.path), device=self.device, max_length=self.reranker.max_length
-            )
+            with every_weight_loaded(self.reranker.path, "reranker"):
+                self._model = CrossEncoder(
+                    str(self.reranker.path), device=self.device, max_length=self.reranker.max_length
+                )
             self.load_seconds = time.perf_counter() - started
         return self._model
 

@@ -47,6 +47,7 @@ from batch_pipeline.inference.folder_record import (
     write_folder_record,
 )
 from batch_pipeline.inference.models import ResolvedModel, discard_folder
+from batch_pipeline.inference.weights import every_weight_loaded
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,8 @@ def train_encoder(
     transformers_logging.disable_progress_bar()  # the run prints its own lines
     torch.manual_seed(recipe.seed)
     draw = random.Random(recipe.seed)
-    model = SentenceTransformer(str(base.path), device="cpu", local_files_only=True)
+    with every_weight_loaded(base.path, "the encoder to fine-tune"):
+        model = SentenceTransformer(str(base.path), device="cpu", local_files_only=True)
     model.max_seq_length = base.max_seq_length
     loss = MultipleNegativesRankingLoss(model)
     optimiser = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate)

@@ -481,3 +481,43 @@ def test_the_sensor_s_change_check_does_not_wait_on_a_hung_read(tmp_path, reques
     assert sorted(e.doc_id for e in changes.changed) == ["a.md", "b.md"]
     assert changes.state["a.md"][1] is None  # not hashed: looked at again as a change
     assert changes.state["b.md"][1] == hashlib.sha256(b"B.MD edited").hexdigest()
+
+
+def test_the_local_executor_refuses_a_vector_that_is_not_finite_before_any_checkpoint(
+    make_pipeline, fake_embedder, workspace
+):
+    """The one guard every executor writes through (round six, defect 1): an in-process
+    model that overflows on one input (a FAKE embedder poisoned for the refund page) lands
+    the rest, lists that document's failure, and the next run lands it."""
+    import numpy as np
+
+    from batch_pipeline.state.checkpoints import unlandable_parts
+
+    class Overflowing:
+        """The FAKE embedder, with NaN in the vector of any text about refunds."""
+
+        def __init__(self, healthy):  # noqa: ANN001
+            self.healthy = healthy
+
+        def __getattr__(self, name: str):  # noqa: ANN204 - the healthy embedder's own
+            return getattr(self.healthy, name)
+
+        def run(self, batches, stats=None):  # noqa: ANN001, ANN201
+            for positions, texts, *rest in batches:
+                ((_, vectors),) = self.healthy.run([(positions, texts, *rest)], stats)
+                for row, text in enumerate(texts):
+                    if "Refund" in text:
+                        vectors[row, 0] = np.nan
+                yield positions, vectors
+
+    poisoned = Overflowing(fake_embedder)
+    pipeline = make_pipeline()
+    summaries = pipeline.run("run-1", poisoned)
+    failed = {f.doc_id: f.message for f in summaries["land"].summary.failures}
+    assert list(failed) == ["refunds.md"] and "not finite" in failed["refunds.md"]
+    landed = {r["doc_id"] for r in pipeline.store.open(pipeline.index).to_arrow().to_pylist()}
+    assert "account/reset-password.md" in landed and "refunds.md" not in landed
+    assert unlandable_parts(pipeline.staging.root) == {}
+    make_pipeline().run("run-2", fake_embedder)
+    landed = {r["doc_id"] for r in pipeline.store.open(pipeline.index).to_arrow().to_pylist()}
+    assert "refunds.md" in landed
