@@ -104,9 +104,15 @@ class CheckpointedOutput:
 
     def finish(self, summary, plan_path: StagePath | Path, **extra: object) -> None:  # noqa: ANN001
         """The last checkpoint, and the footer land reads: the execute's `summary` (its
-        record, with the refused rows among its failed inputs, and any `extra` fields) and
-        the plan's seconds (land never sees the plan file: execute carries them forward)."""
+        record, with the refused rows among its failed inputs, and any `extra` fields), or a
+        record of the executor's own (a dict: the refused rows under its `failed`), and the
+        plan's seconds (land never sees the plan file: execute carries them forward)."""
         self.checkpoint()
-        summary.failed_inputs.update(self.refused)
+        if isinstance(summary, dict):
+            failed = {**summary.get("failed", {}), **self.refused}
+            record = {**summary, **({"failed": failed} if failed else {})}
+        else:
+            summary.failed_inputs.update(self.refused)
+            record = summary.record()
         planned = stage_summary(plan_path).get(STAGE_SECONDS)
-        self.writer.summary = {**summary.record(), **extra, PLAN_SECONDS: planned}
+        self.writer.summary = {**record, **extra, PLAN_SECONDS: planned}
