@@ -62,8 +62,9 @@ demo: setup chat-model
 chat-model: setup
 	$(BIN)/python -m batch_pipeline.inference.chat_models
 
+# --durations=30: the slowest tests, in every CI run's output
 test: setup chat-model
-	$(BIN)/pytest; status=$$?; \
+	$(BIN)/pytest --durations=30; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
 
