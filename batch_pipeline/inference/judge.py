@@ -41,9 +41,14 @@ def judge_prompt(key: str, query: str, document: str) -> Prompt:
 
 def judge_probability(alternatives: Iterable[tuple[str, float]]) -> float:
     """P(yes) / (P(yes) + P(no)) over the first token's alternatives, given as (token text,
-    log-probability); 0.5 when neither word is among them."""
+    log-probability); 0.5 when neither word is among them. NaN where a log-probability is
+    none (NaN, or above 0), for the engine's answer and a provider's alike: a score nobody
+    measured, which the checkpoint refuses as its pair's failure (NaN read as "neither
+    word" before, and scored 0.5)."""
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in alternatives:
+        if math.isnan(logprob) or logprob > 0:
+            return math.nan
         word = token.strip().lower()
         if word in mass:
             mass[word] += math.exp(logprob)

@@ -30,6 +30,13 @@ def test_the_score_is_the_share_of_yes_among_yes_and_no(alternatives, expected):
     assert judge_probability(alternatives) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("logprob", [math.nan, 0.5])
+def test_a_log_probability_that_is_none_gives_no_score(logprob):
+    """NaN (or a log-probability above 0) read as "neither word", a score of 0.5; it is
+    NaN, which the checkpoint refuses as the pair's failure, on every executor."""
+    assert math.isnan(judge_probability([("Yes", logprob), ("No", math.log(0.2))]))
+
+
 def test_the_request_asks_one_greedy_token_and_the_answer_reads_back():
     prompt = judge_prompt("k1", "how do I reset my password", "Use the Forgot password link.")
     line = judge_request_line(prompt, "judge-model")
