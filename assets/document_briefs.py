@@ -15,6 +15,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.index_generation import INDEX_GENERATION
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.partitions import partition_check
 from assets.product_stages import (
     Context,
@@ -103,14 +104,15 @@ QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*
 BRIEF_JOB = "brief_job"
 
 
-def build_brief_job():  # noqa: ANN201 - an asset job
+def build_brief_job(namespace: Namespace = SAMPLE):  # noqa: ANN201 - an asset job
     """The briefs with their collection's collect: what the provider-batch sensor runs to
     collect finished batches. It lists the source itself, so it never lands against an older
     listing than its own run's (the last collect could be days old: the briefs would brief
     documents as they were then, and miss those changed or deleted since)."""
     return dg.define_asset_job(
-        BRIEF_JOB,
-        selection=dg.AssetSelection.assets(COLLECT.asset) | dg.AssetSelection.groups(BRIEFS_GROUP),
+        namespace.name(BRIEF_JOB),
+        selection=dg.AssetSelection.assets(namespace.key(COLLECT.asset))
+        | namespace.selection(BRIEFS_GROUP),
         description="The document briefs of one partition, after a fresh collect of its "
         "collection's source.",
     )
@@ -120,7 +122,7 @@ def _opened(context: Context) -> tuple[BriefProduct, StagedPartition] | None:
     """The partition's collection's briefs, or None when it has none. Opened once per run
     (`PipelineResource.opened`), so every step lands the prompt, schema and model the run's
     first step read, in the generation they were rendered for."""
-    pipeline, generation = context.resources.pipeline, context.resources.generation
+    pipeline, generation = pipeline_of(context), context.resources.generation
     collection, _shard = pipeline.config.locate(context.partition_key)
     if collection.briefs is None:
         return None
@@ -150,7 +152,7 @@ def _stage_report(context: Context, stage: Stage, partition, output) -> dict:  #
     """Execute's summary with its cost at the device's price."""
     if stage is not BRIEF_EXECUTE:
         return output.summary.metadata()
-    price = context.resources.pipeline.config.cost.device_price(partition.product.generator.device)
+    price = pipeline_of(context).config.cost.device_price(partition.product.generator.device)
     return output.summary.metadata(price)
 
 
@@ -256,16 +258,19 @@ def _indexes_check(context: Context, health: IndexHealth) -> dg.AssetCheckResult
     )
 
 
-def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+def build_brief_assets(
+    partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> list[dg.AssetsDefinition]:
     """The briefs' four stage assets from the builder (collect is the collection's own),
-    and their question rows."""
+    and their question rows, their keys in `namespace`."""
+    rows_key = namespace.key(QUESTION_ROWS)
 
     @dg.multi_asset(
-        name=QUESTION_ROWS,
+        name=namespace.name(QUESTION_ROWS),
         specs=[
             dg.AssetSpec(
-                QUESTION_ROWS,
-                deps=[BRIEF_LAND.asset],
+                rows_key,
+                deps=[namespace.key(BRIEF_LAND.asset)],
                 description=QUESTION_ROWS_DESCRIPTION,
                 kinds={"lancedb"},
                 group_name=BRIEFS_GROUP,
@@ -275,7 +280,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         check_specs=[
             partition_check(
                 INDEXES_CURRENT,
-                QUESTION_ROWS,
+                rows_key,
                 partitions,
                 "Each question table carries every index the collection's index: settings ask "
                 "for, each readable and lacking at most max_unindexed_rows rows, as this run's "
@@ -285,7 +290,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         ],
         can_subset=True,  # so the check, too, is skipped while the setting is off
         partitions_def=partitions,
-        required_resource_keys={"pipeline", "generation", "inference"},
+        required_resource_keys=namespace.resource_keys(BRIEF_ASSETS.resources),
     )
     def question_rows(context: Context):  # noqa: ANN202 - a MaterializeResult, or nothing
         """The question rows' land (QUESTION_ROWS_DESCRIPTION), with its indexes check."""
@@ -294,7 +299,7 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
         if product is None or not product.settings.index_questions:
             context.log.info(f"{context.partition_key}: briefs.index_questions is off")
             return
-        if dg.AssetKey(QUESTION_ROWS) not in context.selected_asset_keys:
+        if rows_key not in context.selected_asset_keys:
             # the check reads the indexes as the land leaves them, under its lease: it runs
             # with the land (Dagster 1.13 cannot run a partitioned check on its own anyway)
             context.log.info("indexes_current runs with the question rows' land")
@@ -312,4 +317,4 @@ def build_brief_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDef
             check_results=[_indexes_check(context, result.index_health)],
         )
 
-    return [*build_product_assets(BRIEF_ASSETS, partitions), question_rows]
+    return [*build_product_assets(BRIEF_ASSETS, partitions, namespace), question_rows]

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.partitions import partition_check
 from assets.stage_io import as_metadata
 from batch_pipeline.declaration import review_after_run
@@ -9,8 +10,6 @@ from batch_pipeline.generations.drift import drift_report
 from batch_pipeline.index.kind import VectorIndex, index_partition
 from batch_pipeline.stages import LAND
 from batch_pipeline.triggers.tags import is_nightly
-from resources.inference import InferenceResource
-from resources.pipeline import PipelineResource
 
 GENERATIONS_GROUP = "index_generations"
 INDEX_GENERATION = "index_generation"
@@ -21,17 +20,21 @@ CHARTS = frozenset(
 )
 
 
-def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+def build_index_generation(
+    partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> dg.AssetsDefinition:
     @dg.asset(
         name=INDEX_GENERATION,
-        deps=[LAND.asset],
+        key_prefix=list(namespace.prefix),
+        deps=[namespace.key(LAND.asset)],
         partitions_def=partitions,
         group_name=GENERATIONS_GROUP,
         kinds={"python", "lancedb"},
+        required_resource_keys=namespace.resource_keys(["pipeline", "inference"]),
         check_specs=[
             partition_check(
                 DRIFT,
-                INDEX_GENERATION,
+                namespace.key(INDEX_GENERATION),
                 partitions,
                 "A random sample of landed chunks, re-embedded by the current inference path, "
                 "matches the stored vectors (cosine >= generations.drift_min_cosine). Run when "
@@ -39,16 +42,13 @@ def build_index_generation(partitions: dg.PartitionsDefinition) -> dg.AssetsDefi
             )
         ],
     )
-    def index_generation(
-        context: dg.AssetExecutionContext,
-        pipeline: PipelineResource,
-        inference: InferenceResource,
-    ) -> dg.MaterializeResult:
+    def index_generation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """The collection's model generation built by this configuration: its completeness,
         its recall@k and MRR@k on the collection's evaluation set against the live generation,
         and the promotion decision with its reason. Promotion is one atomic switch of the live
         pointer; readers keep using the old generation until then. A nightly run forces the
         review and drops the retired generations past retention, as every product's does."""
+        pipeline, inference = pipeline_of(context), context.resources.inference
         engine = index_partition(pipeline.product_env(), context.partition_key).product
         nightly = is_nightly(context.run.tags)
         review, dropped = review_after_run(VectorIndex(engine), inference.runner, nightly)

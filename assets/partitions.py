@@ -84,7 +84,7 @@ def collection_partitions(config: PipelineConfig) -> dg.StaticPartitionsDefiniti
 
 def partition_check(
     name: str,
-    asset: str,
+    asset: dg.AssetKey | str,
     partitions: dg.PartitionsDefinition,
     description: str,
     blocking: bool = False,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.partitions import (
     GPU_POOL,
     PROGRESS_INTERVAL_SECONDS,
@@ -91,7 +92,7 @@ def open_declared(kind: ProductKind) -> Opener:
     """The partition's product of `kind`, as `products.product_for_partition` opens it."""
 
     def opened(context: Context) -> tuple[Product, StagedPartition]:
-        env = context.resources.pipeline.product_env()
+        env = pipeline_of(context).product_env()
         product = product_for_partition(kind, env, context.partition_key)
         return product, product.partition(context.partition_key)
 
@@ -155,16 +156,18 @@ class ProductAssets:
 
 
 def build_product_assets(
-    spec: ProductAssets, partitions: dg.PartitionsDefinition
+    spec: ProductAssets, partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
 ) -> list[dg.AssetsDefinition]:
     """The assets of the product's five stages on `partitions` (collect only where the
-    product has its own)."""
+    product has its own), their keys in `namespace`."""
     collect, prepare, plan, execute, land = spec.stages
     common = {
         "partitions_def": partitions,
         "group_name": spec.group_name,
-        "required_resource_keys": set(spec.resources),
+        "key_prefix": list(namespace.prefix),
+        "required_resource_keys": namespace.resource_keys(spec.resources),
     }
+    key = namespace.key
 
     def described(stage: Stage) -> str:
         return spec.descriptions.get(stage.name, stage.summary)
@@ -220,7 +223,7 @@ def build_product_assets(
 
         built.append(collect_asset)
 
-    @dg.asset(name=prepare.asset, deps=[collect.asset, *spec.prepare_deps],
+    @dg.asset(name=prepare.asset, deps=namespace.keys([collect.asset, *spec.prepare_deps]),
               kinds=set(prepare.kinds),
               description=described(prepare), output_required=not spec.optional,
               **common)  # fmt: skip
@@ -234,7 +237,7 @@ def build_product_assets(
         output = partition.prepare_stage(request(context, partition), collected)
         yield result(context, prepare, partition, output)
 
-    @dg.asset(name=plan.asset, deps=[prepare.asset], kinds=set(plan.kinds),
+    @dg.asset(name=plan.asset, deps=[key(prepare.asset)], kinds=set(plan.kinds),
               description=described(plan), **common)  # fmt: skip
     def plan_asset(context: Context) -> dg.MaterializeResult:
         _, partition = opened(context)
@@ -243,7 +246,7 @@ def build_product_assets(
         output = partition.plan(context.run.run_id, prepared, options)
         return result(context, plan, partition, output)
 
-    @dg.asset(name=execute.asset, deps=[plan.asset], retry_policy=TRANSIENT_RETRY,
+    @dg.asset(name=execute.asset, deps=[key(plan.asset)], retry_policy=TRANSIENT_RETRY,
               pool=spec.execute_pool, kinds=set(execute.kinds), description=described(execute),
               **common)  # fmt: skip
     @retried_if_transient
@@ -261,7 +264,7 @@ def build_product_assets(
 
     held = partition_check(
         NO_MASS_DELETION_HELD,
-        land.asset,
+        key(land.asset),
         partitions,
         "The run deleted what its source no longer lists, or held back nothing: fails when "
         "deletions beyond limits.max_delete_fraction or limits.max_delete_documents were held "
@@ -275,14 +278,14 @@ def build_product_assets(
         # `upstream_path`, from their latest materialisation): only execute is drawn as an
         # edge, since they are upstream of it already and more edges would misread as data
         # skipping the plan
-        deps=[execute.asset, *spec.land_deps],
+        deps=namespace.keys([execute.asset, *spec.land_deps]),
         retry_policy=TRANSIENT_RETRY,
         kinds=set(land.kinds),
         description=described(land),
         freshness_policy=spec.freshness,
         check_specs=[
             *(
-                partition_check(c.name, land.asset, partitions, c.description, c.blocking)
+                partition_check(c.name, key(land.asset), partitions, c.description, c.blocking)
                 for c in spec.land_checks
             ),
             held,

@@ -8,6 +8,7 @@ partition's `vector_index` has landed: the candidates come from the live index) 
 (`assets.product_stages`) writes the four stage assets, each calling `batch_pipeline.related`.
 """
 
+from assets.namespace import pipeline_of
 from assets.product_stages import Context, ProductAssets, open_declared
 from batch_pipeline.declaration import Product
 from batch_pipeline.related import RELATED_STAGES
@@ -37,7 +38,7 @@ def _opened(context: Context) -> tuple[Product, StagedPartition] | None:
     """The partition's collection's related documents, or None when it has none, or while
     its index has no live generation to find candidates in (the run then builds none, and
     says so, rather than failing)."""
-    collection, _shard = context.resources.pipeline.config.locate(context.partition_key)
+    collection, _shard = pipeline_of(context).config.locate(context.partition_key)
     if collection.related is None:
         return None
     product, partition = open_declared(RELATED)(context)

@@ -4,12 +4,12 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.partitions import GROUP_NAME, TRANSIENT_RETRY, retried_if_transient
 from assets.stage_io import STAGE_CHARTS, as_metadata, parquet_metadata
 from batch_pipeline.config import redacted
 from batch_pipeline.index.kind import index_partition
 from batch_pipeline.stages import COLLECT
-from resources.pipeline import PipelineResource
 
 
 class CollectConfig(dg.Config):
@@ -27,25 +27,27 @@ class CollectConfig(dg.Config):
         return ids or None
 
 
-def build_source_documents(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+def build_source_documents(
+    partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> dg.AssetsDefinition:
     @dg.asset(
         name=COLLECT.asset,
+        key_prefix=list(namespace.prefix),
         partitions_def=partitions,
         group_name=GROUP_NAME,
         retry_policy=TRANSIENT_RETRY,
         kinds=set(COLLECT.kinds),
+        required_resource_keys=namespace.resource_keys(["pipeline", "s3"]),
     )
     @retried_if_transient
     def source_documents(
-        context: dg.AssetExecutionContext,
-        config: CollectConfig,
-        pipeline: PipelineResource,
-        s3: S3Resource,
+        context: dg.AssetExecutionContext, config: CollectConfig
     ) -> dg.MaterializeResult:
         """Every document of the collection with its content hash, source version and title,
         classified as new, changed, unchanged, deleted or failed (with the reason). A targeted
         run (from the publish sensor) looks only at the documents it names."""
-        engine = index_partition(pipeline.product_env(s3), context.partition_key)
+        s3: S3Resource = context.resources.original_resource_dict["s3"]  # not its client
+        engine = index_partition(pipeline_of(context).product_env(s3), context.partition_key)
         output = engine.collect(context.run.run_id, config.targeted_ids())
         summary = output.summary
         for failure in summary.failures:

@@ -28,8 +28,9 @@ class MissingUpstreamError(dg.Failure):
 def upstream_path(
     context: dg.AssetExecutionContext, stage: Stage, staging: StagingArea
 ) -> StagePath:
-    """The stage file `stage` last wrote for this partition."""
-    asset_key = dg.AssetKey(stage.asset)
+    """The stage file `stage` last wrote for this partition: its asset is beside this one,
+    under the same key prefix (the component's namespace)."""
+    asset_key = dg.AssetKey([*context.asset_key.path[:-1], stage.asset])
     result = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]),
         limit=1,

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.product_stages import (
     Context,
     LandCheck,
@@ -108,7 +109,7 @@ def _land_report(landed: Landed) -> LandReport:
     for failure in summary.failures[:20]:
         context.log.warning(f"ticket {failure.doc_id}: {failure.reason}: {failure.message}")
     shift = summary.mix.shift
-    limit = context.resources.pipeline.config.tickets.max_mix_shift
+    limit = pipeline_of(context).config.tickets.max_mix_shift
     completeness = landed.measures.completeness
     metadata = {
         "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
@@ -126,7 +127,7 @@ def _land_report(landed: Landed) -> LandReport:
             if trained
             else {}
         ),
-        **fine_tune_metadata(trained, landed.context.resources.pipeline.config),
+        **fine_tune_metadata(trained, pipeline_of(landed.context).config),
     }
     checks = [
         dg.AssetCheckResult(
@@ -148,7 +149,7 @@ def _land_report(landed: Landed) -> LandReport:
 
 
 def _opened(context: Context) -> tuple[TicketProduct, StagedPartition]:
-    env = context.resources.pipeline.product_env(execution=context.resources.inference.execution())
+    env = pipeline_of(context).product_env(execution=context.resources.inference.execution())
     product = product_for_partition(TICKETS, env, context.partition_key).engine
     return product, product.day(context.partition_key)
 
@@ -201,6 +202,8 @@ TICKET_ASSETS = ProductAssets(
 )
 
 
-def build_ticket_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
-    """The ticket product's five stage assets, from the builder."""
-    return build_product_assets(TICKET_ASSETS, partitions)
+def build_ticket_assets(
+    partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> list[dg.AssetsDefinition]:
+    """The ticket product's five stage assets, from the builder, their keys in `namespace`."""
+    return build_product_assets(TICKET_ASSETS, partitions, namespace)

@@ -9,6 +9,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.index_generation import build_index_generation
+from assets.namespace import SAMPLE, Namespace, pipeline_of
 from assets.partitions import GROUP_NAME
 from assets.product_stages import (
     Context,
@@ -68,7 +69,7 @@ def _land_report(landed: Landed) -> LandReport:
     checks."""
     context, engine, summary = landed.context, landed.partition, landed.summary
     product: IndexProduct = landed.product
-    config = context.resources.pipeline.config
+    config = pipeline_of(context).config
     run_id = context.run.run_id
     measures, report = landed.measures, summary.reconciled
     maintenance = {}
@@ -163,7 +164,7 @@ def _opened(context: Context) -> tuple[IndexProduct, IndexPartition]:
     """The partition's collection's index, and the partition (its review is
     index_generation's)."""
     execution = context.resources.inference.execution()
-    env = context.resources.pipeline.product_env(execution=execution)
+    env = pipeline_of(context).product_env(execution=execution)
     partition = index_partition(env, context.partition_key)
     return partition.product, partition
 
@@ -243,11 +244,13 @@ INDEX_ASSETS = ProductAssets(
 )
 
 
-def build_index_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+def build_index_assets(
+    partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> list[dg.AssetsDefinition]:
     """The vector index's assets: the collection's collect, the four stages from the
-    builder, and the generation's review."""
+    builder, and the generation's review, their keys in `namespace`."""
     return [
-        build_source_documents(partitions),
-        *build_product_assets(INDEX_ASSETS, partitions),
-        build_index_generation(partitions),
+        build_source_documents(partitions, namespace),
+        *build_product_assets(INDEX_ASSETS, partitions, namespace),
+        build_index_generation(partitions, namespace),
     ]

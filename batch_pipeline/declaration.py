@@ -384,7 +384,9 @@ class ProductKind:
     rule: type  # its `CompletenessRule`
     scorer: type | None  # its `Scorer`, where it has a labelled set
     report: str  # the module of its status and doctor reports
-    definitions: str  # `module:function` giving its Dagster definitions for a configuration
+    # `module:function` giving its Dagster definitions for a configuration and a namespace
+    # (`function(config, namespace)`: the component's key prefix, which its names carry)
+    definitions: str
     commands: str | None = None  # the module of its own commands, where it has any
     # its assets ride the collections' job: each collection's publish sensor and the nightly
     # reconciliation launch them with the partition's collect (a kind over collections)

@@ -2,6 +2,7 @@
 its publish sensors and nightly reconciliation, and the provider-batch sensor. A product's
 own triggers (the ticket intents' schedule and export sensor) are in its definitions."""
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.config import PipelineConfig
 from sensors.embedding_job import build_embedding_job
 from sensors.nightly_schedule import build_nightly_schedule
@@ -9,17 +10,20 @@ from sensors.provider_batches import COLLECTION_BATCHES_SENSOR, build_provider_b
 from sensors.publish_sensor import build_publish_sensor
 
 
-def build_triggers(config: PipelineConfig, groups: list[str], embedding: set[str]):  # noqa: ANN201
-    """The collections' job over the asset `groups`, one publish sensor per collection, the
-    nightly schedule, and the provider-batch sensor that collects the batches of the
-    `embedding` products (those riding the job whose model family embeds: asked through the
-    inference resource)."""
-    job = build_embedding_job(groups)
-    sensors = [build_publish_sensor(c.name, config, job) for c in config.collections]
+def build_triggers(  # noqa: ANN201
+    config: PipelineConfig, groups: list[str], embedding: set[str], namespace: Namespace = SAMPLE
+):
+    """The collections' job over the asset `groups` (in `namespace`), one publish sensor per
+    collection, the nightly schedule, and the provider-batch sensor that collects the batches
+    of the `embedding` products (those riding the job whose model family embeds: asked
+    through the inference resource)."""
+    job = build_embedding_job(groups, namespace)
+    sensors = [build_publish_sensor(c.name, config, job, namespace) for c in config.collections]
     if embedding:
+        keys = config.partition_keys()
         sensors.append(
             build_provider_batch_sensor(
-                job, config.partition_keys(), embedding, COLLECTION_BATCHES_SENSOR, "inference"
-            )  # fmt: skip
+                job, keys, embedding, COLLECTION_BATCHES_SENSOR, "inference", namespace
+            )
         )
-    return job, sensors, [build_nightly_schedule(config, job)]
+    return job, sensors, [build_nightly_schedule(config, job, namespace)]

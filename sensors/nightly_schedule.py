@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.triggers.tags import nightly_tags
 from sensors.default_status import schedule_status
@@ -9,12 +10,16 @@ from sensors.default_status import schedule_status
 NIGHTLY_SCHEDULE = "nightly_reconciliation"
 
 
-def build_nightly_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:
+def build_nightly_schedule(
+    config: PipelineConfig,
+    job,  # noqa: ANN001 - an asset job
+    namespace: Namespace = SAMPLE,
+) -> dg.ScheduleDefinition:
     settings = config.schedule
     partitions = config.partition_keys()
 
     @dg.schedule(
-        name=NIGHTLY_SCHEDULE,
+        name=namespace.name(NIGHTLY_SCHEDULE),
         job=job,
         cron_schedule=settings.cron,
         execution_timezone=settings.timezone,

@@ -17,12 +17,14 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.executors.batch_api import BatchApiSettings, ProviderBatchError
 from batch_pipeline.executors.batch_status import Collectable, collectable
 from batch_pipeline.names import generation_product
 from batch_pipeline.state.tracking import ProviderBatch
 from resources.batch_api import BatchApiResource
 from resources.pipeline import PipelineResource
+from sensors.resource_params import build_sensor
 
 PROVIDER_BATCHES_SENSOR = "provider_batches_sensor"  # the briefs' job's
 COLLECTION_BATCHES_SENSOR = "collection_provider_batches_sensor"  # the collections' job's
@@ -87,12 +89,15 @@ def build_provider_batch_sensor(
     products: set[str],
     name: str = PROVIDER_BATCHES_SENSOR,
     resource_key: str = "generation",
+    namespace: Namespace = SAMPLE,
 ) -> dg.SensorDefinition:
     """The sensor over `job`, for the batches of `products`' generations over the Dagster
     partitions `partition_keys`, asking the provider that the resource `resource_key` (a
     `BatchApiResource`: generation, inference) names (a batch a CLI run submitted for
     a whole sharded collection is the next CLI run's; another product's batches, the next
     run of that product's)."""
+    if resource_key not in ("generation", "inference"):
+        raise ValueError(f"no Batch API resource {resource_key!r}: generation or inference")
     known = set(partition_keys)
 
     def evaluate(
@@ -113,29 +118,11 @@ def build_provider_batch_sensor(
             no_api=f"the {resource_key} resource has no api_base to ask about them",
         )
 
-    # the resource is a parameter named for its key, as Dagster's typed resources are asked for
-    if resource_key == "generation":
-
-        def provider_batches_sensor(
-            context: dg.SensorEvaluationContext,
-            pipeline: PipelineResource,
-            generation: BatchApiResource,
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, generation)
-
-    elif resource_key == "inference":
-
-        def provider_batches_sensor(
-            context: dg.SensorEvaluationContext,
-            pipeline: PipelineResource,
-            inference: BatchApiResource,
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, inference)
-
-    else:
-        raise ValueError(f"no Batch API resource {resource_key!r}: generation or inference")
-    return dg.sensor(
-        name=name,
+    return build_sensor(
+        evaluate,
+        namespace,
+        resource_key,
+        name=namespace.name(name),
         job=job,
         minimum_interval_seconds=POLL_SECONDS,
         default_status=dg.DefaultSensorStatus.RUNNING,
@@ -143,4 +130,4 @@ def build_provider_batch_sensor(
         "batch the openai-batch executor submitted for it has finished at the provider "
         f"(polled every {POLL_SECONDS} s; nothing is asked of the provider while no batch is "
         f"in flight). Products: {', '.join(sorted(products))}.",
-    )(provider_batches_sensor)
+    )

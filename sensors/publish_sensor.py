@@ -5,6 +5,7 @@ import time
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.config import PipelineConfig, S3SourceConfig
 from batch_pipeline.stages import COLLECT
 from batch_pipeline.triggers.publish import (
@@ -17,14 +18,19 @@ from batch_pipeline.triggers.publish import (
 from batch_pipeline.triggers.tags import publish_tags
 from resources.pipeline import PipelineResource
 from sensors.default_status import sensor_status
-from sensors.resource_params import sensor_function
+from sensors.resource_params import build_sensor
 
 
-def publish_sensor_name(collection: str) -> str:
-    return f"{collection}_publish_sensor"
+def publish_sensor_name(collection: str, namespace: Namespace = SAMPLE) -> str:
+    return namespace.name(f"{collection}_publish_sensor")
 
 
-def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.SensorDefinition:
+def build_publish_sensor(
+    collection: str,
+    config: PipelineConfig,
+    job,  # noqa: ANN001 - an asset job
+    namespace: Namespace = SAMPLE,
+) -> dg.SensorDefinition:
     settings = config.sensor
     collection_config = config.collection(collection)
 
@@ -57,7 +63,7 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
                 partition_key=request.partition,
                 run_config={
                     "ops": {
-                        COLLECT.asset: {
+                        namespace.name(COLLECT.asset): {
                             "config": {
                                 "changed_doc_ids": request.changed_doc_ids,
                                 "deleted_doc_ids": request.deleted_doc_ids,
@@ -76,8 +82,11 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             skip_reason=dg.SkipReason(decision.skip_reason), cursor=decision.cursor
         )
 
-    return dg.sensor(
-        name=publish_sensor_name(collection),
+    return build_sensor(
+        evaluate,
+        namespace,
+        "s3" if isinstance(collection_config.source, S3SourceConfig) else None,
+        name=publish_sensor_name(collection, namespace),
         job=job,
         minimum_interval_seconds=TICK_SECONDS,
         default_status=sensor_status(settings.enabled),
@@ -88,4 +97,4 @@ def build_publish_sensor(collection: str, config: PipelineConfig, job) -> dg.Sen
             f"It looks at the source every {settings.interval_seconds} s and ticks every few "
             f"seconds in between, so that a run starts as soon as its window closes."
         ),
-    )(sensor_function(evaluate, reads_s3=isinstance(collection_config.source, S3SourceConfig)))
+    )

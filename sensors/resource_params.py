@@ -1,34 +1,30 @@
-"""The resources a sensor names, and no more: Dagster builds every resource a sensor names on
-every tick, and the S3 resource builds a boto3 client (about 0.1 s), so only a sensor that
-reads S3 names it."""
+"""A sensor over the resources it names, and no more: Dagster builds every resource a sensor
+names on every tick, and the S3 resource builds a boto3 client (about 0.1 s), so only a sensor
+that reads S3 names it. The pipeline resource is its namespace's (`assets.namespace`)."""
 
 from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
+from assets.namespace import Namespace, pipeline_of
 from resources.pipeline import PipelineResource
 
-Evaluate = Callable[
-    [dg.SensorEvaluationContext, PipelineResource, S3Resource | None], dg.SensorResult
-]
+Evaluate = Callable[[dg.SensorEvaluationContext, PipelineResource, Any], dg.SensorResult]
 
 
-def sensor_function(evaluate: Evaluate, reads_s3: bool) -> Callable[..., dg.SensorResult]:
-    """A sensor function for `dg.sensor` that names `pipeline`, and `s3` only if `reads_s3`
-    (`evaluate` gets None for it otherwise)."""
-    if reads_s3:
+def build_sensor(
+    evaluate: Evaluate, namespace: Namespace, other: str | None = None, **sensor: Any
+) -> dg.SensorDefinition:
+    """`dg.sensor(**sensor)` over `evaluate`, which gets the namespace's pipeline resource and
+    the resource `other` names (s3, generation, inference; None where `other` is None)."""
+    keys = namespace.resource_keys(["pipeline", *([other] if other else [])])
 
-        def with_s3(
-            context: dg.SensorEvaluationContext, pipeline: PipelineResource, s3: S3Resource
-        ) -> dg.SensorResult:
-            return evaluate(context, pipeline, s3)
+    # a sensor called directly (`sensor(context)`, as tests do) is handed its resources as
+    # keywords too, by key; a tick hands the context alone. Both read them from the context.
+    def evaluation(context: dg.SensorEvaluationContext, **_by_key: object) -> dg.SensorResult:
+        # the resource itself (S3's attribute on the context is the client it makes)
+        resource = context.resources.original_resource_dict[other] if other else None
+        return evaluate(context, pipeline_of(context), resource)
 
-        return with_s3
-
-    def without_s3(
-        context: dg.SensorEvaluationContext, pipeline: PipelineResource
-    ) -> dg.SensorResult:
-        return evaluate(context, pipeline, None)
-
-    return without_s3
+    return dg.sensor(required_resource_keys=keys, **sensor)(evaluation)

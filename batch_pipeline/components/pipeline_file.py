@@ -10,14 +10,39 @@ fails `dg check defs` with the message `batch-pipeline` itself gives.
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.components.scaffolder import PipelineFileScaffolder
 from batch_pipeline.config import config_path_from_env
 from batch_pipeline.definitions import build_definitions
 from resources.pipeline import PipelineResource
 
 STATE = {name: field.description for name, field in PipelineResource.model_fields.items()}
+
+
+class Translation(dg.Model, dg.Resolvable):
+    """How this instance's definitions are named, so that two instances in one project (two
+    files, even with a collection of the same name in each) never collide."""
+
+    key_prefix: str | list[str] = Field(
+        description=(
+            "Prefixes every asset key of this instance (`handbook` makes "
+            "`handbook/vector_index`); its jobs, sensors, schedules, ops and pipeline "
+            "resource are named `handbook__<name>`. Letters, digits and underscores."
+        ),
+    )
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _dagster_names(cls, value: str | list[str]) -> str | list[str]:
+        Namespace(tuple([value] if isinstance(value, str) else value))  # refuses a bad part
+        return value
+
+    @property
+    def namespace(self) -> Namespace:
+        prefix = self.key_prefix
+        return Namespace(tuple([prefix] if isinstance(prefix, str) else prefix))
 
 
 @dg.scaffold_with(PipelineFileScaffolder)
@@ -38,6 +63,13 @@ class BatchPipelineComponent(dg.Component, dg.Resolvable, dg.Model):
     lancedb_uri: str | None = Field(default=None, description=STATE["lancedb_uri"])
     tracking_url: str | None = Field(default=None, description=STATE["tracking_url"])
     staging_dir: str | None = Field(default=None, description=STATE["staging_dir"])
+    translation: Translation | None = Field(
+        default=None,
+        description=(
+            "The key prefix of this instance's assets, and of the names of its jobs, sensors, "
+            "schedules and pipeline resource; default: none, every name as it is."
+        ),
+    )
 
     def config_file(self, context: dg.ComponentLoadContext) -> Path:
         """The batch-pipeline file: `config_path` resolved against this component's folder,
@@ -57,7 +89,13 @@ class BatchPipelineComponent(dg.Component, dg.Resolvable, dg.Model):
             staging_dir=self.staging_dir,
         )
 
+    def get_namespace(self) -> Namespace:
+        """The namespace its definitions are named in: the translation's key prefix."""
+        return self.translation.namespace if self.translation is not None else SAMPLE
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The file's products, as `batch_pipeline.definitions.build_definitions` builds them;
         a bad file raises the CLI's own `ConfigError`, naming the file and the field."""
-        return build_definitions(pipeline=self.get_pipeline_resource(context))
+        return build_definitions(
+            pipeline=self.get_pipeline_resource(context), namespace=self.get_namespace()
+        )

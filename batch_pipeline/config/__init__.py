@@ -75,8 +75,9 @@ from batch_pipeline.names import (
     shard_number,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG_PATH = REPO_ROOT / "pipeline.yaml"
+# the file the CLI and the code location read when $BATCH_PIPELINE_CONFIG is unset: the
+# working directory's, wherever the package is installed
+DEFAULT_CONFIG_PATH = Path("pipeline.yaml")
 CONFIG_ENV = "BATCH_PIPELINE_CONFIG"
 
 
@@ -564,7 +565,6 @@ __all__ = [
     "PrepareConfig",
     "JUDGE",
     "QUESTIONS_FIELD",
-    "REPO_ROOT",
     "RESERVED_COLUMNS",
     "RelatedConfig",
     "RelatedEvaluationConfig",

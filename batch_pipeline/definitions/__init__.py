@@ -1,6 +1,6 @@
 """The Dagster definitions of a batch-pipeline file (`build_definitions`): one
-`*_definitions(config)` per product kind, named by its declaration (the built-in ones' are
-this package's modules, one per product), merged here with the collections' job, its
+`*_definitions(config, namespace)` per product kind, named by its declaration (the built-in
+ones' are this package's modules, one per product), merged here with the collections' job, its
 triggers and the shared resources. This module names no product. `BatchPipelineComponent`
 (`batch_pipeline.components`) builds through it in any Dagster project.
 
@@ -10,6 +10,7 @@ Steps run in-process: the stages of one partition are sequential, and a run then
 model and imports torch once instead of once per step. Partitions run as separate runs.
 """
 
+import functools
 import importlib
 import os
 import warnings
@@ -18,14 +19,39 @@ from pathlib import Path
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from assets.namespace import SAMPLE, Namespace
 from batch_pipeline.config import PipelineConfig, load_config
 from batch_pipeline.declaration import ProductKind
 from batch_pipeline.executors.registry import EMBED
 from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
 from resources import GenerationResource, InferenceResource, PipelineResource
-from resources.batch_api import from_environment
+from resources.batch_api import ENV_PREFIX, from_environment
 from sensors import build_triggers
+
+
+def shared_resources() -> dict[str, object]:
+    """The resources every namespace shares, from the environment: the executor and Batch API
+    fields (BATCH_PIPELINE_<RESOURCE>_<FIELD>) and S3's. The same objects for the same
+    environment, since Dagster merges two component instances' definitions only where each
+    key's resource is one object."""
+    watched = tuple(
+        sorted(
+            (name, value)
+            for name, value in os.environ.items()
+            if name.startswith(ENV_PREFIX) or name in S3_ENV.values()
+        )
+    )
+    return _shared_resources(watched)
+
+
+@functools.cache
+def _shared_resources(environment: tuple[tuple[str, str], ...]) -> dict[str, object]:
+    return {
+        "inference": from_environment(InferenceResource, "INFERENCE"),
+        "generation": from_environment(GenerationResource, "GENERATION"),
+        "s3": s3_resource(),
+    }
 
 
 def s3_resource() -> S3Resource:
@@ -35,7 +61,7 @@ def s3_resource() -> S3Resource:
 
 
 def collection_runs(
-    config: PipelineConfig, faces: dict[ProductKind, dg.Definitions]
+    config: PipelineConfig, faces: dict[ProductKind, dg.Definitions], namespace: Namespace
 ) -> dg.Definitions:
     """The collections' job over the asset groups of every kind that declares it rides it
     (`ProductKind.collection_runs`), one publish sensor per collection and the nightly
@@ -59,42 +85,44 @@ def collection_runs(
         if kind.collection_runs and kind.family == EMBED
         for target in kind.targets(config)
     }
-    job, sensors, schedules = build_triggers(config, groups, embedding)
+    job, sensors, schedules = build_triggers(config, groups, embedding, namespace)
     return dg.Definitions(jobs=[job], sensors=sensors, schedules=schedules)
 
 
-def product_definitions(kind: ProductKind, config: PipelineConfig) -> dg.Definitions:
-    """A kind's Dagster definitions for this configuration, as its declaration names them;
-    none for a kind with no product configured."""
+def product_definitions(
+    kind: ProductKind, config: PipelineConfig, namespace: Namespace = SAMPLE
+) -> dg.Definitions:
+    """A kind's Dagster definitions for this configuration, as its declaration names them,
+    in `namespace`; none for a kind with no product configured."""
     if not kind.targets(config):
         return dg.Definitions()
     module, _, function = kind.definitions.partition(":")
-    return getattr(importlib.import_module(module), function)(config)
+    return getattr(importlib.import_module(module), function)(config, namespace)
 
 
 def build_definitions(
-    config_path: str | Path | None = None, pipeline: PipelineResource | None = None
+    config_path: str | Path | None = None,
+    pipeline: PipelineResource | None = None,
+    namespace: Namespace = SAMPLE,
 ) -> dg.Definitions:
     """Every product kind's definitions (`products.kinds_for`: the built-in kinds and those
     the configuration declares), merged, with the shared resources and the in-process
     executor. A `pipeline` resource given (the component's: where its state lives) names
-    the configuration file itself, and `config_path` is then not read."""
+    the configuration file itself, and `config_path` is then not read. Asset keys, jobs,
+    sensors, schedules and the pipeline resource's key are named in `namespace` (the
+    component's `translation.key_prefix`); the other resources are shared, the same in
+    every namespace."""
     if pipeline is None:
         where = str(config_path) if config_path is not None else None
         pipeline = PipelineResource(config_path=where)
     config = load_config(pipeline.config_path)
     shared = dg.Definitions(
-        resources={
-            "pipeline": pipeline,
-            # the executor and Batch API fields from BATCH_PIPELINE_<RESOURCE>_<FIELD>
-            "inference": from_environment(InferenceResource, "INFERENCE"),
-            "generation": from_environment(GenerationResource, "GENERATION"),
-            "s3": s3_resource(),
-        },
+        resources={namespace.pipeline_key: pipeline, **shared_resources()},
         executor=dg.in_process_executor,
     )
-    faces = {kind: product_definitions(kind, config) for kind in kinds_for(config)}
-    return dg.Definitions.merge(*faces.values(), collection_runs(config, faces), shared)
+    faces = {kind: product_definitions(kind, config, namespace) for kind in kinds_for(config)}
+    runs = collection_runs(config, faces, namespace)
+    return dg.Definitions.merge(*faces.values(), runs, shared)
 
 
 SAMPLE = "batch_pipeline.definitions.sample"  # the sample's component instance (defs.yaml)

@@ -5,14 +5,15 @@ and the nightly reconciliation's): the kind declares that it rides them
 
 import dagster as dg
 
+from assets.namespace import Namespace
 from assets.partitions import collection_partitions
 from assets.product_stages import build_product_assets
 from assets.related_documents import RELATED_ASSETS
 from batch_pipeline.config import PipelineConfig
 
 
-def related_definitions(config: PipelineConfig) -> dg.Definitions:
-    """The related documents of every collection with `related:`."""
-    return dg.Definitions(
-        assets=build_product_assets(RELATED_ASSETS, collection_partitions(config))
-    )
+def related_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
+    """The related documents of every collection with `related:`, their keys in
+    `namespace`."""
+    partitions = collection_partitions(config)
+    return dg.Definitions(assets=build_product_assets(RELATED_ASSETS, partitions, namespace))

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from assets.namespace import SAMPLE, Namespace
 from assets.ticket_intents import TICKETS_GROUP, build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
 from batch_pipeline.names import generation_product
@@ -20,7 +21,7 @@ from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
 from sensors.default_status import schedule_status, sensor_status
 from sensors.provider_batches import POLL_SECONDS, collecting_runs
-from sensors.resource_params import sensor_function
+from sensors.resource_params import build_sensor
 
 TICKET_JOB = "ticket_intents_job"
 TICKET_SCHEDULE = "ticket_intents_daily"
@@ -34,22 +35,27 @@ IN_FLIGHT = [
 ]
 
 
-def build_ticket_job():  # noqa: ANN201 - an asset job
-    """The ticket group's five stages; its daily partitions come from the assets."""
+def build_ticket_job(namespace: Namespace = SAMPLE):  # noqa: ANN201 - an asset job
+    """The ticket group's five stages, in `namespace`; its daily partitions come from the
+    assets."""
     return dg.define_asset_job(
-        TICKET_JOB,
-        selection=dg.AssetSelection.groups(TICKETS_GROUP),
+        namespace.name(TICKET_JOB),
+        selection=namespace.selection(TICKETS_GROUP),
         description="Collect, prepare, plan, execute and land one day of tickets; then "
         "review the taxonomy generation.",
     )
 
 
-def build_ticket_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:  # noqa: ANN001
+def build_ticket_schedule(
+    config: PipelineConfig,
+    job,  # noqa: ANN001 - an asset job
+    namespace: Namespace = SAMPLE,
+) -> dg.ScheduleDefinition:
     """At `tickets.schedule_hour`:00 in `tickets.timezone`, the day that just ended."""
     settings = config.tickets
     return dg.build_schedule_from_partitioned_job(
         job,
-        name=TICKET_SCHEDULE,
+        name=namespace.name(TICKET_SCHEDULE),
         hour_of_day=settings.schedule_hour,
         minute_of_hour=0,
         description=f"Classify yesterday's tickets at {settings.schedule_hour:02d}:00 "
@@ -58,7 +64,11 @@ def build_ticket_schedule(config: PipelineConfig, job) -> dg.ScheduleDefinition:
     )
 
 
-def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinition:  # noqa: ANN001
+def build_ticket_exports_sensor(
+    config: PipelineConfig,
+    job,  # noqa: ANN001 - an asset job
+    namespace: Namespace = SAMPLE,
+) -> dg.SensorDefinition:
     settings = config.tickets
     arrivals = settings.arrivals
 
@@ -86,8 +96,11 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             run_requests=[dg.RunRequest(run_key=a.run_key, partition_key=a.day) for a in found]
         )
 
-    return dg.sensor(
-        name=TICKET_EXPORTS_SENSOR,
+    return build_sensor(
+        evaluate,
+        namespace,
+        "s3" if isinstance(settings.source, TicketS3Export) else None,
+        name=namespace.name(TICKET_EXPORTS_SENSOR),
         job=job,
         minimum_interval_seconds=arrivals.interval_seconds,
         default_status=sensor_status(arrivals.enabled),
@@ -97,10 +110,14 @@ def build_ticket_exports_sensor(config: PipelineConfig, job) -> dg.SensorDefinit
             f"ran; looks at the newest {arrivals.lookback_days} days every "
             f"{arrivals.interval_seconds} s."
         ),
-    )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))
+    )
 
 
-def build_cascade_batches_sensor(config: PipelineConfig, job) -> dg.SensorDefinition:  # noqa: ANN001
+def build_cascade_batches_sensor(
+    config: PipelineConfig,
+    job,  # noqa: ANN001 - an asset job
+    namespace: Namespace = SAMPLE,
+) -> dg.SensorDefinition:
     """Once every batch the cascade handed the provider for a day (or for a generation's
     held-out or labelled tickets) has finished there, one run of the day that collects them
     (`GenerationCascade.collecting_day`); the run key names the batches."""
@@ -125,28 +142,31 @@ def build_cascade_batches_sensor(config: PipelineConfig, job) -> dg.SensorDefini
             run_of=lambda found: product.cascades.collecting_day(found.generation, found.partition),
         )
 
-    return dg.sensor(
-        name=CASCADE_BATCHES_SENSOR,
+    return build_sensor(
+        evaluate,
+        namespace,
+        "s3" if isinstance(settings.source, TicketS3Export) else None,
+        name=namespace.name(CASCADE_BATCHES_SENSOR),
         job=job,
         minimum_interval_seconds=POLL_SECONDS,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Starts the run of a day that collects the ticket cascade's answers once "
         "every batch the chat model's provider took for it has finished (polled every "
         f"{POLL_SECONDS} s; nothing is asked of the provider while no batch is in flight).",
-    )(sensor_function(evaluate, reads_s3=isinstance(settings.source, TicketS3Export)))
+    )
 
 
-def ticket_definitions(config: PipelineConfig) -> dg.Definitions:
+def ticket_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
     """The ticket intents, on daily partitions: their job, schedule and export sensor, and
-    the cascade's provider-batch sensor where it asks a provider."""
-    job = build_ticket_job()
+    the cascade's provider-batch sensor where it asks a provider, named in `namespace`."""
+    job = build_ticket_job(namespace)
     cascade = config.tickets.cascade
-    sensors = [build_ticket_exports_sensor(config, job)]
+    sensors = [build_ticket_exports_sensor(config, job, namespace)]
     if cascade is not None and cascade.executor == "openai-batch":
-        sensors.append(build_cascade_batches_sensor(config, job))
+        sensors.append(build_cascade_batches_sensor(config, job, namespace))
     return dg.Definitions(
-        assets=build_ticket_assets(ticket_partitions(config)),
+        assets=build_ticket_assets(ticket_partitions(config), namespace),
         jobs=[job],
-        schedules=[build_ticket_schedule(config, job)],
+        schedules=[build_ticket_schedule(config, job, namespace)],
         sensors=sensors,
     )

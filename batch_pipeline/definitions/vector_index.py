@@ -5,11 +5,13 @@ publish sensors' and the nightly reconciliation's): the index declares that it r
 
 import dagster as dg
 
+from assets.namespace import Namespace
 from assets.partitions import collection_partitions
 from assets.vector_index import build_index_assets
 from batch_pipeline.config import PipelineConfig
 
 
-def index_definitions(config: PipelineConfig) -> dg.Definitions:
-    """Every collection's vector index, on the collections' partitions."""
-    return dg.Definitions(assets=build_index_assets(collection_partitions(config)))
+def index_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
+    """Every collection's vector index, on the collections' partitions, its keys in
+    `namespace`."""
+    return dg.Definitions(assets=build_index_assets(collection_partitions(config), namespace))

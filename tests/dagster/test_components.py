@@ -218,3 +218,82 @@ def test_the_sample_code_location_loads_through_the_component(monkeypatch):
     pipeline = loaded.resources["pipeline"]
     assert Path(pipeline.config_path).name == "pipeline.yaml"
     assert {s.name for s in loaded.sensors} >= {"handbook_publish_sensor", "ticket_exports_sensor"}
+
+
+def two_instances(sandbox, tmp_path: Path) -> dict[str, Path]:
+    """Two instances of the component, `docs` and `wiki`, each over its own folder of pages
+    and its own home, and each with a collection called `handbook`."""
+    homes = {}
+    for prefix, pages in (
+        ("docs", write_corpus(tmp_path / "docs_pages")),
+        ("wiki", tmp_path / "wiki_pages"),
+    ):
+        if prefix == "wiki":
+            pages.mkdir()
+            (pages / "returns.md").write_text("# Returns\n\nParcels go back within thirty days.\n")
+        defs_path = sandbox.scaffold_component(
+            component_cls=BatchPipelineComponent,
+            defs_path=prefix,
+            scaffold_params={"pages": str(pages)},
+        )
+        config = yaml.safe_load((defs_path / "pipeline.yaml").read_text())
+        config["collections"][0]["name"] = "handbook"
+        (defs_path / "pipeline.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        homes[prefix] = tmp_path / f"{prefix}_home"
+        with_attributes(defs_path, home=str(homes[prefix]), translation={"key_prefix": prefix})
+    return homes
+
+
+def test_two_instances_with_a_collection_of_the_same_name_never_collide(tmp_path):
+    """`translation.key_prefix` names each instance's assets, ops, jobs, sensors, schedules
+    and pipeline resource, so both load in one project and each run lands in its own home."""
+    from batch_pipeline.index.search import open_collection, search
+
+    with create_defs_folder_sandbox() as sandbox:
+        homes = two_instances(sandbox, tmp_path)
+        with sandbox.build_all_defs() as defs:
+            keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+            assert {"docs/vector_index", "wiki/vector_index", "wiki/source_documents"} <= keys
+            assert "vector_index" not in keys
+            assert {s.name for s in defs.sensors} >= {
+                "docs__handbook_publish_sensor",
+                "wiki__handbook_publish_sensor",
+            }
+            assert {s.name for s in defs.schedules} == {
+                "docs__nightly_reconciliation",
+                "wiki__nightly_reconciliation",
+            }
+            assert {"docs__pipeline", "wiki__pipeline"} <= set(defs.resources)
+            with dg.instance_for_test() as instance:
+                for prefix in ("docs", "wiki"):
+                    job = defs.resolve_job_def(f"{prefix}__embedding_job")
+                    assert {n.name for n in job.nodes} >= {f"{prefix}__vector_index"}
+                    ran = job.execute_in_process(partition_key="handbook", instance=instance)
+                    assert ran.success, prefix
+                landed = instance.get_latest_materialization_event(
+                    dg.AssetKey(["wiki", "vector_index"])
+                )
+                assert landed is not None and landed.dagster_event.partition == "handbook"
+        found = {}
+        for prefix, home in homes.items():
+            config = sandbox.defs_folder_path / prefix / "pipeline.yaml"
+            hits = search(
+                open_collection("handbook", config, home), "parcels thirty days", mode="text"
+            )
+            found[prefix] = {hit.doc_id for hit in hits}
+        assert found["wiki"] == {"returns.md"}
+        assert "returns.md" not in found["docs"]
+
+
+def test_a_key_prefix_that_is_not_a_dagster_name_is_refused_by_field(tmp_path):
+    pages = write_corpus(tmp_path / "pages")
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = scaffolded(sandbox, pages)
+        with_attributes(defs_path, translation={"key_prefix": ["team", "docs-site"]})
+        with (
+            pytest.raises(Exception) as refused,
+            sandbox.load_component_and_build_defs(defs_path=defs_path),
+        ):
+            pass
+        said = messages(refused.value)
+        assert "key_prefix" in said and "'docs-site' is not a Dagster name" in said

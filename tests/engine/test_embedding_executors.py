@@ -30,6 +30,7 @@ from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.fingerprint import model_fingerprint
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.vllm_embedder import EmbedEngineSettings, embed_engine_settings
+from tests.support import REPO
 
 
 @pytest.mark.parametrize(
@@ -146,13 +147,13 @@ def test_an_input_run_batch_wrote_nothing_for_fails_the_run(monkeypatch):
 def test_every_embedding_kind_runs_its_plan_on_the_executor_the_choice_names(name, tmp_path):
     """`run --executor NAME` and the inference resource reach every kind that embeds through
     `ProductEnv.execution`, never through the product's constructor."""
-    from batch_pipeline.config import REPO_ROOT, load_config
+    from batch_pipeline.config import load_config
     from batch_pipeline.products import kinds_for, product_env, product_for_partition
     from batch_pipeline.state.storage import resolve_storage
     from batch_pipeline.state.tracking import TrackingStore
     from batch_pipeline.state.vector_store import VectorStore
 
-    config = load_config(REPO_ROOT / "pipeline.yaml")
+    config = load_config(REPO / "pipeline.yaml")
     storage = resolve_storage(str(tmp_path / "home"))
     env = product_env(
         config,

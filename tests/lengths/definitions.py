@@ -3,6 +3,7 @@ collections' partitions (collect is each collection's own `source_documents`).""
 
 import dagster as dg
 
+from assets.namespace import Namespace
 from assets.partitions import collection_partitions
 from assets.product_stages import ProductAssets, build_product_assets, open_declared
 from batch_pipeline.config import PipelineConfig
@@ -14,5 +15,6 @@ LENGTH_ASSETS = ProductAssets(
 )
 
 
-def length_definitions(config: PipelineConfig) -> dg.Definitions:
-    return dg.Definitions(assets=build_product_assets(LENGTH_ASSETS, collection_partitions(config)))
+def length_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
+    partitions = collection_partitions(config)
+    return dg.Definitions(assets=build_product_assets(LENGTH_ASSETS, partitions, namespace))
