@@ -333,3 +333,15 @@ def build_product_assets(
         )
 
     return [*built, prepare_asset, plan_asset, execute_asset, land_asset]
+
+
+def declared_assets(
+    kind: ProductKind, partitions: dg.PartitionsDefinition, namespace: Namespace = SAMPLE
+) -> list[dg.AssetsDefinition]:
+    """The assets of a kind that declares no Dagster definitions of its own: its five
+    `stages` (collect the collection's own where its first stage is), opened through the
+    declared road (`open_declared`), in the group its land asset names, in `namespace`."""
+    spec = ProductAssets(
+        stages=kind.stages, open=open_declared(kind), group_name=kind.stages[-1].asset
+    )
+    return build_product_assets(spec, partitions, namespace)

@@ -3,7 +3,9 @@
 Each product folder (`index/`, `tickets/`, `briefs/`) exports one `ProductKind` in its
 `kind.py`: its name, its config section, which products the configuration has of it and how
 to open one, its partition class and model family, its completeness rule and scorer, its
-report, its Dagster definitions (and whether they ride the collections' job), its own
+report, its stages, its Dagster definitions where it has its own (a kind over collections
+needs none: its stage assets are built from its declaration) and whether they ride the
+collections' job, its own
 commands, and what it reads of another kind (`inputs`) or writes beside another kind's
 generations (`feeds`), which the frame resolves (`input_product`, `feed_tables`): no product
 builds another's table names. `batch_pipeline.products` holds the registry of kinds; the
@@ -37,6 +39,7 @@ from batch_pipeline.runs import (
     StageOutput,
 )
 from batch_pipeline.sources import DocumentSource, S3ClientFactory
+from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, StagingArea
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore
@@ -385,8 +388,11 @@ class ProductKind:
     scorer: type | None  # its `Scorer`, where it has a labelled set
     report: str  # the module of its status and doctor reports
     # `module:function` giving its Dagster definitions for a configuration and a namespace
-    # (`function(config, namespace)`: the component's key prefix, which its names carry)
-    definitions: str
+    # (`function(config, namespace)`: the component's key prefix, which its names carry);
+    # None: its five `stages` as assets on the collections' partitions, opened through
+    # `open`, in the group its land asset names (`assets.product_stages.declared_assets`)
+    definitions: str | None = None
+    stages: tuple[Stage, ...] = ()  # its five stages, for definitions built from it
     commands: str | None = None  # the module of its own commands, where it has any
     # its assets ride the collections' job: each collection's publish sensor and the nightly
     # reconciliation launch them with the partition's collect (a kind over collections)
@@ -404,6 +410,14 @@ class ProductKind:
     # what `generations list` says of one of its generations beyond every product's fields,
     # from the generation's recorded configuration ('' for nothing)
     generation_note: Callable[[dict[str, object]], str] = lambda model_config: ""
+
+    def __post_init__(self) -> None:
+        if self.definitions is None and len(self.stages) != 5:
+            raise ValueError(
+                f"kind {self.name!r} declares neither its Dagster definitions "
+                "(`definitions='module:function'`) nor its five stages (`stages=`) to build "
+                "them from"
+            )
 
 
 def feed_tables(config: PipelineConfig, kind: str, collection: str, index: str,

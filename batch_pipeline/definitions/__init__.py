@@ -20,6 +20,8 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from assets.namespace import SAMPLE, Namespace
+from assets.partitions import collection_partitions
+from assets.product_stages import declared_assets
 from batch_pipeline.config import PipelineConfig, load_config
 from batch_pipeline.declaration import ProductKind
 from batch_pipeline.executors.registry import EMBED
@@ -93,9 +95,13 @@ def product_definitions(
     kind: ProductKind, config: PipelineConfig, namespace: Namespace = SAMPLE
 ) -> dg.Definitions:
     """A kind's Dagster definitions for this configuration, as its declaration names them,
-    in `namespace`; none for a kind with no product configured."""
+    in `namespace`, or built from its declared stages on the collections' partitions where
+    it names none; none for a kind with no product configured."""
     if not kind.targets(config):
         return dg.Definitions()
+    if kind.definitions is None:
+        partitions = collection_partitions(config)
+        return dg.Definitions(assets=declared_assets(kind, partitions, namespace))
     module, _, function = kind.definitions.partition(":")
     return getattr(importlib.import_module(module), function)(config, namespace)
 

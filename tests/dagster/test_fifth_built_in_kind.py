@@ -1,11 +1,13 @@
 """A fifth built-in kind: one folder inside the package and one line in the registry.
 
 The test product's folder (`tests/lengths/`) is copied into the package as
-`batch_pipeline.fifth` and its declaration added to `batch_pipeline.products.KINDS`, the one
-registry line; nothing else is edited. The configuration gives its section under
-`products: lengths:` with no `declaration:` (a built-in kind's name is enough), and `run
---kind`, `status`, `doctor`, `report`, the nightly reconciliation and the publish sensors
-reach it, as they reach the index, the briefs and the ticket intents.
+`batch_pipeline.lengths` (a folder named for its kind, as `tests/unit/test_layout.py` holds
+every committed kind to, `tests/lengths/` among them) and its declaration added to
+`batch_pipeline.products.KINDS`, the one registry line; nothing else is edited. The
+configuration gives its section under `products: lengths:` with no `declaration:` (a
+built-in kind's name is enough), and `run --kind`, `status`, `doctor`, `report`, the nightly
+reconciliation and the publish sensors reach it, as they reach the index, the briefs and
+the ticket intents.
 """
 
 import importlib
@@ -23,7 +25,7 @@ from batch_pipeline.config import ConfigError, load_config
 from batch_pipeline.definitions import build_definitions
 from tests.engine.test_fourth_product import write_workspace
 
-PACKAGE = "batch_pipeline.fifth"
+PACKAGE = "batch_pipeline.lengths"
 FOLDER = Path(__file__).resolve().parents[1] / "lengths"
 PRODUCT = "handbook_lengths"
 
@@ -31,7 +33,7 @@ PRODUCT = "handbook_lengths"
 @pytest.fixture
 def fifth_kind(tmp_path, monkeypatch):  # noqa: ANN201
     """The test product as a built-in kind: its folder in the package, its line in KINDS."""
-    folder = tmp_path / "package" / "fifth"
+    folder = tmp_path / "package" / "lengths"
     folder.mkdir(parents=True)
     for path in FOLDER.glob("*.py"):
         text = path.read_text(encoding="utf-8").replace("tests.lengths", PACKAGE)

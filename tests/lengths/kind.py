@@ -8,7 +8,7 @@ from batch_pipeline.declaration import Lines, ProductEnv, ProductFace, ProductKi
 from tests.lengths import report
 from tests.lengths.config import LengthsConfig
 from tests.lengths.executor import LengthExecutor
-from tests.lengths.partition import LengthPartition
+from tests.lengths.partition import LENGTH_STAGES, LengthPartition
 from tests.lengths.product import NAME, SUFFIX, BucketScorer, CoversPassRule, LengthProduct
 
 
@@ -53,6 +53,6 @@ LENGTHS = ProductKind(
     rule=CoversPassRule,
     scorer=BucketScorer,
     report="tests.lengths.report",
-    definitions="tests.lengths.definitions:length_definitions",
+    stages=LENGTH_STAGES,  # its assets, built from them (it names no Dagster definitions)
     collection_runs=True,  # the publish sensors and the nightly reconciliation run it
 )

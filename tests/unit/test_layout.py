@@ -10,6 +10,11 @@ import pytest
 from batch_pipeline.executors.registry import EXECUTORS
 from batch_pipeline.products import KINDS
 from batch_pipeline.runs import ProductPartition
+from tests.lengths.kind import LENGTHS
+
+# every kind this repository commits: the built-in ones, and the declared test product
+# (`tests/lengths/`), which the checks below hold to the same layout as a fifth kind
+COMMITTED = (*KINDS, LENGTHS)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the run frame every product runs in, and what a product declares to be one
     ("batch_pipeline.runs", "batch_pipeline.declaration"),
     # the products, side by side: each on the frame, neither on the other (the registry's)
-    tuple(kind.package for kind in KINDS),
+    tuple(kind.package for kind in COMMITTED),
     ("batch_pipeline.triggers",),
     ("batch_pipeline.products",),  # the registry of product kinds
     (
@@ -47,8 +52,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("batch_pipeline.definitions",),
     ("batch_pipeline.components",),  # the component types, over the definitions
 ]
-PRODUCTS = tuple(kind.package for kind in KINDS)
+PRODUCTS = tuple(kind.package for kind in COMMITTED)
 PROJECT = ("batch_pipeline", "assets", "resources", "sensors")
+SCANNED = (*PROJECT, LENGTHS.package)  # the folders whose modules are checked
 
 
 def layer_of(module: str) -> int | None:
@@ -65,8 +71,8 @@ def layer_of(module: str) -> int | None:
 
 def project_modules() -> dict[str, Path]:
     modules = {}
-    for package in PROJECT:
-        for path in (REPO / package).rglob("*.py"):
+    for package in SCANNED:
+        for path in (REPO / package.replace(".", "/")).rglob("*.py"):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
@@ -98,7 +104,7 @@ def test_imports_point_down_the_layers(module):
     own = layer_of(module)
     upward = []
     for imported in imports_of(MODULES[module]):
-        if imported.split(".")[0] not in PROJECT or imported not in MODULES:
+        if imported not in MODULES:
             continue  # a third-party module, or a name imported from a project module
         target = layer_of(imported)
         if target is not None and own is not None and target > own:
@@ -168,7 +174,7 @@ def test_no_product_builds_another_s_table_names():
 
 def test_no_product_builds_a_reviewer():
     """The frame builds the one reviewer from what a product says (`ReviewedGenerations`)."""
-    folders = [*(REPO / p.replace(".", "/") for p in PRODUCTS), REPO / "tests" / "lengths"]
+    folders = [REPO / p.replace(".", "/") for p in PRODUCTS]
     for path in (path for folder in folders for path in folder.rglob("*.py")):
         calls = [
             node
@@ -240,7 +246,7 @@ def test_each_stage_kind_of_state_and_product_has_a_folder():
     for stage in (COLLECT, PLAN, EXECUTE):
         assert (engine / "stages" / f"{stage.name}.py").is_file(), stage.name
     for product in PRODUCTS:
-        folder = engine / product.removeprefix("batch_pipeline.")
+        folder = REPO / product.replace(".", "/")
         for stage in (PREPARE, LAND):
             assert (folder / f"{stage.name}.py").is_file(), f"{product}: {stage.name}"
 
@@ -254,24 +260,37 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     assert target > own
 
 
-@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+@pytest.mark.parametrize("kind", COMMITTED, ids=lambda kind: kind.name)
 def test_each_kind_is_declared_in_its_own_folder(kind):
-    """A product is one declared object: its partition, rule, scorer and report live in its
-    own folder, its executor is one of the frame's, and its Dagster definitions resolve."""
+    """A product is one declared object: its partition, rule, scorer, report and own prepare
+    and land live in its own folder (named for it), its executor is one of the frame's or,
+    with no model, its own, and its Dagster definitions resolve or are built from its
+    stages. The built-in kinds' sections are the configuration's; a declared kind's is in
+    its folder."""
     import importlib
 
-    assert kind.package == f"batch_pipeline.{kind.name}"
-    assert (REPO / "batch_pipeline" / kind.name / "kind.py").is_file()
+    assert kind.package.rpartition(".")[2] == kind.name
+    assert (REPO / kind.package.replace(".", "/") / "kind.py").is_file()
     for part in (kind.partition, kind.rule, kind.scorer):
         assert part.__module__.startswith(kind.package + "."), part
+    for stage in ("prepare_stage", "land"):  # what the frame leaves to the product
+        assert getattr(kind.partition, stage).__module__.startswith(kind.package + "."), stage
     # product and partition apart: a partition is its product's, which owns the generation
     assert issubclass(kind.partition, ProductPartition), kind.partition
     assert kind.report.startswith(kind.package + ".")
-    # a kind of a model family runs the registry's executors of that family, by name
-    assert kind.family in EXECUTORS and kind.executor is None
-    module, _, function = kind.definitions.partition(":")
-    assert callable(getattr(importlib.import_module(module), function))
-    assert kind.section.__module__.startswith("batch_pipeline.config")
+    # a kind of a model family runs the registry's executors of that family, by name; a
+    # kind that runs no model, its own
+    if kind.family is None:
+        assert kind.executor.__module__.startswith(kind.package + ".")
+    else:
+        assert kind.family in EXECUTORS and kind.executor is None
+    if kind.definitions is None:  # built from its declared stages (`declared_assets`)
+        assert len(kind.stages) == 5 and kind.collection_runs
+    else:
+        module, _, function = kind.definitions.partition(":")
+        assert callable(getattr(importlib.import_module(module), function))
+    home = "batch_pipeline.config" if kind in KINDS else kind.package + "."
+    assert kind.section.__module__.startswith(home)
     if kind.commands is not None:  # its own commands: added to the CLI and run by name
         commands = importlib.import_module(kind.commands)
         assert callable(commands.add_commands) and commands.COMMANDS
