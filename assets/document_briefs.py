@@ -104,15 +104,16 @@ QUESTION_CHARTS = frozenset({"questions_embedded", "question_rows", "recall_at_*
 BRIEF_JOB = "brief_job"
 
 
-def build_brief_job(namespace: Namespace = SAMPLE):  # noqa: ANN201 - an asset job
+def build_brief_job(  # noqa: ANN201 - an asset job
+    assets: list[dg.AssetsDefinition], namespace: Namespace = SAMPLE
+):
     """The briefs with their collection's collect: what the provider-batch sensor runs to
     collect finished batches. It lists the source itself, so it never lands against an older
     listing than its own run's (the last collect could be days old: the briefs would brief
     documents as they were then, and miss those changed or deleted since)."""
     return dg.define_asset_job(
         namespace.name(BRIEF_JOB),
-        selection=dg.AssetSelection.assets(namespace.key(COLLECT.asset))
-        | namespace.selection(BRIEFS_GROUP),
+        selection=dg.AssetSelection.assets(namespace.key(COLLECT.asset), *assets),
         description="The document briefs of one partition, after a fresh collect of its "
         "collection's source.",
     )

@@ -54,11 +54,6 @@ class Namespace:
         shared ones (inference, generation, s3) as they are."""
         return {self.pipeline_key if k == PIPELINE_RESOURCE else k for k in keys}
 
-    def selection(self, *groups: str) -> dg.AssetSelection:
-        """The asset `groups`, within this namespace only."""
-        chosen = dg.AssetSelection.groups(*groups)
-        return chosen & dg.AssetSelection.key_prefixes(list(self.prefix)) if self.prefix else chosen
-
 
 SAMPLE = Namespace()  # no prefix: every name as it is (this repository's code location)
 

@@ -36,12 +36,13 @@ from assets.run_info import (
 )
 from assets.stage_io import RUN_CHARTS, STAGE_CHARTS, as_metadata, parquet_metadata, upstream_path
 from batch_pipeline.declaration import Product, ProductKind
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
 from batch_pipeline.generations.review import GenerationReview
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.products import product_for_partition
 from batch_pipeline.runs import Engine, Landing, RunRequest, StagedPartition, StageOutput
 from batch_pipeline.stages import COLLECT, Stage
+from resources import FAMILY_RESOURCES
 
 Context = dg.AssetExecutionContext
 # the partition's product and the partition itself; None where the partition has none of
@@ -88,11 +89,30 @@ class LandReport:
     checks: list[dg.AssetCheckResult] = field(default_factory=list)
 
 
+def family_resources(kind: ProductKind) -> frozenset[str]:
+    """What a declared kind's assets ask for: the pipeline, the inference resource (every
+    land's review embeds), and the resource that chooses its model family's executor."""
+    family = FAMILY_RESOURCES.get(kind.family) if kind.family else None
+    return frozenset({"pipeline", "inference", *([family] if family else [])})
+
+
+def family_execution(context: Context, kind: ProductKind) -> ExecutorChoice | None:
+    """The executor the resource of `kind`'s model family chooses (`FAMILY_RESOURCES`:
+    inference for embed, generation for generate, scoring for score), as `--executor`
+    chooses it for `run --kind`; None for a kind that runs no model, or a step that did not
+    ask for that resource."""
+    key = FAMILY_RESOURCES.get(kind.family) if kind.family else None
+    if key is None or key not in context.resources._asdict():
+        return None
+    return context.resources.original_resource_dict[key].execution()
+
+
 def open_declared(kind: ProductKind) -> Opener:
-    """The partition's product of `kind`, as `products.product_for_partition` opens it."""
+    """The partition's product of `kind`, as `products.product_for_partition` opens it, on
+    the executor its model family's resource chooses."""
 
     def opened(context: Context) -> tuple[Product, StagedPartition]:
-        env = pipeline_of(context).product_env()
+        env = pipeline_of(context).product_env(execution=family_execution(context, kind))
         product = product_for_partition(kind, env, context.partition_key)
         return product, product.partition(context.partition_key)
 
@@ -342,6 +362,9 @@ def declared_assets(
     `stages` (collect the collection's own where its first stage is), opened through the
     declared road (`open_declared`), in the group its land asset names, in `namespace`."""
     spec = ProductAssets(
-        stages=kind.stages, open=open_declared(kind), group_name=kind.stages[-1].asset
+        stages=kind.stages,
+        open=open_declared(kind),
+        group_name=kind.stages[-1].asset,
+        resources=family_resources(kind),
     )
     return build_product_assets(spec, partitions, namespace)

@@ -9,7 +9,7 @@ partition's `vector_index` has landed: the candidates come from the live index) 
 """
 
 from assets.namespace import pipeline_of
-from assets.product_stages import Context, ProductAssets, open_declared
+from assets.product_stages import Context, ProductAssets, family_resources, open_declared
 from batch_pipeline.declaration import Product
 from batch_pipeline.related import RELATED_STAGES
 from batch_pipeline.related.kind import RELATED
@@ -53,6 +53,7 @@ RELATED_ASSETS = ProductAssets(
     stages=RELATED_STAGES,
     open=_opened,
     group_name=RELATED_GROUP,
+    resources=family_resources(RELATED),  # the scoring resource chooses the score executor
     columns=RELATED_COLUMN_DESCRIPTIONS,
     prepare_deps=(INDEX_LAND,),
     optional=True,

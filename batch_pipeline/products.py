@@ -59,13 +59,17 @@ def product_env(
     tracking: TrackingStore,
     store: VectorStore,
     generator: Generator | None = None,
-    device: str = "auto",
-    dtype: str = "auto",
+    device: str | None = None,
+    dtype: str | None = None,
     execution: ExecutorChoice | None = None,
     s3_client: S3ClientFactory | None = None,
 ) -> ProductEnv:
     """What opening a product takes; a collection partition's documents are read by its
-    vector index's collect, and S3 sources through `s3_client` (None: boto3's defaults)."""
+    vector index's collect, and S3 sources through `s3_client` (None: boto3's defaults).
+    The inference settings are `device` and `dtype` where given (the CLI's flags), else the
+    `execution`'s own (a Dagster resource's), else `auto`."""
+    chosen = execution or ExecutorChoice()
+    chosen = replace(chosen, device=device or chosen.device, dtype=dtype or chosen.dtype)
 
     def documents_for(key: str) -> IndexPartition:
         return index_partition(env, key)
@@ -77,9 +81,9 @@ def product_env(
         store,
         documents_for,
         generator,
-        device,
-        dtype,
-        replace(execution or ExecutorChoice(), device=device, dtype=dtype),
+        chosen.device,
+        chosen.dtype,
+        chosen,
         s3_client,
     )
     return env

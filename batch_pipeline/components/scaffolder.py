@@ -70,6 +70,9 @@ attributes:
   # home: "{{{{ env.BATCH_PIPELINE_HOME }}}}"
   # lancedb_uri: "{{{{ env.BATCH_PIPELINE_LANCEDB_URI }}}}"
   # tracking_url: "{{{{ env.BATCH_PIPELINE_TRACKING_URL }}}}"
+  # A second instance in one project needs names and state of its own:
+  # translation: {{key_prefix: {name}}}    # {name}/vector_index, {name}__embedding_job, ...
+  # home: .batch_pipeline/{name}
 
 # post_processing:
 #   assets:
@@ -105,5 +108,6 @@ class PipelineFileScaffolder(dg.Scaffolder[PipelineFileParams]):
         parse_config(yaml.safe_load(text), base_dir=target, source=str(target / "pipeline.yaml"))
         (target / "pipeline.yaml").write_text(text, encoding="utf-8")
         (target / "defs.yaml").write_text(
-            DEFS_YAML.format(type_name=request.type_name), encoding="utf-8"
+            DEFS_YAML.format(type_name=request.type_name, name=collection_name(target)),
+            encoding="utf-8",
         )

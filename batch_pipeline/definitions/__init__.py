@@ -27,7 +27,7 @@ from batch_pipeline.declaration import ProductKind
 from batch_pipeline.executors.registry import EMBED
 from batch_pipeline.products import kinds_for
 from batch_pipeline.sources import S3_ENV
-from resources import GenerationResource, InferenceResource, PipelineResource
+from resources import GenerationResource, InferenceResource, PipelineResource, ScoringResource
 from resources.batch_api import ENV_PREFIX, from_environment
 from sensors import build_triggers
 
@@ -52,6 +52,7 @@ def _shared_resources(environment: tuple[tuple[str, str], ...]) -> dict[str, obj
     return {
         "inference": from_environment(InferenceResource, "INFERENCE"),
         "generation": from_environment(GenerationResource, "GENERATION"),
+        "scoring": from_environment(ScoringResource, "SCORING"),
         "s3": s3_resource(),
     }
 
@@ -65,21 +66,18 @@ def s3_resource() -> S3Resource:
 def collection_runs(
     config: PipelineConfig, faces: dict[ProductKind, dg.Definitions], namespace: Namespace
 ) -> dg.Definitions:
-    """The collections' job over the asset groups of every kind that declares it rides it
+    """The collections' job over the assets of every kind that declares it rides it
     (`ProductKind.collection_runs`), one publish sensor per collection and the nightly
     reconciliation, all launching that job, and the sensor that launches it to collect the
     provider batches of those kinds' products that embed; nothing without a collection."""
-    groups = sorted(
-        {
-            group
-            for kind, face in faces.items()
-            if kind.collection_runs
-            for asset in face.assets or ()
-            if isinstance(asset, dg.AssetsDefinition)
-            for group in asset.group_names_by_key.values()
-        }
-    )
-    if not config.collections or not groups:
+    riding = [
+        asset
+        for kind, face in faces.items()
+        if kind.collection_runs
+        for asset in face.assets or ()
+        if isinstance(asset, dg.AssetsDefinition)
+    ]
+    if not config.collections or not riding:
         return dg.Definitions()
     embedding = {
         target.name
@@ -87,7 +85,7 @@ def collection_runs(
         if kind.collection_runs and kind.family == EMBED
         for target in kind.targets(config)
     }
-    job, sensors, schedules = build_triggers(config, groups, embedding, namespace)
+    job, sensors, schedules = build_triggers(config, riding, embedding, namespace)
     return dg.Definitions(jobs=[job], sensors=sensors, schedules=schedules)
 
 

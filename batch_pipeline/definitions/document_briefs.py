@@ -15,8 +15,8 @@ from sensors.provider_batches import build_provider_batch_sensor
 def brief_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
     """The briefs of every collection with `briefs:`, their job and the provider-batch
     sensor, named in `namespace`."""
-    job = build_brief_job(namespace)
+    assets = build_brief_assets(collection_partitions(config), namespace)
+    job = build_brief_job(assets, namespace)
     briefs = {briefs_product_name(c.name) for c in config.collections if c.briefs is not None}
     sensor = build_provider_batch_sensor(job, config.partition_keys(), briefs, namespace=namespace)
-    assets = build_brief_assets(collection_partitions(config), namespace)
     return dg.Definitions(assets=assets, jobs=[job], sensors=[sensor])

@@ -11,7 +11,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from assets.namespace import SAMPLE, Namespace
-from assets.ticket_intents import TICKETS_GROUP, build_ticket_assets, ticket_partitions
+from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
 from batch_pipeline.names import generation_product
 from batch_pipeline.sources import SourceUnavailableError
@@ -35,12 +35,14 @@ IN_FLIGHT = [
 ]
 
 
-def build_ticket_job(namespace: Namespace = SAMPLE):  # noqa: ANN201 - an asset job
-    """The ticket group's five stages, in `namespace`; its daily partitions come from the
-    assets."""
+def build_ticket_job(  # noqa: ANN201 - an asset job
+    assets: list[dg.AssetsDefinition], namespace: Namespace = SAMPLE
+):
+    """The ticket intents' five stage `assets`, named in `namespace`; its daily partitions
+    come from the assets."""
     return dg.define_asset_job(
         namespace.name(TICKET_JOB),
-        selection=namespace.selection(TICKETS_GROUP),
+        selection=dg.AssetSelection.assets(*assets),
         description="Collect, prepare, plan, execute and land one day of tickets; then "
         "review the taxonomy generation.",
     )
@@ -159,13 +161,14 @@ def build_cascade_batches_sensor(
 def ticket_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Definitions:
     """The ticket intents, on daily partitions: their job, schedule and export sensor, and
     the cascade's provider-batch sensor where it asks a provider, named in `namespace`."""
-    job = build_ticket_job(namespace)
+    assets = build_ticket_assets(ticket_partitions(config), namespace)
+    job = build_ticket_job(assets, namespace)
     cascade = config.tickets.cascade
     sensors = [build_ticket_exports_sensor(config, job, namespace)]
     if cascade is not None and cascade.executor == "openai-batch":
         sensors.append(build_cascade_batches_sensor(config, job, namespace))
     return dg.Definitions(
-        assets=build_ticket_assets(ticket_partitions(config), namespace),
+        assets=assets,
         jobs=[job],
         schedules=[build_ticket_schedule(config, job, namespace)],
         sensors=sensors,

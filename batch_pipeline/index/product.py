@@ -52,7 +52,10 @@ def configured_generations(config: PipelineConfig) -> dict[str, str]:
 class IndexProduct(ReviewedGenerations):
     """A collection's vector index (see the module docstring)."""
 
-    no_live_hint = "materialise it first (make demo)"
+    no_live_hint = (
+        "materialise it first (its partition of embedding_job, or batch-pipeline run "
+        "--collection NAME)"
+    )
 
     def __init__(
         self,

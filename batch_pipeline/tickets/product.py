@@ -303,7 +303,7 @@ class TicketProduct(ReviewedGenerations):
         return {**guarantee, "label_budget": s.label_budget, **self.escalation.identity()}
 
     # its generations: the frame's reviewer, with its rule and scorer
-    no_live_hint = "classify a day first (make demo, or batch-pipeline run --day YYYY-MM-DD)"
+    no_live_hint = "classify a day first (batch-pipeline run --day YYYY-MM-DD)"
 
     def completeness_rule(self) -> HoldsLiveDaysRule:
         """Holds every day the live generation holds."""

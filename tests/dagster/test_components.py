@@ -49,8 +49,12 @@ def test_scaffolding_writes_a_defs_yaml_and_a_pipeline_file_that_build(tmp_path)
     pages = write_corpus(tmp_path / "pages")
     with create_defs_folder_sandbox() as sandbox:
         defs_path = scaffolded(sandbox, pages, glob="**/*.md")
-        body = yaml.safe_load((defs_path / "defs.yaml").read_text())
+        text = (defs_path / "defs.yaml").read_text()
+        body = yaml.safe_load(text)
         assert body["attributes"] == {"config_path": "pipeline.yaml"}
+        # what a second instance in the project uncomments, named for the folder
+        assert "  # translation: {key_prefix: docs}" in text
+        assert "  # home: .batch_pipeline/docs" in text
         # the pipeline file the CLI reads: one collection over the pages, named after the folder
         config = load_config(defs_path / "pipeline.yaml")
         (collection,) = config.collections
@@ -221,8 +225,9 @@ def test_the_sample_code_location_loads_through_the_component(monkeypatch):
 
 
 def two_instances(sandbox, tmp_path: Path) -> dict[str, Path]:
-    """Two instances of the component, `docs` and `wiki`, each over its own folder of pages
-    and its own home, and each with a collection called `handbook`."""
+    """Two instances of the component, `docs` (with no translation: its names as they are)
+    and `wiki` (key prefix `wiki`), each over its own folder of pages and its own home, and
+    each with a collection called `handbook`."""
     homes = {}
     for prefix, pages in (
         ("docs", write_corpus(tmp_path / "docs_pages")),
@@ -240,7 +245,8 @@ def two_instances(sandbox, tmp_path: Path) -> dict[str, Path]:
         config["collections"][0]["name"] = "handbook"
         (defs_path / "pipeline.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         homes[prefix] = tmp_path / f"{prefix}_home"
-        with_attributes(defs_path, home=str(homes[prefix]), translation={"key_prefix": prefix})
+        named = {"translation": {"key_prefix": prefix}} if prefix == "wiki" else {}
+        with_attributes(defs_path, home=str(homes[prefix]), **named)
     return homes
 
 
@@ -253,30 +259,32 @@ def test_two_instances_with_a_collection_of_the_same_name_never_collide(tmp_path
         homes = two_instances(sandbox, tmp_path)
         with sandbox.build_all_defs() as defs:
             keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-            assert {"docs/vector_index", "wiki/vector_index", "wiki/source_documents"} <= keys
-            assert "vector_index" not in keys
+            assert {"vector_index", "wiki/vector_index", "wiki/source_documents"} <= keys
             assert {s.name for s in defs.sensors} >= {
-                "docs__handbook_publish_sensor",
+                "handbook_publish_sensor",
                 "wiki__handbook_publish_sensor",
             }
             assert {s.name for s in defs.schedules} == {
-                "docs__nightly_reconciliation",
+                "nightly_reconciliation",
                 "wiki__nightly_reconciliation",
             }
-            assert {"docs__pipeline", "wiki__pipeline"} <= set(defs.resources)
+            assert {"pipeline", "wiki__pipeline"} <= set(defs.resources)
             with dg.instance_for_test() as instance:
-                for prefix in ("docs", "wiki"):
-                    job = defs.resolve_job_def(f"{prefix}__embedding_job")
-                    assert {n.name for n in job.nodes} >= {f"{prefix}__vector_index"}
+                for job_name, prefix in (("embedding_job", ()), ("wiki__embedding_job", ("wiki",))):
+                    job = defs.resolve_job_def(job_name)
+                    # its own instance's assets only, though both have the same groups
+                    selected = job.asset_layer.selected_asset_keys
+                    assert all(tuple(k.path[:-1]) == prefix for k in selected), job_name
+                    assert dg.AssetKey([*prefix, "vector_index"]) in selected
                     ran = job.execute_in_process(partition_key="handbook", instance=instance)
-                    assert ran.success, prefix
+                    assert ran.success, job_name
                 landed = instance.get_latest_materialization_event(
                     dg.AssetKey(["wiki", "vector_index"])
                 )
                 assert landed is not None and landed.dagster_event.partition == "handbook"
         found = {}
         for prefix, home in homes.items():
-            config = sandbox.defs_folder_path / prefix / "pipeline.yaml"
+            config = sandbox.defs_folder_path / prefix / "pipeline.yaml"  # the CLI reads it too
             hits = search(
                 open_collection("handbook", config, home), "parcels thirty days", mode="text"
             )

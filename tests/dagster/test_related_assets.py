@@ -59,3 +59,46 @@ def test_a_collection_without_related_materialises_none_of_them(tmp_path):
     space = workspace(tmp_path, related=False)
     defs = build_definitions(space["config"])
     assert "related_candidates" not in {k.to_user_string() for k in defs.resolve_all_asset_keys()}
+
+
+def test_the_scoring_resource_chooses_the_executor_related_documents_open_on(tmp_path):
+    """In Dagster the related documents open on the score executor the scoring resource
+    names (`BATCH_PIPELINE_SCORING_EXECUTOR` in the shipped definitions), as `run --kind
+    related --executor` names it on the command line; they ran `local` whatever was set."""
+    from assets.product_stages import open_declared
+    from batch_pipeline.related.kind import RELATED
+    from resources import ScoringResource
+
+    space = workspace(tmp_path)
+    defs = build_definitions(space["config"])
+    scores = defs.get_assets_def("related_scores")
+    assert "scoring" in scores.required_resource_keys
+    with dg.instance_for_test() as instance:
+        assert materialize(space, instance).success  # the index, so the lists can open
+    resources = {**stage_resources(space, fake_model=True), "scoring": ScoringResource(
+        executor="vllm-run-batch", device="cpu")}  # fmt: skip
+    with dg.build_asset_context(resources=resources, partition_key="handbook") as context:
+        product, _partition = open_declared(RELATED)(context)
+    chosen = product.engine.execution
+    assert (chosen.name, chosen.device) == ("vllm-run-batch", "cpu")
+    assert chosen.spelled("executor") == "ScoringResource.executor"
+
+
+def test_a_scoring_resource_it_cannot_run_on_is_refused_by_field(tmp_path):
+    from resources import ScoringResource
+
+    space = workspace(tmp_path)
+    defs = build_definitions(space["config"])
+    resources = {**stage_resources(space, fake_model=True),
+                 "scoring": ScoringResource(executor="openai-batch")}  # fmt: skip
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.get_assets_def(name) for name in (*INDEX_ASSETS, *RELATED_ASSETS)],
+            partition_key="handbook",
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+        )
+    assert not result.success
+    said = str(result.all_events)
+    assert "ScoringResource.api_base: the openai-batch executor needs" in said

@@ -21,7 +21,7 @@ from dagster_aws.s3 import S3Resource
 from batch_pipeline.config import load_config
 from batch_pipeline.index.product import configured_generations
 from batch_pipeline.stages import STAGES
-from resources import InferenceResource, PipelineResource
+from resources import InferenceResource, PipelineResource, ScoringResource
 from resources.testing import FakeInferenceResource
 
 # ------------------------------------------------------------------ corpora and configs
@@ -239,6 +239,7 @@ def stage_resources(workspace: dict, fake_model: bool = False) -> dict:
             config_path=str(workspace["config"]), home=str(workspace["home"])
         ),
         "inference": inference,
+        "scoring": ScoringResource(),
         "s3": S3Resource(),
     }
 
