@@ -9,12 +9,19 @@ import dagster as dg
 from pydantic import Field
 
 from batch_pipeline.config import ConfigError
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
 from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
+from batch_pipeline.executors.registry import executor_class, executor_names
 
 
 class BatchApiResource(dg.ConfigurableResource):
-    """A resource's Batch API fields (see the module docstring); a resource subclasses it."""
+    """A resource's Batch API fields (see the module docstring); a resource subclasses it,
+    with the `executor`, `device` and `dtype` fields of the model family it chooses for."""
+
+    executor: str
+    device: str
+    dtype: str
 
     api_base: str | None = Field(
         default=None,
@@ -49,6 +56,31 @@ class BatchApiResource(dg.ConfigurableResource):
     price_per_million_output_tokens: float = Field(
         default=0.0, ge=0, description="openai-batch: the provider's batch price of output tokens."
     )
+
+    def check_executor(self, family: str) -> None:
+        """At setup: the executor is one of `family`'s and can run on the resource's device
+        and dtype; a ValueError naming the field otherwise (then the Batch API's checks)."""
+        name, names = type(self).__name__, executor_names(family)
+        if self.executor not in names:
+            raise ValueError(
+                f"{name}.executor must be one of {', '.join(names)}, got {self.executor!r}"
+            )
+        problem = executor_class(family, self.executor).settings_problem(self.device, self.dtype)
+        if problem is not None:  # found now, before a run collects anything
+            raise ValueError(f"{name}.{problem[0]} with executor {self.executor}: {problem[1]}")
+        self.check_batch_api(self.executor)
+
+    def execution(self) -> ExecutorChoice:
+        """Which executor runs the family's plans, on this resource's device and dtype, as a
+        product opens it (`ProductEnv.execution`); errors name the resource's fields."""
+        name = type(self).__name__
+        return ExecutorChoice(
+            name=self.executor,
+            device=self.device,
+            dtype=self.dtype,
+            batch_api=self.batch_api(),
+            spelled=lambda setting: f"{name}.{setting}",
+        )
 
     def check_batch_api(self, executor: str) -> None:
         """At setup: `openai-batch` needs `api_base`, and the window must read as one; a

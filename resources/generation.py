@@ -6,7 +6,6 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.generation import (
     DEFAULT_EXECUTOR,
     parallel_problem,
@@ -191,17 +190,6 @@ class GenerationResource(BatchApiResource):
         if self._generator is None:
             self._generator = VllmGenerator(self.chat_model(), self.engine_settings())
         return self._generator
-
-    def execution(self) -> ExecutorChoice:
-        """Which executor generates, on this resource's device and dtype (what a declared
-        kind of the generate family opens on)."""
-        return ExecutorChoice(
-            name=self.executor,
-            device=self.device,
-            dtype=self.dtype,
-            batch_api=self.batch_api(),
-            spelled=lambda setting: f"GenerationResource.{setting}",
-        )
 
     def plan_settings(self) -> PromptPlanSettings:
         return plan_settings_for(self.engine_settings(), self.chunk_size)

@@ -5,8 +5,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
-from batch_pipeline.executors.registry import EMBED, executor_class, executor_names
+from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors.registry import EMBED
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -89,16 +89,7 @@ class InferenceResource(BatchApiResource):
     _runners: LoadedModels = PrivateAttr()
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        if self.executor not in executor_names(EMBED):
-            raise ValueError(
-                f"InferenceResource.executor must be one of {', '.join(executor_names(EMBED))}, "
-                f"got {self.executor!r}"
-            )
-        chosen = executor_class(EMBED, self.executor)
-        problem = chosen.settings_problem(self.device, self.dtype)
-        if problem is not None:  # found now, before a run collects anything
-            raise ValueError(f"InferenceResource.{problem[0]} with executor {self.executor}: "
-                             f"{problem[1]}")  # fmt: skip
+        self.check_executor(EMBED)
         self._runners = LoadedModels(
             device=self.device,
             dtype=self.dtype,
@@ -111,22 +102,11 @@ class InferenceResource(BatchApiResource):
                 self.calibration_cache or resolve_storage().home / CALIBRATION_FILE
             ),
         )
-        self.check_batch_api(self.executor)
         try:
             pick_backend(self.resolved_device(), self.backend)
             pick_dtype("cpu", self.dtype)
         except ValueError as error:
             raise ValueError(f"InferenceResource: {error}") from None
-
-    def execution(self) -> ExecutorChoice:
-        """Which executor embeds, on this resource's device and dtype."""
-        return ExecutorChoice(
-            name=self.executor,
-            device=self.device,
-            dtype=self.dtype,
-            batch_api=self.batch_api(),
-            spelled=lambda setting: f"InferenceResource.{setting}",
-        )
 
     def resolved_device(self) -> str:
         return pick_device(self.device)

@@ -5,8 +5,7 @@ it for `batch-pipeline run --kind related`."""
 import dagster as dg
 from pydantic import Field
 
-from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.registry import SCORE, executor_class, executor_names
+from batch_pipeline.executors.registry import SCORE
 from resources.batch_api import BatchApiResource
 
 
@@ -25,24 +24,4 @@ class ScoringResource(BatchApiResource):
     dtype: str = Field(default="auto", description="auto, float32, float16 or bfloat16.")
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        names = executor_names(SCORE)
-        if self.executor not in names:
-            raise ValueError(
-                f"ScoringResource.executor must be one of {', '.join(names)}, got {self.executor!r}"
-            )
-        problem = executor_class(SCORE, self.executor).settings_problem(self.device, self.dtype)
-        if problem is not None:  # found now, before a run collects anything
-            raise ValueError(
-                f"ScoringResource.{problem[0]} with executor {self.executor}: {problem[1]}"
-            )
-        self.check_batch_api(self.executor)
-
-    def execution(self) -> ExecutorChoice:
-        """Which executor scores, on this resource's device and dtype."""
-        return ExecutorChoice(
-            name=self.executor,
-            device=self.device,
-            dtype=self.dtype,
-            batch_api=self.batch_api(),
-            spelled=lambda setting: f"ScoringResource.{setting}",
-        )
+        self.check_executor(SCORE)

@@ -30,13 +30,16 @@ def workspace(root: Path, related: bool = True) -> dict:
     return {"config": root / "pipeline.yaml", "home": root / "home", "root": root}
 
 
-def materialize(space: dict, instance) -> dg.ExecuteInProcessResult:  # noqa: ANN001
+def materialize(space: dict, instance, **resources) -> dg.ExecuteInProcessResult:  # noqa: ANN001
+    """The index's and the related documents' assets of the partition, on the stage
+    resources (with any of `resources` in their place); a failure is returned, not raised."""
     defs = build_definitions(space["config"])
     return dg.materialize(
         [defs.get_assets_def(name) for name in (*INDEX_ASSETS, *RELATED_ASSETS)],
         partition_key="handbook",
         instance=instance,
-        resources=stage_resources(space, fake_model=True),
+        resources={**stage_resources(space, fake_model=True), **resources},
+        raise_on_error=False,
     )
 
 
@@ -88,17 +91,8 @@ def test_a_scoring_resource_it_cannot_run_on_is_refused_by_field(tmp_path):
     from resources import ScoringResource
 
     space = workspace(tmp_path)
-    defs = build_definitions(space["config"])
-    resources = {**stage_resources(space, fake_model=True),
-                 "scoring": ScoringResource(executor="openai-batch")}  # fmt: skip
     with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [defs.get_assets_def(name) for name in (*INDEX_ASSETS, *RELATED_ASSETS)],
-            partition_key="handbook",
-            instance=instance,
-            resources=resources,
-            raise_on_error=False,
-        )
+        result = materialize(space, instance, scoring=ScoringResource(executor="openai-batch"))
     assert not result.success
     said = str(result.all_events)
     assert "ScoringResource.api_base: the openai-batch executor needs" in said
