@@ -51,7 +51,7 @@ class Namespace:
 
     def resource_keys(self, keys: Iterable[str]) -> set[str]:
         """Resource `keys` as this namespace names them: its own pipeline resource, and the
-        shared ones (inference, generation, s3) as they are."""
+        shared ones (inference, generation, scoring, s3) as they are."""
         return {self.pipeline_key if k == PIPELINE_RESOURCE else k for k in keys}
 
 
