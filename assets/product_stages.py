@@ -92,7 +92,7 @@ class LandReport:
 def family_resources(kind: ProductKind) -> frozenset[str]:
     """What a declared kind's assets ask for: the pipeline, the inference resource (every
     land's review embeds), and the resource that chooses its model family's executor."""
-    family = FAMILY_RESOURCES.get(kind.family) if kind.family else None
+    family = FAMILY_RESOURCES.get(kind.family)  # none for a kind that runs no model
     return frozenset({"pipeline", "inference", *([family] if family else [])})
 
 
@@ -101,7 +101,7 @@ def family_execution(context: Context, kind: ProductKind) -> ExecutorChoice | No
     inference for embed, generation for generate, scoring for score), as `--executor`
     chooses it for `run --kind`; None for a kind that runs no model, or a step that did not
     ask for that resource."""
-    key = FAMILY_RESOURCES.get(kind.family) if kind.family else None
+    key = FAMILY_RESOURCES.get(kind.family)
     if key is None or key not in context.resources._asdict():
         return None
     return context.resources.original_resource_dict[key].execution()

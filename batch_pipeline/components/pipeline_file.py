@@ -36,13 +36,17 @@ class Translation(dg.Model, dg.Resolvable):
     @field_validator("key_prefix")
     @classmethod
     def _dagster_names(cls, value: str | list[str]) -> str | list[str]:
-        Namespace(tuple([value] if isinstance(value, str) else value))  # refuses a bad part
+        namespace_of(value)  # refuses a part that is not a Dagster name
         return value
 
     @property
     def namespace(self) -> Namespace:
-        prefix = self.key_prefix
-        return Namespace(tuple([prefix] if isinstance(prefix, str) else prefix))
+        return namespace_of(self.key_prefix)
+
+
+def namespace_of(key_prefix: str | list[str]) -> Namespace:
+    """The namespace a key prefix names: one part, or a list of them."""
+    return Namespace((key_prefix,) if isinstance(key_prefix, str) else tuple(key_prefix))
 
 
 @dg.scaffold_with(PipelineFileScaffolder)
