@@ -31,7 +31,6 @@ from batch_pipeline.briefs import BRIEF_EXECUTE, BRIEF_LAND, BRIEF_PLAN, BRIEF_P
 from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
-from batch_pipeline.executors.generation import DEFAULT_EXECUTOR
 from batch_pipeline.names import briefs_product_name
 from batch_pipeline.runs import StagedPartition
 from batch_pipeline.stages import COLLECT, Stage
@@ -139,8 +138,7 @@ def _opened(context: Context) -> tuple[BriefProduct, StagedPartition] | None:
             env.documents_for,
             generation.generator(),
             generation.plan_settings(),
-            executor=getattr(generation, "executor", DEFAULT_EXECUTOR),  # a test's fake has none
-            batch_api=generation.batch_api() if hasattr(generation, "batch_api") else None,
+            execution=generation.execution(),
         )
         product.fingerprint  # noqa: B018 - read now: the prompt, schema and model, pinned
         return product

@@ -12,6 +12,9 @@
   tracking key, `<product>__<fingerprint>`. A generation may have companion tables that
   another product writes beside it (a declared feed): a vector index generation's briefs'
   questions, `<product>_questions__<fingerprint>`.
+- A *model family* says what a model returns: `embed` (vectors), `generate` (text) or
+  `score` (a number per query and document); an *executor* runs a family's plan, chosen by
+  name from the family's registry (`batch_pipeline.executors.registry`).
 
 Code that has one of these names and needs another asks this module; nothing else splits
 or formats these strings.
@@ -19,6 +22,7 @@ or formats these strings.
 
 import hashlib
 
+EMBED, GENERATE, SCORE = "embed", "generate", "score"  # the model families
 GENERATION_SEPARATOR = "__"
 SHARD_MARK = "-s"
 QUESTIONS_SUFFIX = "_questions"

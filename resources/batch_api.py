@@ -10,9 +10,8 @@ from pydantic import Field
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
 from batch_pipeline.executors.batch_api import BatchApiSettings, window_seconds
-from batch_pipeline.executors.registry import executor_class, executor_names
+from batch_pipeline.executors.registry import capabilities, executor_class, executor_names
 
 
 class BatchApiResource(dg.ConfigurableResource):
@@ -68,7 +67,7 @@ class BatchApiResource(dg.ConfigurableResource):
         problem = executor_class(family, self.executor).settings_problem(self.device, self.dtype)
         if problem is not None:  # found now, before a run collects anything
             raise ValueError(f"{name}.{problem[0]} with executor {self.executor}: {problem[1]}")
-        self.check_batch_api(self.executor)
+        self.check_batch_api(family, self.executor)
 
     def execution(self) -> ExecutorChoice:
         """Which executor runs the family's plans, on this resource's device and dtype, as a
@@ -82,13 +81,13 @@ class BatchApiResource(dg.ConfigurableResource):
             spelled=lambda setting: f"{name}.{setting}",
         )
 
-    def check_batch_api(self, executor: str) -> None:
+    def check_batch_api(self, family: str, executor: str) -> None:
         """At setup: `openai-batch` needs `api_base`, and the window must read as one; a
         ValueError naming the field otherwise."""
         name = type(self).__name__
-        if executor == OPENAI_BATCH and self.api_base is None:
+        if capabilities(family, executor).provider_batches and self.api_base is None:
             raise ValueError(
-                f"{name}.api_base: the {OPENAI_BATCH} executor needs the Batch API's base URL"
+                f"{name}.api_base: the {executor} executor needs the Batch API's base URL"
             )
         try:
             window_seconds(self.completion_window)

@@ -6,11 +6,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from batch_pipeline.executors.generation import (
-    DEFAULT_EXECUTOR,
-    parallel_problem,
-)
-from batch_pipeline.executors.registry import GENERATE, executor_names
+from batch_pipeline.executors.generation import parallel_problem
+from batch_pipeline.executors.registry import GENERATE, default_executor, executor_names
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -99,7 +96,7 @@ class GenerationResource(BatchApiResource):
         description="JSON file of dtype measurements; default <home>/calibration.json.",
     )
     executor: str = Field(
-        default=DEFAULT_EXECUTOR,
+        default=default_executor(GENERATE),
         description="What runs the plan: vllm (in the run's process), vllm-run-batch (vLLM's "
         "own run-batch over the plan's OpenAI batch files, in a subprocess) or openai-batch "
         "(the same files through an OpenAI-compatible Batch API at api_base).",
@@ -144,7 +141,7 @@ class GenerationResource(BatchApiResource):
             )
             if problem is not None:
                 raise ValueError(f"GenerationResource.{problem[0]}: {problem[1]}")
-        self.check_batch_api(self.executor)
+        self.check_batch_api(GENERATE, self.executor)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._generator is not None:

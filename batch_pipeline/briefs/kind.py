@@ -4,6 +4,7 @@ collect, complete when it briefs every document of its last full pass, scored by
 share, audience accuracy and faithfulness."""
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import ClassVar
 
 from batch_pipeline.briefs import INDEX, NAME, report
@@ -21,11 +22,8 @@ from batch_pipeline.declaration import (
     ProductTarget,
     RunReport,
 )
-from batch_pipeline.executors.batch_api import BatchApiSettings
-from batch_pipeline.executors.generation import (
-    DEFAULT_EXECUTOR,
-    parallel_problem,
-)
+from batch_pipeline.executors import ExecutorChoice
+from batch_pipeline.executors.generation import parallel_problem
 from batch_pipeline.executors.registry import GENERATE, check_executor
 from batch_pipeline.generations.review import EmbedderFor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
@@ -89,16 +87,15 @@ def brief_product(
     plan_settings: PromptPlanSettings | None = None,
     device: str = "auto",
     dtype: str = "auto",
-    executor: str = DEFAULT_EXECUTOR,
-    batch_api: BatchApiSettings | None = None,
+    execution: ExecutorChoice | None = None,
     engine_options: dict[str, int] | None = None,
 ) -> BriefProduct:
     """A collection's briefs, its documents read through `documents_for` (the collection's
     own partitions). Without `generator`, vLLM on the generation resource's defaults: the
     shipped chat model, `dtype: auto` decided (and cached) here; its engine starts only if
-    there is work. `executor` names what runs the plan (`generation_executors`); `batch_api`
-    says where the openai-batch executor submits; `engine_options` set the engine's other
-    settings (`EngineSettings`: `tensor_parallel_size`, ...)."""
+    there is work. `execution` names the generate executor that runs the plan, with its
+    settings (the Batch API's); `engine_options` set the engine's other settings
+    (`EngineSettings`: `tensor_parallel_size`, ...)."""
     if generator is None:
         model = resolve_chat_model(None, storage.home)
         cache = storage.home / CALIBRATION_FILE
@@ -107,7 +104,7 @@ def brief_product(
         plan_settings = plan_settings or plan_settings_for(engine)
     return BriefProduct(
         config, storage, collection, generator, documents_for, plan_settings, tracking, store,
-        executor, batch_api,
+        execution,
     )  # fmt: skip
 
 
@@ -122,7 +119,8 @@ def targets(config: PipelineConfig) -> list[ProductTarget]:
 
 def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
     """A collection's briefs on the executor `env.execution` names (a ConfigError, naming
-    the setting as its caller spells it, for a parallel size no engine can take)."""
+    the setting as its caller spells it, for an executor, a parallel size or a Batch API
+    setting it cannot take), refused before any stage runs."""
     choice = env.execution
     executor = check_executor(GENERATE, choice.name, choice.spelled("executor"))
     options = {k: v for k, v in choice.engine_options.items() if v and v > 1}
@@ -142,10 +140,10 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
         env.generator,
         device=env.device,
         dtype=env.dtype,
-        executor=executor,
-        batch_api=choice.batch_api,
+        execution=replace(choice, name=executor),
         engine_options=options,
     )
+    product.executor  # noqa: B018 - chosen now: what it cannot run is refused before a stage
     return DocumentBriefs(product)
 
 

@@ -8,7 +8,6 @@ execute are the chat-model stages, land writes the typed rows.
 """
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 
@@ -29,20 +28,14 @@ from batch_pipeline.config import (
     BRIEF_COLUMNS,
     BRIEF_PLACEHOLDERS,
     BriefsConfig,
-    ConfigError,
     PipelineConfig,
 )
 from batch_pipeline.config.output_schema import OutputSchema, load_output_schema
 from batch_pipeline.config.prompt import PromptTemplate, load_prompt
 from batch_pipeline.declaration import CollectionDocuments, input_product
-from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
-from batch_pipeline.executors.batch_api import BatchApiSettings
-from batch_pipeline.executors.generation import (
-    DEFAULT_EXECUTOR,
-    GenerationExecutor,
-)
-from batch_pipeline.executors.openai_batch import OpenAIBatchExecutor
-from batch_pipeline.executors.registry import GENERATE, executor_class
+from batch_pipeline.executors import Capabilities, ExecutorChoice
+from batch_pipeline.executors.generation import GenerationExecutor, generation_executor
+from batch_pipeline.executors.registry import GENERATE, capabilities
 from batch_pipeline.generations.evaluation import index_model
 from batch_pipeline.generations.registry import BUILDING, CANDIDATE, LIVE
 from batch_pipeline.generations.review import (
@@ -80,11 +73,10 @@ class BriefProduct(ReviewedGenerations):
         plan_settings: PromptPlanSettings | None = None,
         tracking: TrackingStore | None = None,
         store: VectorStore | None = None,
-        executor_name: str = DEFAULT_EXECUTOR,
-        batch_api: BatchApiSettings | None = None,
+        execution: ExecutorChoice | None = None,
     ) -> None:
-        self.executor_name = executor_name
-        self.batch_api = batch_api  # where the openai-batch executor submits
+        # which generate executor runs the plan, with its settings (the family's default)
+        self.execution = execution or ExecutorChoice()
         self.config = config
         self.storage = storage
         self.collection_name = collection
@@ -136,37 +128,31 @@ class BriefProduct(ReviewedGenerations):
         same output in any batch; in bfloat16 (and float16) an output depends on the batch
         it ran in (`python -m batch_pipeline.bench.rerun`: 8 of 40 differed, and 2 changed
         validity), and so may a provider's."""
-        if self.executor_name == OPENAI_BATCH:
+        if self.executor_capabilities.provider_batches:
             return 2
         return 1 if getattr(self.generator, "dtype", "float32") == "float32" else 2
 
     @property
+    def executor_capabilities(self) -> Capabilities:
+        """What the chosen generate executor declares it can do."""
+        return capabilities(GENERATE, self.execution.name)
+
+    @property
     def executor(self) -> GenerationExecutor:
         """The chat model's prompt plan and generation, under the briefs' sampling and
-        output schema, on the generate executor named `executor_name` (`executors.registry`):
-        its outputs, and so its generation, are the same whichever runs it."""
-        chosen = executor_class(GENERATE, self.executor_name)
-        if getattr(chosen, "runs_vllm", False) and not hasattr(self.generator, "settings"):
-            raise ConfigError(
-                f"the {self.executor_name} executor runs vLLM's own engine: it needs the vLLM "
-                "generator, not a test's fake one"
-            )
-        executor = chosen(self.generator, self.sampling, self.output.schema, self.plan_settings)
-        if isinstance(executor, OpenAIBatchExecutor):  # its batches' ledger is the frame's
-            if self.batch_api is None:
-                raise ConfigError(
-                    f"the {self.executor_name} executor needs the Batch API's address: set the "
-                    "generation resource's api_base (or `run --api-base URL`)"
-                )
-            return replace(executor, api=self.batch_api)
-        return executor
+        output schema, on the generate executor `execution` names (`executors.registry`):
+        its outputs, and so its generation, are the same whichever runs it (a provider's
+        batches' ledger is the frame's)."""
+        return generation_executor(
+            self.execution, self.generator, self.sampling, self.output.schema, self.plan_settings
+        )
 
     @property
     def served_model(self) -> str | None:
         """The provider's model, where it is not the chat model the plan counts tokens with:
         its briefs are another generation's."""
-        api = self.batch_api
-        if self.executor_name != OPENAI_BATCH or api is None:
+        api = self.execution.batch_api
+        if not self.executor_capabilities.provider_batches or api is None:
             return None
         return api.served_model(self.model.name)
 

@@ -6,7 +6,6 @@ model, the generations and the table's health. `doctor` also checks the collecti
 from batch_pipeline.briefs.failures import next_run_note
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.declaration import RunReport
-from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
 from batch_pipeline.health.freshness import utc_time
 from batch_pipeline.health.tables import table_damage
 from batch_pipeline.measures.progress import duration
@@ -154,7 +153,7 @@ def run_lines(product: BriefProduct, report: RunReport) -> list[str]:
         f"{land['briefs_landed']} landed, {land['briefs_deleted']} deleted, "
         f"{land['briefs_failed']} failed ({product.index})"
     ]
-    if execute["executor"] == OPENAI_BATCH:
+    if product.executor_capabilities.provider_batches:
         lines += report.batches_lines()
     elif execute["requests_generated"]:
         lines.append(

@@ -7,9 +7,8 @@ import argparse
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import NAME as OPENAI_BATCH
 from batch_pipeline.executors.batch_api import BatchApiSettings
-from batch_pipeline.executors.registry import EXECUTORS, all_executor_names
+from batch_pipeline.executors.registry import EXECUTORS, all_executor_names, executors_with
 
 PARALLEL = ("tensor_parallel_size", "data_parallel_size")
 
@@ -91,8 +90,9 @@ def batch_api_of(args: argparse.Namespace) -> BatchApiSettings | None:
     ConfigError with it for another executor (it would be silently unused)."""
     if getattr(args, "api_base", None) is None:
         return None
-    if getattr(args, "executor", None) != OPENAI_BATCH:
-        raise ConfigError(f"--api-base: for --executor {OPENAI_BATCH} only")
+    takers = executors_with("provider_batches")
+    if getattr(args, "executor", None) not in takers:
+        raise ConfigError(f"--api-base: for --executor {' or '.join(takers)} only")
     return BatchApiSettings(
         api_base=args.api_base,
         api_key_env=args.api_key_env,

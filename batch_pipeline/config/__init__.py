@@ -6,8 +6,9 @@ is in its module: `index` (collections), `briefs` (a collection's `briefs:`), `t
 (`tickets:`), with the sources in `sources` and the strict base in `base`. Everything is
 importable from here.
 
-`load_config()` reads `BATCH_PIPELINE_CONFIG` (default `pipeline.yaml` at the repository
-root) and fails with `ConfigError`, naming the field's path and the reason, on any bad value.
+`load_config()` reads `BATCH_PIPELINE_CONFIG` (default `pipeline.yaml` in the working
+directory) and fails with `ConfigError`, naming the field's path and the reason, on any bad
+value.
 """
 
 import os

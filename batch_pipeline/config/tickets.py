@@ -13,9 +13,11 @@ from batch_pipeline.config.base import (
     valid_timezone,
     window_seconds,
 )
+from batch_pipeline.config.executors import known_executor, provider_batch_executors
 from batch_pipeline.config.index import CollectionConfig
 from batch_pipeline.config.sources import S3Location, _SqlConnection
 from batch_pipeline.config.taxonomy import TaxonomyError, load_taxonomy
+from batch_pipeline.names import GENERATE
 
 
 class TicketFolderExport(_Strict):
@@ -250,14 +252,15 @@ class CascadeConfig(_Strict):
         description="At most this many held-out labelled tickets choose the threshold (the "
         "chat model answers each once).",
     )
-    executor: Literal["vllm", "vllm-run-batch", "openai-batch"] = Field(
+    executor: str = Field(
         default="vllm",
-        description="Where the chat model runs: vllm (in the run's process), vllm-run-batch "
-        "(vLLM's `run-batch` in a subprocess) or openai-batch (a provider's Batch API, "
-        "`batch_api`).",
+        description="The generate executor the chat model runs on, by name: vllm (in the "
+        "run's process), vllm-run-batch (vLLM's `run-batch` in a subprocess), or one that "
+        "sends a provider's Batch API its batches (openai-batch), which takes `batch_api`.",
     )
     batch_api: CascadeBatchApiConfig | None = Field(
-        default=None, description="With executor openai-batch: where its batches go."
+        default=None,
+        description="Where its batches go, for an executor that sends them to a provider.",
     )
     chat_model: Path | None = Field(
         default=None,
@@ -273,13 +276,16 @@ class CascadeConfig(_Strict):
 
     _resolve_chat_model = field_validator("chat_model")(_existing_folder)
 
+    _known_executor = field_validator("executor")(lambda name: known_executor(GENERATE, name))
+
     @model_validator(mode="after")
-    def _batch_api_for_openai_batch(self) -> "CascadeConfig":
-        if self.executor == "openai-batch" and self.batch_api is None:
-            raise ValueError("batch_api: the openai-batch executor needs one (api_base, ...)")
-        if self.executor != "openai-batch" and self.batch_api is not None:
+    def _batch_api_for_provider_batches(self) -> "CascadeConfig":
+        takers = provider_batch_executors(GENERATE)
+        if self.executor in takers and self.batch_api is None:
+            raise ValueError(f"batch_api: the {self.executor} executor needs one (api_base, ...)")
+        if self.executor not in takers and self.batch_api is not None:
             raise ValueError(
-                f"batch_api: only the openai-batch executor takes one, not {self.executor}"
+                f"batch_api: only {' or '.join(takers)} takes one, not {self.executor}"
             )
         return self
 

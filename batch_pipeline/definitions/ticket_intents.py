@@ -13,6 +13,7 @@ from dagster_aws.s3 import S3Resource
 from assets.namespace import SAMPLE, Namespace
 from assets.ticket_intents import build_ticket_assets, ticket_partitions
 from batch_pipeline.config import PipelineConfig, TicketS3Export
+from batch_pipeline.executors.registry import GENERATE, capabilities
 from batch_pipeline.names import generation_product
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
@@ -165,7 +166,7 @@ def ticket_definitions(config: PipelineConfig, namespace: Namespace) -> dg.Defin
     job = build_ticket_job(assets, namespace)
     cascade = config.tickets.cascade
     sensors = [build_ticket_exports_sensor(config, job, namespace)]
-    if cascade is not None and cascade.executor == "openai-batch":
+    if cascade is not None and capabilities(GENERATE, cascade.executor).provider_batches:
         sensors.append(build_cascade_batches_sensor(config, job, namespace))
     return dg.Definitions(
         assets=assets,

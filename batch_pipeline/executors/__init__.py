@@ -18,7 +18,7 @@ yes/no judge).
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.inference.batching import PlanSettings
@@ -34,6 +34,24 @@ class ExecuteOptions:
     plan: PlanSettings = field(default_factory=PlanSettings)  # token budget, batch size
     dtype_bytes: int = 4  # the width the plan packs batches for (2 for half precision)
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY  # batches between checkpoints
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an executor can do beyond running a plan, declared on its class
+    (`Executor.capabilities`): what the CLI, the resources, the products and the definitions
+    ask of an executor, where they would otherwise compare its name."""
+
+    # submits to a provider's Batch API: it takes the API's settings (`api_base`, ...),
+    # records its batches in the partition's ledger, which a provider-batch sensor watches,
+    # and may answer with another model than the configured one
+    provider_batches: bool = False
+    # starts an engine of its own (vLLM's, in this process or a run-batch subprocess) rather
+    # than run the one the run loads; a generate executor that does needs the chat model's
+    # engine settings, so the vLLM generator that holds them, not a stand-in
+    own_engine: bool = False
+    tensor_parallel: bool = False  # splits one engine over GPUs (`tensor_parallel_size`)
+    data_parallel: bool = False  # runs engines side by side (`data_parallel_size`)
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,8 @@ class ChosenSettings:
 
 class Executor(Protocol):
     """Plans and runs a product's model inputs (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities]  # what it can do beyond that
 
     def plan(self, prepared: StagePath, out: StagePath, options: ExecuteOptions) -> object:
         """Every stale input of `prepared` once, planned into `out`; the plan's summary."""

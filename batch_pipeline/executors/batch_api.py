@@ -43,16 +43,18 @@ from typing import Any, Protocol
 from batch_pipeline.config import ConfigError
 from batch_pipeline.config.base import window_seconds
 from batch_pipeline.config.secrets import masked_url, url_secrets
+from batch_pipeline.executors import Executor
 from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
 from batch_pipeline.faults import crash_point
 from batch_pipeline.measures.progress import Progress
+from batch_pipeline.measures.run import PROVIDER
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_batches
 from batch_pipeline.state.tracking import FINAL_STATUSES, GIVEN_UP, ProviderBatch, TrackingStore
 
 NAME = "openai-batch"  # the executor's name in every family
-DEVICE = "provider"  # what the run's measures name as the device: priced by tokens
+DEVICE = PROVIDER  # what the run's measures name as the device: priced by tokens
 FIRST, RESUBMITTED = 1, 2  # a batch's attempt: a request is sent at most twice in a run
 SHORT_KEY = 8  # characters of a key a message may keep: enough to tell keys apart
 FILE_HASH = "file_sha256"  # the metadata key naming a batch's file, to find it at the provider
@@ -146,10 +148,10 @@ class BatchLedger:
         )  # fmt: skip
 
 
-def with_ledger(executor: object, ledger: BatchLedger) -> object:
+def with_ledger(executor: Executor, ledger: BatchLedger) -> Executor:
     """`executor` recording its provider batches in `ledger` (the frame's, for the partition
     a run executes: `runs.StagedPartition.execute`); an executor that sends none, as it is."""
-    if getattr(executor, "records_batches", False):
+    if executor.capabilities.provider_batches:
         return replace(executor, ledger=ledger)
     return executor
 

@@ -6,8 +6,9 @@ an `Embedder`. The executors differ only in that engine: `local` runs the produc
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import Capabilities, ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.registry import EMBED, executor_class
 from batch_pipeline.inference.embedder import Embedder
 from batch_pipeline.inference.models import ResolvedModel
@@ -22,6 +23,7 @@ class EmbeddingExecutor(ChosenSettings):
     """Embeds with `model` (see `batch_pipeline.stages.plan` and `.execute`) on the engine
     the run loads: the inference settings' device and dtype are that engine's."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities()  # the engine the run loads
     model: ResolvedModel
     device: str = "auto"  # the inference settings (`--device`, the inference resource's)
     dtype: str = "auto"

@@ -4,8 +4,16 @@ briefs). The embedders' plan settings do not apply: the prompt plan's come from 
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.config import ConfigError
+from batch_pipeline.executors import Capabilities, ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.registry import (
+    GENERATE,
+    capabilities,
+    executor_class,
+    executor_names,
+)
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.measures.progress import ProgressSink
@@ -18,10 +26,32 @@ from batch_pipeline.state.staging import StagePath
 class GenerationExecutor:
     """Generates with `generator` under `sampling`, held to `schema` (None: free text)."""
 
+    # the engine the run loads: vLLM's in this process, which tensor parallelism splits
+    capabilities: ClassVar[Capabilities] = Capabilities(tensor_parallel=True)
     generator: Generator
     sampling: Sampling
     schema: dict | None
     settings: PromptPlanSettings
+
+    @classmethod
+    def chosen(
+        cls,
+        generator: Generator,
+        sampling: Sampling,
+        schema: dict | None,
+        settings: PromptPlanSettings,
+        choice: ExecutorChoice,
+    ) -> "GenerationExecutor":
+        """This executor for `generator` under `sampling` and `schema`, as `choice`
+        configures it: a ConfigError, naming the setting as the caller spells it, for what
+        it cannot run (before any stage runs)."""
+        if cls.capabilities.own_engine and not hasattr(generator, "settings"):
+            raise ConfigError(
+                f"{choice.spelled('executor')} {choice.name}: runs vLLM's own engine from the "
+                "chat model's engine settings; it needs the vLLM generator, not a test's "
+                "stand-in"
+            )
+        return cls(generator, sampling, schema, settings)
 
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions
@@ -50,23 +80,40 @@ class GenerationExecutor:
         )
 
 
-DEFAULT_EXECUTOR = "vllm"  # the registry's first generate executor
-RUN_BATCH = "vllm-run-batch"
+def generation_executor(
+    choice: ExecutorChoice,
+    generator: Generator,
+    sampling: Sampling,
+    schema: dict | None,
+    settings: PromptPlanSettings,
+) -> GenerationExecutor:
+    """The generate executor `choice` names (the family's default when it names none), for
+    `generator` under `sampling` and `schema`: what the briefs and the ticket cascade run."""
+    return executor_class(GENERATE, choice.name).chosen(
+        generator, sampling, schema, settings, choice
+    )
 
 
 def parallel_problem(
     executor: str, model: ChatModel, tensor_parallel_size: int, data_parallel_size: int
 ) -> tuple[str, str] | None:
     """The setting that cannot run, and why, for the generation resource and `run` alike:
-    data parallelism is engines in processes of their own (`vllm-run-batch` only), and
-    tensor parallelism must split the model's attention heads evenly. None if both can."""
-    if data_parallel_size > 1 and executor != RUN_BATCH:
+    data parallelism is engines side by side (an executor that declares `data_parallel`),
+    and tensor parallelism splits an engine (`tensor_parallel`) evenly over the model's
+    attention heads. None if both can."""
+    able = capabilities(GENERATE, executor)
+    if data_parallel_size > 1 and not able.data_parallel:
         return (
             "data_parallel_size",
-            f"above 1 needs executor {RUN_BATCH} (vLLM's offline engine in the run's process "
-            "is one engine); or shard the collection and give each shard's run its own GPU",
+            f"above 1 needs executor {' or '.join(_generate_executors_with('data_parallel'))} "
+            "(vLLM's offline engine in the run's process is one engine); or shard the "
+            "collection and give each shard's run its own GPU",
         )
-    if tensor_parallel_size > 1 and executor not in (DEFAULT_EXECUTOR, RUN_BATCH):
+    if tensor_parallel_size > 1 and not able.tensor_parallel:
         return ("tensor_parallel_size", f"splits a vLLM engine: executor {executor} runs none")
     why = model.tensor_parallel_problem(tensor_parallel_size)
     return ("tensor_parallel_size", why) if why is not None else None
+
+
+def _generate_executors_with(capability: str) -> list[str]:
+    return [n for n in executor_names(GENERATE) if getattr(capabilities(GENERATE, n), capability)]

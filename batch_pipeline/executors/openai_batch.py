@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import Capabilities, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_api import (
     DEVICE,
     NAME,
@@ -24,7 +24,7 @@ from batch_pipeline.executors.batch_api import (
 )
 from batch_pipeline.executors.batch_file import CHAT_COMPLETIONS, BatchResult, request_line
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.inference.generator import Generator
+from batch_pipeline.inference.generator import Generator, Sampling
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
@@ -36,7 +36,7 @@ from batch_pipeline.stages.generate import (
     planned_prompts,
     summary_of_plan,
 )
-from batch_pipeline.stages.prompt_plan import plan_record
+from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_record
 from batch_pipeline.state.staging import StagePath, read_table
 
 __all__ = ["NAME", "OpenAIBatchExecutor"]
@@ -46,10 +46,28 @@ __all__ = ["NAME", "OpenAIBatchExecutor"]
 class OpenAIBatchExecutor(GenerationExecutor):
     """Generates through a Batch API (see the module docstring)."""
 
-    records_batches: ClassVar[bool] = True  # the frame gives it the partition's ledger
+    # the frame gives it the partition's ledger (`with_ledger`)
+    capabilities: ClassVar[Capabilities] = Capabilities(provider_batches=True)
     api: BatchApiSettings | None = None
     ledger: BatchLedger | None = None
     sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def chosen(
+        cls,
+        generator: Generator,
+        sampling: Sampling,
+        schema: dict | None,
+        settings: PromptPlanSettings,
+        choice: ExecutorChoice,
+    ) -> "OpenAIBatchExecutor":
+        """This executor, submitting where `choice.batch_api` says (a ConfigError naming the
+        caller's `api_base` without one)."""
+        if choice.batch_api is None:
+            raise ConfigError(
+                f"{choice.spelled('api_base')}: the {NAME} executor needs the Batch API's address"
+            )
+        return cls(generator, sampling, schema, settings, api=choice.batch_api)
 
     @property
     def model_name(self) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import Capabilities, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_api import (
     DEVICE,
     NAME,
@@ -51,7 +51,8 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
     """Embeds through a Batch API (see the module docstring); the device and dtype are the
     provider's, so only `auto` is taken for them."""
 
-    records_batches: ClassVar[bool] = True  # the frame gives it the partition's ledger
+    # the frame gives it the partition's ledger (`with_ledger`)
+    capabilities: ClassVar[Capabilities] = Capabilities(provider_batches=True)
     api: BatchApiSettings | None = None
     ledger: BatchLedger | None = None
     sleep: Callable[[float], None] = time.sleep

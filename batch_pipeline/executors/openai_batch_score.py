@@ -21,8 +21,9 @@ from typing import ClassVar
 import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import Capabilities, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_api import (
+    DEVICE,
     NAME,
     BatchApiSettings,
     BatchDriver,
@@ -52,7 +53,8 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
     """Scores pairs with the judge through a Batch API (see the module docstring); the
     device and dtype are the provider's, so only `auto` is taken for them."""
 
-    records_batches: ClassVar[bool] = True  # the frame gives it the partition's ledger
+    # the frame gives it the partition's ledger (`with_ledger`)
+    capabilities: ClassVar[Capabilities] = Capabilities(provider_batches=True)
     api: BatchApiSettings | None = None
     ledger: BatchLedger | None = None
     sleep: Callable[[float], None] = time.sleep
@@ -92,7 +94,9 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
             raise ConfigError(f"the {NAME} executor runs inside a partition's run (its ledger)")
         self.api.api_key()  # a missing key fails before anything is written
         started = time.perf_counter()
-        summary = ScoreSummary(backend=NAME, executor=NAME, token_prices=self.api.token_prices)
+        summary = ScoreSummary(
+            backend=NAME, device=DEVICE, executor=NAME, token_prices=self.api.token_prices
+        )
         planned_tokens = planned_token_counts(planned)  # where usage says nothing
         keys = set(planned_tokens)
         judge = self.reranker

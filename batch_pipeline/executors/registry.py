@@ -11,8 +11,8 @@ checks and the products' lookup all read this table.
 from importlib import import_module
 
 from batch_pipeline.config import ConfigError
-
-EMBED, GENERATE, SCORE = "embed", "generate", "score"
+from batch_pipeline.executors import Capabilities
+from batch_pipeline.names import EMBED, GENERATE, SCORE
 
 # family -> executor name -> "module:class"; each family's first line is its default
 EXECUTORS: dict[str, dict[str, str]] = {
@@ -71,3 +71,21 @@ def executor_class(family: str, name: str | None) -> type:
     """The class of `family`'s executor `name` (the default when None), imported on demand."""
     module, _, attribute = EXECUTORS[family][check_executor(family, name)].partition(":")
     return getattr(import_module(module), attribute)
+
+
+def capabilities(family: str, name: str | None) -> Capabilities:
+    """What `family`'s executor `name` (the default when None) declares it can do."""
+    return executor_class(family, name).capabilities
+
+
+def executors_with(capability: str) -> list[str]:
+    """The names of the executors, of any family, that declare `capability` (a field of
+    `Capabilities`), as a message names them."""
+    return sorted(
+        {
+            name
+            for family, names in EXECUTORS.items()
+            for name in names
+            if getattr(capabilities(family, name), capability)
+        }
+    )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import Capabilities, ExecuteOptions
 from batch_pipeline.executors.batch_file import read_results, write_request_files
 from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.inference.generator import Generator
@@ -183,7 +183,9 @@ class RunBatchExecutor(GenerationExecutor):
     `VllmGenerator`), under `sampling`, held to `schema`; its plan is the in-process
     executor's."""
 
-    runs_vllm: ClassVar[bool] = True  # needs the vLLM generator's engine settings
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        own_engine=True, tensor_parallel=True, data_parallel=True
+    )
 
     def execute(
         self,

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from batch_pipeline.executors import ChosenSettings, ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import Capabilities, ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     BatchResult,
@@ -78,6 +79,7 @@ class ScoreExecutor(ChosenSettings):
     """Scores with `reranker` in the run's process (`local`): a cross-encoder on
     sentence-transformers, the judge on vLLM."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities()  # in this process
     reranker: Reranker
     device: str = "auto"
     dtype: str = "auto"
@@ -143,6 +145,8 @@ class ScoreExecutor(ChosenSettings):
 @dataclass(frozen=True)
 class VllmScoreExecutor(ScoreExecutor):
     """Scores with `reranker` on vLLM's engine in the run's process (`vllm`)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(own_engine=True)  # vLLM's
 
     settings_problem = staticmethod(settings_problem)
 

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from batch_pipeline.executors import Capabilities
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
     embedding_request_line,
@@ -143,6 +144,7 @@ class VllmEmbeddingExecutor(EmbeddingExecutor):
     run is a ConfigError naming the setting as its caller spells it, when the executor is
     chosen (before any stage runs)."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities(own_engine=True)  # vLLM's
     embedder: ClassVar[type[VllmEmbedder]] = VllmEmbedder
     settings_problem = staticmethod(settings_problem)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from batch_pipeline.measures.run import RunMeasures, median, rolling_measures
+from batch_pipeline.measures.run import PROVIDER, RunMeasures, median, rolling_measures
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def run_path(run: dict) -> str | None:
     and the dtype, and the GPUs where more than one (`vllm-run-batch/bfloat16 x8`); a
     provider's batch API by its executor alone."""
     executor = run.get("executor")
-    if executor == "openai-batch":
+    if run.get("device") == PROVIDER:
         return executor
     if not run.get("dtype"):
         return None

@@ -21,6 +21,10 @@ BACKFILL = "backfill"
 MANUAL = "manual"
 TRIGGERS = (SENSOR, SCHEDULE, BACKFILL, MANUAL)
 
+# The device a provider's Batch API runs on, as a run's measures name it: its runs are
+# priced by the tokens they send, not by the hour.
+PROVIDER = "provider"
+
 # What a run's inputs are (the `unit` of its record): each product counts its own.
 DOCUMENTS = "documents"
 TICKETS = "tickets"

@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import Capabilities, ExecuteOptions
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.score import SCORES_SCHEMA, ScorePlanSummary, ScoreSummary
@@ -24,6 +24,8 @@ CANDIDATES = "candidates"  # what scored the pairs, where no reranker did
 @dataclass(frozen=True)
 class CandidateScores:
     """Keeps each candidate pair's own score (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()  # runs no model
 
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions

@@ -128,7 +128,7 @@ class ScoreSummary:
     stats: ScoreStats = field(default_factory=ScoreStats)
     resumed_inputs: int = 0
     backend: str = "none"  # nothing to score: no model was loaded
-    device: str | None = None  # where the scorer ran (None: a provider's, priced by tokens)
+    device: str | None = None  # where the scorer ran (a provider's: priced by tokens)
     load_seconds: float = 0.0
     failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     executor: str | None = None  # what ran the plan, where it is not the run's own engine

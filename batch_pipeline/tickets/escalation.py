@@ -41,9 +41,9 @@ import pyarrow.parquet as pq
 from batch_pipeline.config import ConfigError
 from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.config.tickets import CascadeConfig
-from batch_pipeline.executors import ExecuteOptions
-from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger
-from batch_pipeline.executors.registry import GENERATE, executor_class
+from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger, with_ledger
+from batch_pipeline.executors.generation import GenerationExecutor, generation_executor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -87,6 +87,8 @@ CASCADE_PARTITION = "cascade"  # a day's provider batches: under `<day>/cascade`
 HELD_OUT_PARTITION = "held-out/cascade"  # the threshold's held-out texts' batches
 EVALUATION_PARTITION = "evaluation/cascade"  # the review's labelled tickets' batches
 AWAITED = "the chat model's answer is still at the provider: the next run collects it"
+# how the cascade's section spells an executor's setting, where it differs from the resources'
+SPELLED = {"api_base": "batch_api.api_base"}
 
 
 def cascade_partition(partition: str) -> bool:
@@ -202,23 +204,27 @@ class Escalation:
         return Sampling(max_tokens=self.settings.max_tokens)  # greedy
 
     @cached_property
-    def executor(self):  # noqa: ANN201 - a generate executor
-        chosen = executor_class(GENERATE, self.settings.executor)
-        if getattr(chosen, "runs_vllm", False) and not hasattr(self.generator, "settings"):
-            raise ConfigError(
-                f"tickets.cascade.executor {self.settings.executor} runs vLLM's own engine: it "
-                "needs the vLLM generator, not a test's stand-in"
-            )
-        return chosen(self.generator, self.sampling, answer_schema(self.names), self.plan_settings)
+    def executor(self) -> GenerationExecutor:
+        """The generate executor `tickets.cascade.executor` names, with the provider's
+        address where it sends batches (errors name the cascade's settings)."""
+        choice = ExecutorChoice(
+            name=self.settings.executor,
+            batch_api=self.batch_api,
+            # the Batch API's settings are the cascade's `batch_api` section
+            spelled=lambda setting: f"tickets.cascade.{SPELLED.get(setting, setting)}",
+        )
+        return generation_executor(
+            choice, self.generator, self.sampling, answer_schema(self.names), self.plan_settings
+        )
 
-    def executor_for(self, ledger: BatchLedger | None):  # noqa: ANN201
-        """The executor, with the provider's address and `ledger` where it sends batches."""
+    def executor_for(self, ledger: BatchLedger | None) -> GenerationExecutor:
+        """The executor, recording its provider batches in `ledger` where it sends any."""
         executor = self.executor
-        if not getattr(executor, "records_batches", False):
+        if not executor.capabilities.provider_batches:
             return executor
         if ledger is None:
-            raise ConfigError(f"the {self.settings.executor} executor needs a ledger")
-        return replace(executor, api=self.batch_api, ledger=ledger)
+            raise ConfigError(f"tickets.cascade.executor {self.settings.executor}: needs a ledger")
+        return with_ledger(executor, ledger)
 
     def answer(
         self, texts: Mapping[str, str], run_id: str = "cascade", ledger: BatchLedger | None = None
@@ -301,7 +307,7 @@ class Escalation:
             answers[row["input_hash"]] = ChatAnswer(intent, cost, error)
         pending = set(texts) - set(answers) - set(refused) - set(summary.failed_inputs)
         for key in texts:
-            if key in pending and getattr(executor, "records_batches", False):
+            if key in pending and executor.capabilities.provider_batches:
                 answers[key] = ChatAnswer(None, 0.0, AWAITED, awaiting=True)
             elif key not in answers:
                 why = refused.get(key) or summary.failed_inputs.get(key)

@@ -220,4 +220,5 @@ def test_report_names_the_gpus_a_run_held():
     assert run_path(run) == "vllm-run-batch/bfloat16"
     assert run_path({**run, "devices": 1}) == "vllm-run-batch/bfloat16"
     assert run_path({**run, "devices": 8}) == "vllm-run-batch/bfloat16 x8"
-    assert run_path({"executor": "openai-batch", "devices": None}) == "openai-batch"
+    provider = {"executor": "openai-batch", "device": "provider", "devices": None}
+    assert run_path(provider) == "openai-batch"  # as a provider's run records itself

@@ -135,14 +135,14 @@ def make(family, corpus, tmp_path, runner):
         tracking = TrackingStore(storage.tracking_url)
         store = VectorStore(storage.lancedb_uri)
         settings = api_settings(**api) if executor == NAME else None
+        choice = ExecutorChoice(name=executor, batch_api=settings)
         if family == "embed":
-            choice = ExecutorChoice(name=executor, batch_api=settings)
             partition = open_partition(loaded, storage, "handbook", tracking, store,
                                        execution=choice)  # fmt: skip
             return Subject(family, partition, lambda: runner)
         documents = lambda key: open_partition(loaded, storage, key, tracking, store)  # noqa: E731
         product = BriefProduct(loaded, storage, "handbook", FakeGenerator(), documents, None,
-                               tracking, store, executor or "vllm", settings)  # fmt: skip
+                               tracking, store, choice)  # fmt: skip
         return Subject(family, product.partition("handbook"), lambda: product.generator)
 
     return build

@@ -5,11 +5,11 @@ skeleton (`stages.checkpointed`), as every executor's does."""
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import Capabilities, ExecuteOptions
 from batch_pipeline.measures.progress import ProgressSink
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.state.staging import StagePath, StageWriter, read_table
@@ -35,6 +35,7 @@ def bucket_of(size: int, bounds: list[int]) -> int:
 
 @dataclass(frozen=True)
 class LengthExecutor:
+    capabilities: ClassVar[Capabilities] = Capabilities()  # runs no model
     bounds: list[int]
 
     def plan(self, prepared: StagePath, out: StagePath, options: ExecuteOptions) -> Counted:
