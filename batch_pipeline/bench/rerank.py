@@ -50,9 +50,9 @@ def timed(scorer, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, float]:  # 
 
 def main(argv: list[str] | None = None) -> int:
     from batch_pipeline.config import ModelConfig
+    from batch_pipeline.inference.cross_encoder import CrossEncoderScorer
     from batch_pipeline.inference.models import resolve_model
     from batch_pipeline.inference.rerankers import build_test_cross_encoder, resolve_reranker
-    from batch_pipeline.inference.scorer import CrossEncoderScorer
     from batch_pipeline.inference.vllm_embedder import embed_engine_settings
     from batch_pipeline.inference.vllm_scorer import VllmScorer
 

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from batch_pipeline.config import JUDGE, RerankerConfig
 from batch_pipeline.executors import Capabilities, ChosenSettings, ExecuteOptions, ExecutorChoice
 from batch_pipeline.executors.batch_file import (
     MAX_REQUESTS,
@@ -40,10 +41,12 @@ from batch_pipeline.executors.run_batch import (
     run_batch_file,
 )
 from batch_pipeline.executors.vllm_embedding import pooling_command
+from batch_pipeline.inference.chat_models import resolve_chat_model
+from batch_pipeline.inference.cross_encoder import CrossEncoderScorer
 from batch_pipeline.inference.devices import pick_device
 from batch_pipeline.inference.judge import ResolvedJudge, judge_prompts
-from batch_pipeline.inference.rerankers import ResolvedReranker
-from batch_pipeline.inference.scorer import BatchedScorer, CrossEncoderScorer, Pair, Scorer
+from batch_pipeline.inference.rerankers import ResolvedReranker, resolve_reranker
+from batch_pipeline.inference.scorer import BatchedScorer, Pair, Scorer
 from batch_pipeline.inference.vllm_embedder import (
     EmbedEngineSettings,
     embed_engine_settings,
@@ -54,6 +57,15 @@ from batch_pipeline.stages.score import ScorePlanSummary, ScoreSummary, execute_
 from batch_pipeline.state.staging import StagePath
 
 Reranker = ResolvedReranker | ResolvedJudge  # a cross-encoder, or a chat model as the judge
+
+
+def configured_reranker(config: RerankerConfig, home: Path) -> Reranker:
+    """The reranker `collections[].reranker` configures: its cross-encoder folder, or the
+    chat model as the yes/no judge (the shipped one unless `chat_model` names a folder,
+    converted under `home` when first used)."""
+    if config.model == JUDGE:
+        return ResolvedJudge(resolve_chat_model(config.chat_model, home))
+    return resolve_reranker(config.model)
 
 
 def judge_tokenizer(judge: ResolvedJudge):  # noqa: ANN201 - a VllmGenerator, never started

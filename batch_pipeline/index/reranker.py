@@ -81,10 +81,9 @@ def open_scorer(config: RerankerConfig, home: Path, device: str = "auto") -> Sco
     """The reranker's engine in this process: the cross-encoder (sentence-transformers), or
     the judge on vLLM. Nothing loads until the first score."""
     from batch_pipeline.executors import ExecutorChoice
-    from batch_pipeline.executors.scoring import score_executor
-    from batch_pipeline.inference.rerankers import resolve_configured
+    from batch_pipeline.executors.scoring import configured_reranker, score_executor
 
-    executor = score_executor(resolve_configured(config, home), ExecutorChoice(device=device))
+    executor = score_executor(configured_reranker(config, home), ExecutorChoice(device=device))
     return executor.scorer(ExecuteOptions())
 
 
@@ -227,9 +226,9 @@ class RerankerGenerations(ReviewedGenerations):
     def identity(self) -> dict[str, object]:
         """What decides its scores: a cross-encoder's files and length, or the judge's chat
         model, prompt and document cut."""
-        from batch_pipeline.inference.rerankers import resolve_configured
+        from batch_pipeline.executors.scoring import configured_reranker
 
-        return resolve_configured(self.reranker, self.home).identity()
+        return configured_reranker(self.reranker, self.home).identity()
 
     def generation_config(self) -> dict:
         return {

@@ -46,19 +46,6 @@ def resolve_reranker(folder: str | Path) -> ResolvedReranker:
     return ResolvedReranker(path.name, path, files_hash(path), length)
 
 
-def resolve_configured(config, home: Path):  # noqa: ANN001, ANN201 - RerankerConfig -> either
-    """The reranker `collections[].reranker` configures: its cross-encoder folder
-    (`ResolvedReranker`), or the chat model as the yes/no judge (`ResolvedJudge`; the shipped
-    one unless `chat_model` names a folder, converted under `home` when first used)."""
-    from batch_pipeline.config import JUDGE
-    from batch_pipeline.inference.chat_models import resolve_chat_model
-    from batch_pipeline.inference.judge import ResolvedJudge
-
-    if config.model == JUDGE:
-        return ResolvedJudge(resolve_chat_model(config.chat_model, home))
-    return resolve_reranker(config.model)
-
-
 def build_test_cross_encoder(encoder: Path, out: Path, seed: int = 0) -> Path:
     """FOR TESTS: a cross-encoder folder at `out` from `encoder`'s weights and tokenizer,
     with a seeded, untrained one-label head (see the module docstring)."""

@@ -1,14 +1,16 @@
 """The score family: a `Scorer` takes (query, document) pairs and returns one score each, in
 the pairs' order, as a reranker scores them (higher: more relevant).
 
-Every scorer batches the same way: the pairs' token counts (the pair as the reranker's
-tokenizer encodes it, cut at its `max_length`) packed under a padded-token budget, shortest
-first (`inference.batching.pack_batches`), so a long document pays for its own batch. They
-differ only in the engine that scores a batch:
+Every scorer batches the same way (`BatchedScorer`): the pairs' token counts (the pair as
+the reranker's tokenizer encodes it, cut at its `max_length`) packed under a padded-token
+budget, shortest first (`inference.batching.pack_batches`), so a long document pays for its
+own batch. They differ only in the engine that scores a batch:
 
-- `CrossEncoderScorer`: sentence-transformers' `CrossEncoder` in the run's process (torch);
+- `CrossEncoderScorer` (`inference.cross_encoder`): sentence-transformers' `CrossEncoder` in
+  the run's process (torch);
 - `VllmScorer` (`inference.vllm_scorer`): vLLM's `LLM.score` on the same folder, as a
-  pooling model.
+  pooling model;
+- the judge (`inference.judge`): a chat model's yes or no.
 
 The two give the same scores (the model's one logit through a sigmoid) to within float
 rounding, so a reranker's generation does not depend on which ran it.
@@ -23,7 +25,6 @@ import numpy as np
 
 from batch_pipeline.inference.batching import PlanSettings, pack_batches
 from batch_pipeline.inference.rerankers import ResolvedReranker
-from batch_pipeline.inference.weights import every_weight_loaded
 
 Pair = tuple[str, str]  # (query, document)
 
@@ -121,38 +122,3 @@ class BatchedScorer:
         """Each planned batch scored as it comes."""
         for pairs in batches:
             yield self.score_batch(pairs)
-
-
-class CrossEncoderScorer(BatchedScorer):
-    """The reranker in the run's process, through sentence-transformers' `CrossEncoder`."""
-
-    backend = "sentence-transformers"
-
-    def __init__(
-        self,
-        reranker: ResolvedReranker,
-        device: str = "cpu",
-        settings: PlanSettings | None = None,
-    ) -> None:
-        super().__init__(reranker, settings)
-        self.device = device
-        self._model = None
-
-    def model(self):  # noqa: ANN201 - sentence_transformers.CrossEncoder
-        if self._model is None:
-            from sentence_transformers import CrossEncoder
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()  # a run prints its own progress
-            started = time.perf_counter()
-            with every_weight_loaded(self.reranker.path, "reranker"):
-                self._model = CrossEncoder(
-                    str(self.reranker.path), device=self.device, max_length=self.reranker.max_length
-                )
-            self.load_seconds = time.perf_counter() - started
-        return self._model
-
-    def score_batch(self, pairs: list[Pair]) -> np.ndarray:
-        model = self.model()
-        found = model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)
-        return np.asarray(found, dtype=np.float32).reshape(-1)

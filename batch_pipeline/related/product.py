@@ -15,9 +15,8 @@ from functools import cached_property
 
 from batch_pipeline.config import CollectionConfig, RelatedConfig, RerankerConfig
 from batch_pipeline.declaration import CollectionDocuments, ProductEnv, input_product
-from batch_pipeline.executors.scoring import score_executor
+from batch_pipeline.executors.scoring import configured_reranker, score_executor
 from batch_pipeline.generations.review import NoLiveGenerationError, ReviewedGenerations
-from batch_pipeline.inference.rerankers import resolve_configured
 from batch_pipeline.names import related_product_name, reranker_product_name
 from batch_pipeline.related import INDEX, NAME
 from batch_pipeline.related.candidates import LiveIndex
@@ -104,7 +103,7 @@ class RelatedProduct(ReviewedGenerations):
         config = RerankerConfig.model_validate(
             json.loads(self.live_reranker.model_config)["reranker"]
         )
-        return resolve_configured(config, self.storage.home)
+        return configured_reranker(config, self.storage.home)
 
     @property
     def model(self):  # noqa: ANN201 - what scores the pairs, by name and fingerprint

@@ -10,11 +10,11 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from batch_pipeline.config import ModelConfig
+from batch_pipeline.inference.cross_encoder import CrossEncoderScorer
 from batch_pipeline.inference.devices import ModelLoadError
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.rerankers import ResolvedReranker
 from batch_pipeline.inference.runner import EmbeddingRunner
-from batch_pipeline.inference.scorer import CrossEncoderScorer
 from batch_pipeline.inference.weights import MissingWeightsError, every_weight_loaded
 
 DROPPED = "encoder.layer.3.output.dense.weight"

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 
 from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.cross_encoder import CrossEncoderScorer
 from batch_pipeline.inference.rerankers import (
     RerankerNotAvailableError,
     build_test_cross_encoder,
     resolve_reranker,
 )
-from batch_pipeline.inference.scorer import CrossEncoderScorer
 
 QUERY = "how do I reset my password"
 DOCUMENTS = [

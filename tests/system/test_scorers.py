@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from batch_pipeline.inference.cross_encoder import CrossEncoderScorer
 from batch_pipeline.inference.rerankers import build_test_cross_encoder, resolve_reranker
-from batch_pipeline.inference.scorer import CrossEncoderScorer
 from batch_pipeline.inference.vllm_scorer import VllmScorer
 from tests.engine.test_scorers import DOCUMENTS, QUERY
 
