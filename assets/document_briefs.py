@@ -72,7 +72,7 @@ STAGE_CHARTS = {
             "prompts_refused",
             "prompt_tokens",
             "estimated_peak_kv_share",
-        }  # fmt: skip
+        }
     ),
     "execute": frozenset(
         {

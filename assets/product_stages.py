@@ -233,8 +233,13 @@ def build_product_assets(
     built: list[dg.AssetsDefinition] = []
     if collect.asset != COLLECT.asset:
 
-        @dg.asset(name=collect.asset, retry_policy=TRANSIENT_RETRY, kinds=set(collect.kinds),
-                  description=described(collect), **common)  # fmt: skip
+        @dg.asset(
+            name=collect.asset,
+            retry_policy=TRANSIENT_RETRY,
+            kinds=set(collect.kinds),
+            description=described(collect),
+            **common,
+        )
         @retried_if_transient
         def collect_asset(context: Context) -> dg.MaterializeResult:
             _, partition = opened(context)
@@ -243,10 +248,14 @@ def build_product_assets(
 
         built.append(collect_asset)
 
-    @dg.asset(name=prepare.asset, deps=namespace.keys([collect.asset, *spec.prepare_deps]),
-              kinds=set(prepare.kinds),
-              description=described(prepare), output_required=not spec.optional,
-              **common)  # fmt: skip
+    @dg.asset(
+        name=prepare.asset,
+        deps=namespace.keys([collect.asset, *spec.prepare_deps]),
+        kinds=set(prepare.kinds),
+        description=described(prepare),
+        output_required=not spec.optional,
+        **common,
+    )
     def prepare_asset(context: Context) -> Iterator[dg.MaterializeResult]:
         found = spec.open(context)
         if found is None:
@@ -257,8 +266,13 @@ def build_product_assets(
         output = partition.prepare_stage(request(context, partition), collected)
         yield result(context, prepare, partition, output)
 
-    @dg.asset(name=plan.asset, deps=[key(prepare.asset)], kinds=set(plan.kinds),
-              description=described(plan), **common)  # fmt: skip
+    @dg.asset(
+        name=plan.asset,
+        deps=[key(prepare.asset)],
+        kinds=set(plan.kinds),
+        description=described(plan),
+        **common,
+    )
     def plan_asset(context: Context) -> dg.MaterializeResult:
         _, partition = opened(context)
         prepared = upstream(context, partition, prepare)
@@ -266,9 +280,15 @@ def build_product_assets(
         output = partition.plan(context.run.run_id, prepared, options)
         return result(context, plan, partition, output)
 
-    @dg.asset(name=execute.asset, deps=[key(plan.asset)], retry_policy=TRANSIENT_RETRY,
-              pool=spec.execute_pool, kinds=set(execute.kinds), description=described(execute),
-              **common)  # fmt: skip
+    @dg.asset(
+        name=execute.asset,
+        deps=[key(plan.asset)],
+        retry_policy=TRANSIENT_RETRY,
+        pool=spec.execute_pool,
+        kinds=set(execute.kinds),
+        description=described(execute),
+        **common,
+    )
     @retried_if_transient
     def execute_asset(context: Context) -> dg.MaterializeResult:
         _, partition = opened(context)

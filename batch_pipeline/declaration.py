@@ -420,8 +420,9 @@ class ProductKind:
             )
 
 
-def feed_tables(config: PipelineConfig, kind: str, collection: str, index: str,
-                written: bool = False) -> list[str]:  # fmt: skip
+def feed_tables(
+    config: PipelineConfig, kind: str, collection: str, index: str, written: bool = False
+) -> list[str]:
     """The tables other kinds' declared feeds keep beside the generation `index` of the
     product of `kind` over `collection`: every one (what is dropped and checked with it), or,
     `written`, those the configuration now writes (what is read with it)."""

@@ -112,8 +112,10 @@ def main() -> None:
             emulator.stop()
     seconds = time.perf_counter() - started
     plan = product.trained()["cascade"]
-    print(f"{args.data.name}, 10 per intent, chat model on {args.executor}"
-          + (" (STAND-IN answering from the labels)" if generator is not None else ""))  # fmt: skip
+    print(
+        f"{args.data.name}, 10 per intent, chat model on {args.executor}"
+        + (" (STAND-IN answering from the labels)" if generator is not None else "")
+    )
     print("plan" + cascade_text(plan).removeprefix(";"))
     print(
         f"  arithmetic: threshold {plan['threshold']}, {plan['right']} of {plan['labels']} "

@@ -233,8 +233,9 @@ def main() -> None:
     paths = [("faithful", runner)]
     if args.int8:  # pins its calibration sample from the first setting's training texts
         fixed = resolve_model(config.model.model_copy(update={"precision": "fixed_accuracy"}))
-        int8 = EmbeddingRunner(fixed, "cpu", "int8", backend="openvino",
-                               export_cache=out / "openvino")  # fmt: skip
+        int8 = EmbeddingRunner(
+            fixed, "cpu", "int8", backend="openvino", export_cache=out / "openvino"
+        )
         paths.append(("fixed_accuracy", int8))
     tunings = [None] + ([{"steps": args.fine_tune}] if args.fine_tune else [])
     for name, history in settings.items():

@@ -23,8 +23,10 @@ FOLD = (  # the Rasa-format merge of the first fold: 80% to train, the rest to t
 def examples(git_dir: Path, path: str) -> list[list[str]]:
     text = subprocess.run(
         ["git", "--git-dir", str(git_dir), "show", f"HEAD:{path}"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     found = json.loads(text)["rasa_nlu_data"]["common_examples"]
     return [[e["text"].strip(), e["intent"]] for e in found if e["text"].strip()]
 
@@ -36,8 +38,10 @@ def main() -> None:
     args = parser.parse_args()
     names = subprocess.run(
         ["git", "--git-dir", str(args.git_dir), "ls-tree", "-r", "--name-only", "HEAD"],
-        check=True, capture_output=True, text=True,
-    ).stdout.splitlines()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     (train,) = [n for n in names if n.startswith(f"{FOLD}merged/RasaNlu_Merged_KFold_1")]
     (test,) = [n for n in names if n.startswith(f"{FOLD}mergedTestset/RasaNluTestset")]
     data = {

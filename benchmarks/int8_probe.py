@@ -68,9 +68,12 @@ def main() -> None:
     preset = getattr(nncf.QuantizationPreset, args.preset.upper())
     started = time.perf_counter()
     quantized = nncf.quantize(
-        fp, nncf.Dataset([feeds([texts[i]]) for i in picked]),
-        model_type=nncf.ModelType.TRANSFORMER, preset=preset, subset_size=CALIBRATION,
-    )  # fmt: skip
+        fp,
+        nncf.Dataset([feeds([texts[i]]) for i in picked]),
+        model_type=nncf.ModelType.TRANSFORMER,
+        preset=preset,
+        subset_size=CALIBRATION,
+    )
     print(f"quantized in {time.perf_counter() - started:.1f} s ({args.preset})")
     paths = {
         "openvino/fp32": (fp, "f32"),
@@ -79,10 +82,11 @@ def main() -> None:
         "openvino/int8+bf16": (quantized, "bf16"),
     }
     compiled = {
-        name: core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": hint,
-                                                "PERFORMANCE_HINT": "LATENCY"})
+        name: core.compile_model(
+            model, "CPU", {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        )
         for name, (model, hint) in paths.items()
-    }  # fmt: skip
+    }
 
     def embed(name: str, batch_texts: list[str]) -> np.ndarray:
         request = compiled[name].create_infer_request()
@@ -110,8 +114,10 @@ def main() -> None:
         cos = np.sum(vectors * reference, 1) / (
             np.linalg.norm(vectors, axis=1) * np.linalg.norm(reference, axis=1)
         )
-        print(f"{name:<20} {best:>9,.0f} {best / encode_rate:>9.2f} {cos.min():>8.5f} "
-              f"{cos.mean():>9.5f}")  # fmt: skip
+        print(
+            f"{name:<20} {best:>9,.0f} {best / encode_rate:>9.2f} {cos.min():>8.5f} "
+            f"{cos.mean():>9.5f}"
+        )
 
     sets = [("handbook", REPO / "data" / "handbook", REPO / "data" / "handbook_eval.jsonl")]
     if args.cranfield:
@@ -124,8 +130,10 @@ def main() -> None:
         scores = {"encode (torch fp32)": score(chunks, queries, encode)}
         for name in ("openvino/bf16", "openvino/int8"):
             scores[name] = score(chunks, queries, lambda batch, name=name: embed(name, batch))
-        print(f"{set_name}: {len(chunks)} chunks, {len(queries)} queries; recall@5 / MRR@5: "
-              + "; ".join(f"{k} {r:.4f} / {m:.4f}" for k, (r, m) in scores.items()))  # fmt: skip
+        print(
+            f"{set_name}: {len(chunks)} chunks, {len(queries)} queries; recall@5 / MRR@5: "
+            + "; ".join(f"{k} {r:.4f} / {m:.4f}" for k, (r, m) in scores.items())
+        )
 
 
 def chunks_of(folder: Path, tok) -> list[tuple[str, str]]:  # noqa: ANN001

@@ -32,8 +32,9 @@ def main() -> None:
     work = args.dir or Path(tempfile.mkdtemp(prefix="related-scale-"))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    docs, links = prepared_set(REPO / "data" / "handbook", "Related articles", work / "set",
-                               strip=True)  # fmt: skip
+    docs, links = prepared_set(
+        REPO / "data" / "handbook", "Related articles", work / "set", strip=True
+    )
     originals = sorted(docs.rglob("*.md"))
     for n in range(1, args.copies):
         for page in originals:
@@ -41,15 +42,24 @@ def main() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(page.read_text() + f"\n\nCopy {n} of this page.\n")
     pages = sum(1 for _ in docs.rglob("*.md"))
-    figures = build("handbook", docs, links, work / "home",
-                    argparse.Namespace(k=5, candidates=20, reranker=None))  # fmt: skip
-    print(json.dumps({
-        "pages": pages,
-        "indexed_seconds": round(figures["indexed_seconds"], 1),
-        "related_seconds": round(figures["related_seconds"], 1),
-        "ms_per_page": round(1000 * figures["related_seconds"] / pages, 1),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-    }))  # fmt: skip
+    figures = build(
+        "handbook",
+        docs,
+        links,
+        work / "home",
+        argparse.Namespace(k=5, candidates=20, reranker=None),
+    )
+    print(
+        json.dumps(
+            {
+                "pages": pages,
+                "indexed_seconds": round(figures["indexed_seconds"], 1),
+                "related_seconds": round(figures["related_seconds"], 1),
+                "ms_per_page": round(1000 * figures["related_seconds"] / pages, 1),
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

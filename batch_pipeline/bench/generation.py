@@ -93,10 +93,14 @@ def build_prompts(
         if hasattr(prompt_ids, "keys"):
             prompt_ids = prompt_ids["input_ids"]
         prompts.append(
-            {"key": str(path.relative_to(HANDBOOK)), "system": system, "user": user,
-             "ids": prompt_ids,
-             "max_tokens": SHORT_MAX_TOKENS if system == SHORT_PROMPT else None}
-        )  # fmt: skip
+            {
+                "key": str(path.relative_to(HANDBOOK)),
+                "system": system,
+                "user": user,
+                "ids": prompt_ids,
+                "max_tokens": SHORT_MAX_TOKENS if system == SHORT_PROMPT else None,
+            }
+        )
     return prompts
 
 
@@ -243,9 +247,10 @@ def run_vllm(
         outputs = [by_key[a.key] for a in asks]
     elif mode == "chunked":
         outputs = [
-            o for i in range(0, len(asks), chunk)
+            o
+            for i in range(0, len(asks), chunk)
             for o in generator.generate(asks[i : i + chunk], sampling, stats=stats)
-        ]  # fmt: skip
+        ]
     else:
         outputs = generator.generate(asks, sampling, stats=stats)
     stats.seconds = time.perf_counter() - started  # wall-clock, the same way for every mode
@@ -293,7 +298,7 @@ def run_method(method: str, work: Path) -> dict:
             method,
             "--work",
             str(work),
-        ],  # fmt: skip
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -369,8 +374,16 @@ def print_table(rows: list[dict], about: dict) -> None:
         f"max_tokens {about['max_tokens']}, {about['model']} in {about['dtype']} "
         f"({about['dtype_reason']}) on {about['device']}: {about['cpu']}"
     )
-    header = ("method", "out tok/s", "x static-8", "total tok/s", "idle", "peak MiB", "same",
-              "prefix")  # fmt: skip
+    header = (
+        "method",
+        "out tok/s",
+        "x static-8",
+        "total tok/s",
+        "idle",
+        "peak MiB",
+        "same",
+        "prefix",
+    )
     print("{:<15}{:>11}{:>12}{:>13}{:>8}{:>10}{:>8}{:>8}".format(*header))
     for row in rows:
         if "unavailable" in row:
@@ -447,8 +460,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     with tempfile.TemporaryDirectory(prefix="bench_generation-") as work:
         work = Path(work)
-        spec = {"model": str(model.path), "dtype": dtype, "prompts": prompts,
-                "max_tokens": args.max_tokens, "chunk": args.chunk}  # fmt: skip
+        spec = {
+            "model": str(model.path),
+            "dtype": dtype,
+            "prompts": prompts,
+            "max_tokens": args.max_tokens,
+            "chunk": args.chunk,
+        }
         (work / "spec.json").write_text(json.dumps(spec))
         results = {}
         for method in methods:

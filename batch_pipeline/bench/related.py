@@ -57,8 +57,9 @@ def prepared_set(source: Path, heading: str, out: Path, strip: bool) -> tuple[Pa
         target.write_text(without_section(text, heading) if strip else text, encoding="utf-8")
     links = out / "links.jsonl"
     found = folder_links(source, heading)
-    links.write_text("".join(json.dumps({"doc_id": d, "related": r}) + "\n"
-                             for d, r in found.items()))  # fmt: skip
+    links.write_text(
+        "".join(json.dumps({"doc_id": d, "related": r}) + "\n" for d, r in found.items())
+    )
     return docs, links
 
 
@@ -76,8 +77,9 @@ def build(name: str, docs: Path, links: Path, home: Path, args: argparse.Namespa
         queries = home.parent / f"{name}-queries.jsonl"  # the reranker's gate needs a set
         first = json.loads(links.read_text().splitlines()[0])
         queries.write_text(json.dumps({"query": first["doc_id"], "relevant": first["related"]}))
-        reranker = (f"    evaluation: {{path: {queries}}}\n"
-                    f"    reranker: {{model: {args.reranker}}}\n")  # fmt: skip
+        reranker = (
+            f"    evaluation: {{path: {queries}}}\n    reranker: {{model: {args.reranker}}}\n"
+        )
     config_path = home.parent / f"{name}.yaml"
     config_path.write_text(
         f"collections:\n  - name: {name}\n"
@@ -96,8 +98,9 @@ def build(name: str, docs: Path, links: Path, home: Path, args: argparse.Namespa
     indexed = time.perf_counter() - began
     if args.reranker:
         generation = index.product.reranking.record()
-        index.product.registry.promote(generation.product, generation.fingerprint,
-                                       "benchmark", actor="bench")  # fmt: skip
+        index.product.registry.promote(
+            generation.product, generation.fingerprint, "benchmark", actor="bench"
+        )
     env = product_env(config, storage, index.tracking, index.store)
     related = RELATED.open(env, RELATED.targets(config)[0])
     began = time.perf_counter()
@@ -112,9 +115,12 @@ def build(name: str, docs: Path, links: Path, home: Path, args: argparse.Namespa
         f"({execute.stats.pairs:,} pairs scored by {related.engine.model.name})",
         flush=True,
     )
-    print(f"  link recall@{args.k} {scores.get(f'link_recall_at_{args.k}', 0):.3f}, "
-          f"MRR@{args.k} {scores.get(f'link_mrr_at_{args.k}', 0):.3f} over "
-          f"{scores.get('documents', 0)} pages with links", flush=True)  # fmt: skip
+    print(
+        f"  link recall@{args.k} {scores.get(f'link_recall_at_{args.k}', 0):.3f}, "
+        f"MRR@{args.k} {scores.get(f'link_mrr_at_{args.k}', 0):.3f} over "
+        f"{scores.get('documents', 0)} pages with links",
+        flush=True,
+    )
     return {"indexed_seconds": indexed, "related_seconds": built, **scores}
 
 
@@ -132,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     report = {}
     if not args.no_handbook:
-        docs, links = prepared_set(REPO / "data" / "handbook", "Related articles",
-                                   work / "handbook-set", strip=True)  # fmt: skip
+        docs, links = prepared_set(
+            REPO / "data" / "handbook", "Related articles", work / "handbook-set", strip=True
+        )
         report["handbook"] = build("handbook", docs, links, work / "handbook", args)
     if args.powershell:
-        docs, links = prepared_set(args.powershell, "Related links", work / "powershell-set",
-                                   strip=True)  # fmt: skip
+        docs, links = prepared_set(
+            args.powershell, "Related links", work / "powershell-set", strip=True
+        )
         report["powershell"] = build("powershell", docs, links, work / "powershell", args)
     print(json.dumps(report, indent=2))
     return 0

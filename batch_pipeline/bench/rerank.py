@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             resolve_model(ModelConfig()).path, Path(work) / "test-cross-encoder"
         )
         reranker = resolve_reranker(folder)
-        print(f"{len(pairs):,} pairs, reranker {reranker.name} (max {reranker.max_length} "
-              f"tokens), device {args.device}", flush=True)  # fmt: skip
+        print(
+            f"{len(pairs):,} pairs, reranker {reranker.name} (max {reranker.max_length} "
+            f"tokens), device {args.device}",
+            flush=True,
+        )
         engines = {
             "sentence-transformers": CrossEncoderScorer(reranker, device=args.device),
             "vllm": VllmScorer(reranker, embed_engine_settings(args.device, "auto")),

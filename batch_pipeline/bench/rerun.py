@@ -96,14 +96,28 @@ def main(argv: list[str] | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         with tempfile.TemporaryFile("w+") as out:
             subprocess.run(
-                [sys.executable, "-m", "batch_pipeline.bench.rerun", "--worker", dtype,
-                 "--pages", str(args.pages), "--max-tokens", str(args.max_tokens)],
-                stdout=out, check=True, env=env, cwd=REPO,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "batch_pipeline.bench.rerun",
+                    "--worker",
+                    dtype,
+                    "--pages",
+                    str(args.pages),
+                    "--max-tokens",
+                    str(args.max_tokens),
+                ],
+                stdout=out,
+                check=True,
+                env=env,
+                cwd=REPO,
+            )
             out.seek(0)
             results.append(json.loads(out.read().strip().splitlines()[-1]))
-    print(f"{'dtype':<10} {'prompts':>7} {'differ':>7} {'valid->invalid':>15} "
-          f"{'invalid->valid':>15} {'invalid both':>13}")  # fmt: skip
+    print(
+        f"{'dtype':<10} {'prompts':>7} {'differ':>7} {'valid->invalid':>15} "
+        f"{'invalid->valid':>15} {'invalid both':>13}"
+    )
     for result in results:
         s = summarise(result)
         print(

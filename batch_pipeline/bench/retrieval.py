@@ -107,8 +107,9 @@ def scores(pipeline, runner, also: tuple[str, ...] = ()) -> dict[str, dict[str, 
     for mode in MODES:
         found[mode] = {}
         for k in CUTS:
-            measured = score_generation(pipeline.store, pipeline.index, runner, queries, k,
-                                        prefix, also, mode)  # fmt: skip
+            measured = score_generation(
+                pipeline.store, pipeline.index, runner, queries, k, prefix, also, mode
+            )
             found[mode] |= {key: value for key, value in measured.items() if key != "queries"}
         found[mode]["queries"] = len(queries)
     return found
@@ -143,12 +144,16 @@ def rerank_scores(pipeline, runner, reranker: str, candidates: int) -> dict[str,
 
 def print_table(title: str, found: dict[str, dict[str, float]]) -> None:
     print(f"\n{title} ({next(iter(found.values()))['queries']} queries)")
-    print(f"  {'mode':<14} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7} "
-          f"{'nDCG@10':>8}")  # fmt: skip
+    print(
+        f"  {'mode':<14} {'recall@5':>9} {'MRR@5':>7} {'recall@10':>10} {'MRR@10':>7} "
+        f"{'nDCG@10':>8}"
+    )
     for mode, values in found.items():
-        print(f"  {mode:<14} {values['recall_at_5']:>9.3f} {values['mrr_at_5']:>7.3f} "
-              f"{values['recall_at_10']:>10.3f} {values['mrr_at_10']:>7.3f} "
-              f"{values['ndcg_at_10']:>8.3f}")  # fmt: skip
+        print(
+            f"  {mode:<14} {values['recall_at_5']:>9.3f} {values['mrr_at_5']:>7.3f} "
+            f"{values['recall_at_10']:>10.3f} {values['mrr_at_10']:>7.3f} "
+            f"{values['ndcg_at_10']:>8.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: built in {seconds:.0f} s ({chunks:,} chunks)", flush=True)
         found = scores(pipeline, runner)
         if args.reranker:
-            found["hybrid+rerank"] = rerank_scores(pipeline, runner, args.reranker,
-                                                   args.candidates)  # fmt: skip
+            found["hybrid+rerank"] = rerank_scores(pipeline, runner, args.reranker, args.candidates)
         print_table(f"{name}, chunks only", found)
         report[name] = {"chunks": found}
         if args.int8:
@@ -217,22 +221,40 @@ def int8_scores(
     scores printed beside their differences from the faithful build's `faithful`."""
     from batch_pipeline.inference.runner import EmbeddingRunner
 
-    pipeline = build(f"{name}", docs, eval_path, work / f"{name}-int8",
-                     "model: {precision: fixed_accuracy}\n")  # fmt: skip
-    runner = EmbeddingRunner(pipeline.model, "cpu", "int8", backend="openvino",
-                             export_cache=work / f"{name}-int8" / "openvino")  # fmt: skip
+    pipeline = build(
+        f"{name}", docs, eval_path, work / f"{name}-int8", "model: {precision: fixed_accuracy}\n"
+    )
+    runner = EmbeddingRunner(
+        pipeline.model,
+        "cpu",
+        "int8",
+        backend="openvino",
+        export_cache=work / f"{name}-int8" / "openvino",
+    )
     began = time.perf_counter()
     pipeline.run("bench-int8", runner)
-    print(f"{name} in int8: built in {time.perf_counter() - began:.0f} s "
-          f"(quantized in {runner.export_seconds:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"{name} in int8: built in {time.perf_counter() - began:.0f} s "
+        f"(quantized in {runner.export_seconds:.0f} s)",
+        flush=True,
+    )
     found = scores(pipeline, runner)
     print_table(f"{name}, int8 (fixed_accuracy)", found)
     print("  difference from the faithful build:")
     for mode, values in found.items():
-        print(f"  {mode:<8} " + " ".join(
-            f"{values[k] - faithful[mode][k]:>+{w}.3f}"
-            for k, w in (("recall_at_5", 9), ("mrr_at_5", 7), ("recall_at_10", 10),
-                         ("mrr_at_10", 7), ("ndcg_at_10", 8))))  # fmt: skip
+        print(
+            f"  {mode:<8} "
+            + " ".join(
+                f"{values[k] - faithful[mode][k]:>+{w}.3f}"
+                for k, w in (
+                    ("recall_at_5", 9),
+                    ("mrr_at_5", 7),
+                    ("recall_at_10", 10),
+                    ("mrr_at_10", 7),
+                    ("ndcg_at_10", 8),
+                )
+            )
+        )
     return found
 
 
@@ -253,8 +275,11 @@ def question_rows(pipeline, runner) -> int:  # noqa: ANN001
     product.partition(pipeline.name).run("bench-briefs", lambda: product.generator)
     review = product.review(lambda model: runner)
     if product.registry.live(product.name) is None:  # refused: measured all the same
-        print(f"{product.name}: the gate refused it ({review.reason}); promoted here to score "
-              "its question rows", flush=True)  # fmt: skip
+        print(
+            f"{product.name}: the gate refused it ({review.reason}); promoted here to score "
+            "its question rows",
+            flush=True,
+        )
         product.registry.promote(product.name, product.fingerprint, "benchmark", actor="bench")
     product.land_questions(lambda model: runner, "bench-briefs")
     return pipeline.store.count_rows(question_index(pipeline.index))

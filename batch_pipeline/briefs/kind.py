@@ -103,9 +103,16 @@ def brief_product(
         generator = VllmGenerator(model, engine)
         plan_settings = plan_settings or plan_settings_for(engine)
     return BriefProduct(
-        config, storage, collection, generator, documents_for, plan_settings, tracking, store,
+        config,
+        storage,
+        collection,
+        generator,
+        documents_for,
+        plan_settings,
+        tracking,
+        store,
         execution,
-    )  # fmt: skip
+    )
 
 
 def targets(config: PipelineConfig) -> list[ProductTarget]:
@@ -125,8 +132,10 @@ def open_briefs(env: ProductEnv, target: ProductTarget) -> DocumentBriefs:
     executor = check_executor(GENERATE, choice.name, choice.spelled("executor"))
     options = {k: v for k, v in choice.engine_options.items() if v and v > 1}
     if options and env.generator is None:
-        sizes = {f"{side}_parallel_size": options.get(f"{side}_parallel_size", 1)
-                 for side in ("tensor", "data")}  # fmt: skip
+        sizes = {
+            f"{side}_parallel_size": options.get(f"{side}_parallel_size", 1)
+            for side in ("tensor", "data")
+        }
         problem = parallel_problem(executor, resolve_chat_model(None, env.storage.home), **sizes)
         if problem is not None:
             raise ConfigError(f"{choice.spelled(problem[0])}: {problem[1]}")

@@ -201,9 +201,10 @@ class BriefProduct(ReviewedGenerations):
         for batch in batched(doc_ids):
             rows = self.store.scan(index, ["doc_id", "vector"], where=in_filter("doc_id", batch))
             for doc_id, vector in zip(
-                rows["doc_id"].to_pylist(), rows["vector"].to_numpy(zero_copy_only=False),
+                rows["doc_id"].to_pylist(),
+                rows["vector"].to_numpy(zero_copy_only=False),
                 strict=True,
-            ):  # fmt: skip
+            ):
                 vector = np.asarray(vector, dtype=np.float32)
                 sums[doc_id] = sums[doc_id] + vector if doc_id in sums else vector
         order = sorted(sums)
@@ -293,10 +294,15 @@ class BriefProduct(ReviewedGenerations):
             with self.tracking.landing_lease(table, owner=run_id):
                 summaries.append(
                     land_questions(
-                        self.store, record.index_name, briefs, embedder_for(model), model,
-                        run_id, fields,
+                        self.store,
+                        record.index_name,
+                        briefs,
+                        embedder_for(model),
+                        model,
+                        run_id,
+                        fields,
                     )
-                )  # fmt: skip
+                )
                 health = health.with_(self._keep_indexes_current(table))
         live = self.registry.live(self.index_product)
         if live is None:
@@ -305,10 +311,14 @@ class BriefProduct(ReviewedGenerations):
         if self.collection.evaluation is not None:
             model = index_model(live)
             scores = question_scores(
-                self.store, live, self.collection.evaluation, embedder_for(model),
-                model.query_prefix, self.collection.index.search,
+                self.store,
+                live,
+                self.collection.evaluation,
+                embedder_for(model),
+                model.query_prefix,
+                self.collection.index.search,
                 VectorParams.of(self.collection.index.vector),
-            )  # fmt: skip
+            )
         table = question_index(live.index_name)
         rows = self.store.count_rows(table)
         return QuestionRows("landed", summaries, scores, rows, table, health)

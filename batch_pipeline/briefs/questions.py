@@ -42,8 +42,14 @@ DOCS_PER_COMMIT = 500
 BUCKET_DOCS = 16_384  # documents whose live briefs and question keys are compared at once
 # what the rows take of a brief table's row
 QUESTION_COLUMNS = (
-    "doc_id", "input_hash", "title", "content_hash", "collection", "partition", QUESTIONS_FIELD
-)  # fmt: skip
+    "doc_id",
+    "input_hash",
+    "title",
+    "content_hash",
+    "collection",
+    "partition",
+    QUESTIONS_FIELD,
+)
 
 
 def question_id(doc_id: str, number: int) -> str:
@@ -113,9 +119,16 @@ def question_scores(
     scores: dict[str, float] = {}
     for suffix, also in (("chunks", ()), ("with_questions", (question_index(live.index_name),))):
         found = score_generation(
-            store, live.index_name, embedder, queries, evaluation.k, query_prefix, also, mode,
+            store,
+            live.index_name,
+            embedder,
+            queries,
+            evaluation.k,
+            query_prefix,
+            also,
+            mode,
             params,
-        )  # fmt: skip
+        )
         found.pop("queries")
         scores |= {f"{metric}_{suffix}": value for metric, value in found.items()}
     scores["evaluation_queries"] = len(queries)

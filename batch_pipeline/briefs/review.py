@@ -116,8 +116,9 @@ def _sampled(doc_ids: Iterable[str], limit: int) -> set[str]:
     return set(ranked)
 
 
-def faithfulness(summaries: dict[str, str], doc_ids: list[str], vectors: np.ndarray,
-                 embed: Callable) -> float | None:  # fmt: skip
+def faithfulness(
+    summaries: dict[str, str], doc_ids: list[str], vectors: np.ndarray, embed: Callable
+) -> float | None:
     """The share of summaries nearer their own document than any other of `doc_ids` (see
     the module docstring); None when fewer than two briefed documents have vectors."""
     position = {d: i for i, d in enumerate(doc_ids)}

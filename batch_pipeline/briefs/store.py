@@ -116,9 +116,12 @@ class BriefStore:
             found = [
                 row
                 for batch in batched(doc_ids)
-                for row in table.search().where(in_filter("doc_id", batch)).limit(None)
-                .to_arrow().to_pylist()
-            ]  # fmt: skip
+                for row in table.search()
+                .where(in_filter("doc_id", batch))
+                .limit(None)
+                .to_arrow()
+                .to_pylist()
+            ]
         return sorted(found, key=lambda r: r["doc_id"])
 
     def replace(

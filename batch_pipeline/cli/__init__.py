@@ -440,9 +440,12 @@ def _repair(ctx: CommandContext, args: argparse.Namespace) -> int:
         now = store.restore_version(index, whole)
         done = f"restored version {whole} (now version {now})"
     registry.record(
-        "repair", product.name, from_index=index, to_index=index,
+        "repair",
+        product.name,
+        from_index=index,
+        to_index=index,
         details={"missing": missing, "version": whole},
-    )  # fmt: skip
+    )
     print(f"{index}: {done}; {product.name}'s next full run lands again what the table lacks")
     return 0
 

@@ -54,8 +54,9 @@ def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
     """Exit 0 when dropped, 1 when it only said what it would do."""
     batch = ctx.tracking.provider_batch(args.batch_id)
     if batch is None:
-        raise ConfigError(f"no provider batch {args.batch_id!r} is recorded (batch-pipeline "
-                          "batches lists them)")  # fmt: skip
+        raise ConfigError(
+            f"no provider batch {args.batch_id!r} is recorded (batch-pipeline batches lists them)"
+        )
     if batch.status == GIVEN_UP:
         return _cancel_given_up(batch, args)
     if batch.collected_at is not None:
@@ -81,8 +82,9 @@ def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
             "; it may still run at the provider, and be billed: cancel it there (or drop "
             "with --api-base)"
         )
-    ctx.tracking.collect_provider_batch(batch.batch_id, DROPPED, "operator", "dropped by an "
-                                        "operator (batch-pipeline batches drop)")  # fmt: skip
+    ctx.tracking.collect_provider_batch(
+        batch.batch_id, DROPPED, "operator", "dropped by an operator (batch-pipeline batches drop)"
+    )
     print(f"dropped: {plan}{cancelled}")
     return 0
 

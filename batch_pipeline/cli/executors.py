@@ -29,9 +29,12 @@ def add_executor_flags(run: argparse.ArgumentParser) -> None:
     )
     for side, meaning in (
         ("tensor", "GPUs one engine's layers are split over (a model too big for one GPU)"),
-        ("data", "engines, one per GPU (or tensor-parallel group), each taking a share of the "
-         "requests: --executor vllm-run-batch only"),
-    ):  # fmt: skip
+        (
+            "data",
+            "engines, one per GPU (or tensor-parallel group), each taking a share of the "
+            "requests: --executor vllm-run-batch only",
+        ),
+    ):
         run.add_argument(
             f"--{side}-parallel-size",
             type=whole_number(1),

@@ -35,10 +35,22 @@ COLUMN_TYPES = ("string", "int64", "float64", "bool", "list<string>")
 # the string formats xgrammar enforces (vLLM's `STRING_SUPPORTED_FORMATS`)
 ENFORCED_FORMATS = frozenset(
     {
-        "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
-        "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+        "email",
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "ipv4",
+        "ipv6",
+        "hostname",
+        "uuid",
+        "uri",
+        "uri-reference",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
     }
-)  # fmt: skip
+)
 MAX_SCHEMA_BYTES = 256 * 1024
 
 

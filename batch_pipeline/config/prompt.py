@@ -75,8 +75,10 @@ def load_prompt(path: Path, allowed: tuple[str, ...]) -> PromptTemplate:
             raise PromptError(f"{path.name}: `{part}` must be a non-empty text")
     document = string.Template(parsed["document"])
     if not document.is_valid():
-        raise PromptError(f"{path.name}: `document` has a `$` that starts no placeholder; "
-                          "write $$ for a dollar sign")  # fmt: skip
+        raise PromptError(
+            f"{path.name}: `document` has a `$` that starts no placeholder; "
+            "write $$ for a dollar sign"
+        )
     names = set(document.get_identifiers())
     stray = sorted(names - set(allowed))
     if stray:
@@ -85,8 +87,10 @@ def load_prompt(path: Path, allowed: tuple[str, ...]) -> PromptTemplate:
             f"use {', '.join('$' + a for a in allowed)}"
         )
     if "$" in parsed["system"].replace("$$", ""):
-        raise PromptError(f"{path.name}: `system` is shared by every input and takes no "
-                          "placeholders; write $$ for a dollar sign")  # fmt: skip
+        raise PromptError(
+            f"{path.name}: `system` is shared by every input and takes no "
+            "placeholders; write $$ for a dollar sign"
+        )
     return PromptTemplate(
         path=path,
         system=parsed["system"].replace("$$", "$").strip(),

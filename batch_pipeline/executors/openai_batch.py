@@ -100,8 +100,13 @@ class OpenAIBatchExecutor(GenerationExecutor):
             keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())
             resumed = output.resume(keys & output.done_keys, counted(summary))
             summary.resumed_inputs = len(resumed)
-            tracker = Progress(EXECUTE.name, max(0, record.prompts - len(resumed)), progress,
-                               unit="prompts", interval=progress_interval)  # fmt: skip
+            tracker = Progress(
+                EXECUTE.name,
+                max(0, record.prompts - len(resumed)),
+                progress,
+                unit="prompts",
+                interval=progress_interval,
+            )
             tracker.start()
             driver = BatchDriver(
                 self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)

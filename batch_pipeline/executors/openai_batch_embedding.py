@@ -93,18 +93,24 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
         started = time.perf_counter()
         dimension = self.model.embedding_dimension
         summary = ExecuteSummary(
-            RunStats(), DEVICE, "provider", dimension, backend=NAME, executor=NAME,
+            RunStats(),
+            DEVICE,
+            "provider",
+            dimension,
+            backend=NAME,
+            executor=NAME,
             token_prices=self.api.token_prices,
             window_seconds=window_seconds(self.api.completion_window),
-        )  # fmt: skip
+        )
         planned_tokens = planned_token_counts(planned)  # where usage says nothing
         keys = set(planned_tokens)
         schema = embeddings_schema(dimension)
         with CheckpointedOutput(out, checkpoints, schema, every=1, started=started) as output:
             resumed = output.resume(keys & output.done_keys)
             summary.resumed_inputs = len(resumed)
-            tracker = Progress(EXECUTE.name, len(keys) - len(resumed), progress,
-                               interval=progress_interval)  # fmt: skip
+            tracker = Progress(
+                EXECUTE.name, len(keys) - len(resumed), progress, interval=progress_interval
+            )
             tracker.start()
             served = self.served_model
             name = served or self.model.name
@@ -119,16 +125,18 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
 
             def take(answered: list[BatchResult]) -> None:
                 answered = [self._checked(r, name, dimension) for r in answered]
-                kept, tokens = kept_answers(answered, lambda r: r.vector is not None, "no vector",
-                                            summary, planned_tokens)  # fmt: skip
+                kept, tokens = kept_answers(
+                    answered, lambda r: r.vector is not None, "no vector", summary, planned_tokens
+                )
                 if kept:
                     refused = output.add(self._rows(kept, schema))
                     summary.stats.inputs += len(kept) - len(refused)
                     output.done_keys |= {r.key for r in kept} - refused
                 tracker.advance(len(answered), tokens)
 
-            driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
-                                 set(resumed))  # fmt: skip
+            driver = BatchDriver(
+                self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)
+            )
             driver.drive_counted(
                 BatchWork(EMBEDDINGS, keys, output, requests, take), tracker, summary
             )

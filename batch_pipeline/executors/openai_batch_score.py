@@ -101,18 +101,25 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
         keys = set(planned_tokens)
         judge = self.reranker
         model = self.api.served_model(judge.name) or judge.name
-        with CheckpointedOutput(out, checkpoints, SCORES_SCHEMA, every=1,
-                                started=started) as output:  # fmt: skip
+        with CheckpointedOutput(
+            out, checkpoints, SCORES_SCHEMA, every=1, started=started
+        ) as output:
             resumed = output.resume(keys & output.done_keys)
             summary.resumed_inputs = len(resumed)
-            tracker = Progress(EXECUTE.name, len(keys) - len(resumed), progress, unit="pairs",
-                               interval=progress_interval)  # fmt: skip
+            tracker = Progress(
+                EXECUTE.name,
+                len(keys) - len(resumed),
+                progress,
+                unit="pairs",
+                interval=progress_interval,
+            )
             tracker.start()
             tokenizer = judge_tokenizer(judge)
 
             def requests(done: set[str]) -> Iterable[dict]:
-                for group in read_groups(planned, "batch_index", ["input_hash", "query",
-                                                                  "document"]):  # fmt: skip
+                for group in read_groups(
+                    planned, "batch_index", ["input_hash", "query", "document"]
+                ):
                     pending = [(key, (q, d)) for key, q, d in group if key not in done]
                     if not pending:
                         continue
@@ -122,9 +129,12 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
 
             def take(answered: list[BatchResult]) -> None:
                 kept, tokens = kept_answers(
-                    answered, lambda r: bool(r.scores), "no log-probabilities", summary,
+                    answered,
+                    lambda r: bool(r.scores),
+                    "no log-probabilities",
+                    summary,
                     planned_tokens,
-                )  # fmt: skip
+                )
                 summary.stats.pairs += len(kept)
                 if kept:
                     now = datetime.now(UTC)
@@ -141,8 +151,9 @@ class OpenAIBatchScoreExecutor(ScoreExecutor):
                     output.done_keys |= {r.key for r in kept}
                 tracker.advance(len(answered), tokens)
 
-            driver = BatchDriver(self.api, self.ledger, run_of(out), summary.batches, self.sleep,
-                                 set(resumed))  # fmt: skip
+            driver = BatchDriver(
+                self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)
+            )
             driver.drive_counted(
                 BatchWork(CHAT_COMPLETIONS, keys, output, requests, take), tracker, summary
             )

@@ -65,17 +65,26 @@ def run_batch_command(generator, requests: Path, results: Path) -> list[str]:  #
     s = generator.settings
     command = [
         *RUN_BATCH,
-        "-i", str(requests),
-        "-o", str(results),
-        "--model", str(generator.model.ready()),
-        "--served-model-name", generator.model.name,
-        "--dtype", s.dtype,
-        "--max-model-len", str(s.max_model_len),
-        "--max-num-seqs", str(s.max_num_seqs),
+        "-i",
+        str(requests),
+        "-o",
+        str(results),
+        "--model",
+        str(generator.model.ready()),
+        "--served-model-name",
+        generator.model.name,
+        "--dtype",
+        s.dtype,
+        "--max-model-len",
+        str(s.max_model_len),
+        "--max-num-seqs",
+        str(s.max_num_seqs),
         "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
-        "--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS),
-        "--seed", str(ENGINE_SEED),
-    ]  # fmt: skip
+        "--structured-outputs-config",
+        json.dumps(STRUCTURED_OUTPUTS),
+        "--seed",
+        str(ENGINE_SEED),
+    ]
     if s.enforce_eager:
         command.append("--enforce-eager")
     for option, value in s.parallel_options.items():  # --tensor-parallel-size, ...
@@ -107,9 +116,13 @@ def run_batch_file(
     log = results.with_name(results.name + ".log")
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -212,8 +225,13 @@ class RunBatchExecutor(GenerationExecutor):
             resumed = output.resume(keys & output.done_keys, counted(summary))
             summary.resumed_inputs = len(resumed)
             if record.prompts > len(resumed):
-                tracker = Progress(EXECUTE.name, record.prompts - len(resumed), progress,
-                                   unit="prompts", interval=progress_interval)  # fmt: skip
+                tracker = Progress(
+                    EXECUTE.name,
+                    record.prompts - len(resumed),
+                    progress,
+                    unit="prompts",
+                    interval=progress_interval,
+                )
                 tracker.start()
                 tracker.working()
                 todo = (p for p in planned_prompts(planned) if p.key not in resumed)  # streamed

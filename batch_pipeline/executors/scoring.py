@@ -207,15 +207,17 @@ class RunBatchScorer(BatchedScorer):
                 documents = [document for _, document in run]
                 query_tokens = len(tokenizer(query, add_special_tokens=False)["input_ids"])
                 room = max(1, self.reranker.max_length - query_tokens - 3)
-                yield score_request_line(f"{number}:{start}", query, documents,
-                                         self.reranker.name, room)  # fmt: skip
+                yield score_request_line(
+                    f"{number}:{start}", query, documents, self.reranker.name, room
+                )
                 start += len(documents)
 
     def _command(self, requests: Path, results: Path) -> list[str]:
         """The `run-batch` command line: the cross-encoder as a pooling model."""
         r = self.reranker
-        return pooling_command(r.path, r.name, r.max_length, self.engine_settings, requests,
-                               results)  # fmt: skip
+        return pooling_command(
+            r.path, r.name, r.max_length, self.engine_settings, requests, results
+        )
 
     def _run_group(self, group: list[list[Pair]]) -> Iterator[np.ndarray]:
         started = time.perf_counter()
@@ -223,8 +225,9 @@ class RunBatchScorer(BatchedScorer):
             found: dict[str, BatchResult] = {}
             for path in write_batch_files(self._lines(group), Path(work)):
                 results = path.with_name(path.name.replace("requests", "results"))
-                env = run_batch_environment(self.engine_settings.device,
-                                            self.engine_settings.kv_cache_gib)  # fmt: skip
+                env = run_batch_environment(
+                    self.engine_settings.device, self.engine_settings.kv_cache_gib
+                )
                 run_batch_file(self._command(path, results), env, results)
                 found.update(read_results([results]))
         self.load_seconds += time.perf_counter() - started  # each subprocess's start included

@@ -54,16 +54,25 @@ def pooling_command(
     `folder`, served as `name`, on the embedding engines' settings."""
     command = [
         *RUN_BATCH,
-        "-i", str(requests),
-        "-o", str(results),
-        "--model", str(folder),
-        "--served-model-name", name,
-        "--runner", "pooling",
-        "--dtype", settings.dtype,
-        "--max-model-len", str(max_model_len),
-        "--max-num-seqs", str(settings.max_num_seqs),
-        "--seed", "0",
-    ]  # fmt: skip
+        "-i",
+        str(requests),
+        "-o",
+        str(results),
+        "--model",
+        str(folder),
+        "--served-model-name",
+        name,
+        "--runner",
+        "pooling",
+        "--dtype",
+        settings.dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(settings.max_num_seqs),
+        "--seed",
+        "0",
+    ]
     if settings.enforce_eager:
         command.append("--enforce-eager")
     if settings.device == "cuda":

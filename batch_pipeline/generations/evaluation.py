@@ -99,7 +99,7 @@ def score_generation(
     ranked = [
         rank_documents(
             tables, vectors[n] if vectors is not None else None, k, q.query, mode, params
-        )  # fmt: skip
+        )
         for n, q in enumerate(queries)
     ]
     return ranking_scores(ranked, queries, k)
@@ -137,9 +137,20 @@ def ndcg(hits: list[int], relevant: int, k: int) -> float:
 # what no candidate is compared with live on: counts, breakdowns, and what is lower the better
 # (the share escalated and the cost of a cascade: less is no worse)
 REPORTED_ONLY = frozenset(
-    {"queries", "tickets", "documents", "coverage", "answered_accuracy", "per_intent",
-     "confusions", "ece", "ece_uncalibrated", "cascade_escalated_share", "cascade_cost_per_1k"}
-)  # fmt: skip
+    {
+        "queries",
+        "tickets",
+        "documents",
+        "coverage",
+        "answered_accuracy",
+        "per_intent",
+        "confusions",
+        "ece",
+        "ece_uncalibrated",
+        "cascade_escalated_share",
+        "cascade_cost_per_1k",
+    }
+)
 # a configured target, carried among a generation's scores, and the measured score it is a
 # floor for: a target is never compared with live's (an operator may lower it on purpose)
 TARGETS = {"cascade_target": "cascade_accuracy"}

@@ -60,11 +60,23 @@ class GenerationRegistry:
         """A generation's record as it would be registered, without registering it (a
         baseline scored for the gate and never built, say)."""
         return GenerationRecord(
-            product=product, fingerprint=fingerprint, index_name=index, state="building",
-            model_config=json.dumps(built, sort_keys=True), full_pass=False, full_passes=None,
-            documents=0, rows=0, complete=False, scores=None, decision=None, created_at=0.0,
-            updated_at=0.0, promoted_at=None, retired_at=None,
-        )  # fmt: skip
+            product=product,
+            fingerprint=fingerprint,
+            index_name=index,
+            state="building",
+            model_config=json.dumps(built, sort_keys=True),
+            full_pass=False,
+            full_passes=None,
+            documents=0,
+            rows=0,
+            complete=False,
+            scores=None,
+            decision=None,
+            created_at=0.0,
+            updated_at=0.0,
+            promoted_at=None,
+            retired_at=None,
+        )
 
     def list_all(self, product: str | None = None) -> list[GenerationRecord]:
         return self.tracking.list_generations(product)

@@ -62,9 +62,14 @@ def index_partition(env: ProductEnv, key: str) -> IndexPartition:
 
 def open_index(env: ProductEnv, target: ProductTarget) -> VectorIndex:
     product = IndexProduct(
-        env.config, env.storage, target.name, env.tracking, env.store, env.s3_client,
+        env.config,
+        env.storage,
+        target.name,
+        env.tracking,
+        env.store,
+        env.s3_client,
         env.execution,
-    )  # fmt: skip
+    )
     return VectorIndex(product)
 
 

@@ -107,7 +107,7 @@ def hybrid_candidates(
             depth,
             columns=CANDIDATE_COLUMNS,
             params=index.vector_params,
-        )  # fmt: skip
+        )
         for n, q in enumerate(queries)
     ]
 

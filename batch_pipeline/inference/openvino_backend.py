@@ -186,10 +186,14 @@ def read_sample(path: Path, vocabulary: int, max_length: int) -> list[list[int]]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise SampleError(f"cannot be read ({type(error).__name__})") from None
     if (
-        ids.ndim != 1 or lengths.ndim != 1 or not len(lengths)
-        or not np.issubdtype(ids.dtype, np.integer) or not np.issubdtype(lengths.dtype, np.integer)
-        or lengths.min() < 1 or lengths.sum() != len(ids)
-    ):  # fmt: skip
+        ids.ndim != 1
+        or lengths.ndim != 1
+        or not len(lengths)
+        or not np.issubdtype(ids.dtype, np.integer)
+        or not np.issubdtype(lengths.dtype, np.integer)
+        or lengths.min() < 1
+        or lengths.sum() != len(ids)
+    ):
         raise SampleError("is not a calibration sample")
     if written is not None and written != _digest(ids, lengths):
         raise SampleError("changed since it was pinned (damaged or edited)")

@@ -85,7 +85,6 @@ def quantize_export(export: Path, samples: Sequence[dict[str, np.ndarray]]) -> P
         preset=getattr(nncf.QuantizationPreset, PRESET.upper()),
         subset_size=len(samples),
     )
-    about = {"preset": PRESET, "sample": key, "inputs": len(samples),
-             "nncf": nncf.__version__}  # fmt: skip
+    about = {"preset": PRESET, "sample": key, "inputs": len(samples), "nncf": nncf.__version__}
     save_folder(quantized, folder, {"inputs": names, "quantized": about}, "the int8 model")
     return folder

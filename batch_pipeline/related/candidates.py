@@ -53,8 +53,9 @@ class LiveIndex:
         """Every document's version: the content hash its chunks were embedded from."""
         versions: dict[str, str] = {}
         for batch in self.store.scan_batches(self.index, ["doc_id", "content_hash"]):
-            versions.update(zip(batch["doc_id"].to_pylist(), batch["content_hash"].to_pylist(),
-                                strict=True))  # fmt: skip
+            versions.update(
+                zip(batch["doc_id"].to_pylist(), batch["content_hash"].to_pylist(), strict=True)
+            )
         return versions
 
     def vectors(self, doc_ids: list[str]) -> Iterator[tuple[str, np.ndarray]]:
@@ -89,8 +90,9 @@ class LiveIndex:
         vector, itself left out, each with its best chunk's fused score."""
         others = f"doc_id != {sql_literal(doc_id)}"
         depth = count * ROWS_PER_CANDIDATE
-        rows = ranked_rows([self.table], title, vector, HYBRID, depth, others, ("doc_id",),
-                           self.params)  # fmt: skip
+        rows = ranked_rows(
+            [self.table], title, vector, HYBRID, depth, others, ("doc_id",), self.params
+        )
         best: dict[str, float] = {}
         for row in rows:
             best.setdefault(row["doc_id"], float(row["score"]))

@@ -33,13 +33,18 @@ class CandidateScores:
         started = time.perf_counter()
         scores: dict[str, float] = {}
         for batch in read_batches(prepared, ["input_hash", "candidate_score"]):
-            scores.update(zip(batch["input_hash"].to_pylist(),
-                              batch["candidate_score"].to_pylist(), strict=True))  # fmt: skip
+            scores.update(
+                zip(
+                    batch["input_hash"].to_pylist(),
+                    batch["candidate_score"].to_pylist(),
+                    strict=True,
+                )
+            )
         with StageWriter(out, PLANNED, started) as writer:
             writer.write_table(
                 pa.table(
                     {"input_hash": list(scores), "candidate_score": list(scores.values())}, PLANNED
-                )  # fmt: skip
+                )
             )
         return ScorePlanSummary(pairs=len(scores), batches=1 if scores else 0)
 

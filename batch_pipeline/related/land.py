@@ -84,8 +84,7 @@ def land_related(
     collection."""
     scores: dict[str, float] = {}
     for batch in read_batches(executed, ["input_hash", "score"]):
-        scores.update(zip(batch["input_hash"].to_pylist(), batch["score"].to_pylist(),
-                          strict=True))  # fmt: skip
+        scores.update(zip(batch["input_hash"].to_pylist(), batch["score"].to_pylist(), strict=True))
     summary = RelatedLandSummary()
     now = datetime.now(UTC)
     table = store.open(index)
@@ -110,14 +109,23 @@ def land_related(
             continue
         best = sorted(found, key=lambda c: (-scores[c["input_hash"]], c["candidate_rank"]))[:k]
         for rank, c in enumerate(best, start=1):
-            rows.append({
-                "row_key": f"{doc_id}\x1f{rank}", "collection": lineage.collection,
-                "partition": lineage.partition, "doc_id": doc_id, "related_id": c["related_id"],
-                "rank": rank, "score": scores[c["input_hash"]], "doc_version": c["doc_version"],
-                "related_version": c["related_version"], "model_name": lineage.model_name,
-                "model_fingerprint": lineage.model_fingerprint, "run_id": lineage.run_id,
-                "landed_at": now,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "row_key": f"{doc_id}\x1f{rank}",
+                    "collection": lineage.collection,
+                    "partition": lineage.partition,
+                    "doc_id": doc_id,
+                    "related_id": c["related_id"],
+                    "rank": rank,
+                    "score": scores[c["input_hash"]],
+                    "doc_version": c["doc_version"],
+                    "related_version": c["related_version"],
+                    "model_name": lineage.model_name,
+                    "model_fingerprint": lineage.model_fingerprint,
+                    "run_id": lineage.run_id,
+                    "landed_at": now,
+                }
+            )
         summary.landed.append(doc_id)
         scope.append(doc_id)
         if len(scope) >= LISTS_PER_COMMIT:
@@ -134,8 +142,14 @@ def land_related(
 def _candidates_in_order(prepared: StagePath, stale: list[str]) -> Iterator[tuple[str, list[dict]]]:
     """Each stale document with its prepared candidates (none where it has none), in
     `stale`'s order, streamed: prepare wrote each document's pairs together, in that order."""
-    columns = ["doc_id", "related_id", "candidate_rank", "doc_version", "related_version",
-               "input_hash"]  # fmt: skip
+    columns = [
+        "doc_id",
+        "related_id",
+        "candidate_rank",
+        "doc_version",
+        "related_version",
+        "input_hash",
+    ]
     rows = (row for batch in read_batches(prepared, columns) for row in batch.to_pylist())
     row = next(rows, None)
     for doc_id in stale:

@@ -42,8 +42,9 @@ class RelatedPartition(CollectionPartition):
         out = self.path(request.run_id, self.stages[1].file)
         landed = product.landed_lists(self.index) if self.store.has_table(self.index) else {}
         reader = product.live_index_reader()
-        summary = prepare_related(reader, landed, out, product.settings.candidates,
-                                  self.fingerprint)  # fmt: skip
+        summary = prepare_related(
+            reader, landed, out, product.settings.candidates, self.fingerprint
+        )
         return StageOutput(out, summary)
 
     def land(self, run: LandedRun, request: RunRequest, files: StageFiles) -> RelatedLandSummary:
@@ -54,17 +55,29 @@ class RelatedPartition(CollectionPartition):
         if run.hold_deletions(len(deleted), len(facts["stale"])) is not None:
             deleted = []
         model = product.model
-        lineage = RelatedLineage(product.collection_name, self.partition, model.name,
-                                 model.fingerprint, run_id)  # fmt: skip
-        summary = land_related(files.prepared, files.executed, self.store, self.index,
-                               product.settings.k, facts["stale"], deleted, lineage)  # fmt: skip
+        lineage = RelatedLineage(
+            product.collection_name, self.partition, model.name, model.fingerprint, run_id
+        )
+        summary = land_related(
+            files.prepared,
+            files.executed,
+            self.store,
+            self.index,
+            product.settings.k,
+            facts["stale"],
+            deleted,
+            lineage,
+        )
         listed = self.landed_inputs()
         rows = self.store.count_rows(self.index) if self.store.has_table(self.index) else 0
         documents = int(facts["documents"])
         product.registry.update(
-            product.name, self.fingerprint, rows=rows, documents=listed,
+            product.name,
+            self.fingerprint,
+            rows=rows,
+            documents=listed,
             full_pass=listed >= documents and not summary.awaiting,
-        )  # fmt: skip
+        )
         run.outcome = RunOutcome(
             counts={
                 "lists_scored": len(summary.landed),

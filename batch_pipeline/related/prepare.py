@@ -127,8 +127,10 @@ def prepare_related(
             chunk = stale[start : start + WRITE_EVERY]
             passages = live.passages(chunk)  # their titles find their candidates
             todo = [d for d in chunk if d not in found]
-            lists = {**{d: found[d] for d in chunk if d in found},
-                     **dict(_candidates(live, todo, candidates, passages))}  # fmt: skip
+            lists = {
+                **{d: found[d] for d in chunk if d in found},
+                **dict(_candidates(live, todo, candidates, passages)),
+            }
             others = {c for d in chunk for c, _ in lists.get(d, [])} - passages.keys()
             passages.update(live.passages(sorted(others)))
             rows = []
@@ -137,14 +139,21 @@ def prepare_related(
                 for rank, (related, score) in enumerate(lists.get(doc_id, []), start=1):
                     if query is None or related not in passages or related not in current:
                         continue
-                    rows.append({
-                        "doc_id": doc_id, "related_id": related, "candidate_rank": rank,
-                        "candidate_score": score, "doc_version": current[doc_id],
-                        "related_version": current[related],
-                        "input_hash": pair_key(fingerprint, doc_id, current[doc_id], related,
-                                               current[related]),
-                        "query": query.query, "document": passages[related].document,
-                    })  # fmt: skip
+                    rows.append(
+                        {
+                            "doc_id": doc_id,
+                            "related_id": related,
+                            "candidate_rank": rank,
+                            "candidate_score": score,
+                            "doc_version": current[doc_id],
+                            "related_version": current[related],
+                            "input_hash": pair_key(
+                                fingerprint, doc_id, current[doc_id], related, current[related]
+                            ),
+                            "query": query.query,
+                            "document": passages[related].document,
+                        }
+                    )
             writer.write_table(pa.Table.from_pylist(rows, PREPARED_SCHEMA))
             summary.pairs += len(rows)
         writer.summary = summary.facts()

@@ -93,8 +93,9 @@ class RelatedProduct(ReviewedGenerations):
         return live if config.get("index_generation") == self.live_index.index_name else None
 
     def live_index_reader(self) -> LiveIndex:
-        return LiveIndex(self.store, self.live_index.index_name,
-                         VectorParams.of(self.collection.index.vector))  # fmt: skip
+        return LiveIndex(
+            self.store, self.live_index.index_name, VectorParams.of(self.collection.index.vector)
+        )
 
     @cached_property
     def reranker(self):  # noqa: ANN201 - a ResolvedReranker or ResolvedJudge, or None
@@ -150,8 +151,9 @@ class RelatedProduct(ReviewedGenerations):
         """A document's landed list in `index`, best first."""
         from batch_pipeline.state.vector_store import sql_literal
 
-        rows = self.store.scan(index, ["related_id", "rank", "score", "model_name"],
-                               f"doc_id = {sql_literal(doc_id)}").to_pylist()  # fmt: skip
+        rows = self.store.scan(
+            index, ["related_id", "rank", "score", "model_name"], f"doc_id = {sql_literal(doc_id)}"
+        ).to_pylist()
         return sorted(rows, key=lambda row: row["rank"])
 
     # -------------------------------------------------------------- generations

@@ -236,9 +236,16 @@ def execute_prompts(
                 token_unit="prompt tokens",
             )
             _generate(
-                plan_path, output, checked(get_generator, planned), sampling, schema, resumed,
-                summary, tracker, every=planned.chunk_size,
-            )  # fmt: skip
+                plan_path,
+                output,
+                checked(get_generator, planned),
+                sampling,
+                schema,
+                resumed,
+                summary,
+                tracker,
+                every=planned.chunk_size,
+            )
         refuse_if_engine_failed(summary)
         output.finish(summary, plan_path)
     return summary
@@ -263,8 +270,14 @@ def refuse_if_engine_failed(summary: GenerateSummary) -> None:
     """`EngineFaultError` when every request this run sent came back as an engine error."""
     sent = summary.outputs - summary.resumed_inputs
     if sent and summary.engine_faults == sent:
-        said = next((summary.failed_inputs[k] for k in summary.not_the_inputs
-                     if k in summary.failed_inputs), "no reason given")  # fmt: skip
+        said = next(
+            (
+                summary.failed_inputs[k]
+                for k in summary.not_the_inputs
+                if k in summary.failed_inputs
+            ),
+            "no reason given",
+        )
         raise EngineFaultError(
             f"every one of the {sent} requests the engine ran failed in the engine ({said}): "
             "the engine's fault, not the documents'; nothing is recorded against them and the "

@@ -211,8 +211,9 @@ def execute_pairs(
         summary.resumed_inputs = len(done)
         todo = len(keys) - len(done)
         if todo:
-            tracker = Progress(EXECUTE.name, todo, progress, unit="pairs",
-                               interval=progress_interval)  # fmt: skip
+            tracker = Progress(
+                EXECUTE.name, todo, progress, unit="pairs", interval=progress_interval
+            )
             tracker.start()
             scorer = get_scorer()
             tracker.working()

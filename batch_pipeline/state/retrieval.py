@@ -58,8 +58,14 @@ def full_text_columns(table) -> list[str]:  # noqa: ANN001 - a LanceDB table
     return [c for index in table.list_indices() if index.index_type == "FTS" for c in index.columns]
 
 
-def _vector_rows(table, vector: np.ndarray, limit: int, where: str | None,  # noqa: ANN001
-                 columns: list[str], params: VectorParams) -> list[dict]:  # fmt: skip
+def _vector_rows(
+    table,
+    vector: np.ndarray,
+    limit: int,
+    where: str | None,  # noqa: ANN001
+    columns: list[str],
+    params: VectorParams,
+) -> list[dict]:
     def run(flat: bool) -> list[dict]:
         query = table.search(vector).metric("cosine")
         if flat:
@@ -76,16 +82,24 @@ def _vector_rows(table, vector: np.ndarray, limit: int, where: str | None,  # no
     try:
         rows = run(flat=False)
     except (RuntimeError, OSError) as error:  # a damaged ANN index: the exact scan still reads
-        log.warning("the ANN index of %s cannot be read (%s); scanning instead", table.name,
-                    str(error).splitlines()[0][:200])  # fmt: skip
+        log.warning(
+            "the ANN index of %s cannot be read (%s); scanning instead",
+            table.name,
+            str(error).splitlines()[0][:200],
+        )
         rows = run(flat=True)
     for row in rows:
         row["score"] = 1.0 - float(row.pop("_distance"))
     return rows
 
 
-def _text_rows(table, text: str, limit: int, where: str | None,  # noqa: ANN001
-               columns: list[str]) -> list[dict]:  # fmt: skip
+def _text_rows(
+    table,
+    text: str,
+    limit: int,
+    where: str | None,  # noqa: ANN001
+    columns: list[str],
+) -> list[dict]:
     from lancedb.query import MultiMatchQuery
 
     indexed = full_text_columns(table)

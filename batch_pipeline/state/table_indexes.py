@@ -137,15 +137,19 @@ class TableIndexes:
         found = []
         for spec in self.expected():
             if spec.name not in present:
-                found.append(IndexState(spec.name, spec.column, spec.kind, False,
-                                        problem="missing"))  # fmt: skip
+                found.append(
+                    IndexState(spec.name, spec.column, spec.kind, False, problem="missing")
+                )
                 continue
             try:
                 stats = self.table.index_stats(spec.name)
                 self._probe(spec)
             except Exception as error:  # noqa: BLE001 - any failure to read it is damage
-                found.append(IndexState(spec.name, spec.column, spec.kind, True,
-                                        problem=f"damaged: {_short(error)}"))  # fmt: skip
+                found.append(
+                    IndexState(
+                        spec.name, spec.column, spec.kind, True, problem=f"damaged: {_short(error)}"
+                    )
+                )
                 continue
             problem = None
             if stats.num_unindexed_rows > bound:
@@ -163,7 +167,7 @@ class TableIndexes:
                     stats.num_unindexed_rows,
                     str(stats.index_type),
                     problem,
-                )  # fmt: skip
+                )
             )
         return found
 
@@ -225,8 +229,9 @@ class TableIndexes:
     def _build(self, spec: IndexSpec, rows: int, reason: str, upkeep: IndexUpkeep) -> None:
         began = time.perf_counter()
         try:
-            self.table.create_index(spec.column, config=self._config(spec), replace=True,
-                                    name=spec.name)  # fmt: skip
+            self.table.create_index(
+                spec.column, config=self._config(spec), replace=True, name=spec.name
+            )
         except Exception as error:  # noqa: BLE001 - the land stands; the check names it
             upkeep.failed[spec.name] = _short(error)
             return

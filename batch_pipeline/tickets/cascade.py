@@ -39,9 +39,12 @@ def binomial_upper_tail(k: int, n: int, p: float) -> float:
     log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
     j = np.arange(k, n + 1)
     terms = (
-        log_factorial[n] - log_factorial[j] - log_factorial[n - j]
-        + j * math.log(p) + (n - j) * math.log1p(-p)
-    )  # fmt: skip
+        log_factorial[n]
+        - log_factorial[j]
+        - log_factorial[n - j]
+        + j * math.log(p)
+        + (n - j) * math.log1p(-p)
+    )
     top = float(terms.max())
     return min(1.0, math.exp(top) * float(np.exp(terms - top).sum()))
 
@@ -116,8 +119,18 @@ def choose_threshold(
     n = len(confidences)
     head_accuracy = float(head_right.mean()) if n else 0.0
     if not n:
-        return CascadePlan(None, target_accuracy, delta, 0, 0, 0, 0.0, 0.0, 0.0,
-                           "no labelled held-out tickets: nothing escalates")  # fmt: skip
+        return CascadePlan(
+            None,
+            target_accuracy,
+            delta,
+            0,
+            0,
+            0,
+            0.0,
+            0.0,
+            0.0,
+            "no labelled held-out tickets: nothing escalates",
+        )
     order = np.argsort(confidences, kind="stable")  # least sure first
     sorted_conf = confidences[order]
     # escalating the i least sure tickets: the head answers the rest, the chat model those
@@ -137,12 +150,19 @@ def choose_threshold(
     if best is None:
         right = base + int(max(gain[i] for i in cuts))
         return CascadePlan(
-            None, target_accuracy, delta, n, len(cuts), base,
-            accuracy_lower_bound(base, n, alpha), 0.0, head_accuracy,
+            None,
+            target_accuracy,
+            delta,
+            n,
+            len(cuts),
+            base,
+            accuracy_lower_bound(base, n, alpha),
+            0.0,
+            head_accuracy,
             f"no threshold makes the cascade {target_accuracy:.1%} accurate with probability "
             f"{1 - delta:.0%} on {n} held-out labelled texts (at best {right} right): nothing "
             "escalates; label more tickets, lower the target, or use a better chat model",
-        )  # fmt: skip
+        )
     i, right, bound = best
     threshold = None if i == 0 else (float(sorted_conf[i]) if i < n else math.inf)
     note = (
@@ -150,5 +170,6 @@ def choose_threshold(
         if i == 0
         else f"{i} of {n} held-out labelled texts escalate; the cascade is right on {right}"
     )
-    return CascadePlan(threshold, target_accuracy, delta, n, len(cuts), right, bound,
-                       i / n, head_accuracy, note)  # fmt: skip
+    return CascadePlan(
+        threshold, target_accuracy, delta, n, len(cuts), right, bound, i / n, head_accuracy, note
+    )

@@ -193,11 +193,14 @@ class Escalation:
         if api is None:
             return None
         return BatchApiSettings(
-            api.api_base, api.api_key_env, api.model, api.completion_window,
+            api.api_base,
+            api.api_key_env,
+            api.model,
+            api.completion_window,
             wait_seconds=api.wait_seconds,
             price_per_million_input_tokens=api.price_per_million_input_tokens,
             price_per_million_output_tokens=api.price_per_million_output_tokens,
-        )  # fmt: skip
+        )
 
     @property
     def sampling(self) -> Sampling:
@@ -387,9 +390,12 @@ def cascade_plan(
         )
     chat_right = [answers[k].intent == t for k, t in zip(keys, held_out.truth, strict=True)]
     plan = choose_threshold(
-        held_out.confidence, held_out.head_right, chat_right,
-        settings.target_accuracy, settings.delta,
-    )  # fmt: skip
+        held_out.confidence,
+        held_out.head_right,
+        chat_right,
+        settings.target_accuracy,
+        settings.delta,
+    )
     asked = bool(keys)
     return {
         **plan.as_dict(),

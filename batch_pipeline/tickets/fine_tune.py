@@ -272,8 +272,12 @@ class EncoderStore:
             )
             log.info(
                 "fine-tuned the encoder %s: %d of %d steps in %.0f s (ended by %s)",
-                key, report.steps, report.steps_planned, report.seconds, report.stopped_by,
-            )  # fmt: skip
+                key,
+                report.steps,
+                report.steps_planned,
+                report.seconds,
+                report.stopped_by,
+            )
             try:
                 staging.rename(folder)
             except OSError:  # another process trained it first: keep theirs

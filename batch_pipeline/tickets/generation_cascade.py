@@ -117,6 +117,11 @@ class GenerationCascade:
             return {}
         texts = [ticket_text(subject, body) for subject, body in tickets]
         return cascade_scores(
-            product.escalation, plan, texts, [p.confidence for p in predictions],
-            [p.intent for p in predictions], labels, self.ledger(record, EVALUATION_PARTITION),
-        )  # fmt: skip
+            product.escalation,
+            plan,
+            texts,
+            [p.confidence for p in predictions],
+            [p.intent for p in predictions],
+            labels,
+            self.ledger(record, EVALUATION_PARTITION),
+        )

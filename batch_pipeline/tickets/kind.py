@@ -67,7 +67,7 @@ def open_tickets(env: ProductEnv, target: ProductTarget) -> TicketIntents:
             env.s3_client,
             env.execution,
             env.generator,
-        )  # fmt: skip
+        )
     )
 
 

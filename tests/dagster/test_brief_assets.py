@@ -21,8 +21,12 @@ from tests.support import (
 
 REPO = Path(__file__).resolve().parents[2]
 BRIEF_ASSETS = [
-    "brief_prompts", "brief_plan", "brief_generations", "document_briefs", "question_rows"
-]  # fmt: skip
+    "brief_prompts",
+    "brief_plan",
+    "brief_generations",
+    "document_briefs",
+    "question_rows",
+]
 
 
 @pytest.fixture()
@@ -100,9 +104,10 @@ def test_question_rows_land_with_index_questions_and_report_retrieval_both_ways(
         assert "handbook_questions__" in str(questions["dagster/uri"])
         assert {"recall_at_3_chunks", "recall_at_3_with_questions"} <= set(questions)
         (check,) = [
-            c for c in result.get_asset_check_evaluations()
+            c
+            for c in result.get_asset_check_evaluations()
             if c.asset_key.to_user_string() == "question_rows"
-        ]  # fmt: skip
+        ]
         assert check.check_name == "indexes_current" and check.passed
         values = {k: v.value for k, v in check.metadata.items()}
         assert values["unindexed_rows"] == 0 and values["problems"] == "none"
@@ -144,8 +149,9 @@ def test_question_rows_mid_land_do_not_fail_the_index_s_check(briefs_workspace):
             resources=stage_resources(briefs_workspace),
             raise_on_error=False,
         )
-        (found,) = [c for c in result.get_asset_check_evaluations()
-                    if c.check_name == "indexes_current"]  # fmt: skip
+        (found,) = [
+            c for c in result.get_asset_check_evaluations() if c.check_name == "indexes_current"
+        ]
         assert found.passed, found.metadata
         assert not any("_questions__" in key for key in found.metadata)
 

@@ -67,8 +67,9 @@ def test_the_commands_reach_the_fifth_built_in_kind(fifth_kind, tmp_path, capsys
     assert kinds[-1] is fifth_kind and fifth_kind.package == PACKAGE
     assert config.declared_kinds() == []  # built in: configured, not declared
 
-    code, out = cli(capsys, tmp_path, "run", "--kind", "lengths", "--collection", "handbook",
-                    "--json")  # fmt: skip
+    code, out = cli(
+        capsys, tmp_path, "run", "--kind", "lengths", "--collection", "handbook", "--json"
+    )
     ran = json.JSONDecoder().raw_decode(out[out.index("{") :])[0]
     assert code == 0 and ran["product"] == PRODUCT
     assert ran["land"]["documents_landed"] == 3 and ran["generation"]["decision"] == "promoted"

@@ -200,9 +200,11 @@ def test_execute_is_priced_by_the_gpus_its_engines_hold():
     assert eight.cost_per_1k_requests(3.6) == pytest.approx(8 * one.cost_per_1k_requests(3.6))
     assert eight.metadata(3.6)["devices"] == 8
     config = PipelineConfig.model_validate(
-        {"collections": [{"name": "c", "source": {"kind": "filesystem", "path": "."}}],
-         "cost": {"device_hour": {"cuda": 3.6}}}
-    )  # fmt: skip
+        {
+            "collections": [{"name": "c", "source": {"kind": "filesystem", "path": "."}}],
+            "cost": {"device_hour": {"cuda": 3.6}},
+        }
+    )
     executed = {"inputs": 1000, "seconds": 100.0, "device": "cuda", "devices": 8}
     measures = RunMeasures.from_execute(
         executed, config, "manual", partition="c", started_at=0.0, finished_at=200.0

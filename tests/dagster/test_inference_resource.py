@@ -31,8 +31,14 @@ def test_an_out_of_range_setting_is_refused_by_its_field(field, value):
 
 def test_the_defaults_and_the_edges_of_each_range_are_accepted():
     InferenceResource()
-    InferenceResource(token_budget=1, max_batch_size=1, num_threads=1, prefetch_batches=1,
-                      cuda_memory_fraction=1.0, fidelity_min_cosine=1.0)  # fmt: skip
+    InferenceResource(
+        token_budget=1,
+        max_batch_size=1,
+        num_threads=1,
+        prefetch_batches=1,
+        cuda_memory_fraction=1.0,
+        fidelity_min_cosine=1.0,
+    )
 
 
 def test_a_run_configured_out_of_range_fails_before_any_step_naming_the_field():

@@ -169,8 +169,11 @@ def test_the_shipped_sensor_reaches_the_provider_the_environment_names(
     batch_api.hold = True
     with dg.instance_for_test() as instance:
         assert materialize(workspace, instance, [*STAGE_ASSETS, *BRIEF_ASSETS]).success
-        for field, value in (("EXECUTOR", "openai-batch"), ("API_BASE", batch_api.url),
-                             ("API_KEY_ENV", KEY_ENV)):  # fmt: skip
+        for field, value in (
+            ("EXECUTOR", "openai-batch"),
+            ("API_BASE", batch_api.url),
+            ("API_KEY_ENV", KEY_ENV),
+        ):
             monkeypatch.setenv(f"BATCH_PIPELINE_GENERATION_{field}", value)
         shipped = build_definitions(workspace["config"])
         sensor = shipped.get_sensor_def("provider_batches_sensor")

@@ -11,8 +11,13 @@ from batch_pipeline.definitions import build_definitions
 from tests.support import metadata_of, stage_resources
 
 HANDBOOK = Path(__file__).resolve().parents[2] / "data" / "handbook"
-INDEX_ASSETS = ("source_documents", "document_chunks", "batch_plan", "chunk_embeddings",
-                "vector_index")  # fmt: skip
+INDEX_ASSETS = (
+    "source_documents",
+    "document_chunks",
+    "batch_plan",
+    "chunk_embeddings",
+    "vector_index",
+)
 RELATED_ASSETS = ("related_candidates", "related_plan", "related_scores", "related_documents")
 
 
@@ -78,8 +83,10 @@ def test_the_scoring_resource_chooses_the_executor_related_documents_open_on(tmp
     assert "scoring" in scores.required_resource_keys
     with dg.instance_for_test() as instance:
         assert materialize(space, instance).success  # the index, so the lists can open
-    resources = {**stage_resources(space, fake_model=True), "scoring": ScoringResource(
-        executor="vllm-run-batch", device="cpu")}  # fmt: skip
+    resources = {
+        **stage_resources(space, fake_model=True),
+        "scoring": ScoringResource(executor="vllm-run-batch", device="cpu"),
+    }
     with dg.build_asset_context(resources=resources, partition_key="handbook") as context:
         product, _partition = open_declared(RELATED)(context)
     chosen = product.engine.execution

@@ -52,9 +52,14 @@ class Pipelines:
         self.generator = FakeGenerator()
         self.embedders: list[FakeEmbedder] = []
         self.briefs = BriefProduct(
-            self.config, self.storage, "handbook", self.generator, self.documents,
-            tracking=self.tracking, store=self.store,
-        )  # fmt: skip
+            self.config,
+            self.storage,
+            "handbook",
+            self.generator,
+            self.documents,
+            tracking=self.tracking,
+            store=self.store,
+        )
 
     def documents(self, key: str) -> IndexPartition:
         return open_partition(self.config, self.storage, key, self.tracking, self.store)
@@ -97,17 +102,23 @@ def test_questions_land_beside_the_live_index_tied_to_their_document(ws):
     assert pipes.store.count_rows(pipes.index.index, "section = 'question'") == 0
     scores = result.scores
     assert set(scores) == {
-        "recall_at_3_chunks", "mrr_at_3_chunks", "ndcg_at_3_chunks",
-        "recall_at_3_with_questions", "mrr_at_3_with_questions", "ndcg_at_3_with_questions",
+        "recall_at_3_chunks",
+        "mrr_at_3_chunks",
+        "ndcg_at_3_chunks",
+        "recall_at_3_with_questions",
+        "mrr_at_3_with_questions",
+        "ndcg_at_3_with_questions",
         "evaluation_queries",
-    }  # fmt: skip
+    }
     asked = rows[0]["text"]
     hits = search(
         pipes.index.product, asked, k=3, runner=FakeEmbedder(pipes.index.model), mode="vector"
     )
     assert (hits[0].doc_id, hits[0].chunk_id, hits[0].section) == (
-        rows[0]["doc_id"], rows[0]["chunk_id"], "question",
-    )  # fmt: skip
+        rows[0]["doc_id"],
+        rows[0]["chunk_id"],
+        "question",
+    )
     assert hits[0].score == pytest.approx(1.0)
 
 
@@ -182,8 +193,13 @@ def test_a_where_on_a_field_declared_after_the_questions_landed_searches_the_chu
     assert pipes.nightly("run-2").metadata()["questions_embedded"] == 0
     assert "product" not in pipes.store.open(question_index(pipes.index.index)).schema.names
 
-    hits = search(pipes.index.product, "refunds", k=3, runner=FakeEmbedder(pipes.index.model),
-                  where="product = 'billing'")  # fmt: skip
+    hits = search(
+        pipes.index.product,
+        "refunds",
+        k=3,
+        runner=FakeEmbedder(pipes.index.model),
+        where="product = 'billing'",
+    )
     assert hits and {(h.doc_id, h.metadata["product"]) for h in hits} == {("refunds.md", "billing")}
     assert all(h.section != "question" for h in hits)
 

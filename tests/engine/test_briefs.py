@@ -352,13 +352,22 @@ def test_an_engine_with_another_max_model_len_than_the_plan_s_is_refused_before_
     config, storage, name, _, documents, _, tracking, store = product_args(briefs_workspace)
     engine = ShortEngine()
     long_plan = PromptPlanSettings(max_model_len=2048)
-    planned_long = BriefProduct(config, storage, name, engine, documents, long_plan, tracking,
-                                store)  # fmt: skip
+    planned_long = BriefProduct(
+        config, storage, name, engine, documents, long_plan, tracking, store
+    )
     with pytest.raises(ConfigError, match="the plan was made for 2048 and the engine takes 1024"):
         run(planned_long, "run-1")
     assert engine.generated == []  # nothing sent
-    agreed = BriefProduct(config, storage, name, engine, documents,
-                          PromptPlanSettings(max_model_len=1024), tracking, store)  # fmt: skip
+    agreed = BriefProduct(
+        config,
+        storage,
+        name,
+        engine,
+        documents,
+        PromptPlanSettings(max_model_len=1024),
+        tracking,
+        store,
+    )
     assert run(agreed, "run-2")["execute"].stats.requests == 3
 
 
@@ -572,21 +581,33 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (["--kind", "briefs", "--data-parallel-size", "2"],
-         "--data-parallel-size: above 1 needs executor vllm-run-batch"),
-        (["--kind", "briefs", "--executor", "vllm-run-batch", "--tensor-parallel-size", "2"],
-         "--tensor-parallel-size: 2 does not split SmolLM2-135M-Instruct's 9 attention heads"),
-        (["--tensor-parallel-size", "3"],
-         "--tensor-parallel-size: for --kind briefs only, not --kind index"),
+        (
+            ["--kind", "briefs", "--data-parallel-size", "2"],
+            "--data-parallel-size: above 1 needs executor vllm-run-batch",
+        ),
+        (
+            ["--kind", "briefs", "--executor", "vllm-run-batch", "--tensor-parallel-size", "2"],
+            "--tensor-parallel-size: 2 does not split SmolLM2-135M-Instruct's 9 attention heads",
+        ),
+        (
+            ["--tensor-parallel-size", "3"],
+            "--tensor-parallel-size: for --kind briefs only, not --kind index",
+        ),
         (["--api-base", "http://127.0.0.1:9"], "--api-base: for --executor openai-batch only"),
-        (["--executor", "openai-batch"],
-         "--api-base: the openai-batch executor needs the Batch API's address"),
-        (["--executor", "openai-batch", "--dtype", "float16", "--api-base", "http://x/v1"],
-         "--dtype: 'float16' is the provider's to choose on the openai-batch executor"),
-        (["--kind", "briefs", "--executor", "local"],
-         "--executor 'local' runs no generate model; generate executors: vllm, "),
+        (
+            ["--executor", "openai-batch"],
+            "--api-base: the openai-batch executor needs the Batch API's address",
+        ),
+        (
+            ["--executor", "openai-batch", "--dtype", "float16", "--api-base", "http://x/v1"],
+            "--dtype: 'float16' is the provider's to choose on the openai-batch executor",
+        ),
+        (
+            ["--kind", "briefs", "--executor", "local"],
+            "--executor 'local' runs no generate model; generate executors: vllm, ",
+        ),
     ],
-)  # fmt: skip
+)
 def test_run_refuses_executor_flags_no_engine_can_take_before_anything_runs(
     briefs_workspace, capsys, flags, said
 ):
@@ -601,9 +622,24 @@ def test_an_api_base_s_credentials_are_never_printed(briefs_workspace, capsys, m
     monkeypatch.setenv("BP_TEST_GATEWAY_KEY", "sk-gateway-0123456789")
     base = "http://gwuser:GWPASSWORD9@127.0.0.1:9/v1?api-key=QUERYSECRET7&region=eu"
     args = ["--config", str(briefs_workspace["config"]), "--home", str(briefs_workspace["home"])]
-    code = cli.main([*args, "run", "--collection", "handbook", "--kind", "briefs",
-                     "--executor", "openai-batch", "--api-base", base,
-                     "--api-key-env", "BP_TEST_GATEWAY_KEY", "--run-id", "r1"])  # fmt: skip
+    code = cli.main(
+        [
+            *args,
+            "run",
+            "--collection",
+            "handbook",
+            "--kind",
+            "briefs",
+            "--executor",
+            "openai-batch",
+            "--api-base",
+            base,
+            "--api-key-env",
+            "BP_TEST_GATEWAY_KEY",
+            "--run-id",
+            "r1",
+        ]
+    )
     said = capsys.readouterr().err
     assert code == 2 and "Connection error" in said, said
     assert "http://gwuser:***@127.0.0.1:9/v1?api-key=***&region=eu" in said

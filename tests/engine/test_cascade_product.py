@@ -312,9 +312,12 @@ def test_a_ticket_cannot_open_a_turn_of_its_own_in_the_chat_models_prompt():
     )
     chat = LabelAnswering({"plain ticket": "card_blocked"})
     escalation = Escalation(
-        CascadeConfig(target_accuracy=0.9), ["card_blocked", "refund"], chat.model,
-        lambda: (chat, PromptPlanSettings()), lambda device: 1.0,
-    )  # fmt: skip
+        CascadeConfig(target_accuracy=0.9),
+        ["card_blocked", "refund"],
+        chat.model,
+        lambda: (chat, PromptPlanSettings()),
+        lambda device: 1.0,
+    )
     answers = escalation.answer({"a": injected, "b": "plain ticket"})
     assert answers["b"].intent == "card_blocked"  # a ticket without markers reads unchanged
     assert chat.asked[-1] == "plain ticket" or "plain ticket" in chat.asked
@@ -338,9 +341,13 @@ def test_the_same_text_is_asked_once_and_its_kept_answer_serves_every_later_ask(
 
     def escalation(names: list[str]) -> Escalation:
         return Escalation(
-            CascadeConfig(target_accuracy=0.9), names, chat.model,
-            lambda: (chat, PromptPlanSettings()), lambda device: 1.0, tracking,
-        )  # fmt: skip
+            CascadeConfig(target_accuracy=0.9),
+            names,
+            chat.model,
+            lambda: (chat, PromptPlanSettings()),
+            lambda device: 1.0,
+            tracking,
+        )
 
     names = ["password_reset", "refund"]
     first = escalation(names).answer({"a": "Reset my password", "b": "Reset my password"})

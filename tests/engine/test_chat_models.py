@@ -50,12 +50,16 @@ def test_the_shipped_model_s_fingerprint_and_shape_cost_no_conversion(chat_model
     assert not fresh.path.exists()  # read off the GGUF file's metadata, nothing converted
     converted = resolve_chat_model(None, chat_model_dir.parent.parent)
     assert fresh.fingerprint == converted.fingerprint
-    shape = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-             "max_position_embeddings")  # fmt: skip
+    shape = (
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "max_position_embeddings",
+    )
     assert [getattr(fresh, f) for f in shape] == [getattr(converted, f) for f in shape]
-    assert (fresh.num_layers, fresh.num_heads, fresh.num_kv_heads, fresh.head_dim) == (
-        30, 9, 3, 64
-    )  # fmt: skip
+    assert (fresh.num_layers, fresh.num_heads, fresh.num_kv_heads, fresh.head_dim) == (30, 9, 3, 64)
     # vLLM splits 9 heads (3 key/value heads) over 1, 3 or 9 GPUs, and refuses 2
     assert [n for n in range(1, 10) if fresh.tensor_parallel_problem(n) is None] == [1, 3, 9]
     assert "one of 1, 3, 9" in fresh.tensor_parallel_problem(2)

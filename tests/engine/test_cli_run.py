@@ -101,14 +101,18 @@ def test_run_names_a_product_by_its_name_and_a_kind_by_kind(tmp_path, capsys, mo
     # a kind nobody declared, and partitions no product runs, fail in one line; nothing
     # falls through to another product
     for args, said in (
-        (["--kind", "nosuch", "--collection", "handbook"],
-         "unknown kind 'nosuch'; kinds: index, briefs, related, tickets"),
-        (["--kind", "nosuch"],  # the unknown kind first, not "run needs --collection"
-         "unknown kind 'nosuch'; kinds: index, briefs, related, tickets"),
+        (
+            ["--kind", "nosuch", "--collection", "handbook"],
+            "unknown kind 'nosuch'; kinds: index, briefs, related, tickets",
+        ),
+        (
+            ["--kind", "nosuch"],  # the unknown kind first, not "run needs --collection"
+            "unknown kind 'nosuch'; kinds: index, briefs, related, tickets",
+        ),
         (["--collection", "nowhere"], "no product runs the partition 'nowhere'"),
         (["--kind", "tickets", "--collection", "handbook"], "no product of kind tickets"),
         (["--day", "2026-11-29"], "no product runs the partition '2026-11-29'"),
-    ):  # fmt: skip
+    ):
         assert cli.main([*base, "run", *args, "--run-id", "r2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"batch-pipeline: {said}") and err.count("\n") == 1, err

@@ -30,8 +30,9 @@ def test_a_page_s_control_tokens_are_broken_and_counted_on_its_brief(tmp_path):
     storage = resolve_storage(str(tmp_path / "home"))
     tracking, store = TrackingStore(storage.tracking_url), VectorStore(storage.lancedb_uri)
     documents = lambda key: open_partition(config, storage, key, tracking, store)  # noqa: E731
-    product = BriefProduct(config, storage, "handbook", FakeGenerator(), documents, None,
-                           tracking, store)  # fmt: skip
+    product = BriefProduct(
+        config, storage, "handbook", FakeGenerator(), documents, None, tracking, store
+    )
     partition = product.partition("handbook")
     summaries = partition.run("run-1", lambda: product.generator)
     prepared = partition.path("run-1", partition.stages[1].file)

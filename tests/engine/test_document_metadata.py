@@ -95,8 +95,9 @@ def test_the_cli_searches_with_where_and_prints_metadata(workspace, make_pipelin
     with_fields(workspace["config"])
     make_pipeline().run("run-1", runner)
     base = ["--config", str(workspace["config"]), "--home", str(workspace["home"])]
-    code = cli.main([*base, "search", "refund", "--collection", "handbook", "--where",
-                     "product = 'billing'"])  # fmt: skip
+    code = cli.main(
+        [*base, "search", "refund", "--collection", "handbook", "--where", "product = 'billing'"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "refunds.md" in out and "product=billing" in out
     assert cli.main([*base, "search", "refund", "--collection", "handbook", "--where", "nope = 1"])
@@ -140,10 +141,14 @@ def test_sql_metadata_columns_reach_the_rows_and_a_change_to_them_embeds_nothing
         with engine.begin() as conn:
             conn.execute(
                 table.insert().values(
-                    id=1, title="Refunds", body="Annual plans are refunded within 30 days.",
-                    product="billing", language="en", updated_at=now,
+                    id=1,
+                    title="Refunds",
+                    body="Annual plans are refunded within 30 days.",
+                    product="billing",
+                    language="en",
+                    updated_at=now,
                 )
-            )  # fmt: skip
+            )
         config = tmp_path / "pipeline.yaml"
         config.write_text(
             f"""collections:

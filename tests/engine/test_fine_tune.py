@@ -122,9 +122,14 @@ def test_training_stops_at_its_minutes_and_needs_two_intents_to_pair(model, tmp_
     texts = ["reset my password", "I forgot my password", "refund me", "I want my money back"]
     ticks = iter([0.0, 0.0, 30.0, 61.0, 61.0])  # the second step starts past a minute
     report = train_encoder(
-        model, texts, [0, 0, 1, 1], FineTuneConfig(steps=50, max_minutes=1), tmp_path / "a", "k",
+        model,
+        texts,
+        [0, 0, 1, 1],
+        FineTuneConfig(steps=50, max_minutes=1),
+        tmp_path / "a",
+        "k",
         clock=lambda: next(ticks),
-    )  # fmt: skip
+    )
     assert report.stopped_by == "minutes" and report.steps == 2 and report.steps_planned == 50
     assert report.pairs_per_step == 2 and report.intents == 2
     with pytest.raises(ConfigError, match="at least two intents with two labelled texts"):

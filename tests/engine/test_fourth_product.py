@@ -64,8 +64,9 @@ def cli(capsys, root: Path, *args: str) -> tuple[int, str]:  # noqa: ANN001
 
 
 def run(capsys, root: Path, *extra: str) -> tuple[int, dict]:  # noqa: ANN001
-    code, out = cli(capsys, root, "run", "--kind", "lengths", "--collection", "handbook",
-                    "--json", *extra)  # fmt: skip
+    code, out = cli(
+        capsys, root, "run", "--kind", "lengths", "--collection", "handbook", "--json", *extra
+    )
     return code, json.JSONDecoder().raw_decode(out[out.index("{") :])[0] if "{" in out else {}
 
 
@@ -110,9 +111,11 @@ def test_a_declared_kind_cannot_take_a_built_in_kind_s_name_or_a_product_s(tmp_p
 
     text = write_workspace(tmp_path).read_text()
     monkeypatch.setattr(
-        lengths_kind, "AS_INDEX", dataclasses.replace(lengths_kind.LENGTHS, name="index"),
+        lengths_kind,
+        "AS_INDEX",
+        dataclasses.replace(lengths_kind.LENGTHS, name="index"),
         raising=False,
-    )  # fmt: skip
+    )
     (tmp_path / "pipeline.yaml").write_text(
         text.replace("  lengths:\n", "  index:\n").replace(":LENGTHS", ":AS_INDEX")
     )
@@ -120,10 +123,14 @@ def test_a_declared_kind_cannot_take_a_built_in_kind_s_name_or_a_product_s(tmp_p
         kinds_for(load_config(tmp_path / "pipeline.yaml"))
     # a collection named as the product would be: the names key their generations
     (tmp_path / "pipeline.yaml").write_text(
-        text.replace("- name: handbook\n", "- name: handbook\n"
-                     '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
-                     "  - name: handbook_lengths\n", 1)
-    )  # fmt: skip
+        text.replace(
+            "- name: handbook\n",
+            "- name: handbook\n"
+            '    source: {kind: filesystem, path: docs, glob: "**/*"}\n'
+            "  - name: handbook_lengths\n",
+            1,
+        )
+    )
     with pytest.raises(ConfigError, match="'handbook_lengths' would name a product of kind"):
         configured_products(load_config(tmp_path / "pipeline.yaml"), None, None, None)
 

@@ -137,12 +137,14 @@ def make(family, corpus, tmp_path, runner):
         settings = api_settings(**api) if executor == NAME else None
         choice = ExecutorChoice(name=executor, batch_api=settings)
         if family == "embed":
-            partition = open_partition(loaded, storage, "handbook", tracking, store,
-                                       execution=choice)  # fmt: skip
+            partition = open_partition(
+                loaded, storage, "handbook", tracking, store, execution=choice
+            )
             return Subject(family, partition, lambda: runner)
         documents = lambda key: open_partition(loaded, storage, key, tracking, store)  # noqa: E731
-        product = BriefProduct(loaded, storage, "handbook", FakeGenerator(), documents, None,
-                               tracking, store, choice)  # fmt: skip
+        product = BriefProduct(
+            loaded, storage, "handbook", FakeGenerator(), documents, None, tracking, store, choice
+        )
         return Subject(family, product.partition("handbook"), lambda: product.generator)
 
     return build
@@ -354,8 +356,10 @@ def test_an_unreadable_answer_line_fails_its_request_alone_and_the_rest_land(pro
     failed = Subject.failed(summaries["land"])
     assert len(failed) == 1 and "not JSON" in next(iter(failed.values()))
     assert len(subject.landed()) == len(ARTICLES) - 1  # the rest landed
-    assert any("2 answer line(s) from the provider could not be read" in line
-               for line in batches.lines("documents"))  # fmt: skip
+    assert any(
+        "2 answer line(s) from the provider could not be read" in line
+        for line in batches.lines("documents")
+    )
     batch_api.garble = lambda cid: False
     subject.run("run-2")  # the next run sends the failed document's inputs again, only them
     assert set(garbled) <= set(batch_api.created[1])
@@ -387,8 +391,10 @@ def test_a_batch_the_provider_no_longer_has_is_given_up_and_sent_again(provider,
     assert sorted(batch_api.created[1]) == sorted(batch_api.created[0])  # every request again
     recorded = again.tracking.provider_batch(remote.id)
     assert recorded.status == "given_up"
-    assert recorded.note in ("the provider has no such batch (404)",
-                             "its output file is gone at the provider")  # fmt: skip
+    assert recorded.note in (
+        "the provider has no such batch (404)",
+        "its output file is gone at the provider",
+    )
     assert again.tracking.uncollected_provider_batches() == []
     assert any("given up" in line for line in batches.lines("documents"))
 
@@ -438,8 +444,10 @@ def test_a_batch_cancelled_at_the_provider_stops_the_run_from_sending(provider, 
     summaries = subject.run("run-2")
     assert len(batch_api.created) == 1  # cancelled means stop: nothing sent again at once
     assert summaries["execute"].batches.cancelled == [remote.id]
-    assert any("cancelled at the provider" in line
-               for line in summaries["execute"].batches.lines("documents"))  # fmt: skip
+    assert any(
+        "cancelled at the provider" in line
+        for line in summaries["execute"].batches.lines("documents")
+    )
     batch_api.hold, batch_api.polls_to_finish = False, 1
     provider().run("run-3")  # the next run sends what is still unanswered
     assert len(batch_api.created) == 2 and sorted(subject.landed()) == ARTICLES
@@ -479,9 +487,8 @@ def test_requests_the_provider_refuses_fail_alone_and_the_rest_of_their_batch_la
     subject = provider()
     refused: list[str] = []
     batch_api.refuse = lambda cid: (
-        "request too large" if (not refused and not refused.append(cid)) or cid in refused
-        else None
-    )  # fmt: skip
+        "request too large" if (not refused and not refused.append(cid)) or cid in refused else None
+    )
     summaries = subject.run("run-1")
     batches = summaries["execute"].batches
     first, resent = batch_api.created
@@ -494,8 +501,10 @@ def test_requests_the_provider_refuses_fail_alone_and_the_rest_of_their_batch_la
     recorded = {b.batch_id: b for b in subject.tracking.provider_batches(subject.index, "handbook")}
     assert all(b.collected_by == "run-1" for b in recorded.values())  # nothing left in flight
     assert any("1 of" in (b.note or "") and "refused" in b.note for b in recorded.values())
-    assert any("1 request(s) refused by the provider's validation" in line
-               for line in batches.lines("documents"))  # fmt: skip
+    assert any(
+        "1 request(s) refused by the provider's validation" in line
+        for line in batches.lines("documents")
+    )
     batch_api.refuse = lambda cid: None  # the document was fixed, or the provider's limit
     subject.run("run-2")  # the next run sends the refused input again, only it
     assert len(batch_api.created) == 3 and set(batch_api.created[2]) <= set(first)
@@ -524,8 +533,17 @@ def test_status_doctor_and_batches_name_a_stuck_batch_and_drop_gives_it_up(
     assert cli.main([*args, "batches", "drop", remote.id]) == 1  # confirmation first
     assert "would give up" in capsys.readouterr().out
     assert subject.tracking.provider_batch(remote.id).collected_at is None
-    drop = [*args, "batches", "drop", remote.id, "--yes", "--api-base", batch_api.url,
-            "--api-key-env", KEY_ENV]  # fmt: skip
+    drop = [
+        *args,
+        "batches",
+        "drop",
+        remote.id,
+        "--yes",
+        "--api-base",
+        batch_api.url,
+        "--api-key-env",
+        KEY_ENV,
+    ]
     assert cli.main(drop) == 0
     assert "cancelled at the provider" in capsys.readouterr().out
     assert batch_api.batches[remote.id].status == "cancelled"  # not billed on
@@ -568,23 +586,46 @@ def test_a_batch_given_up_after_api_base_changed_says_where_it_may_still_bill_an
         assert batches.given_up == batches.elsewhere == [remote.id]
         recorded = moved.tracking.provider_batch(remote.id)
         assert recorded.status == "given_up" and f"sent to {batch_api.url}" in recorded.note
-        assert any("had been sent to another api_base" in line
-                   for line in batches.lines("documents"))  # fmt: skip
+        assert any(
+            "had been sent to another api_base" in line for line in batches.lines("documents")
+        )
         args = ["--config", str(corpus), "--home", str(tmp_path / "home")]
         capsys.readouterr()
         assert cli.main([*args, "batches"]) == 0
         assert f"sent to {batch_api.url}" in capsys.readouterr().out
         assert cli.main([*args, "batches", "drop", remote.id]) == 2  # where? it says
         assert batch_api.url in capsys.readouterr().err
-        drop = [*args, "batches", "drop", remote.id, "--api-base", batch_api.url,
-                "--api-key-env", KEY_ENV]  # fmt: skip
+        drop = [
+            *args,
+            "batches",
+            "drop",
+            remote.id,
+            "--api-base",
+            batch_api.url,
+            "--api-key-env",
+            KEY_ENV,
+        ]
         assert cli.main(drop) == 1 and "would cancel" in capsys.readouterr().out
         assert batch_api.batches[remote.id].status not in ("cancelled", "cancelling")
         assert cli.main([*drop, "--yes"]) == 0
         assert "cancelled" in capsys.readouterr().out
         assert batch_api.batches[remote.id].status == "cancelled"  # not billed on
-        assert cli.main([*args, "batches", "drop", remote.id, "--yes", "--api-base", url,
-                         "--api-key-env", KEY_ENV]) == 2  # fmt: skip
+        assert (
+            cli.main(
+                [
+                    *args,
+                    "batches",
+                    "drop",
+                    remote.id,
+                    "--yes",
+                    "--api-base",
+                    url,
+                    "--api-key-env",
+                    KEY_ENV,
+                ]
+            )
+            == 2
+        )
         assert "has no batch" in capsys.readouterr().err  # the wrong address: nothing there
     finally:
         other.stop()

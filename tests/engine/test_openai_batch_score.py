@@ -50,8 +50,9 @@ def planned(tmp_path, judge):
 
 
 def executor_at(batch_api, judge, tmp_path, wait: float | None = None):  # noqa: ANN001, ANN201
-    api = BatchApiSettings(batch_api.url, KEY_ENV, poll_seconds=0.01, max_poll_seconds=0.02,
-                           wait_seconds=wait)  # fmt: skip
+    api = BatchApiSettings(
+        batch_api.url, KEY_ENV, poll_seconds=0.01, max_poll_seconds=0.02, wait_seconds=wait
+    )
     executor = score_executor(judge, ExecutorChoice(name="openai-batch", batch_api=api))
     tracking = TrackingStore(f"sqlite:///{tmp_path / 'tracking.db'}")
     ledger = BatchLedger(tracking, "related__judge", "handbook")
@@ -64,8 +65,9 @@ def run(executor, folder, run_id: str):  # noqa: ANN001, ANN201
     out = folder / run_id
     out.mkdir(exist_ok=True)
     executor.plan(folder / "pairs.parquet", out / "plan.parquet", options)
-    summary = executor.execute(out / "plan.parquet", out / "scores.parquet", None,
-                               folder / "checkpoints", options)  # fmt: skip
+    summary = executor.execute(
+        out / "plan.parquet", out / "scores.parquet", None, folder / "checkpoints", options
+    )
     table = read_table(out / "scores.parquet", ["input_hash", "score"]).to_pydict()
     return summary, dict(zip(table["input_hash"], table["score"], strict=True))
 
@@ -82,13 +84,17 @@ def test_the_judge_s_scores_come_from_the_provider_s_first_token(
     monkeypatch.setenv(KEY_ENV, batch_api.api_key)
     summary, scores = run(executor_at(batch_api, judge, planned), planned, "run-1")
     assert sorted(scores) == [h for h, _, _ in PAIRS]
-    assert np.allclose([scores[h] for h, _, _ in PAIRS],
-                       [expected_score(d) for _, _, d in PAIRS], atol=1e-6)  # fmt: skip
+    assert np.allclose(
+        [scores[h] for h, _, _ in PAIRS], [expected_score(d) for _, _, d in PAIRS], atol=1e-6
+    )
     assert scores["h0"] > 0.9 and scores["h1"] < 0.1  # the answer, and one that is not
     (lines,) = batch_api.created
     assert sorted(lines) == sorted(h for h, _, _ in PAIRS)  # custom_id: the pair's key
-    request = json.loads(batch_api.files[next(iter(batch_api.batches.values())).input_file_id]
-                         .decode().splitlines()[0])["body"]  # fmt: skip
+    request = json.loads(
+        batch_api.files[next(iter(batch_api.batches.values())).input_file_id]
+        .decode()
+        .splitlines()[0]
+    )["body"]
     assert (request["max_tokens"], request["logprobs"], request["top_logprobs"]) == (1, True, 20)
     assert summary.stats.pairs == len(PAIRS) and summary.batches.collected
     assert summary.record()["executor"] == "openai-batch"

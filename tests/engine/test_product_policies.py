@@ -231,9 +231,10 @@ def test_a_cli_run_with_trigger_schedule_drops_every_products_retired_generation
     registry.update(name, old.fingerprint, state=RETIRED, retired_at=week_ago)
     env = CommandContext.product_env
     monkeypatch.setattr(  # the FAKE engines: the policy, not the models, is under test
-        CommandContext, "product_env",
+        CommandContext,
+        "product_env",
         lambda ctx, args=None: replace(env(ctx, args), generator=ws.generator),
-    )  # fmt: skip
+    )
     monkeypatch.setattr(CommandContext, "runners", lambda ctx, args: lambda model: fake_embedder)
     base = ["--config", str(tmp_path / "pipeline.yaml"), "--home", str(tmp_path / "home")]
     args = ["run", "--kind", kind, "--partition", ws.key(kind)]

@@ -155,8 +155,13 @@ def test_an_int8_generation_is_gated_promoted_rolled_back_and_refused_when_uncal
     # built as its own generation, and refused by the same gate
     def no_calibration(self):  # noqa: ANN001, ANN202
         row = np.asarray([[101, 102]], dtype=np.int64)  # [CLS] [SEP]
-        return [{"input_ids": row, "attention_mask": np.ones_like(row),
-                 "token_type_ids": np.zeros_like(row)}]  # fmt: skip
+        return [
+            {
+                "input_ids": row,
+                "attention_mask": np.ones_like(row),
+                "token_type_ids": np.zeros_like(row),
+            }
+        ]
 
     monkeypatch.setattr(OpenVinoBackend, "sample_features", no_calibration)
     damaged = handbook(tmp_path, "precision: fixed_accuracy, min_cosine: 0.98")
@@ -199,9 +204,12 @@ def test_fixed_accuracy_measures_int8_beside_the_other_paths_and_pins_its_sample
 
     def runner_for(resolved, cache="calibration.json"):  # noqa: ANN001, ANN202
         made = EmbeddingRunner(
-            resolved, "cpu", calibration_cache=tmp_path / cache, timer=timer,
+            resolved,
+            "cpu",
+            calibration_cache=tmp_path / cache,
+            timer=timer,
             export_cache=tmp_path / "exports",
-        )  # fmt: skip
+        )
         timer.runner = made
         return made
 
@@ -270,8 +278,9 @@ def test_a_pinned_sample_damaged_or_unfit_for_the_model_is_pinned_again_and_says
     from batch_pipeline.inference.openvino_backend import OpenVinoBackend, read_sample
 
     def backend() -> OpenVinoBackend:  # a fresh run's: nothing pinned in memory yet
-        return OpenVinoBackend(runner.model, model, runner.model.tokenize, runner.token_ids,
-                               tmp_path, threads=1)  # fmt: skip
+        return OpenVinoBackend(
+            runner.model, model, runner.model.tokenize, runner.token_ids, tmp_path, threads=1
+        )
 
     assert backend().pin(CHUNKS[:40])
     path = backend().sample_path
@@ -292,7 +301,7 @@ def test_a_pinned_sample_damaged_or_unfit_for_the_model_is_pinned_again_and_says
             "lengths": np.append(lengths, 300),
         },
         "cannot be read": None,
-    }  # fmt: skip
+    }
     caplog.set_level(logging.WARNING)
     for why, arrays in cases.items():
         if arrays is None:

@@ -43,8 +43,9 @@ def site(tmp_path):
     return tmp_path
 
 
-def configure(site, related: str = "{k: 3, candidates: 6, evaluation: {path: links.jsonl}}",
-              extra: str = "") -> Path:  # fmt: skip
+def configure(
+    site, related: str = "{k: 3, candidates: 6, evaluation: {path: links.jsonl}}", extra: str = ""
+) -> Path:
     config = site / "pipeline.yaml"
     config.write_text(
         "collections:\n  - name: handbook\n"
@@ -65,8 +66,7 @@ class Site:
         self.runner = runner
 
     def index(self, run_id: str) -> None:
-        partition = open_partition(self.config, self.storage, "handbook", self.tracking,
-                                   self.store)  # fmt: skip
+        partition = open_partition(self.config, self.storage, "handbook", self.tracking, self.store)
         partition.run(run_id, self.runner)
         partition.product.review(lambda model: self.runner)
 
@@ -77,8 +77,11 @@ class Site:
     def related(self, run_id: str) -> dict:
         product = self.product()
         summaries = product.partition("handbook").run(run_id, lambda: self.runner)
-        return {"summaries": summaries, "review": product.engine.review(lambda m: self.runner),
-                "engine": product.engine}  # fmt: skip
+        return {
+            "summaries": summaries,
+            "review": product.engine.review(lambda m: self.runner),
+            "engine": product.engine,
+        }
 
     def lists(self) -> dict[str, list[str]]:
         engine = self.product().engine
@@ -109,8 +112,9 @@ def test_every_page_gets_its_k_most_related_pages_and_a_rerun_scores_nothing(sit
     assert "link_recall_at_3" in first["review"].scores["candidate"]
     rows = s.store.open(first["engine"].live().index).to_arrow().to_pylist()
     assert {r["model_name"] for r in rows} == {"candidates"}  # no reranker: their own scores
-    assert all(r["doc_version"] and r["related_version"] and r["run_id"] == "related-1"
-               for r in rows)  # fmt: skip
+    assert all(
+        r["doc_version"] and r["related_version"] and r["run_id"] == "related-1" for r in rows
+    )
     again = s.related("related-2")
     assert scored(again) == set() and again["summaries"]["execute"].stats.pairs == 0
     assert s.lists() == lists

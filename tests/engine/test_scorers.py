@@ -136,15 +136,17 @@ def test_the_score_executor_plans_once_and_scores_what_no_checkpoint_holds(cross
     assert (plan.pairs, plan.duplicates_folded) == (len(pairs), 1)
     assert plan.batches == 2  # the long pair alone: past the budget by itself
     checkpoints = tmp_path / "checkpoints"
-    first = executor.execute(tmp_path / "plan.parquet", tmp_path / "scores.parquet",
-                             None, checkpoints, options)  # fmt: skip
+    first = executor.execute(
+        tmp_path / "plan.parquet", tmp_path / "scores.parquet", None, checkpoints, options
+    )
     scores = read_table(tmp_path / "scores.parquet", ["input_hash", "score"]).to_pydict()
     found = dict(zip(scores["input_hash"], scores["score"], strict=True))
     expected = CrossEncoderScorer(reranker).score([(q, d) for _, q, d in pairs])
     assert np.allclose([found[h] for h, _, _ in pairs], expected, atol=1e-5)
     assert first.stats.pairs == len(pairs) and first.backend == "sentence-transformers"
-    again = executor.execute(tmp_path / "plan.parquet", tmp_path / "again.parquet",
-                             None, checkpoints, options)  # fmt: skip
+    again = executor.execute(
+        tmp_path / "plan.parquet", tmp_path / "again.parquet", None, checkpoints, options
+    )
     assert again.stats.pairs == 0 and again.resumed_inputs == len(pairs)
     assert again.backend == "none"  # nothing to score: no model loaded
     with pytest.raises(Exception, match="float16"):

@@ -140,8 +140,9 @@ def test_queries_answer_while_the_index_is_rebuilt(tmp_path, fake_embedder):
         indexes = pipeline.product.indexes()
         while not stop.is_set():
             for spec in indexes.expected():
-                table.create_index(spec.column, config=indexes._config(spec), replace=True,
-                                   name=spec.name)  # fmt: skip
+                table.create_index(
+                    spec.column, config=indexes._config(spec), replace=True, name=spec.name
+                )
 
     worker = threading.Thread(target=rebuild)
     worker.start()
@@ -173,8 +174,9 @@ def test_search_ranks_by_vector_text_or_both(tmp_path, fake_embedder):
     vector = search(pipeline.product, "Article 5", k=3, runner=fake_embedder, mode="vector")
     assert 0 < vector[0].score <= 1.0  # cosine similarity
     where = "doc_id != 'article-05.md'"
-    filtered = search(pipeline.product, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text",
-                      where=where)  # fmt: skip
+    filtered = search(
+        pipeline.product, "retry_backoff_ms", k=3, runner=fake_embedder, mode="text", where=where
+    )
     assert all(hit.doc_id != "article-05.md" for hit in filtered)
 
 

@@ -56,12 +56,18 @@ def land_lengths(
     if run.hold_deletions(len(deleted), int(facts["stale"])) is not None:
         deleted = []
     rows = [  # by document: two documents with one content each get their own row
-        {"doc_id": r["doc_id"], "partition": partition.partition,
-         "bucket": buckets[r["input_hash"]], "size": r["size"],
-         "input_hash": r["input_hash"], "run_id": run_id, "fingerprint": partition.fingerprint}
+        {
+            "doc_id": r["doc_id"],
+            "partition": partition.partition,
+            "bucket": buckets[r["input_hash"]],
+            "size": r["size"],
+            "input_hash": r["input_hash"],
+            "run_id": run_id,
+            "fingerprint": partition.fingerprint,
+        }
         for r in read_table(files.prepared).to_pylist()
         if r["stale"] and r["input_hash"] in buckets
-    ]  # fmt: skip
+    ]
     table = partition.store.open(partition.index) or partition.store.create_table(
         partition.index, TABLE
     )
@@ -76,16 +82,21 @@ def land_lengths(
     partition.tracking.forget_failures(partition.index, [r["doc_id"] for r in rows] + deleted)
     partition.tracking.record_failures(
         partition.index,
-        [FailureRecord(d, "prepare", "unreadable", "UnreadableDocument", why)
-         for d, why in sorted(summary.failed.items())],
+        [
+            FailureRecord(d, "prepare", "unreadable", "UnreadableDocument", why)
+            for d, why in sorted(summary.failed.items())
+        ],
         run_id,
-    )  # fmt: skip
+    )
     total = partition.store.count_rows(partition.index)
     if facts["full_pass"]:
         product.registry.update(
-            product.name, partition.fingerprint, rows=total,
-            documents=int(facts["documents"]), full_pass=True,
-        )  # fmt: skip
+            product.name,
+            partition.fingerprint,
+            rows=total,
+            documents=int(facts["documents"]),
+            full_pass=True,
+        )
     else:
         product.registry.update(product.name, partition.fingerprint, rows=total)
     run.outcome = RunOutcome(

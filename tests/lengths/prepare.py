@@ -16,9 +16,13 @@ if TYPE_CHECKING:
     from tests.lengths.partition import LengthPartition
 
 PREPARED = pa.schema(
-    [("doc_id", pa.string()), ("input_hash", pa.string()), ("size", pa.int64()),
-     ("stale", pa.bool_())]
-)  # fmt: skip
+    [
+        ("doc_id", pa.string()),
+        ("input_hash", pa.string()),
+        ("size", pa.int64()),
+        ("stale", pa.bool_()),
+    ]
+)
 LIVE = (NEW, CHANGED, UNCHANGED)
 
 
@@ -41,8 +45,9 @@ def prepare_lengths(
         present.add(row["doc_id"])
         key = hashlib.sha256(f"{row['content_hash']}:{partition.fingerprint}".encode()).hexdigest()
         stale = landed.get(row["doc_id"]) != key
-        prepared.append({"doc_id": row["doc_id"], "input_hash": key, "size": row["size"],
-                         "stale": stale})  # fmt: skip
+        prepared.append(
+            {"doc_id": row["doc_id"], "input_hash": key, "size": row["size"], "stale": stale}
+        )
     full_pass = request.doc_ids is None
     deleted = sorted(set(landed) - present) if full_pass else []
     with StageWriter(out, PREPARED, started) as writer:

@@ -368,8 +368,12 @@ class BatchApiEmulator:
         for found in (outputs, errors):
             self._random.shuffle(found)
         if outputs:
-            lines = [_cut(json.dumps(o), o["custom_id"]) if self.garble(o["custom_id"])
-                     else json.dumps(o) for o in outputs]  # fmt: skip
+            lines = [
+                _cut(json.dumps(o), o["custom_id"])
+                if self.garble(o["custom_id"])
+                else json.dumps(o)
+                for o in outputs
+            ]
             lines += self.junk_lines
             self.junk_lines = []
             batch.output_file_id = self._new_id("file")
@@ -424,7 +428,7 @@ class BatchApiEmulator:
                                 "logprob": logprob,
                                 "bytes": list(token.encode()),
                                 "top_logprobs": listed,
-                            }  # fmt: skip
+                            }
                         ]
                     },
                 }

@@ -134,7 +134,7 @@ def test_the_generation_resource_runs_real_vllm_end_to_end(chat_model_dir, tmp_p
             json.dumps(short_pages(6)),
             json.dumps([{"type": "object", "properties": {"p": p}} for p in PROPERTIES]),
             QUESTION,
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -218,8 +218,12 @@ def test_a_model_folder_whose_weights_are_cut_short_fails_in_one_line(chat_model
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-c", script, str(folder)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     said = [line for line in done.stdout.splitlines() if line.startswith("REFUSED")]
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(said) == 1 and f"the chat model at {folder} did not load (" in said[0], done.stdout
@@ -253,8 +257,12 @@ def test_one_sequence_at_a_time_streams_every_prompt_and_matches_a_batch(chat_mo
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-c", script, str(chat_model_dir)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     result = json.loads(line.removeprefix("RESULT "))

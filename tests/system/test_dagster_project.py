@@ -29,11 +29,21 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel pip builds from the checkout (what `pip install <checkout>` installs)."""
     folder = tmp_path_factory.mktemp("wheel")
     run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(folder), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(folder),
+            str(REPO),
+        ],
         REPO,
         dict(os.environ),
-    )  # fmt: skip
+    )
     (built,) = folder.glob("batch_pipeline-*.whl")
     return built
 
@@ -74,8 +84,9 @@ def project(tmp_path, wheel):
         "NO_COLOR": "1",
         "COLUMNS": "250",
     }
-    imported = run([str(python), "-c", "import batch_pipeline; print(batch_pipeline.__file__)"],
-                   root, env).stdout  # fmt: skip
+    imported = run(
+        [str(python), "-c", "import batch_pipeline; print(batch_pipeline.__file__)"], root, env
+    ).stdout
     assert imported.startswith(str(venv)), imported  # the installed package, not the checkout
     return root, env
 

@@ -71,12 +71,17 @@ def test_the_throughput_benchmark_runs_without_the_projects_other_dependencies(t
     out = tmp_path / "bench.json"
     result = run_bare(
         tmp_path,
-        "-m", "batch_pipeline.bench",
-        "--device", "cpu",
-        "--rounds", "1",
-        "--chunks", str(chunks),
-        "--json-out", str(out),
-    )  # fmt: skip
+        "-m",
+        "batch_pipeline.bench",
+        "--device",
+        "cpu",
+        "--rounds",
+        "1",
+        "--chunks",
+        str(chunks),
+        "--json-out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["chunks"] == 48
@@ -90,12 +95,17 @@ def test_the_end_to_end_benchmark_runs_without_the_projects_other_dependencies(t
     out = tmp_path / "end_to_end.json"
     result = run_bare(
         tmp_path,
-        "-m", "batch_pipeline.bench.end_to_end",
-        "--device", "cpu",
-        "--copies", "1",
-        "--workers", "2",
-        "--json-out", str(out),
-    )  # fmt: skip
+        "-m",
+        "batch_pipeline.bench.end_to_end",
+        "--device",
+        "cpu",
+        "--copies",
+        "1",
+        "--workers",
+        "2",
+        "--json-out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["prepare_workers"] == 2

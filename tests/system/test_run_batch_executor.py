@@ -31,7 +31,7 @@ def test_the_same_plan_lands_the_same_briefs_in_process_and_through_run_batch(
         "vllm-run-batch": ([], {}),
         "data-parallel": (["--data-parallel-size", "2"], {}),
         "tensor-parallel": (["--tensor-parallel-size", "3"], THREE_WORKERS_ON_TWO_CORES),
-    }  # fmt: skip
+    }
     for way, (flags, env) in ways.items():
         executor = "vllm" if way == "vllm" else "vllm-run-batch"
         root = workspace(tmp_path / way, chat_model_dir)
@@ -52,6 +52,14 @@ def test_the_same_plan_lands_the_same_briefs_in_process_and_through_run_batch(
         for doc_id, row in in_process.items():
             other = run_batch[doc_id]
             assert other.keys() == row.keys()  # the same table shape
-            for column in ("raw_output", "finish_reason", "summary", "audience", "input_hash",
-                           "prompt_tokens", "output_tokens", "model_fingerprint"):  # fmt: skip
+            for column in (
+                "raw_output",
+                "finish_reason",
+                "summary",
+                "audience",
+                "input_hash",
+                "prompt_tokens",
+                "output_tokens",
+                "model_fingerprint",
+            ):
                 assert other[column] == row[column], (way, doc_id, column)

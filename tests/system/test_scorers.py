@@ -76,19 +76,28 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
         monkeypatch.setenv("BP_TEST_BATCH_API_KEY", batch_api.api_key)
         with StageWriter(tmp_path / "pairs.parquet", PAIRS_SCHEMA) as out:
             keys = [f"h{i}" for i in range(len(pairs))]
-            columns = {"input_hash": keys, "query": [q for q, _ in pairs],
-                       "document": [d for _, d in pairs]}  # fmt: skip
+            columns = {
+                "input_hash": keys,
+                "query": [q for q, _ in pairs],
+                "document": [d for _, d in pairs],
+            }
             out.write_table(pa.table(columns, schema=PAIRS_SCHEMA))
-        api = BatchApiSettings(batch_api.url, "BP_TEST_BATCH_API_KEY", poll_seconds=0.01,
-                               wait_seconds=None)  # fmt: skip
+        api = BatchApiSettings(
+            batch_api.url, "BP_TEST_BATCH_API_KEY", poll_seconds=0.01, wait_seconds=None
+        )
         choice = ExecutorChoice(name="openai-batch", batch_api=api)
         ledger = BatchLedger(TrackingStore(f"sqlite:///{tmp_path / 't.db'}"), "g__j", "p")
         executor = with_ledger(score_executor(ResolvedJudge(model), choice), ledger)
         run = tmp_path / "run-1"
         run.mkdir()
         executor.plan(tmp_path / "pairs.parquet", run / "plan.parquet", ExecuteOptions())
-        executor.execute(run / "plan.parquet", run / "scores.parquet", None,
-                         tmp_path / "checkpoints", ExecuteOptions())  # fmt: skip
+        executor.execute(
+            run / "plan.parquet",
+            run / "scores.parquet",
+            None,
+            tmp_path / "checkpoints",
+            ExecuteOptions(),
+        )
         table = read_table(run / "scores.parquet", ["input_hash", "score"]).to_pydict()
         found = dict(zip(table["input_hash"], table["score"], strict=True))
         assert np.abs(np.array([found[key] for key in keys]) - first).max() < 1e-4
@@ -101,8 +110,13 @@ def test_the_shipped_chat_model_judges_pairs_in_process_and_through_the_batch_ap
     run = tmp_path / "run-2"
     run.mkdir()
     executor.plan(tmp_path / "pairs.parquet", run / "plan.parquet", ExecuteOptions())
-    summary = executor.execute(run / "plan.parquet", run / "scores.parquet", None,
-                               tmp_path / "checkpoints-2", ExecuteOptions())  # fmt: skip
+    summary = executor.execute(
+        run / "plan.parquet",
+        run / "scores.parquet",
+        None,
+        tmp_path / "checkpoints-2",
+        ExecuteOptions(),
+    )
     table = read_table(run / "scores.parquet", ["input_hash", "score"]).to_pydict()
     found = dict(zip(table["input_hash"], table["score"], strict=True))
     assert np.abs(np.array([found[key] for key in keys]) - first).max() < 1e-3
@@ -126,9 +140,13 @@ def test_the_score_executors_score_one_plan_alike(reranker, tmp_path):
         executor = score_executor(reranker, ExecutorChoice(name=name, device="cpu"))
         options = ExecuteOptions()
         executor.plan(tmp_path / "pairs.parquet", tmp_path / f"{name}-plan.parquet", options)
-        summary = executor.execute(tmp_path / f"{name}-plan.parquet",
-                                   tmp_path / f"{name}.parquet", None,
-                                   tmp_path / f"{name}-checkpoints", options)  # fmt: skip
+        summary = executor.execute(
+            tmp_path / f"{name}-plan.parquet",
+            tmp_path / f"{name}.parquet",
+            None,
+            tmp_path / f"{name}-checkpoints",
+            options,
+        )
         assert summary.stats.pairs == len(pairs)
         table = read_table(tmp_path / f"{name}.parquet", ["input_hash", "score"]).to_pydict()
         found[name] = dict(zip(table["input_hash"], table["score"], strict=True))

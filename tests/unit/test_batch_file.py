@@ -52,8 +52,9 @@ def test_the_requests_are_split_at_the_limits_and_each_is_written_once(tmp_path)
     assert keys == [p.key for p in prompts(25)]
     assert [len(f.read_text().splitlines()) for f in files] == [10, 10, 5]
     one = len(json.dumps(request_line(prompts(25)[-1], "m", Sampling(), SCHEMA))) + 1
-    by_size = write_request_files(prompts(25), tmp_path / "b", "m", Sampling(), SCHEMA,
-                                  max_bytes=3 * one)  # fmt: skip
+    by_size = write_request_files(
+        prompts(25), tmp_path / "b", "m", Sampling(), SCHEMA, max_bytes=3 * one
+    )
     assert all(f.stat().st_size <= 3 * one for f in by_size) and len(by_size) >= 9
     with pytest.raises(
         BatchFileError, match="request key-000 is 420 bytes, over a batch file.s 100"
@@ -63,26 +64,41 @@ def test_the_requests_are_split_at_the_limits_and_each_is_written_once(tmp_path)
 
 def output(key: str, text: str, finish: str = "stop") -> dict:
     body = {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        ],
         "usage": {"prompt_tokens": 20, "completion_tokens": 5},
-    }  # fmt: skip
-    return {"id": f"batch_req_{key}", "custom_id": key, "error": None,
-            "response": {"status_code": 200, "request_id": "r", "body": body}}  # fmt: skip
+    }
+    return {
+        "id": f"batch_req_{key}",
+        "custom_id": key,
+        "error": None,
+        "response": {"status_code": 200, "request_id": "r", "body": body},
+    }
 
 
 def test_results_join_by_custom_id_in_any_order_with_failures_where_each_engine_puts_them(
     tmp_path,
 ):
     lines = [output(f"key-{i:03d}", f'{{"summary": "doc {i}"}}') for i in range(6)]
-    inline = {"id": "x", "custom_id": "key-006", "error": None,  # vLLM run-batch: inline
-              "response": {"status_code": 400, "request_id": "r",
-                           "body": {"error": {"code": "context_length_exceeded",
-                                              "message": "too long"}}}}  # fmt: skip
+    inline = {
+        "id": "x",
+        "custom_id": "key-006",
+        "error": None,  # vLLM run-batch: inline
+        "response": {
+            "status_code": 400,
+            "request_id": "r",
+            "body": {"error": {"code": "context_length_exceeded", "message": "too long"}},
+        },
+    }
     random.Random(7).shuffle(lines)
     (tmp_path / "out.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [*lines, inline]))
-    errors = {"id": "y", "custom_id": "key-007", "response": None,  # a provider: its own file
-              "error": {"code": "batch_expired", "message": "not run in time"}}  # fmt: skip
+    errors = {
+        "id": "y",
+        "custom_id": "key-007",
+        "response": None,  # a provider: its own file
+        "error": {"code": "batch_expired", "message": "not run in time"},
+    }
     (tmp_path / "err.jsonl").write_text(json.dumps(errors) + "\n")
 
     results = read_results([tmp_path / "out.jsonl"], [tmp_path / "err.jsonl"])
@@ -113,17 +129,28 @@ def test_a_broken_line_names_its_file_and_line(tmp_path):
 
 def test_an_embedding_request_carries_the_plans_token_ids_and_its_result_a_vector(tmp_path):
     line = embedding_request_line("7", [101, 2129, 102], "all-MiniLM-L6-v2", normalize=True)
-    assert line == {"custom_id": "7", "method": "POST", "url": EMBEDDINGS,
-                    "body": {"model": "all-MiniLM-L6-v2", "input": [101, 2129, 102]}}  # fmt: skip
+    assert line == {
+        "custom_id": "7",
+        "method": "POST",
+        "url": EMBEDDINGS,
+        "body": {"model": "all-MiniLM-L6-v2", "input": [101, 2129, 102]},
+    }
     raw = embedding_request_line("7", [101], "m", normalize=False)["body"]
     assert raw["use_activation"] is False  # vLLM's extension: sent only when it matters
 
-    body = {"object": "list", "data": [{"index": 0, "object": "embedding",
-                                        "embedding": [0.6, 0.8]}],
-            "usage": {"prompt_tokens": 3, "total_tokens": 3}}  # fmt: skip
+    body = {
+        "object": "list",
+        "data": [{"index": 0, "object": "embedding", "embedding": [0.6, 0.8]}],
+        "usage": {"prompt_tokens": 3, "total_tokens": 3},
+    }
     ok = {"custom_id": "7", "response": {"status_code": 200, "body": body}}
-    refused = {"custom_id": "8", "response": {"status_code": 400, "body": {
-        "error": {"code": "too_long", "message": "over the model's length"}}}}  # fmt: skip
+    refused = {
+        "custom_id": "8",
+        "response": {
+            "status_code": 400,
+            "body": {"error": {"code": "too_long", "message": "over the model's length"}},
+        },
+    }
     (tmp_path / "out.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (ok, refused)))
     results = read_results([tmp_path / "out.jsonl"])
     assert results["7"].vector.dtype == np.float32
@@ -187,6 +214,7 @@ def test_a_document_s_newlines_and_control_characters_stay_inside_its_request_an
     assert json.loads(raw)["body"]["messages"][1]["content"] == text
     # an engine that writes the answer's text raw (UTF-8, as vLLM's pydantic does) is read whole
     answer = output("doc", text)
-    (tmp_path / "out.jsonl").write_text(json.dumps(answer, ensure_ascii=False) + "\n",
-                                        encoding="utf-8")  # fmt: skip
+    (tmp_path / "out.jsonl").write_text(
+        json.dumps(answer, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     assert read_results([tmp_path / "out.jsonl"])["doc"].text == text

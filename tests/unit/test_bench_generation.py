@@ -12,8 +12,13 @@ PROMPTS = [{"ids": [1] * 10}, {"ids": [1] * 30}]
 
 
 def result(seconds, outputs, texts, idle=None):
-    return {"seconds": seconds, "output_tokens": outputs, "texts": texts, "idle_share": idle,
-            "peak_rss_bytes": 2**30}  # fmt: skip
+    return {
+        "seconds": seconds,
+        "output_tokens": outputs,
+        "texts": texts,
+        "idle_share": idle,
+        "peak_rss_bytes": 2**30,
+    }
 
 
 def test_each_method_is_compared_with_static_8_from_the_same_run():

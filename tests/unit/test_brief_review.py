@@ -51,11 +51,23 @@ def test_labelled_audiences_are_checked_against_the_schema_s_values(tmp_path):
 
 def record(rows, documents, full_pass=True):
     return GenerationRecord(
-        product="kb_briefs", fingerprint="f", index_name="kb_briefs__f", state="building",
-        model_config="{}", full_pass=full_pass, full_passes=None, documents=documents,
-        rows=rows, complete=False, scores=None, decision=None, created_at=0.0,
-        updated_at=0.0, promoted_at=None, retired_at=None,
-    )  # fmt: skip
+        product="kb_briefs",
+        fingerprint="f",
+        index_name="kb_briefs__f",
+        state="building",
+        model_config="{}",
+        full_pass=full_pass,
+        full_passes=None,
+        documents=documents,
+        rows=rows,
+        complete=False,
+        scores=None,
+        decision=None,
+        created_at=0.0,
+        updated_at=0.0,
+        promoted_at=None,
+        retired_at=None,
+    )
 
 
 def test_a_generation_is_complete_when_it_briefs_every_document_of_its_full_pass():

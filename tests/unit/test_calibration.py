@@ -195,23 +195,71 @@ def test_long_inputs_make_a_smaller_sample_within_the_token_budget():
     ("entries", "said"),
     [
         ([{"k": 1}], "not a mapping of entries"),  # a list: was a traceback
-        ({"k": {"measurements": [{"dtype": "float32", "seconds": 1.0, "inputs": 64,
-                                  "min_cosine": 1.0, "tuned": True}]}}, "unknown field 'tuned'"),
-        ({"k": {"measurements": [{"dtype": "float32", "seconds": -1, "inputs": 64,
-                                  "min_cosine": 1.0}]}}, "is not a positive time"),
+        (
+            {
+                "k": {
+                    "measurements": [
+                        {
+                            "dtype": "float32",
+                            "seconds": 1.0,
+                            "inputs": 64,
+                            "min_cosine": 1.0,
+                            "tuned": True,
+                        }
+                    ]
+                }
+            },
+            "unknown field 'tuned'",
+        ),
+        (
+            {
+                "k": {
+                    "measurements": [
+                        {"dtype": "float32", "seconds": -1, "inputs": 64, "min_cosine": 1.0}
+                    ]
+                }
+            },
+            "is not a positive time",
+        ),
         ({"k": {"measurements": "fast"}}, "no list of measurements"),
         # a fake cuda entry on a CPU machine: was taken, ran ~10x slower, recorded as cuda
-        ({"k": {"measurements": [
-            {"dtype": "float32", "seconds": 2.0, "inputs": 64, "min_cosine": 1.0},
-            {"dtype": "float16", "seconds": 0.1, "inputs": 64, "min_cosine": 1.0,
-             "backend": "cuda"}]}}, "measured cuda/float16, torch/float32"),
+        (
+            {
+                "k": {
+                    "measurements": [
+                        {"dtype": "float32", "seconds": 2.0, "inputs": 64, "min_cosine": 1.0},
+                        {
+                            "dtype": "float16",
+                            "seconds": 0.1,
+                            "inputs": 64,
+                            "min_cosine": 1.0,
+                            "backend": "cuda",
+                        },
+                    ]
+                }
+            },
+            "measured cuda/float16, torch/float32",
+        ),
         # a path this machine never measures: every run was refused, with no word of the file
-        ({"k": {"measurements": [
-            {"dtype": "float32", "seconds": 2.0, "inputs": 64, "min_cosine": 1.0},
-            {"dtype": "int4", "seconds": 0.1, "inputs": 64, "min_cosine": 0.5,
-             "backend": "openvino"}]}}, "openvino/int4, torch/float32, not the paths"),
+        (
+            {
+                "k": {
+                    "measurements": [
+                        {"dtype": "float32", "seconds": 2.0, "inputs": 64, "min_cosine": 1.0},
+                        {
+                            "dtype": "int4",
+                            "seconds": 0.1,
+                            "inputs": 64,
+                            "min_cosine": 0.5,
+                            "backend": "openvino",
+                        },
+                    ]
+                }
+            },
+            "openvino/int4, torch/float32, not the paths",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_cached_entry_that_does_not_fit_is_measured_again_with_a_warning(
     tmp_path, caplog, entries, said
 ):

@@ -38,8 +38,13 @@ def test_the_report_says_what_its_one_off_model_seconds_made():
     from batch_pipeline.measures.report import calibration_line
 
     measured = {"inputs_per_second": 500.0, "min_cosine": 0.996}
-    calibration = {"path": "openvino/int8", "reason": "fastest", "seconds": 1.5,
-                   "export_seconds": 12.1, "candidates": {"openvino/int8": measured}}  # fmt: skip
+    calibration = {
+        "path": "openvino/int8",
+        "reason": "fastest",
+        "seconds": 1.5,
+        "export_seconds": 12.1,
+        "candidates": {"openvino/int8": measured},
+    }
     assert calibration_line(calibration).endswith("; exported and quantized the model in 12.1 s")
     calibration["candidates"] = {"openvino/bfloat16": measured}
     assert calibration_line(calibration).endswith("; exported the model in 12.1 s")

@@ -38,8 +38,11 @@ def test_a_killed_run_batch_neither_hangs_the_run_nor_leaves_its_engine_running(
 
     def call() -> None:
         try:
-            run_batch_file([sys.executable, str(script), str(pid_file)], dict(os.environ),
-                           tmp_path / "results.jsonl")  # fmt: skip
+            run_batch_file(
+                [sys.executable, str(script), str(pid_file)],
+                dict(os.environ),
+                tmp_path / "results.jsonl",
+            )
         except BaseException as error:  # noqa: BLE001 - handed to the test
             outcome["error"] = error
 
@@ -87,8 +90,9 @@ def test_a_stopped_run_ends_the_run_batch_group_it_started(tmp_path):
         "time.sleep(300)\n"
     )
     pid_file = tmp_path / "engine.pid"
-    run = subprocess.Popen([sys.executable, "-c", STOPPED_RUN, str(tmp_path)],
-                           cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    run = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_RUN, str(tmp_path)], cwd=Path(__file__).resolve().parents[2]
+    )
     orphan = None
     try:
         deadline = time.monotonic() + 60
@@ -120,8 +124,11 @@ def test_the_line_quoted_is_the_one_that_names_the_error_not_a_shutdown_warning(
         "  warnings.warn('resource_tracker: There appear to be %d '",
     ]
     assert telling_line(traceback).startswith("ValueError: The decoder prompt (length 9000)")
-    logged = ["INFO starting", "ERROR 12-06 15:29:13 [core.py:700] EngineCore failed to start.",
-              "WARNING 12-06 15:29:14 shutting down"]  # fmt: skip
+    logged = [
+        "INFO starting",
+        "ERROR 12-06 15:29:13 [core.py:700] EngineCore failed to start.",
+        "WARNING 12-06 15:29:14 shutting down",
+    ]
     assert telling_line(logged) == "ERROR 12-06 15:29:13 [core.py:700] EngineCore failed to start."
     killed = [
         "INFO 12-06 Added request 3",

@@ -62,8 +62,12 @@ def test_calibrated_confidences_say_how_often_the_answer_is_right_and_change_no_
     # the head round-trips through the arrays the classifier cache stores
     head = calibrated.head
     assert isinstance(head, CalibratedHead)
-    again = IntentClassifier(calibrated.names, head_from_arrays(head.kind, head.arrays()),
-                             calibrated.min_confidence, calibrated.min_margin)  # fmt: skip
+    again = IntentClassifier(
+        calibrated.names,
+        head_from_arrays(head.kind, head.arrays()),
+        calibrated.min_confidence,
+        calibrated.min_margin,
+    )
     assert [p.confidence for p in again.classify(fresh[:50])] == [p.confidence for p in ours[:50]]
 
 

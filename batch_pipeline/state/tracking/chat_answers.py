@@ -40,10 +40,15 @@ class ChatAnswerRecords:
                 with self.engine.begin() as conn:
                     known = self._known(conn, question, answers)
                     rows = [
-                        {"question": question, "text_key": key, "answer": answer[:256],
-                         "answered_at": time.time()}
-                        for key, answer in sorted(answers.items()) if key not in known
-                    ]  # fmt: skip
+                        {
+                            "question": question,
+                            "text_key": key,
+                            "answer": answer[:256],
+                            "answered_at": time.time(),
+                        }
+                        for key, answer in sorted(answers.items())
+                        if key not in known
+                    ]
                     for start in range(0, len(rows), CHUNK):
                         conn.execute(sa.insert(chat_answers), rows[start : start + CHUNK])
                 return
