@@ -32,7 +32,7 @@ from batch_pipeline.briefs.kind import brief_product
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.briefs.store import brief_schema
 from batch_pipeline.names import briefs_product_name
-from batch_pipeline.runs import StagedPartition
+from batch_pipeline.runs.partition import StagedPartition
 from batch_pipeline.stages import COLLECT, Stage
 from batch_pipeline.state.table_indexes import IndexHealth
 

@@ -1,5 +1,5 @@
 """Every product's stage assets, built by one builder from its `ProductAssets`: each asset
-opens the partition, calls one method of the run frame (`runs.StagedPartition`) with the
+opens the partition, calls one method of the run frame (`runs.partition.StagedPartition`) with the
 stage file upstream of it, and returns the stage file's metadata. Land then reviews the
 generation (`nightly_review`: the nightly forced review and retention) and reports the frame's
 mass-deletion check, for every product alike. A product over a collection's documents shares
@@ -40,7 +40,9 @@ from batch_pipeline.executors import ExecuteOptions, ExecutorChoice
 from batch_pipeline.generations.review import GenerationReview
 from batch_pipeline.measures.run import RunMeasures
 from batch_pipeline.products import product_for_partition
-from batch_pipeline.runs import Engine, Landing, RunRequest, StagedPartition, StageOutput
+from batch_pipeline.runs.landing import Landing
+from batch_pipeline.runs.partition import StagedPartition
+from batch_pipeline.runs.request import Engine, RunRequest, StageOutput
 from batch_pipeline.stages import COLLECT, Stage
 from resources import FAMILY_RESOURCES
 

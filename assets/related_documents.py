@@ -13,7 +13,7 @@ from assets.product_stages import Context, ProductAssets, family_resources, open
 from batch_pipeline.declaration import Product
 from batch_pipeline.related import RELATED_STAGES
 from batch_pipeline.related.kind import RELATED
-from batch_pipeline.runs import StagedPartition
+from batch_pipeline.runs.partition import StagedPartition
 
 RELATED_GROUP = "related_documents"
 INDEX_LAND = "vector_index"  # the partition's index land: the candidates are read from it

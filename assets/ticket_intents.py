@@ -24,7 +24,7 @@ from assets.product_stages import (
 from assets.stage_io import RUN_CHARTS, as_metadata, column_schema
 from batch_pipeline.config import PipelineConfig
 from batch_pipeline.products import product_for_partition
-from batch_pipeline.runs import StagedPartition
+from batch_pipeline.runs.partition import StagedPartition
 from batch_pipeline.tickets import (
     TICKET_COLLECT,
     TICKET_EXECUTE,

@@ -29,15 +29,9 @@ from batch_pipeline.inference.generator import Generator
 from batch_pipeline.measures.progress import duration
 from batch_pipeline.measures.run import DOCUMENTS
 from batch_pipeline.names import companion_index
-from batch_pipeline.runs import (
-    Engine,
-    Landing,
-    PartitionedProduct,
-    ProductPartition,
-    RunRequest,
-    StagedPartition,
-    StageOutput,
-)
+from batch_pipeline.runs.landing import Landing
+from batch_pipeline.runs.partition import PartitionedProduct, ProductPartition, StagedPartition
+from batch_pipeline.runs.request import Engine, RunRequest, StageOutput
 from batch_pipeline.sources import DocumentSource, S3ClientFactory
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, StagingArea
@@ -178,7 +172,7 @@ class ProductFace:
 @dataclass(frozen=True)
 class RunReport:
     """One run of a product's partition as the commands report it: the stages' summaries by
-    name (land's a `runs.Landing`), the generation's review, what was dropped by retention,
+    name (land's a `runs.landing.Landing`), the generation's review, what was dropped by retention,
     and what the product did after its review (`extra`)."""
 
     run_id: str
@@ -383,7 +377,7 @@ class ProductKind:
     section: type  # its configuration section's model
     targets: Callable[[PipelineConfig], list[ProductTarget]]  # the configured products
     open: Callable[[ProductEnv, ProductTarget], Product]  # one of them, behind its face
-    partition: type  # its `runs.StagedPartition`
+    partition: type  # its `runs.partition.StagedPartition`
     rule: type  # its `CompletenessRule`
     scorer: type | None  # its `Scorer`, where it has a labelled set
     report: str  # the module of its status and doctor reports

@@ -130,7 +130,7 @@ def peak_rss_mib() -> float:
 
 
 def run_size(documents: int) -> dict:
-    from batch_pipeline.runs import RunRequest
+    from batch_pipeline.runs.request import RunRequest
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

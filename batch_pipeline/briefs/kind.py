@@ -31,7 +31,8 @@ from batch_pipeline.inference.chat_models import resolve_chat_model
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import VllmGenerator, engine_settings_for
 from batch_pipeline.names import QUESTIONS_SUFFIX, briefs_product_name
-from batch_pipeline.runs import Engine, StagedPartition
+from batch_pipeline.runs.partition import StagedPartition
+from batch_pipeline.runs.request import Engine
 from batch_pipeline.stages.prompt_plan import PromptPlanSettings, plan_settings_for
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import TrackingStore

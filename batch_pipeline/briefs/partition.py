@@ -13,13 +13,8 @@ from batch_pipeline.briefs.land import BriefLandSummary, BriefLineage, land_brie
 from batch_pipeline.briefs.prepare import BriefPrepareSummary, ReadDocument, prepare_briefs
 from batch_pipeline.declaration import CollectionPartition
 from batch_pipeline.executors.generation import GenerationExecutor
-from batch_pipeline.runs import (
-    LandedRun,
-    RunOutcome,
-    RunRequest,
-    StageFiles,
-    StageOutput,
-)
+from batch_pipeline.runs.landing import LandedRun, RunOutcome, StageFiles
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.sources.reading import read_document
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, stage_summary

@@ -29,7 +29,8 @@ from batch_pipeline.products import (
     kinds_for,
     product_for_partition,
 )
-from batch_pipeline.runs import Landing, StagedPartition
+from batch_pipeline.runs.landing import Landing
+from batch_pipeline.runs.partition import StagedPartition
 
 HELD_DELETIONS_EXIT = 3
 UNREAD_EXIT = 4

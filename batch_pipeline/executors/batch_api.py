@@ -150,7 +150,8 @@ class BatchLedger:
 
 def with_ledger(executor: Executor, ledger: BatchLedger) -> Executor:
     """`executor` recording its provider batches in `ledger` (the frame's, for the partition
-    a run executes: `runs.StagedPartition.execute`); an executor that sends none, as it is."""
+    a run executes: `runs.partition.StagedPartition.execute`); an executor that sends none,
+    as it is."""
     if executor.capabilities.provider_batches:
         return replace(executor, ledger=ledger)
     return executor

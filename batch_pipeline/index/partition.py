@@ -30,14 +30,9 @@ from batch_pipeline.measures.run import (
     BackfillEstimate,
     backfill_estimate,
 )
-from batch_pipeline.runs import (
-    LandedRun,
-    ProductPartition,
-    RunOutcome,
-    RunRequest,
-    StageFiles,
-    StageOutput,
-)
+from batch_pipeline.runs.landing import LandedRun, RunOutcome, StageFiles
+from batch_pipeline.runs.partition import ProductPartition
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.sources import DocumentSource, PartitionFilter
 from batch_pipeline.stages import COLLECT, PREPARE, STAGES, Stage
 from batch_pipeline.stages.collect import (

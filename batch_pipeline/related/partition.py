@@ -10,7 +10,8 @@ from batch_pipeline.declaration import CollectionPartition
 from batch_pipeline.related import RELATED_STAGES
 from batch_pipeline.related.land import RelatedLandSummary, RelatedLineage, land_related
 from batch_pipeline.related.prepare import prepare_related
-from batch_pipeline.runs import LandedRun, RunOutcome, RunRequest, StageFiles, StageOutput
+from batch_pipeline.runs.landing import LandedRun, RunOutcome, StageFiles
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, stage_summary
 

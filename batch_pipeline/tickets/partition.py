@@ -13,14 +13,9 @@ from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.embedding import EmbeddingExecutor, embedding_executor
 from batch_pipeline.inference.models import load_tokenizer
 from batch_pipeline.measures.run import TICKETS
-from batch_pipeline.runs import (
-    LandedRun,
-    ProductPartition,
-    RunOutcome,
-    RunRequest,
-    StageFiles,
-    StageOutput,
-)
+from batch_pipeline.runs.landing import LandedRun, RunOutcome, StageFiles
+from batch_pipeline.runs.partition import ProductPartition
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.stages import Stage
 from batch_pipeline.state.staging import StagePath, read_table
 from batch_pipeline.tickets import (

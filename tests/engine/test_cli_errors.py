@@ -159,7 +159,7 @@ def test_a_fault_midway_through_a_run_is_one_line_unless_debug(
 ):
     """A tracking store that stops answering, or a disk that fills, midway through a run:
     one line naming the fault and what to do, exit 2; `--debug` shows the traceback."""
-    from batch_pipeline.runs import StagedPartition
+    from batch_pipeline.runs.partition import StagedPartition
 
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - FAULT, injected in plan
         raise fault()

@@ -10,7 +10,7 @@ from batch_pipeline.config import load_config
 from batch_pipeline.health.completeness import partition_completeness
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.index.product import open_partition
-from batch_pipeline.runs import RunRequest
+from batch_pipeline.runs.request import RunRequest
 from batch_pipeline.state.storage import resolve_storage
 
 

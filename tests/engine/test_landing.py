@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.index import join, land
-from batch_pipeline.runs import RunRequest
+from batch_pipeline.runs.request import RunRequest
 from batch_pipeline.state.staging import read_table
 
 

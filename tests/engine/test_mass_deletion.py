@@ -13,7 +13,7 @@ from batch_pipeline import cli
 from batch_pipeline.config import load_config
 from batch_pipeline.index.partition import IndexPartition
 from batch_pipeline.index.product import open_partition
-from batch_pipeline.runs import DeletionGuard
+from batch_pipeline.runs.landing import DeletionGuard
 from batch_pipeline.state.storage import resolve_storage
 from tests.support import POSTGRES_URL
 

@@ -26,7 +26,7 @@ from batch_pipeline.executors.batch_api import NAME, BatchApiSettings, ProviderB
 from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.measures.run import RunMeasures
-from batch_pipeline.runs import StagedPartition
+from batch_pipeline.runs.partition import StagedPartition
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore, schema
 from batch_pipeline.state.vector_store import VectorStore

@@ -8,7 +8,7 @@ import pytest
 from batch_pipeline.config import ConfigError
 from batch_pipeline.index import partition as pipeline_module
 from batch_pipeline.inference.devices import ModelLoadError
-from batch_pipeline.runs import RunRequest
+from batch_pipeline.runs.request import RunRequest
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.stages import collect
 

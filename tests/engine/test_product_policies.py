@@ -19,7 +19,7 @@ from batch_pipeline.generations.registry import DROPPED, RETIRED
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.fake import FakeGenerator
 from batch_pipeline.products import KINDS, kind_named, product_env, product_targets
-from batch_pipeline.runs import UnguardedDeletionError
+from batch_pipeline.runs.landing import UnguardedDeletionError
 from batch_pipeline.state.storage import resolve_storage
 from batch_pipeline.state.tracking import TrackingStore
 from batch_pipeline.state.vector_store import VectorStore

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batch_pipeline.runs import LandedRun, RunOutcome, RunRequest, StageFiles
+from batch_pipeline.runs.landing import LandedRun, RunOutcome, StageFiles
+from batch_pipeline.runs.request import RunRequest
 from batch_pipeline.state.staging import read_table, stage_summary
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.state.vector_store import commit_with_retries, in_filter

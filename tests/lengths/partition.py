@@ -6,12 +6,8 @@ collection without shards: the generation counts one partition's documents.)"""
 from typing import TYPE_CHECKING
 
 from batch_pipeline.declaration import CollectionPartition
-from batch_pipeline.runs import (
-    LandedRun,
-    RunRequest,
-    StageFiles,
-    StageOutput,
-)
+from batch_pipeline.runs.landing import LandedRun, StageFiles
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.stages import COLLECT, Stage
 from batch_pipeline.state.staging import StagePath
 from batch_pipeline.state.vector_store import in_filter

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batch_pipeline.runs import RunRequest, StageOutput
+from batch_pipeline.runs.request import RunRequest, StageOutput
 from batch_pipeline.stages.collect import CHANGED, FAILED, NEW, QUARANTINED, UNCHANGED
 from batch_pipeline.state.staging import StagePath, StageWriter, read_table
 from tests.lengths.executor import Counted

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.executors import ExecuteOptions
 from batch_pipeline.inference.batching import PlanSettings
-from batch_pipeline.runs import RunRequest
+from batch_pipeline.runs.request import RunRequest
 from batch_pipeline.stages import execute
 from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.staging import read_table

@@ -9,7 +9,7 @@ import pytest
 
 from batch_pipeline.executors.registry import EXECUTORS
 from batch_pipeline.products import KINDS
-from batch_pipeline.runs import ProductPartition
+from batch_pipeline.runs.partition import ProductPartition
 from tests.lengths.kind import LENGTHS
 
 # every kind this repository commits: the built-in ones, and the declared test product
