@@ -3,7 +3,8 @@ plan's requests as OpenAI batch files (`executors.batch_file`), handed to any Op
 Batch API (a provider's, or a self-hosted gateway's) through the official `openai` client, and
 collected when the provider has run them. The families differ only in the request lines they
 write (`/v1/chat/completions`, `/v1/embeddings`) and what they make of an answer
-(`BatchWork`); the driver is one loop.
+(`BatchWork`); the driver is one loop, and so is the execute around it
+(`executors.provider_execute`).
 
 A provider's batch can take hours (its completion window is 24 h), so execute never holds a
 worker for it unless asked to (`BatchApiSettings.wait_seconds`):

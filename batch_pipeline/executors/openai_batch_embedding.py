@@ -11,51 +11,36 @@ index's gate like any generation. An input the provider has not answered yet (in
 unanswered twice) is neither landed nor failed: its document stays pending for the next run.
 """
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
-from batch_pipeline.executors import Capabilities, ExecuteOptions, ExecutorChoice
+from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.batch_api import (
     DEVICE,
     NAME,
-    BatchApiSettings,
-    BatchDriver,
-    BatchLedger,
-    BatchWork,
     kept_answers,
     planned_token_counts,
-    provider_settings_problem,
-    run_of,
     window_seconds,
 )
 from batch_pipeline.executors.batch_file import EMBEDDINGS, BatchResult, embedding_request_line
 from batch_pipeline.executors.embedding import EmbeddingExecutor
-from batch_pipeline.inference.embedder import Embedder, RunStats
+from batch_pipeline.executors.provider_execute import FamilyBatches, ProviderExecutor
+from batch_pipeline.inference.embedder import RunStats
 from batch_pipeline.inference.models import ResolvedModel
-from batch_pipeline.measures.progress import Progress, ProgressSink
-from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
 from batch_pipeline.stages.execute import ExecuteSummary, embeddings_schema
 from batch_pipeline.state.staging import StagePath, read_groups
 
 
 @dataclass(frozen=True)
-class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
+class OpenAIBatchEmbeddingExecutor(ProviderExecutor, EmbeddingExecutor):
     """Embeds through a Batch API (see the module docstring); the device and dtype are the
     provider's, so only `auto` is taken for them."""
-
-    # the frame gives it the partition's ledger (`with_ledger`)
-    capabilities: ClassVar[Capabilities] = Capabilities(provider_batches=True)
-    api: BatchApiSettings | None = None
-    ledger: BatchLedger | None = None
-    sleep: Callable[[float], None] = time.sleep
 
     @classmethod
     def chosen(cls, model: ResolvedModel, choice: ExecutorChoice) -> "EmbeddingExecutor":
@@ -68,29 +53,14 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             )
         super().__post_init__()
 
-    settings_problem = staticmethod(provider_settings_problem)
-
     @property
     def served_model(self) -> str | None:
         """The provider's model where it is not the configured one: another generation."""
         return self.api.served_model(self.model.name) if self.api is not None else None
 
-    def execute(
-        self,
-        planned: StagePath,
-        out: StagePath,
-        load: Callable[[], Embedder],
-        checkpoints: StagePath,
-        options: ExecuteOptions,
-        progress: ProgressSink | None = None,
-        progress_interval: float = 15.0,
-    ) -> ExecuteSummary:
-        """Collect, submit and wait (`executors.batch_api`); `load` is not used (the engine
-        is the provider's)."""
-        if self.ledger is None:
-            raise ConfigError(f"the {NAME} executor runs inside a partition's run (its ledger)")
-        self.api.api_key()  # a missing key fails before anything is written
-        started = time.perf_counter()
+    def batches(self, planned: StagePath) -> FamilyBatches:
+        """The plan's inputs as `/v1/embeddings` lines (token ids, or text for another
+        model), and the answered vectors as checkpoint rows."""
         dimension = self.model.embedding_dimension
         summary = ExecuteSummary(
             RunStats(),
@@ -103,45 +73,30 @@ class OpenAIBatchEmbeddingExecutor(EmbeddingExecutor):
             window_seconds=window_seconds(self.api.completion_window),
         )
         planned_tokens = planned_token_counts(planned)  # where usage says nothing
-        keys = set(planned_tokens)
         schema = embeddings_schema(dimension)
-        with CheckpointedOutput(out, checkpoints, schema, every=1, started=started) as output:
-            resumed = output.resume(keys & output.done_keys)
-            summary.resumed_inputs = len(resumed)
-            tracker = Progress(
-                EXECUTE.name, len(keys) - len(resumed), progress, interval=progress_interval
-            )
-            tracker.start()
-            served = self.served_model
-            name = served or self.model.name
+        served = self.served_model
+        name = served or self.model.name
 
-            def requests(done: set[str]) -> Iterable[dict]:
-                columns = ["input_hash", "input_text", "input_ids"]
-                for group in read_groups(planned, "batch_index", columns):  # streamed
-                    for key, text, ids in group:
-                        if key not in done:  # another model tokenizes the text itself
-                            given = text if served else ids
-                            yield embedding_request_line(key, given, name, self.model.normalize)
+        def requests(done: set[str]) -> Iterable[dict]:
+            columns = ["input_hash", "input_text", "input_ids"]
+            for group in read_groups(planned, "batch_index", columns):  # streamed
+                for key, text, ids in group:
+                    if key not in done:  # another model tokenizes the text itself
+                        given = text if served else ids
+                        yield embedding_request_line(key, given, name, self.model.normalize)
 
-            def take(answered: list[BatchResult]) -> None:
-                answered = [self._checked(r, name, dimension) for r in answered]
-                kept, tokens = kept_answers(
-                    answered, lambda r: r.vector is not None, "no vector", summary, planned_tokens
-                )
-                if kept:
-                    refused = output.add(self._rows(kept, schema))
-                    summary.stats.inputs += len(kept) - len(refused)
-                    output.done_keys |= {r.key for r in kept} - refused
-                tracker.advance(len(answered), tokens)
+        def take(answered: list[BatchResult], output: CheckpointedOutput) -> int:
+            answered = [self._checked(r, name, dimension) for r in answered]
+            kept, tokens = kept_answers(
+                answered, lambda r: r.vector is not None, "no vector", summary, planned_tokens
+            )
+            if kept:
+                refused = output.add(self._rows(kept, schema))
+                summary.stats.inputs += len(kept) - len(refused)
+                output.done_keys |= {r.key for r in kept} - refused
+            return tokens
 
-            driver = BatchDriver(
-                self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)
-            )
-            driver.drive_counted(
-                BatchWork(EMBEDDINGS, keys, output, requests, take), tracker, summary
-            )
-            output.finish(summary, planned)
-        return summary
+        return FamilyBatches(EMBEDDINGS, summary, set(planned_tokens), schema, requests, take)
 
     def _checked(self, answer: BatchResult, name: str, dimension: int) -> BatchResult:
         """`answer`, or its input's failure where its vector is not one of the model's

@@ -91,6 +91,7 @@ class GenerateSummary:
     token_prices: tuple[float, float] | None = None
     batches: ProviderBatches = field(default_factory=ProviderBatches)  # a provider's, if any
     window_seconds: float | None = None  # a provider's completion window: the run's window
+    unanswered: int = 0  # prompts a provider has not answered yet: planned again next run
 
     @property
     def token_cost(self) -> float | None:
