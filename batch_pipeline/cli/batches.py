@@ -7,7 +7,8 @@ import argparse
 from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.config import ConfigError
 from batch_pipeline.config.secrets import masked_url
-from batch_pipeline.executors.batch_api import BatchApiSettings, batch_client
+from batch_pipeline.executors.batch_api import BatchApiSettings
+from batch_pipeline.executors.batch_client import batch_client
 from batch_pipeline.health.provider_batches import batch_views
 from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES, GIVEN_UP, ProviderBatch
 

@@ -1,10 +1,11 @@
 """Which recorded provider batches have finished at the provider: what the provider-batch
 sensors ask on each tick, so that one run collects a partition's batches once every one of
-them is done (`executors.batch_api` is the driver that then collects them)."""
+them is done (`executors.batch_driver` is the driver that then collects them)."""
 
 from dataclasses import dataclass
 
-from batch_pipeline.executors.batch_api import BatchApiSettings, batch_client
+from batch_pipeline.executors.batch_api import BatchApiSettings
+from batch_pipeline.executors.batch_client import batch_client
 from batch_pipeline.state.tracking import FINAL_STATUSES, GIVEN_UP, ProviderBatch
 
 

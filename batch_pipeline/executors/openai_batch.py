@@ -1,6 +1,6 @@
 """The `openai-batch` generation executor: the prompt plan as `/v1/chat/completions` lines of
 OpenAI batch files, run by a provider's Batch API through the driver every family shares
-(`executors.batch_api`: collect, submit, wait, the ledger, the key). Its plan is the
+(`executors.batch_driver`: collect, submit, wait, the ledger, the key). Its plan is the
 in-process executor's (the local tokenizer counts the prompts); an answer is judged as every
 generation executor's is, and a request with no answer is not a brief: it is planned again.
 """
@@ -10,11 +10,7 @@ from dataclasses import dataclass
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import (
-    DEVICE,
-    NAME,
-    window_seconds,
-)
+from batch_pipeline.executors.batch_api import DEVICE, NAME, window_seconds
 from batch_pipeline.executors.batch_file import CHAT_COMPLETIONS, BatchResult, request_line
 from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.executors.provider_execute import FamilyBatches, ProviderExecutor

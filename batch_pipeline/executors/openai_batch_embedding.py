@@ -1,6 +1,6 @@
 """The `openai-batch` embedding executor: the embedding plan as `/v1/embeddings` lines of
 OpenAI batch files (the inputs as the plan's token ids), run by a provider's Batch API
-through the driver every family shares (`executors.batch_api`: collect, submit, wait, the
+through the driver every family shares (`executors.batch_driver`: collect, submit, wait, the
 ledger, the key), and checkpointed as every embedding executor's vectors are.
 
 The custom id is the input's staleness key, so a batch one run submitted is collected by a
@@ -20,13 +20,8 @@ import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import (
-    DEVICE,
-    NAME,
-    kept_answers,
-    planned_token_counts,
-    window_seconds,
-)
+from batch_pipeline.executors.batch_api import DEVICE, NAME, window_seconds
+from batch_pipeline.executors.batch_driver import kept_answers, planned_token_counts
 from batch_pipeline.executors.batch_file import EMBEDDINGS, BatchResult, embedding_request_line
 from batch_pipeline.executors.embedding import EmbeddingExecutor
 from batch_pipeline.executors.provider_execute import FamilyBatches, ProviderExecutor

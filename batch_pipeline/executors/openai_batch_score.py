@@ -1,5 +1,5 @@
 """The `openai-batch` score executor: the yes/no judge (`inference.judge`) on a provider's chat
-model, through its Batch API and the driver every family shares (`executors.batch_api`:
+model, through its Batch API and the driver every family shares (`executors.batch_driver`:
 collect, submit, wait, the ledger, the key), checkpointed as every score executor's scores
 are.
 
@@ -20,12 +20,8 @@ import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import (
-    DEVICE,
-    NAME,
-    kept_answers,
-    planned_token_counts,
-)
+from batch_pipeline.executors.batch_api import DEVICE, NAME
+from batch_pipeline.executors.batch_driver import kept_answers, planned_token_counts
 from batch_pipeline.executors.batch_file import (
     CHAT_COMPLETIONS,
     BatchResult,

@@ -1,7 +1,7 @@
 """The one execute every Batch API executor runs, whatever its model family, as vLLM's `LLM`
 runs embed, score and generate through one request and run loop: check the ledger and the
 key, start the family's summary, copy what the checkpoints hold, then collect, submit and wait
-through the driver (`executors.batch_api`), and finish the output. A family gives only what
+through the driver (`executors.batch_driver`), and finish the output. A family gives only what
 differs (`FamilyBatches`): the endpoint its lines ask, its summary, its request lines and the
 rows it makes of an answer.
 """
@@ -18,12 +18,10 @@ from batch_pipeline.executors import Capabilities, ExecuteOptions
 from batch_pipeline.executors.batch_api import (
     NAME,
     BatchApiSettings,
-    BatchDriver,
     BatchLedger,
-    BatchWork,
     provider_settings_problem,
-    run_of,
 )
+from batch_pipeline.executors.batch_driver import BatchDriver, BatchWork, run_of
 from batch_pipeline.executors.batch_file import BatchResult
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
@@ -75,7 +73,7 @@ class ProviderExecutor:
         progress: ProgressSink | None = None,
         progress_interval: float = 15.0,
     ) -> Any:
-        """Collect, submit and wait (`executors.batch_api`); `load` is not used (the engine
+        """Collect, submit and wait (`executors.batch_driver`); `load` is not used (the engine
         is the provider's). The family's summary."""
         if self.api is None or self.ledger is None:
             raise ConfigError(

@@ -20,8 +20,7 @@ import sqlalchemy as sa
 
 from batch_pipeline.briefs.product import BriefProduct
 from batch_pipeline.config import ConfigError, load_config
-from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors import batch_api as batch_api_module
+from batch_pipeline.executors import ExecutorChoice, batch_driver
 from batch_pipeline.executors.batch_api import NAME, BatchApiSettings, ProviderBatchError
 from batch_pipeline.index.product import open_partition
 from batch_pipeline.inference.fake import FakeGenerator
@@ -290,7 +289,7 @@ def test_a_crash_between_submit_and_land_loses_nothing(provider, batch_api, monk
         if stage == "submitted":
             raise Crash  # as a SIGKILL right after the batch id was recorded
 
-    monkeypatch.setattr(batch_api_module, "crash_point", crash)
+    monkeypatch.setattr(batch_driver, "crash_point", crash)
     with pytest.raises(Crash):
         provider().run("run-1")
     monkeypatch.undo()
@@ -421,7 +420,7 @@ def test_a_run_cut_off_while_creating_a_batch_adopts_it_on_the_rerun(
         raise Crash  # as a SIGKILL while the creation was in flight
 
     batch_api.create_errors = 1  # the creation never answers the client
-    monkeypatch.setattr(batch_api_module, "find_created", killed)
+    monkeypatch.setattr(batch_driver, "find_created", killed)
     with pytest.raises(Crash):
         provider().run("run-1")
     monkeypatch.undo()
