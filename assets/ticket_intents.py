@@ -33,12 +33,12 @@ from batch_pipeline.tickets import (
     TICKET_PREPARE,
     TICKET_STAGES,
 )
+from batch_pipeline.tickets.classifier.training import LabelsRefusedError
 from batch_pipeline.tickets.columns import TICKET_COLUMN_DESCRIPTIONS as DESCRIBED
 from batch_pipeline.tickets.intent_store import intent_schema
 from batch_pipeline.tickets.kind import TICKETS
 from batch_pipeline.tickets.product import TicketProduct
 from batch_pipeline.tickets.report import classifier_line
-from batch_pipeline.tickets.training import LabelsRefusedError
 
 TICKETS_GROUP = "ticket_intents"
 INTENT_MIX_SHIFT = "intent_mix_shift"

@@ -1,6 +1,7 @@
 """The ticket cascade's threshold on CLINC150 (CC BY 3.0; `fetch github:clinc/oos-eval`), with
 the shipped chat model in process: does sending the classifier's least sure tickets to a chat
-model meet a target accuracy with the stated guarantee (`batch_pipeline/tickets/cascade.py`)?
+model meet a target accuracy with the stated guarantee
+(`batch_pipeline/tickets/cascade/threshold.py`)?
 
 The classifier is the product's, trained as `benchmarks/clinc150.py`'s `10 per intent`
 setting. The labelled held-out tickets are the first `--labels` of CLINC150's validation
@@ -42,8 +43,8 @@ from batch_pipeline.inference.vllm_generator import (  # noqa: E402
     engine_settings_for,
 )
 from batch_pipeline.state.storage import resolve_storage  # noqa: E402
-from batch_pipeline.tickets.cascade import choose_threshold  # noqa: E402
-from batch_pipeline.tickets.escalation import SYSTEM, answer_schema  # noqa: E402
+from batch_pipeline.tickets.cascade.chat import SYSTEM, answer_schema  # noqa: E402
+from batch_pipeline.tickets.cascade.threshold import choose_threshold  # noqa: E402
 from batch_pipeline.tickets.product import TicketProduct  # noqa: E402
 
 

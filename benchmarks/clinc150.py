@@ -37,7 +37,7 @@ from batch_pipeline.config.taxonomy import UNKNOWN
 from batch_pipeline.inference.models import resolve_model
 from batch_pipeline.inference.runner import EmbeddingRunner
 from batch_pipeline.state.storage import resolve_storage
-from batch_pipeline.tickets.calibration import expected_calibration_error
+from batch_pipeline.tickets.classifier.confidence import expected_calibration_error
 from batch_pipeline.tickets.product import TicketProduct
 
 EXAMPLES = 10  # per intent, in the taxonomy

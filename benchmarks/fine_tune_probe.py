@@ -32,8 +32,8 @@ import clinc150  # noqa: E402
 
 from batch_pipeline.config import ModelConfig  # noqa: E402
 from batch_pipeline.inference.models import resolve_model  # noqa: E402
-from batch_pipeline.tickets.classify import normalised  # noqa: E402
-from batch_pipeline.tickets.training import LOGISTIC, TrainingPool, fit_head  # noqa: E402
+from batch_pipeline.tickets.classifier.heads import normalised  # noqa: E402
+from batch_pipeline.tickets.classifier.training import LOGISTIC, TrainingPool, fit_head  # noqa: E402
 
 SEED = 2026
 EXAMPLES = clinc150.EXAMPLES

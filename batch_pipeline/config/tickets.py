@@ -97,10 +97,10 @@ class TicketArrivalsConfig(_Strict):
 
 class FineTuneConfig(_Strict):
     """Contrastive fine-tuning of the encoder on the labelled history and the taxonomy's
-    examples before the head is trained (`batch_pipeline.tickets.fine_tune`): pairs of texts
-    of one intent, the other intents' texts in the batch as negatives. The fine-tuned encoder
-    is a model of its own: its generation's fingerprint has the base model, the labelled
-    history's hash, the taxonomy and this recipe."""
+    examples before the head is trained (`batch_pipeline.tickets.classifier.fine_tune`):
+    pairs of texts of one intent, the other intents' texts in the batch as negatives. The
+    fine-tuned encoder is a model of its own: its generation's fingerprint has the base
+    model, the labelled history's hash, the taxonomy and this recipe."""
 
     steps: int = Field(
         default=600, ge=1, le=1_000_000, description="Training steps (one batch of pairs each)."
@@ -230,8 +230,8 @@ class CascadeConfig(_Strict):
     """Send the tickets the classifier is least sure of to a chat model, answering from the
     taxonomy's intents (or `unknown`) under a JSON schema's `enum`, with a threshold chosen
     so that the combined accuracy meets `target_accuracy` with probability at least
-    1 - `delta` (`batch_pipeline.tickets.cascade`). Part of the generation: changing it is a
-    new generation that must pass the gate."""
+    1 - `delta` (`batch_pipeline.tickets.cascade.threshold`). Part of the generation:
+    changing it is a new generation that must pass the gate."""
 
     target_accuracy: float = Field(
         gt=0,

@@ -17,7 +17,7 @@ from batch_pipeline.executors.registry import GENERATE, capabilities
 from batch_pipeline.names import generation_product
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.tickets.arrivals import day_states, skip_reason
-from batch_pipeline.tickets.escalation import cascade_partition
+from batch_pipeline.tickets.cascade.chat import cascade_partition
 from batch_pipeline.tickets.kind import open_tickets, targets
 from resources.pipeline import PipelineResource
 from sensors.default_status import schedule_status, sensor_status

@@ -107,9 +107,15 @@ class BatchLedger:
         """Record a batch before it is created (its placeholder id), and where it goes
         (`api_base`, credentials masked)."""
         return self.tracking.record_batch_intent(
-            self.generation, self.partition, run_id, file_id, file_sha256, custom_ids, attempt,
+            self.generation,
+            self.partition,
+            run_id,
+            file_id,
+            file_sha256,
+            custom_ids,
+            attempt,
             api_base,
-        )  # fmt: skip
+        )
 
 
 def with_ledger(executor: Executor, ledger: BatchLedger) -> Executor:

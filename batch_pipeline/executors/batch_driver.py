@@ -193,16 +193,18 @@ class BatchDriver:
                 self.submitted = True  # cancelled means stop: nothing more is sent this run
             if unreadable:
                 self.batches.unreadable_lines += len(unreadable)
-                note = "; ".join(filter(None, (note, f"{len(unreadable)} unreadable lines: "
-                                               f"{unreadable[0]}")))  # fmt: skip
+                note = "; ".join(
+                    filter(None, (note, f"{len(unreadable)} unreadable lines: {unreadable[0]}"))
+                )
             self._settle(client, work, batch, asked, results)
             tracking.collect_provider_batch(batch.batch_id, status, self.run_id, note)
             if batch.run_id != self.run_id:
                 self.batches.collected_from(batch.run_id, batch.submitted_at)
         return self.ledger.uncollected()
 
-    def _refused_requests(self, client, work: BatchWork, batch: ProviderBatch,
-                          errors: list) -> bool:  # noqa: ANN001 # fmt: skip
+    def _refused_requests(
+        self, client, work: BatchWork, batch: ProviderBatch, errors: list
+    ) -> bool:  # noqa: ANN001
         """A batch the provider's validation failed for some of its requests only (each error
         naming its line): those requests are their inputs' failures, and the rest are sent
         again at once, in a batch of their own, so one bad request never blocks the others.
@@ -272,8 +274,14 @@ class BatchDriver:
         self.batches.adopted.append(found.id)
         return tracking.provider_batch(found.id)
 
-    def _settle(self, client, work: BatchWork, batch: ProviderBatch, asked: set[str],
-                results: dict[str, BatchResult]) -> None:  # noqa: ANN001 # fmt: skip
+    def _settle(
+        self,
+        client,
+        work: BatchWork,
+        batch: ProviderBatch,
+        asked: set[str],
+        results: dict[str, BatchResult],
+    ) -> None:  # noqa: ANN001
         """A finished batch's answers to the family (`take`); its retryable failures sent
         again once, in a batch of their own."""
         self.sent |= asked
@@ -374,8 +382,9 @@ def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:
     counts for an answer whose usage says nothing."""
     counts: dict[str, int] = {}
     for batch in read_batches(planned, ["input_hash", "token_count"], batch_rows=65536):
-        counts.update(zip(batch["input_hash"].to_pylist(), batch["token_count"].to_pylist(),
-                          strict=True))  # fmt: skip
+        counts.update(
+            zip(batch["input_hash"].to_pylist(), batch["token_count"].to_pylist(), strict=True)
+        )
     return counts
 
 

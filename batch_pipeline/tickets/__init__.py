@@ -5,11 +5,18 @@ It runs the same five stages as the vector index, on the same engine. Its own pa
 - `exports`: reading one day's tickets from a folder, S3 or a SQL table
 - `collect`: the day's tickets checked row by row (bad rows are recorded, the day still lands)
 - `prepare`: each ticket's model input, cut by tokens, and whether it needs a vector
-- `classify`: intent prototypes and the cosine classifier (`unknown` below a threshold)
+- `classifier/`: what a generation's model is and how it is made: the heads, their
+  calibrated confidence, training on the labelled history, the fine-tuned encoder
+- `cascade/`: the least sure tickets answered by a chat model: the threshold with its
+  guarantee, asking the chat model, and a generation's cascade as the product runs it
 - `intent_store`: the LanceDB table of one generation's rows, a day replaced per commit
 - `land`: a day's rows classified and written, with the day's intent mix
 - `evaluation` and `mix`: accuracy and macro-F1 on a labelled set; the intent mix's shift
-- `pipeline`: `DayPartition`, one day's run, stage by stage
+- `review`: the generations' completeness rule and accuracy scorer
+- `product`: `TicketProduct`, the product and its generations; `partition`: `DayPartition`,
+  one day's run, stage by stage
+- `kind` and `report`: its declaration and its reports; `arrivals`: which days the export
+  sensor launches; `columns`: its stage files' columns
 
 Plan and execute are `batch_pipeline.stages.plan` and `.execute`, unchanged; runs, failures
 and generations (gate, promotion, rollback) are the tracking store's and

@@ -28,9 +28,9 @@ from batch_pipeline.stages.execute import ExecuteAnswers
 from batch_pipeline.state.staging import StagePath, read_batches, read_table
 from batch_pipeline.state.tracking import FailureRecord
 from batch_pipeline.tickets import TICKET_EXECUTE
-from batch_pipeline.tickets.classify import IntentClassifier
+from batch_pipeline.tickets.cascade.chat import ChatAnswer, DayCascade
+from batch_pipeline.tickets.classifier.heads import IntentClassifier
 from batch_pipeline.tickets.collect import failure_key
-from batch_pipeline.tickets.escalation import ChatAnswer, DayCascade
 from batch_pipeline.tickets.intent_store import AWAITING, CLASSIFIER, IntentStore, intent_schema
 from batch_pipeline.tickets.mix import IntentMix
 

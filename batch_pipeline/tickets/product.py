@@ -43,30 +43,28 @@ from batch_pipeline.stages.prompt_plan import PromptPlanSettings
 from batch_pipeline.state.storage import StorageLocations
 from batch_pipeline.state.tracking import GenerationRecord, TrackingStore
 from batch_pipeline.state.vector_store import VectorStore
-from batch_pipeline.tickets.classify import (
-    IntentClassifier,
-    Prediction,
-    embed_prototypes,
-    head_from_arrays,
-    normalised,
-)
-from batch_pipeline.tickets.escalation import Escalation, HeldOutCascade, vllm_engine
-from batch_pipeline.tickets.evaluation import load_labelled_tickets
-from batch_pipeline.tickets.exports import TicketExport, make_export
-from batch_pipeline.tickets.fine_tune import (
+from batch_pipeline.tickets.cascade.chat import Escalation, HeldOutCascade, vllm_engine
+from batch_pipeline.tickets.cascade.generation import GenerationCascade
+from batch_pipeline.tickets.classifier.fine_tune import (
     ENCODERS,
     EncoderStore,
     encoder_key,
     fine_tuned_model,
     fine_tuned_name,
 )
-from batch_pipeline.tickets.generation_cascade import GenerationCascade
-from batch_pipeline.tickets.history import LabelledHistory, labelled_history, labelled_texts
-from batch_pipeline.tickets.intent_store import IntentStore
-from batch_pipeline.tickets.partition import DayPartition
-from batch_pipeline.tickets.prepare import ticket_input
-from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
-from batch_pipeline.tickets.training import (
+from batch_pipeline.tickets.classifier.heads import (
+    IntentClassifier,
+    Prediction,
+    embed_prototypes,
+    head_from_arrays,
+    normalised,
+)
+from batch_pipeline.tickets.classifier.history import (
+    LabelledHistory,
+    labelled_history,
+    labelled_texts,
+)
+from batch_pipeline.tickets.classifier.training import (
     ENCODER_HELD_OUT,
     NO_CALIBRATION,
     LabelsRefusedError,
@@ -77,6 +75,12 @@ from batch_pipeline.tickets.training import (
     encoder_texts,
     train_classifier,
 )
+from batch_pipeline.tickets.evaluation import load_labelled_tickets
+from batch_pipeline.tickets.exports import TicketExport, make_export
+from batch_pipeline.tickets.intent_store import IntentStore
+from batch_pipeline.tickets.partition import DayPartition
+from batch_pipeline.tickets.prepare import ticket_input
+from batch_pipeline.tickets.review import AccuracyScorer, HoldsLiveDaysRule
 
 ENCODER_WAIT_SLACK = 600  # seconds past a fine-tuning's budget another run waits for it
 
@@ -372,8 +376,9 @@ class TicketProduct(ReviewedGenerations):
     def classifier_for(
         self, record: GenerationRecord, embedder: Callable[[], Embedder]
     ) -> IntentClassifier:
-        """A generation's classifier: trained once (see `batch_pipeline.tickets.training`)
-        and cached in staging by fingerprint; what training chose goes on the record."""
+        """A generation's classifier: trained once (see
+        `batch_pipeline.tickets.classifier.training`) and cached in staging by fingerprint;
+        what training chose goes on the record."""
         built = json.loads(record.model_config)
         taxonomy = parse_taxonomy(built["taxonomy"])
         if "classifier" not in built:  # built before classifiers were trained

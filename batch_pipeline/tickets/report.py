@@ -19,9 +19,9 @@ from batch_pipeline.measures.progress import duration
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary, text
 from batch_pipeline.sources import SourceUnavailableError
 from batch_pipeline.state.tracking import GenerationRecord
+from batch_pipeline.tickets.classifier.training import dropped_labels_text
 from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.product import TicketProduct
-from batch_pipeline.tickets.training import dropped_labels_text
 
 MISSING_DAYS_SHOWN = 5  # the text output names at most this many missing days
 KIND = "ticket_intents"

@@ -23,8 +23,8 @@ from batch_pipeline.config.taxonomy import parse_taxonomy
 from batch_pipeline.generations.evaluation import Baseline, eval_set_version
 from batch_pipeline.generations.review import Completeness, EmbedderFor
 from batch_pipeline.state.tracking import GenerationRecord
-from batch_pipeline.tickets.calibration import expected_calibration_error
-from batch_pipeline.tickets.classify import Prediction
+from batch_pipeline.tickets.classifier.confidence import expected_calibration_error
+from batch_pipeline.tickets.classifier.heads import Prediction
 from batch_pipeline.tickets.evaluation import (
     classification_scores,
     intent_figures,

@@ -117,7 +117,7 @@ def test_the_fine_tuned_encoder_retires_with_its_last_generation(tmp_path, runne
 
 def test_training_stops_at_its_minutes_and_needs_two_intents_to_pair(model, tmp_path):
     from batch_pipeline.config.tickets import FineTuneConfig
-    from batch_pipeline.tickets.fine_tune import train_encoder
+    from batch_pipeline.tickets.classifier.fine_tune import train_encoder
 
     texts = ["reset my password", "I forgot my password", "refund me", "I want my money back"]
     ticks = iter([0.0, 0.0, 30.0, 61.0, 61.0])  # the second step starts past a minute
@@ -145,7 +145,7 @@ def slow_training_run(config: str, home: str, marks: str) -> None:
 
     from batch_pipeline.config import load_config
     from batch_pipeline.state.storage import resolve_storage
-    from batch_pipeline.tickets import fine_tune
+    from batch_pipeline.tickets.classifier import fine_tune
     from batch_pipeline.tickets.product import TicketProduct
 
     def slow_training(base, texts, labels, recipe, out, key, clock=time.monotonic):  # noqa: ANN001, ANN202

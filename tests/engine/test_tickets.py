@@ -674,7 +674,7 @@ def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerpri
 
 
 def test_a_history_with_shuffled_labels_is_refused_and_nothing_lands(tmp_path, runner):
-    from batch_pipeline.tickets.training import LabelsRefusedError
+    from batch_pipeline.tickets.classifier.training import LabelsRefusedError
 
     workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
     rng = random.Random(3)

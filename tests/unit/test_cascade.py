@@ -1,4 +1,4 @@
-"""The cascade's threshold (`tickets/cascade.py`): an exact one-sided binomial bound, a union
+"""The cascade's threshold (`tickets/cascade/threshold.py`): an exact one-sided binomial bound, a union
 bound over the thresholds tried, the fewest tickets escalated that meet the target, and
 nothing escalated where the chat model would not help or no threshold is safe. The guarantee
 itself is checked by simulation: drawn again and again, the chosen cascade's true accuracy
@@ -7,7 +7,7 @@ falls under the target at most delta of the time."""
 import numpy as np
 import pytest
 
-from batch_pipeline.tickets.cascade import accuracy_lower_bound, choose_threshold
+from batch_pipeline.tickets.cascade.threshold import accuracy_lower_bound, choose_threshold
 
 
 def test_the_lower_bound_is_clopper_pearson_s():

@@ -1,4 +1,4 @@
-"""Honest confidences for the ticket classifier (`tickets/calibration.py`): the temperature
+"""Honest confidences for the ticket classifier (`tickets/classifier/confidence.py`): the temperature
 fitted on held-out answers recovers a known one, the expected calibration error is Guo et
 al.'s, and a trained classifier's confidences say how often it is right, on texts it never
 saw, without changing a single answer. Synthetic vectors: intents are overlapping clusters."""
@@ -7,13 +7,17 @@ import numpy as np
 import pytest
 
 from batch_pipeline.config.taxonomy import UNKNOWN
-from batch_pipeline.tickets.calibration import (
+from batch_pipeline.tickets.classifier.confidence import (
     expected_calibration_error,
     fit_temperature,
     softmax,
 )
-from batch_pipeline.tickets.classify import CalibratedHead, IntentClassifier, head_from_arrays
-from batch_pipeline.tickets.training import train_classifier
+from batch_pipeline.tickets.classifier.heads import (
+    CalibratedHead,
+    IntentClassifier,
+    head_from_arrays,
+)
+from batch_pipeline.tickets.classifier.training import train_classifier
 from tests.unit.test_training import INTENTS, clusters, pool_of
 
 

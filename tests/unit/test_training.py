@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from batch_pipeline.config.taxonomy import UNKNOWN
-from batch_pipeline.tickets.classify import LOGISTIC, PROTOTYPE
-from batch_pipeline.tickets.training import (
+from batch_pipeline.tickets.classifier.heads import LOGISTIC, PROTOTYPE
+from batch_pipeline.tickets.classifier.training import (
     OUT_OF_SCOPE,
     LabelsRefusedError,
     Thresholds,
@@ -161,7 +161,7 @@ def test_the_review_scores_say_what_unknown_costs_and_which_intents_are_confused
 
 
 def test_with_out_of_scope_held_out_the_threshold_is_where_accuracy_peaks():
-    from batch_pipeline.tickets.training import best_accuracy_threshold
+    from batch_pipeline.tickets.classifier.training import best_accuracy_threshold
 
     confidences = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
     correct = np.array([True, True, False, True, False, False])
@@ -175,7 +175,7 @@ def test_after_fine_tuning_only_the_fold_the_encoder_never_saw_validates():
     """A fine-tuned encoder learned from every fold but `ENCODER_HELD_OUT`: validating the
     head on the others would score texts whose vectors were fitted to their intent (held out
     0.994, test 0.924 on CLINC150). That fold alone validates, calibrates and thresholds."""
-    from batch_pipeline.tickets.training import ENCODER_HELD_OUT, encoder_texts
+    from batch_pipeline.tickets.classifier.training import ENCODER_HELD_OUT, encoder_texts
 
     centres, vectors, labels = clusters(5, 10, spread=4.0)
     pool = pool_of(centres, vectors, labels)

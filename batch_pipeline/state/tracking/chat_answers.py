@@ -1,5 +1,5 @@
 """The tracking store's record of a chat model's answers, by question and text (SQL only; the
-ticket cascade, `tickets.escalation`, decides what a question is and when to ask)."""
+ticket cascade, `tickets.cascade.chat`, decides what a question is and when to ask)."""
 
 import time
 from collections.abc import Iterable, Mapping

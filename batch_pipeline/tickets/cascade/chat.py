@@ -54,8 +54,8 @@ from batch_pipeline.stages.prompt_plan import (
 )
 from batch_pipeline.state.staging import read_table
 from batch_pipeline.text.control_tokens import neutralised
-from batch_pipeline.tickets.cascade import choose_threshold
-from batch_pipeline.tickets.training import HeldOutAnswers
+from batch_pipeline.tickets.cascade.threshold import choose_threshold
+from batch_pipeline.tickets.classifier.training import HeldOutAnswers
 
 # the system prompt and schema below, and the ticket's control tokens broken: their version
 PROMPT_VERSION = "tickets-cascade-2"

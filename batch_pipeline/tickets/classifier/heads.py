@@ -1,7 +1,7 @@
 """The intent classifier: a head that scores a ticket's vector against every intent, and the
 rule that says `unknown`.
 
-Two heads, behind one interface (`Head`), trained by `batch_pipeline.tickets.training`:
+Two heads, behind one interface (`Head`), trained by `batch_pipeline.tickets.classifier.training`:
 
 - `PrototypeHead`: cosine similarity to each intent's prototype, its description's vector
   plus the mean of its examples' vectors, normalised. The description weighs as much as all
@@ -10,8 +10,8 @@ Two heads, behind one interface (`Head`), trained by `batch_pipeline.tickets.tra
   examples, the labelled tickets and the descriptions; its scores are probabilities.
 
 Either head's scores are made probabilities that mean what they say by temperature scaling
-(`CalibratedHead`, `batch_pipeline.tickets.calibration`): a ticket's confidence and its top
-scores are then how often an answer that sure is right, on the held-out texts.
+(`CalibratedHead`, `batch_pipeline.tickets.classifier.confidence`): a ticket's confidence
+and its top scores are then how often an answer that sure is right, on the held-out texts.
 
 A ticket whose best score of the head's own is below `min_confidence`, or within `min_margin`
 of the second best, is `unknown`. Training chooses `min_confidence` on validation data for a
@@ -29,7 +29,7 @@ import numpy as np
 
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
 from batch_pipeline.inference.embedder import Embedder
-from batch_pipeline.tickets.calibration import calibrated
+from batch_pipeline.tickets.classifier.confidence import calibrated
 
 TOP_K = 3
 PROTOTYPE = "prototype"

@@ -14,7 +14,7 @@ The kept head's scores are calibrated by temperature scaling (`tickets.calibrati
 temperature fitted on the same held-out answers (`calibration: none` keeps the head's own
 scores); the report gives the expected calibration error of those answers before and after.
 The calibrated scores are the confidences a ticket's row carries; `unknown` is decided on the
-head's own (`classify`'s docstring says why).
+head's own (`heads`' docstring says why).
 
 The `unknown` threshold is the lowest top score at which the kept head's held-out answers are
 `target_precision` correct with 95% confidence (a Wilson lower bound, so a few lucky answers
@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batch_pipeline.tickets.calibration import (
+from batch_pipeline.tickets.classifier.confidence import (
     calibrated,
     expected_calibration_error,
     fit_temperature,
     logits_of,
 )
-from batch_pipeline.tickets.classify import (
+from batch_pipeline.tickets.classifier.heads import (
     HEADS,
     LOGISTIC,
     PROTOTYPE,

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.batch_api import BatchLedger
 from batch_pipeline.state.tracking import GenerationRecord
-from batch_pipeline.tickets.classify import Prediction
-from batch_pipeline.tickets.escalation import (
+from batch_pipeline.tickets.cascade.chat import (
     CASCADE_PARTITION,
     EVALUATION_PARTITION,
     HELD_OUT_PARTITION,
@@ -22,6 +21,7 @@ from batch_pipeline.tickets.escalation import (
     cascade_plan,
     cascade_scores,
 )
+from batch_pipeline.tickets.classifier.heads import Prediction
 from batch_pipeline.tickets.prepare import ticket_text
 
 if TYPE_CHECKING:

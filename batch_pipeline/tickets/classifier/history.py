@@ -26,9 +26,9 @@ from datetime import date
 from batch_pipeline.config.taxonomy import UNKNOWN, Taxonomy
 from batch_pipeline.inference.models import ResolvedModel, load_tokenizer
 from batch_pipeline.state.staging import StagePath
+from batch_pipeline.tickets.classifier.training import OUT_OF_SCOPE
 from batch_pipeline.tickets.exports import ExportMissingError, TicketExport
 from batch_pipeline.tickets.prepare import ticket_input
-from batch_pipeline.tickets.training import OUT_OF_SCOPE
 
 
 @dataclass(frozen=True)
