@@ -1,8 +1,8 @@
-"""The cascade's threshold (`tickets/cascade/threshold.py`): an exact one-sided binomial bound, a union
-bound over the thresholds tried, the fewest tickets escalated that meet the target, and
+"""The cascade's threshold (`tickets/cascade/threshold.py`): an exact one-sided binomial bound, a
+union bound over the thresholds tried, the fewest tickets escalated that meet the target, and
 nothing escalated where the chat model would not help or no threshold is safe. The guarantee
-itself is checked by simulation: drawn again and again, the chosen cascade's true accuracy
-falls under the target at most delta of the time."""
+itself is checked by simulation: drawn again and again, the chosen cascade's true accuracy falls
+under the target at most delta of the time."""
 
 import numpy as np
 import pytest

@@ -1,7 +1,8 @@
-"""Honest confidences for the ticket classifier (`tickets/classifier/confidence.py`): the temperature
-fitted on held-out answers recovers a known one, the expected calibration error is Guo et
-al.'s, and a trained classifier's confidences say how often it is right, on texts it never
-saw, without changing a single answer. Synthetic vectors: intents are overlapping clusters."""
+"""Honest confidences for the ticket classifier (`tickets/classifier/confidence.py`): the
+temperature fitted on held-out answers recovers a known one, the expected calibration error is
+Guo et al.'s, and a trained classifier's confidences say how often it is right, on texts it
+never saw, without changing a single answer. Synthetic vectors: intents are overlapping
+clusters."""
 
 import numpy as np
 import pytest
