@@ -115,11 +115,12 @@ def _land_report(landed: Landed) -> LandReport:
         "dagster/uri": dg.MetadataValue.path(product.store.table_uri(product.index)),
         "dagster/row_count": summary.mix.total,
         "dagster/column_schema": column_schema(
-            intent_schema(product.base_model.embedding_dimension, summary.cascade), DESCRIBED
+            intent_schema(product.classifier.base_model.embedding_dimension, summary.cascade),
+            DESCRIBED,
         ),
         **intent_mix_table(summary.metadata()),
         "taxonomy_version": product.taxonomy.version,
-        "model_fingerprint": product.model_fingerprint,
+        "model_fingerprint": product.classifier.model_fingerprint,
         "fingerprints": FINGERPRINTS,
         "classifier": classifier_line(trained),
         **(

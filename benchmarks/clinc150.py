@@ -139,7 +139,9 @@ def measure(config_path: Path, runner: EmbeddingRunner, test, oos) -> dict:  # n
     config = load_config(config_path)
     product = TicketProduct(config, resolve_storage(str(config_path.parent / "home")))
     tuning = None
-    if product.encoder_key is not None:  # fine-tune the encoder (timed), and embed with it
+    if (
+        product.classifier.encoder_key is not None
+    ):  # fine-tune the encoder (timed), and embed with it
         started = time.perf_counter()
         runner = EmbeddingRunner(product.model, runner.device)
         tuning = time.perf_counter() - started

@@ -74,7 +74,8 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
     record = product.live().record
     # the home's measurements, export and int8 calibration sample, as the runs that built it
     embedder = EmbeddingRunner(
-        product.model_for(record), calibration_cache=product.storage.home / CALIBRATION_FILE
+        product.classifier.model_for(record),
+        calibration_cache=product.storage.home / CALIBRATION_FILE,
     )
     (prediction,) = product.classify_texts([(args.subject, args.text)], embedder, record)
     if args.json:

@@ -5,7 +5,7 @@ It runs the same five stages as the vector index, on the same engine. Its own pa
 - `exports`: reading one day's tickets from a folder, S3 or a SQL table
 - `collect`: the day's tickets checked row by row (bad rows are recorded, the day still lands)
 - `prepare`: each ticket's model input, cut by tokens, and whether it needs a vector
-- `classifier/`: what a generation's model is and how it is made: the heads, their
+- `classifier/`: what a generation's model is and how it is made (`TicketModel`): the heads, their
   calibrated confidence, training on the labelled history, the fine-tuned encoder
 - `cascade/`: the least sure tickets answered by a chat model: the threshold with its
   guarantee, asking the chat model, and a generation's cascade as the product runs it

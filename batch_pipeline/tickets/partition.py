@@ -83,7 +83,9 @@ class DayPartition(ProductPartition):
 
     def prepare(self, run_id: str, collected: StagePath) -> StageOutput:
         out = self.path(run_id, TICKET_PREPARE.file)
-        model = self.product.base_model  # its tokenizer and prefix are the fine-tuned one's too
+        model = (
+            self.product.classifier.base_model
+        )  # its tokenizer and prefix are the fine-tuned one's too
         summary = prepare_inputs(
             collected,
             out,
@@ -104,7 +106,9 @@ class DayPartition(ProductPartition):
 
     def checkpoint_dir(self) -> StagePath:
         """Execute checkpoints of the day, shared by the runs of one model until landed."""
-        return self.product.staging.checkpoint_dir(self.staging_key, self.product.model_fingerprint)
+        return self.product.staging.checkpoint_dir(
+            self.staging_key, self.product.classifier.model_fingerprint
+        )
 
     def trailing_counts(self, index: str | None = None) -> list[dict[str, int]]:
         """The intent counts of the trailing days a generation (default: this
@@ -129,9 +133,9 @@ class DayPartition(ProductPartition):
             index,
             self.partition,
             request.run_id,
-            product.model_fingerprint,
+            product.classifier.model_fingerprint,
             product.taxonomy.version,
-            product.base_model.embedding_dimension,
+            product.classifier.base_model.embedding_dimension,
         )
         collected_rows = read_table(
             files.collected, ["ticket_id", "day", "status", "error_reason", "error_message"]
@@ -142,7 +146,7 @@ class DayPartition(ProductPartition):
             files.prepared,
             files.executed,
             self.known_vectors,
-            lambda: product.classifier_for(record, request.load),
+            lambda: product.classifier.classifier_for(record, request.load),
             run.hold_deletions,
             product.cascades.day(record, request.run_id, self.partition),
         )

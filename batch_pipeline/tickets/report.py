@@ -80,7 +80,7 @@ def product_status(product: TicketProduct, today: date | None = None) -> dict[st
         "failing_tickets": product.tracking.failure_count(reader) if reader else 0,
         "last_run_id": last["run_id"] if last else None,
         "last_landed_at": utc_time(last["finished_at"]) if last else None,
-        "model": product.model_name,
+        "model": product.classifier.model_name,
         "source_error": None,
     }
 

@@ -201,8 +201,8 @@ def test_a_fine_tuned_day_reports_its_training_minutes_against_the_window(tmp_pa
     from batch_pipeline.tickets.product import TicketProduct
 
     product = TicketProduct(load_config(config), resolve_storage(str(tmp_path / "home")))
-    assert meta["model_fingerprint"] == product.model_fingerprint
-    assert product.encoders.verified(product.encoder_key) is not None
+    assert meta["model_fingerprint"] == product.classifier.model_fingerprint
+    assert product.classifier.encoders.verified(product.classifier.encoder_key) is not None
 
 
 def test_the_cascade_sensor_starts_the_day_that_collects_the_providers_answers(

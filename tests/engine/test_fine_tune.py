@@ -41,25 +41,27 @@ def test_a_fine_tuned_encoder_is_a_model_generation_of_its_own(tmp_path, runner,
     with_fine_tune(workspace)
     product = workspace.product()
     # its own fingerprint, from the base model, the history and the recipe: no training yet
-    assert product.encoder_key is not None and not product.encoders.root.exists()
+    assert (
+        product.classifier.encoder_key is not None and not product.classifier.encoders.root.exists()
+    )
     assert product.fingerprint != frozen.fingerprint
-    assert product.model_fingerprint != frozen.model_fingerprint
+    assert product.classifier.model_fingerprint != frozen.classifier.model_fingerprint
     args = ["--config", str(workspace.config), "--home", str(workspace.home)]
     assert cli.main([*args, "run", "--day", TRAINING_DAYS[2], "--device", "cpu"]) == 0
     out = capsys.readouterr().out
 
     product = workspace.product()
-    folder = product.encoders.folder(product.encoder_key)
+    folder = product.classifier.encoders.folder(product.classifier.encoder_key)
     assert (folder / "fine_tune.json").is_file() and (folder / "config.json").is_file()
     record = product.registry.get(product.name, product.fingerprint)
     built = json.loads(record.model_config)
-    assert built["training"]["fine_tune"]["key"] == product.encoder_key
+    assert built["training"]["fine_tune"]["key"] == product.classifier.encoder_key
     tuned = built["trained"]["fine_tune"]
     assert tuned["steps"] == 4 and tuned["stopped_by"] == "steps" and tuned["seconds"] > 0
     assert tuned["window_minutes"] == 240 and tuned["intents"] > 2
     # the rows were embedded by the fine-tuned encoder, and say so
     rows = product.intents.day_rows(product.index, TRAINING_DAYS[2]).to_pylist()
-    assert rows and {r["model_fingerprint"] for r in rows} == {product.model_fingerprint}
+    assert rows and {r["model_fingerprint"] for r in rows} == {product.classifier.model_fingerprint}
     text = rows[0]["input_text"]
     ours = np.asarray(rows[0]["vector"], dtype=np.float32)
     tuned_runner = EmbeddingRunner(product.model, device="cpu", dtype="float32")
@@ -86,8 +88,11 @@ def test_a_damaged_fine_tuned_encoder_is_trained_again_and_says_why(tmp_path, ca
     with_fine_tune(workspace, "{steps: 1, batch_pairs: 4}")
     product = workspace.product()
     model = product.model  # trained now
-    folder = product.encoders.folder(product.encoder_key)
-    assert model.path == folder and product.encoders.verified(product.encoder_key) == folder
+    folder = product.classifier.encoders.folder(product.classifier.encoder_key)
+    assert (
+        model.path == folder
+        and product.classifier.encoders.verified(product.classifier.encoder_key) == folder
+    )
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-100:] = bytes(100)  # damaged on disk
@@ -96,7 +101,10 @@ def test_a_damaged_fine_tuned_encoder_is_trained_again_and_says_why(tmp_path, ca
     with caplog.at_level("WARNING"):
         retrained = again.model
     assert "model.safetensors changed since it was trained" in caplog.text
-    assert retrained.path == folder and again.encoders.verified(again.encoder_key) == folder
+    assert (
+        retrained.path == folder
+        and again.classifier.encoders.verified(again.classifier.encoder_key) == folder
+    )
     assert retrained.identity() == model.identity()  # the same model: the same fingerprint
 
 
@@ -107,7 +115,7 @@ def test_the_fine_tuned_encoder_retires_with_its_last_generation(tmp_path, runne
     with_fine_tune(workspace, "{steps: 1, batch_pairs: 4}")
     product = workspace.product()
     product.day(TRAINING_DAYS[2]).run("r1", lambda: EmbeddingRunner(product.model, "cpu"))
-    folder = product.encoders.folder(product.encoder_key)
+    folder = product.classifier.encoders.folder(product.classifier.encoder_key)
     assert folder.is_dir()
     registry = GenerationRegistry(product.tracking)
     registry.update(product.name, product.fingerprint, state="retired", retired_at=1.0)
@@ -178,8 +186,8 @@ def test_runs_that_need_one_encoder_at_once_train_it_once(tmp_path):
         run.join(timeout=300)
     assert [run.exitcode for run in runs] == [0, 0, 0]
     assert len(list(marks.iterdir())) == 1  # trained once
-    assert product.encoders.verified(product.encoder_key) is not None
+    assert product.classifier.encoders.verified(product.classifier.encoder_key) is not None
     # a run that finds the encoder trained and checked takes no lease
     later = workspace.product()
     later.tracking.landing_lease = None  # would fail if called
-    assert later.model.path == product.encoders.verified(product.encoder_key)
+    assert later.model.path == product.classifier.encoders.verified(product.classifier.encoder_key)

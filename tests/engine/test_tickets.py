@@ -138,7 +138,7 @@ def test_a_day_lands_every_ticket_with_lineage_and_a_replay_changes_nothing(tick
     rows = product.intents.day_rows(product.index, DAY).to_pylist()
     assert len(rows) == 12
     row = rows[0]
-    assert row["model_fingerprint"] == product.model_fingerprint
+    assert row["model_fingerprint"] == product.classifier.model_fingerprint
     assert row["taxonomy_version"] == product.taxonomy.version
     assert row["run_id"] == "r1" and row["day"] == DAY
     assert len(row["top_intents"]) == 3 and row["top_scores"][0] == pytest.approx(row["confidence"])
@@ -630,7 +630,7 @@ def test_labelled_history_trains_the_generation_and_its_hash_is_in_the_fingerpri
 
     workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
     product = workspace.product()
-    history = product.history
+    history = product.classifier.history
     labelled = sum(  # bad rows (no body) are not training data
         1 for d in TRAINING_DAYS[:2] for t in workspace.days[d] if t.get("label") and t["body"]
     )
@@ -705,12 +705,12 @@ def test_a_file_export_s_history_is_read_once_until_a_day_s_file_changes(tmp_pat
         return read_day(self, day)
 
     monkeypatch.setattr(FolderExport, "read_day", counted)
-    first = workspace.product().history
+    first = workspace.product().classifier.history
     assert sorted(reads) == TRAINING_DAYS[:2]
-    again = workspace.product().history  # a new process's product: from the cache
+    again = workspace.product().classifier.history  # a new process's product: from the cache
     assert again == first and len(reads) == 2
     relabel(workspace, TRAINING_DAYS[0], lambda t: {**t, "label": None})  # its file changes
-    changed = workspace.product().history
+    changed = workspace.product().classifier.history
     assert len(reads) == 4 and len(changed.tickets) < len(first.tickets)
 
 
@@ -729,7 +729,7 @@ def test_labels_that_are_no_intent_are_named_with_their_count(tmp_path, runner, 
 
     relabel(workspace, TRAINING_DAYS[0], stale)
     product = workspace.product()
-    assert product.history.dropped_labels == {"billing_old": 3, "refnd": 1}
+    assert product.classifier.history.dropped_labels == {"billing_old": 3, "refnd": 1}
     run_day(product, runner, day=TRAINING_DAYS[2])
     dropped = product.trained()["labels_not_in_taxonomy"]
     assert dropped == {"tickets": 4, "labels": {"billing_old": 3, "refnd": 1}}
@@ -750,8 +750,8 @@ def test_a_purged_training_day_does_not_stop_classification(tmp_path, runner, ca
     workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
     (tmp_path / "exports" / f"{TRAINING_DAYS[0]}.jsonl").unlink()  # purged by retention
     product = workspace.product()
-    assert product.history.missing_days == [TRAINING_DAYS[0]]
-    assert product.history.tickets  # the other training day still teaches
+    assert product.classifier.history.missing_days == [TRAINING_DAYS[0]]
+    assert product.classifier.history.tickets  # the other training day still teaches
     landed, _ = run_day(product, runner, day=TRAINING_DAYS[2])
     assert landed.mix.total > 0
     assert product.review(embedder_for(runner)).decision == "promoted"

@@ -2,11 +2,13 @@
 chosen on the held-out texts its training kept and recorded on the generation, a day's
 escalation with its ledgers, and the
 cascade's figures on the labelled set for the review. The chat model and the arithmetic are
-`tickets.escalation`'s and `tickets.cascade`'s."""
+`cascade.chat`'s and `cascade.threshold`'s."""
 
 import json
 from functools import partial
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors.batch_api import BatchLedger
@@ -22,6 +24,7 @@ from batch_pipeline.tickets.cascade.chat import (
     cascade_scores,
 )
 from batch_pipeline.tickets.classifier.heads import Prediction
+from batch_pipeline.tickets.classifier.training import TrainingReport
 from batch_pipeline.tickets.prepare import ticket_text
 
 if TYPE_CHECKING:
@@ -37,6 +40,21 @@ class GenerationCascade:
     def held_out_file(self, record: GenerationRecord):  # noqa: ANN201 - a StagePath
         """Where training keeps what the cascade's threshold is chosen on."""
         return self.product.staging.root / "classifiers" / f"{record.fingerprint}.cascade.json"
+
+    def keep_held_out(
+        self,
+        record: GenerationRecord,
+        built: dict,
+        report: TrainingReport,
+        texts: list[str],
+        labels: np.ndarray,
+        names: list[str],
+    ) -> None:
+        """What the generation's threshold is chosen on, kept when its classifier is
+        trained: the texts its head never saw, at most the cascade's `label_budget`."""
+        budget = built["cascade"]["label_budget"]
+        held = HeldOutCascade.of(report.held_out, texts, labels, names, budget)
+        self.held_out_file(record).write_bytes(json.dumps(held.as_dict()).encode())
 
     def ledger(self, record: GenerationRecord, partition: str) -> BatchLedger:
         """Where the generation's provider batches for `partition` are recorded."""
@@ -75,7 +93,7 @@ class GenerationCascade:
         return DayCascade(
             escalation,
             partial(self.plan, record, run_id, self.ledger(record, HELD_OUT_PARTITION)),
-            product.base_model.document_prefix,
+            product.classifier.base_model.document_prefix,
             run_id,
             self.ledger(record, f"{day}/{CASCADE_PARTITION}"),
         )

@@ -1,5 +1,7 @@
 """The ticket intents' classifier: what a generation's model is and how it is made.
 
+- `model`: `TicketModel`, a product's encoder, labelled history and each generation's
+  classifier, trained once and cached (what `TicketProduct.classifier` holds);
 - `heads`: the classifier heads over an encoder's vectors (prototype, logistic) and their
   predictions;
 - `confidence`: their confidences calibrated (temperature scaling, the expected calibration
