@@ -198,9 +198,13 @@ class TicketProduct(ReviewedGenerations):
             model = resolve_chat_model(settings.chat_model, self.storage.home)
             engine = partial(vllm_engine, model, self.storage.home, self.execution.device)
         return Escalation(
-            settings, self.taxonomy.names, model, engine, self.config.cost.device_price,
+            settings,
+            self.taxonomy.names,
+            model,
+            engine,
+            self.config.cost.device_price,
             self.tracking,
-        )  # fmt: skip
+        )
 
     @cached_property
     def cascades(self) -> GenerationCascade:
@@ -242,8 +246,12 @@ class TicketProduct(ReviewedGenerations):
         settings = self.settings.model_copy(update={"training": training, "cascade": None})
         return TicketProduct(
             self.config.model_copy(update={"tickets": settings}),
-            self.storage, self.tracking, self.store, self.s3_client, self.execution,
-        )  # fmt: skip
+            self.storage,
+            self.tracking,
+            self.store,
+            self.s3_client,
+            self.execution,
+        )
 
     def _frozen_scores(self, embedder_for: EmbedderFor) -> dict[str, float]:
         """The frozen twin's scores on the labelled tickets: its generation's where it was

@@ -126,9 +126,13 @@ class TicketModel:
         if recipe is None:
             return None
         return encoder_key(
-            self.base_model, self.history.hash, self.taxonomy.version, self.settings.max_tokens,
-            self.settings.training.validation_fraction, recipe,
-        )  # fmt: skip
+            self.base_model,
+            self.history.hash,
+            self.taxonomy.version,
+            self.settings.max_tokens,
+            self.settings.training.validation_fraction,
+            recipe,
+        )
 
     @property
     def model_name(self) -> str:
