@@ -1,6 +1,16 @@
 """The tracking store (SQLite or PostgreSQL): landed documents, pending changes, failures,
 runs, generations and the audit log, batches handed to a provider, and the landing lease."""
 
+from batch_pipeline.state.tracking.document_records import LandedDocument
+from batch_pipeline.state.tracking.failure_records import (
+    CONTENT_FAILURE_REASONS,
+    TRANSIENT_FAILURE_REASONS,
+    UNLISTABLE,
+    UNREACHABLE,
+    UNREAD_FAILURE_REASONS,
+    FailureRecord,
+    is_quarantined,
+)
 from batch_pipeline.state.tracking.generation_records import AuditEntry, GenerationRecord
 from batch_pipeline.state.tracking.lease import HeldLease, LeaseLostError, LockTimeoutError
 from batch_pipeline.state.tracking.provider_batches import (
@@ -11,18 +21,7 @@ from batch_pipeline.state.tracking.provider_batches import (
     ProviderBatch,
 )
 from batch_pipeline.state.tracking.run_records import RunRecord
-from batch_pipeline.state.tracking.store import (
-    CONTENT_FAILURE_REASONS,
-    TRANSIENT_FAILURE_REASONS,
-    UNLISTABLE,
-    UNREACHABLE,
-    UNREAD_FAILURE_REASONS,
-    FailureRecord,
-    LandedDocument,
-    TrackingStore,
-    TrackingUnavailableError,
-    is_quarantined,
-)
+from batch_pipeline.state.tracking.store import TrackingStore, TrackingUnavailableError
 
 __all__ = [
     "CREATING",

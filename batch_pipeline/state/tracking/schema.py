@@ -7,6 +7,7 @@ as `generation` (`documents.c.generation`), so the code says what it holds.
 
 import sqlite3
 import time
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -297,3 +298,21 @@ def _add_missing_columns(engine: Engine) -> None:
                     conn.execute(
                         sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
                     )
+
+
+def write_racing_inserts(engine: Engine, write: Callable[[sa.Connection], None]) -> None:
+    """Run `write` in one transaction; rerun it if a concurrent run inserted a key first.
+
+    Two runs of one partition collect at once and record the same documents. Whichever
+    commits second meets a unique-key conflict; its rerun sees the winner's rows and
+    merges into them. Plain SQL, so it holds on SQLite, PostgreSQL and any other database.
+    """
+    for attempt in range(20):
+        try:
+            with engine.begin() as conn:
+                write(conn)
+            return
+        except sa.exc.IntegrityError:
+            if attempt == 19:
+                raise
+            time.sleep(0.05 * (attempt + 1))
