@@ -101,3 +101,15 @@ class CommandContext:
         if not targets:
             raise ConfigError(f"no product of kind {kind.name} is configured")
         return kind.open(self.product_env(), targets[0])
+
+
+def product_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    """`--product` (or `--collection`): one product, or every product where not required."""
+    parser.add_argument(
+        "--product",
+        "--collection",
+        dest="product",
+        required=required,
+        help="one product: a collection (its vector index) or the ticket intents; "
+        + ("required" if required else "default: every product"),
+    )

@@ -14,16 +14,23 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from batch_pipeline.arguments import whole_number
 from batch_pipeline.cli.context import CommandContext, to_json
-from batch_pipeline.cli.executors import executor_flags_given
+from batch_pipeline.cli.executors import add_executor_flags, executor_flags_given
 from batch_pipeline.config import ConfigError
 from batch_pipeline.declaration import RunReport, review_after_run
-from batch_pipeline.executors import ExecuteOptions
+from batch_pipeline.executors import DEFAULT_CHECKPOINT_EVERY, ExecuteOptions
 from batch_pipeline.executors.registry import GENERATE, check_executor
-from batch_pipeline.inference.batching import PlanSettings
+from batch_pipeline.inference.batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_TOKEN_BUDGET,
+    PlanSettings,
+)
+from batch_pipeline.inference.devices import BACKENDS
 from batch_pipeline.measures.progress import ProgressSink, ProgressUpdate
-from batch_pipeline.measures.run import SCHEDULE
+from batch_pipeline.measures.run import MANUAL, SCHEDULE, TRIGGERS
 from batch_pipeline.products import (
+    KINDS,
     kind_for_partition,
     kind_named,
     kinds_for,
@@ -187,3 +194,63 @@ def _progress_sink(stream: TextIO) -> tuple[ProgressSink, float]:
             bar.close()
 
     return show, 0.5
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run", help="run the five stages for a collection or one partition, no Dagster"
+    )
+    target = run.add_mutually_exclusive_group()
+    target.add_argument("--collection", help="a configured collection (all of its shards)")
+    target.add_argument("--partition", help="one partition: a collection or a shard (name-sNN)")
+    target.add_argument("--day", help="one day of the ticket intent product (YYYY-MM-DD)")
+    run.add_argument(
+        "--product",
+        help="a product by name: a collection (its vector index) or <collection>_briefs",
+    )
+    run.add_argument(
+        "--kind",
+        help=f"which product over the partition to run: {', '.join(k.name for k in KINDS)} or "
+        "a kind the configuration declares (products:); default: the first kind with a "
+        "product over it (a collection's vector index; the tickets with --day)",
+    )
+    add_executor_flags(run)
+    run.add_argument("--doc-id", action="append", dest="doc_ids", help="targeted run (repeat)")
+    run.add_argument("--run-id", help="default: a new UUID")
+    run.add_argument("--device", default="auto")
+    run.add_argument("--dtype", default="auto")
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the embedding model: torch, openvino (CPU), or auto: measured",
+    )
+    for flag, default, meaning in [
+        ("--checkpoint-every", DEFAULT_CHECKPOINT_EVERY, "batches per checkpoint"),
+        ("--token-budget", DEFAULT_TOKEN_BUDGET, "padded tokens per batch"),
+        ("--max-batch-size", DEFAULT_MAX_BATCH_SIZE, "inputs per batch"),
+    ]:
+        run.add_argument(
+            flag,
+            type=whole_number(1),
+            default=default,
+            metavar="N",
+            help=f"{meaning} (default {default})",
+        )
+    run.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        default=MANUAL,
+        help="what started the run, as its measures record it; cron users say schedule "
+        "(default manual)",
+    )
+    run.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="confirm deletions beyond limits.max_delete_fraction / max_delete_documents "
+        "(held back otherwise, and the run exits 3)",
+    )
+    run.add_argument("--json", action="store_true", help="print JSON")
+
+
+COMMANDS = {"run": run_command}
