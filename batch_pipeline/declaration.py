@@ -379,7 +379,7 @@ class ProductKind:
     open: Callable[[ProductEnv, ProductTarget], Product]  # one of them, behind its face
     partition: type  # its `runs.partition.StagedPartition`
     rule: type  # its `CompletenessRule`
-    scorer: type | None  # its `Scorer`, where it has a labelled set
+    scorer: type | None  # its `GenerationScorer`, where it has a labelled set
     report: str  # the module of its status and doctor reports
     # `module:function` giving its Dagster definitions for a configuration and a namespace
     # (`function(config, namespace)`: the component's key prefix, which its names carry);

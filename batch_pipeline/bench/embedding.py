@@ -58,7 +58,9 @@ BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, as measured on these machines (roug
 
 
 @dataclass
-class Measurement:
+class TimedRun:
+    """One timed embedding of the chunk set: its seconds, peak memory and vectors."""
+
     seconds: float
     peak_rss: int
     vectors: np.ndarray
@@ -94,7 +96,7 @@ def device_budget(runner: EmbeddingRunner, model: ResolvedModel) -> int:
     return DEFAULT_TOKEN_BUDGET
 
 
-def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
+def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> TimedRun:
     synchronize(runner.device)
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -103,7 +105,7 @@ def run_baseline(runner: EmbeddingRunner, texts: list[str]) -> Measurement:
         )
         synchronize(runner.device)
         seconds = time.perf_counter() - start
-    return Measurement(seconds, rss.peak, np.asarray(vectors, dtype=np.float32))
+    return TimedRun(seconds, rss.peak, np.asarray(vectors, dtype=np.float32))
 
 
 def run_engine(
@@ -112,7 +114,7 @@ def run_engine(
     settings: PlanSettings,
     model: ResolvedModel,
     engine: Embedder | None = None,
-) -> tuple[Measurement, dict]:
+) -> tuple[TimedRun, dict]:
     """The pipeline's path: tokenise once to count (prepare), plan (dedupe, sort, pack), run
     the planned token ids (execute) on `engine` (default: `runner`); all inside the timer."""
     synchronize(runner.device)
@@ -145,14 +147,14 @@ def run_engine(
         "oom_splits": stats.oom_splits,
         "inputs_tokenized": stats.tokenized,
     }
-    return Measurement(seconds, rss.peak, out), info
+    return TimedRun(seconds, rss.peak, out), info
 
 
 def path_row(
     name: str,
     dtype: str,
-    runs: list[Measurement],
-    baseline: list[Measurement],
+    runs: list[TimedRun],
+    baseline: list[TimedRun],
     padding_efficiency: float,
     real_tokens: int,
 ) -> dict[str, object]:
@@ -238,12 +240,12 @@ def vllm_embedder(runner: EmbeddingRunner, model: ResolvedModel) -> tuple[Embedd
     return engine, f"(e) vllm: engine started in {engine.load_seconds:.1f} s (once per run)"
 
 
-def run_anchor(anchor, texts: list[str], counts: list[int]) -> Measurement:  # noqa: ANN001
+def run_anchor(anchor, texts: list[str], counts: list[int]) -> TimedRun:  # noqa: ANN001
     with PeakRss() as rss:
         start = time.perf_counter()
         vectors = anchor.embed(texts, counts)
         seconds = time.perf_counter() - start
-    return Measurement(seconds, rss.peak, vectors)
+    return TimedRun(seconds, rss.peak, vectors)
 
 
 def onnx_anchor(runner: EmbeddingRunner, model: ResolvedModel):  # noqa: ANN201
@@ -306,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     if vllm is not None:
         run_engine(runner, texts[:64], settings, model, vllm)
 
-    a_runs: list[Measurement] = []
-    b_runs: list[tuple[Measurement, dict]] = []
-    c_runs: list[Measurement] = []
-    d_runs: list[tuple[Measurement, dict]] = []
-    e_runs: list[tuple[Measurement, dict]] = []
+    a_runs: list[TimedRun] = []
+    b_runs: list[tuple[TimedRun, dict]] = []
+    c_runs: list[TimedRun] = []
+    d_runs: list[tuple[TimedRun, dict]] = []
+    e_runs: list[tuple[TimedRun, dict]] = []
     paths = ["a", "b"] + (["c"] if anchor is not None else []) + (["d"] if int8 else [])
     paths += ["e"] if vllm is not None else []
     for round_index in range(args.rounds):

@@ -4,7 +4,7 @@ promotion.
 A product brings two parts:
 - a `CompletenessRule`: whether its generation may replace live at all ("had a full pass",
   "holds every day the live one holds"), and why not;
-- a `Scorer` (or none): its generations' scores on the product's labelled set (retrieval
+- a `GenerationScorer` (or none): its generations' scores on the product's labelled set (retrieval
   recall and MRR, classification accuracy), the tolerance against live and the floors, and,
   where readers have something without the product, the `Baseline` it must beat (a
   reranker: hybrid search alone).
@@ -70,7 +70,7 @@ class CompletenessRule(Protocol):
         ...
 
 
-class Scorer(Protocol):
+class GenerationScorer(Protocol):
     tolerance: float  # how much worse than live a score may be
     floors: dict[str, float]  # the least each named score must reach
 
@@ -84,7 +84,7 @@ class Scorer(Protocol):
         ...
 
 
-class BaselineScorer(Scorer, Protocol):
+class BaselineScorer(GenerationScorer, Protocol):
     """A scorer whose generations must also beat what readers get without them."""
 
     def baseline(self, embedder_for: EmbedderFor) -> Baseline:
@@ -176,7 +176,7 @@ class GenerationReviewer:
         registry: GenerationRegistry,
         product: str,
         rule: CompletenessRule,
-        scorer: Scorer | None,
+        scorer: GenerationScorer | None,
         no_live_hint: str,
         settings: GenerationsConfig,
         drop_tables: Callable[[str], None],
@@ -365,7 +365,7 @@ class ReviewedGenerations:
     def completeness_rule(self) -> CompletenessRule:
         raise NotImplementedError
 
-    def scorer(self) -> Scorer | None:
+    def scorer(self) -> GenerationScorer | None:
         return None
 
     def generation_config(self) -> dict:

@@ -54,7 +54,9 @@ def label(backend: str, dtype: str) -> str:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class DtypeMeasurement:
+    """One backend and dtype timed on a run's sample, with its fidelity to torch fp32."""
+
     dtype: str
     seconds: float  # the fastest of its timed runs over the sample
     inputs: int
@@ -76,7 +78,7 @@ class DtypeDecision:
 
     dtype: str
     reason: str
-    measurements: tuple[Measurement, ...] = ()
+    measurements: tuple[DtypeMeasurement, ...] = ()
     cached: bool = False  # taken from an earlier run's measurements
     seconds: float = 0.0  # spent measuring (a cache lookup when cached); not in any throughput
     backend: str = "torch"
@@ -167,7 +169,7 @@ def measure(
     timer: Callable[[], float] = time.perf_counter,
     repeats: int = REPEATS,
     contest_rounds: int = CONTEST_ROUNDS,
-) -> tuple[Measurement, ...]:
+) -> tuple[DtypeMeasurement, ...]:
     """Time `embed_as(candidate, texts)` for each candidate (one warm-up each, then
     `repeats` rounds over all of them, then `contest_rounds` over those within `CONTENTION`
     of the fastest, in alternating order) and compare each candidate's vectors with the
@@ -193,13 +195,15 @@ def measure(
         for round_index in range(repeats, repeats + contest_rounds):
             timed_round(round_index, contenders)
     return tuple(
-        Measurement(dtype, best[(backend, dtype)], len(texts), cosines[(backend, dtype)], backend)
+        DtypeMeasurement(
+            dtype, best[(backend, dtype)], len(texts), cosines[(backend, dtype)], backend
+        )
         for backend, dtype in candidates
     )
 
 
 def decide(
-    measurements: tuple[Measurement, ...],
+    measurements: tuple[DtypeMeasurement, ...],
     default: str | Candidate,
     fidelity_min_cosine: float,
     cached: bool = False,
@@ -269,7 +273,7 @@ class CalibrationCache:
 
     def get(
         self, key: str, candidates: Iterable[Candidate] | None = None
-    ) -> tuple[Measurement, ...] | None:
+    ) -> tuple[DtypeMeasurement, ...] | None:
         """The measurements cached under `key`, or None: none there, or one that does not
         fit (not a measurement, or not of exactly `candidates`)."""
         entry = self._entries().get(key)
@@ -288,7 +292,7 @@ class CalibrationCache:
             return None
         return measured
 
-    def put(self, key: str, measurements: tuple[Measurement, ...], about: dict) -> None:
+    def put(self, key: str, measurements: tuple[DtypeMeasurement, ...], about: dict) -> None:
         if self.path is None:
             return
         entries = self._entries()
@@ -299,10 +303,10 @@ class CalibrationCache:
         temporary.replace(self.path)
 
 
-MEASUREMENT_FIELDS = frozenset(Measurement.__dataclass_fields__)
+MEASUREMENT_FIELDS = frozenset(DtypeMeasurement.__dataclass_fields__)
 
 
-def _measurement(value: object) -> Measurement:
+def _measurement(value: object) -> DtypeMeasurement:
     """One cached measurement, checked: its fields, their types and ranges (a ValueError
     saying what is wrong otherwise)."""
     if not isinstance(value, dict):
@@ -310,7 +314,7 @@ def _measurement(value: object) -> Measurement:
     unknown = sorted(set(value) - MEASUREMENT_FIELDS)
     if unknown:
         raise ValueError(f"unknown field {unknown[0]!r}")
-    m = Measurement(**value)  # a missing field is a TypeError
+    m = DtypeMeasurement(**value)  # a missing field is a TypeError
     number = (int, float)
     if not (isinstance(m.dtype, str) and isinstance(m.backend, str)):
         raise ValueError("dtype and backend must be names")

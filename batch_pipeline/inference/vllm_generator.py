@@ -139,11 +139,11 @@ def pick_generation_dtype(
     )
     measured = cache.get(key, [("torch", "float32"), ("torch", "bfloat16")])
     if measured is None:
-        from batch_pipeline.inference.calibration import Measurement
+        from batch_pipeline.inference.calibration import DtypeMeasurement
 
         rows = 256  # a prefill chunk's worth of tokens
         measured = tuple(
-            Measurement(dtype, _matmul_seconds(dtype, rows, width, width * 3), rows, 1.0)
+            DtypeMeasurement(dtype, _matmul_seconds(dtype, rows, width, width * 3), rows, 1.0)
             for dtype in ("float32", "bfloat16")
         )
         cache.put(key, measured, {"cpu": cpu_model_name(), "width": width})

@@ -7,7 +7,7 @@ import pytest
 from batch_pipeline.inference.calibration import (
     MIN_SPEEDUP,
     CalibrationCache,
-    Measurement,
+    DtypeMeasurement,
     decide,
     measure,
     median_sample,
@@ -89,9 +89,9 @@ def test_a_slowdown_across_a_path_s_first_rounds_is_outlasted_by_the_contest():
     assert decide(first_rounds, "float32", 0.9999).candidate == TORCH_BF16
 
 
-def m(candidate: tuple[str, str], seconds: float, cosine: float) -> Measurement:
+def m(candidate: tuple[str, str], seconds: float, cosine: float) -> DtypeMeasurement:
     backend, dtype = candidate
-    return Measurement(dtype, seconds, 64, cosine, backend)
+    return DtypeMeasurement(dtype, seconds, 64, cosine, backend)
 
 
 def four(torch_bf16: tuple[float, float], openvino_bf16: tuple[float, float]) -> tuple:

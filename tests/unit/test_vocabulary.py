@@ -1,5 +1,10 @@
-"""One word per idea: collection, partition and generation names, the stage table, and how a
-planned run splits into per-partition run requests."""
+"""One word per idea: collection, partition and generation names, the stage table, how a
+planned run splits into per-partition run requests, and no two of the engine's classes under
+one name."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +118,17 @@ def test_the_fake_embedder_is_deterministic_normalised_and_counts_its_work(model
     assert abs(float((vectors[2] ** 2).sum()) - 1.0) < 1e-6
     assert float(vectors[0] @ vectors[2]) < 0.99
     assert fake.texts_embedded == 4
+
+
+def test_no_two_of_the_engine_s_classes_share_a_name():
+    """A class name is one idea: a generation's scorer (`GenerationScorer`) is not a
+    reranker's engine (`inference.scorer.Scorer`), nor a dtype's measurement a benchmark's."""
+    engine = Path(__file__).resolve().parents[2] / "batch_pipeline"
+    homes: dict[str, list[str]] = defaultdict(list)
+    for path in engine.rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                homes[node.name].append(str(path.relative_to(engine)))
+    assert len(homes) > 200
+    shared = {name: places for name, places in homes.items() if len(places) > 1}
+    assert not shared, shared
