@@ -30,14 +30,21 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.bench.anchors import cpu_roofline, measured_clock_ghz
+from batch_pipeline.bench.embedding_contenders import (
+    TimedRun,
+    int8_runner,
+    model_config_of,
+    onnx_anchor,
+    run_anchor,
+    vllm_embedder,
+)
 from batch_pipeline.inference.batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TOKEN_BUDGET,
@@ -55,15 +62,6 @@ from batch_pipeline.stages.plan import plan_inputs
 CHUNK_SET = Path(__file__).resolve().parents[2] / "benchmarks" / "chunks.jsonl"
 BASELINE_BATCH_SIZE = 32
 BF16_PEAK_FLOPS = 790e12  # H200 dense bf16, as measured on these machines (roughly)
-
-
-@dataclass
-class TimedRun:
-    """One timed embedding of the chunk set: its seconds, peak memory and vectors."""
-
-    seconds: float
-    peak_rss: int
-    vectors: np.ndarray
 
 
 def load_chunks(path: Path = CHUNK_SET) -> list[str]:
@@ -187,77 +185,6 @@ def flops(token_counts: list[int], model: ResolvedModel) -> float:
             for n in token_counts
         )
     )
-
-
-def model_config_of(args: argparse.Namespace, precision: str = "faithful"):  # noqa: ANN202
-    """A ModelConfig look-alike, so the benchmark needs no pydantic."""
-    return SimpleNamespace(
-        precision=precision,
-        min_cosine=0.99,
-        name="all-MiniLM-L6-v2",
-        path=Path(args.model_path).resolve() if args.model_path else None,
-        normalize=None,
-        max_seq_length=None,
-        document_prefix="",
-        query_prefix="",
-    )
-
-
-def int8_runner(
-    runner: EmbeddingRunner, args: argparse.Namespace, texts: list[str]
-) -> tuple[EmbeddingRunner | None, str | None]:
-    """(d)'s runner: OpenVINO's int8 model of the same model, calibrated on the set's first
-    chunks (a sample pinned in a temporary folder, so every run of the bench calibrates on
-    the same chunks); or None and why not (not a CPU, no openvino or nncf)."""
-    import tempfile
-
-    from batch_pipeline.inference.devices import nncf_installed
-    from batch_pipeline.inference.openvino_model import openvino_version
-
-    if runner.device != "cpu":
-        return None, None
-    if openvino_version() is None or not nncf_installed():
-        return None, "(d) int8: needs openvino and nncf (pip install openvino nncf)"
-    fixed = resolve_model(model_config_of(args, "fixed_accuracy"))
-    cache = Path(tempfile.mkdtemp(prefix="bench-int8-"))
-    made = EmbeddingRunner(
-        fixed, "cpu", "int8", backend="openvino", num_threads=args.threads, export_cache=cache
-    )
-    made.calibrate(texts[: made.calibration_inputs])
-    return made, None
-
-
-def vllm_embedder(runner: EmbeddingRunner, model: ResolvedModel) -> tuple[Embedder | None, str]:
-    """(e): the `vllm` embedding executor's engine on the runner's device, fp32 on CPU (the
-    reference), or None and why where vLLM does not run."""
-    try:
-        from batch_pipeline.inference.vllm_embedder import VllmEmbedder, embed_engine_settings
-
-        engine = VllmEmbedder(model, embed_engine_settings(runner.device, "auto"))
-        engine.engine()
-    except Exception as error:  # noqa: BLE001 - not installed, no device: the row is left out
-        return None, f"(e) vllm left out: {type(error).__name__}: {str(error)[:200]}"
-    return engine, f"(e) vllm: engine started in {engine.load_seconds:.1f} s (once per run)"
-
-
-def run_anchor(anchor, texts: list[str], counts: list[int]) -> TimedRun:  # noqa: ANN001
-    with PeakRss() as rss:
-        start = time.perf_counter()
-        vectors = anchor.embed(texts, counts)
-        seconds = time.perf_counter() - start
-    return TimedRun(seconds, rss.peak, vectors)
-
-
-def onnx_anchor(runner: EmbeddingRunner, model: ResolvedModel):  # noqa: ANN201
-    """ONNX Runtime as FastEmbed and Infinity run it, on CPU; None (and why) elsewhere."""
-    if runner.device != "cpu":
-        return None, "ONNX Runtime anchor: CPU only"
-    try:
-        from batch_pipeline.bench.anchors import OnnxRuntimeAnchor
-
-        return OnnxRuntimeAnchor(runner.model, model, runner.num_threads), None
-    except ImportError as error:
-        return None, f"ONNX Runtime anchor skipped: {error} (pip install -e '.[dev]')"
 
 
 def main(argv: list[str] | None = None) -> int:

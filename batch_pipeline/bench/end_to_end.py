@@ -19,7 +19,8 @@ from functools import partial
 from pathlib import Path
 
 from batch_pipeline.arguments import whole_number
-from batch_pipeline.bench.embedding import device_budget, model_config_of, synchronize
+from batch_pipeline.bench.embedding import device_budget, synchronize
+from batch_pipeline.bench.embedding_contenders import model_config_of
 from batch_pipeline.inference.batching import DEFAULT_MAX_BATCH_SIZE, PlanSettings
 from batch_pipeline.inference.devices import default_threads
 from batch_pipeline.inference.embedder import RunStats
