@@ -324,10 +324,10 @@ def test_the_fourth_product_touches_no_other_folder():
         assert "tests.lengths" not in path.read_text(encoding="utf-8"), path
 
 
-MAX_MODULE_LINES = 600  # a module past this holds more than one idea: split it by idea
+MAX_MODULE_LINES = 500  # a module past this holds more than one idea: split it by idea
 
 
-def test_no_engine_module_is_over_six_hundred_lines():
+def test_no_engine_module_is_over_five_hundred_lines():
     over = {
         str(path.relative_to(REPO)): lines
         for path in sorted((REPO / "batch_pipeline").rglob("*.py"))
