@@ -14,7 +14,7 @@ exactly the folders an output used once their vectors are in the table.
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
-from batch_pipeline.stages.provider_batches import ProviderBatches
+from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.state.staging import StagePath, read_batches, read_groups, stage_summary
 
 
@@ -47,24 +47,17 @@ def output_schema(dim: int) -> pa.Schema:
 
 
 @dataclass
-class ExecuteSummary:
+class ExecuteSummary(ExecuteOutcome):
+    """What an embedding execute did: the runner's counts, on what it ran, and what every
+    execute keeps (`ExecuteOutcome`)."""
+
     stats: RunStats
     device: str
     dtype: str
     dimension: int
-    failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
-    resumed_inputs: int = 0  # taken from checkpoints of an interrupted run
     dtype_decision: DtypeDecision | None = None  # how the runner chose its dtype and backend
     load_seconds: float = 0.0  # loading the model for this run (0 when it was loaded already)
     backend: str = "torch"  # what ran the model: torch or openvino
-    executor: str | None = None  # what ran the plan, where it is not the run's own engine
-    # a provider's: its batch prices per million input and output tokens, its batches, its
-    # completion window, and the planned inputs it has not answered yet (in flight, or
-    # unanswered twice): land keeps their documents pending, not failed
-    token_prices: tuple[float, float] | None = None
-    batches: ProviderBatches = field(default_factory=ProviderBatches)
-    window_seconds: float | None = None
-    unanswered: int = 0
 
     @property
     def token_cost(self) -> float | None:

@@ -42,8 +42,8 @@ from batch_pipeline.inference.generator import (
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, PromptPlanSummary, plan_record
-from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_groups, read_table
 
 # finish reasons that say the engine failed the request, not that the input did
@@ -71,27 +71,24 @@ def generations_schema() -> pa.Schema:
 
 
 @dataclass
-class GenerateSummary:
+class GenerateSummary(ExecuteOutcome):
+    """What a generate execute did: the engine's counts, its outputs' validity, on what it
+    ran, and what every execute keeps (`ExecuteOutcome`)."""
+
     stats: GenerationStats
     device: str
     dtype: str
-    failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
     refused: int = 0  # of the failures, refused by the plan
     outputs: int = 0  # rows written, resumed ones included
     valid: int = 0  # of those, valid
-    resumed_inputs: int = 0
     chunks_run: int = 0
     # of the failures, the engine's or its settings' (the plan's refusals, a request the
     # engine refused), not the input's: land records them so that the next run tries again
     not_the_inputs: set[str] = field(default_factory=set)
     engine_faults: int = 0  # outputs of this run the engine failed (`ENGINE_FAULTS`)
-    executor: str = "vllm"  # what ran the plan (`generation_executors`)
+    # what ran the plan: a generate executor always names itself (`vllm` in process)
+    executor: str | None = field(default="vllm", kw_only=True)
     devices: int = 1  # devices the engines held (GPUs: tensor x data parallel)
-    # a provider's prices per million input and output tokens: its cost is counted in tokens
-    token_prices: tuple[float, float] | None = None
-    batches: ProviderBatches = field(default_factory=ProviderBatches)  # a provider's, if any
-    window_seconds: float | None = None  # a provider's completion window: the run's window
-    unanswered: int = 0  # prompts a provider has not answered yet: planned again next run
 
     @property
     def token_cost(self) -> float | None:

@@ -27,7 +27,7 @@ from batch_pipeline.inference.scorer import Scorer, ScoreStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
 from batch_pipeline.stages import EXECUTE
 from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
-from batch_pipeline.stages.provider_batches import ProviderBatches
+from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, read_groups
 
@@ -121,20 +121,14 @@ def plan_pairs(
 
 
 @dataclass
-class ScoreSummary:
+class ScoreSummary(ExecuteOutcome):
     """What a score execute did: the scorer's counts, what it resumed, what ran it, and,
     on a provider (`openai-batch`), its batches, prices, failures and unanswered pairs."""
 
     stats: ScoreStats = field(default_factory=ScoreStats)
-    resumed_inputs: int = 0
     backend: str = "none"  # nothing to score: no model was loaded
     device: str | None = None  # where the scorer ran (a provider's: priced by tokens)
     load_seconds: float = 0.0
-    failed_inputs: dict[str, str] = field(default_factory=dict)  # input_hash -> reason
-    executor: str | None = None  # what ran the plan, where it is not the run's own engine
-    token_prices: tuple[float, float] | None = None  # a provider's, per million tokens
-    batches: ProviderBatches = field(default_factory=ProviderBatches)
-    unanswered: int = 0  # pairs a provider has not answered yet: neither landed nor failed
 
     @property
     def token_cost(self) -> float | None:
