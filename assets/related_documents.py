@@ -42,8 +42,8 @@ def _opened(context: Context) -> tuple[Product, StagedPartition] | None:
     if collection.related is None:
         return None
     product, partition = open_declared(RELATED)(context)
-    engine = product.engine
-    if engine.registry.live(engine.index_product) is None:
+    related = product.product
+    if related.registry.live(related.index_product) is None:
         context.log.info(f"{collection.name} has no live index yet: no related documents")
         return None
     return product, partition

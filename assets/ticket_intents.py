@@ -151,7 +151,7 @@ def _land_report(landed: Landed) -> LandReport:
 
 def _opened(context: Context) -> tuple[TicketProduct, StagedPartition]:
     env = pipeline_of(context).product_env(execution=context.resources.inference.execution())
-    product = product_for_partition(TICKETS, env, context.partition_key).engine
+    product = product_for_partition(TICKETS, env, context.partition_key).product
     return product, product.day(context.partition_key)
 
 

@@ -115,37 +115,37 @@ class Product(Protocol):
 
 
 class ProductFace:
-    """What every face reads off its engine alike: a product's face holds its engine (its
-    product object) and adds its kind, its report and its run groups."""
+    """What every face reads off its product alike: a product's face holds its product
+    object (`product`) and adds its kind, its report and its run groups."""
 
-    def __init__(self, engine) -> None:  # noqa: ANN001 - the product's own engine
-        self.engine = engine
+    def __init__(self, product) -> None:  # noqa: ANN001 - the kind's own product object
+        self.product = product
 
     @property
     def name(self) -> str:
-        return self.engine.name
+        return self.product.name
 
     @property
     def fingerprint(self) -> str:
-        return self.engine.fingerprint
+        return self.product.fingerprint
 
     @property
     def index(self) -> str:
-        return self.engine.index
+        return self.product.index
 
     @property
     def reviewer(self) -> GenerationReviewer:
-        return self.engine.reviewer
+        return self.product.reviewer
 
     @property
     def store(self) -> VectorStore:
-        return self.engine.store
+        return self.product.store
 
     def review(self, embedder_for: EmbedderFor, force: bool = False) -> GenerationReview:
-        return self.engine.review(embedder_for, force)
+        return self.product.review(embedder_for, force)
 
     def partition(self, key: str) -> StagedPartition:
-        return self.engine.partition(key)
+        return self.product.partition(key)
 
     def engine_loader(
         self, partition: StagedPartition, embedder_for: EmbedderFor

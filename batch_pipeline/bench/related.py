@@ -106,13 +106,13 @@ def build(name: str, docs: Path, links: Path, home: Path, args: argparse.Namespa
     began = time.perf_counter()
     summaries = related.partition(name).run("bench-related", lambda: runner)
     built = time.perf_counter() - began
-    review = related.engine.review(lambda model: runner)
+    review = related.product.review(lambda model: runner)
     scores = review.scores.get("candidate", {})
     execute = summaries["execute"]
     print(
         f"{name}: indexed in {indexed:.0f} s; {len(summaries['land'].summary.landed)} lists "
         f"of {args.k} from {args.candidates} candidates in {built:.0f} s "
-        f"({execute.stats.pairs:,} pairs scored by {related.engine.model.name})",
+        f"({execute.stats.pairs:,} pairs scored by {related.product.model.name})",
         flush=True,
     )
     print(

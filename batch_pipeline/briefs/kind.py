@@ -45,36 +45,38 @@ class DocumentBriefs(ProductFace):
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: BriefProduct
+    product: BriefProduct
 
     def engine_loader(
         self, partition: StagedPartition, embedder_for: EmbedderFor
     ) -> Callable[[], Engine]:
         """The briefs' chat model (its engine starts only if there is work)."""
-        return lambda: self.engine.generator
+        return lambda: self.product.generator
 
     def after_review(self, embedder_for: EmbedderFor, run_id: str) -> dict[str, object]:
         """The live briefs' questions, landed as retrieval rows after the review (they follow
         live), with the retrieval they measured."""
-        return {"questions": self.engine.land_questions(embedder_for, run_id).metadata()}
+        return {"questions": self.product.land_questions(embedder_for, run_id).metadata()}
 
     def run_json(self, run: RunReport) -> dict[str, object]:
-        return report.run_json(self.engine, run)
+        return report.run_json(self.product, run)
 
     def run_lines(self, run: RunReport) -> list[str]:
-        return report.run_lines(self.engine, run)
+        return report.run_lines(self.product, run)
 
     def run_groups(self) -> list[list[str]]:
         """The collection's partitions, one group: the briefs run on the collection, or on
         each of its shards."""
-        engine = self.engine
-        return [list(dict.fromkeys([engine.collection_name, *engine.collection.partition_keys()]))]
+        product = self.product
+        return [
+            list(dict.fromkeys([product.collection_name, *product.collection.partition_keys()]))
+        ]
 
     def status(self) -> dict[str, object]:
-        return report.product_status(self.engine)
+        return report.product_status(self.product)
 
     def health(self) -> dict[str, object]:
-        return report.product_health(self.engine)
+        return report.product_health(self.product)
 
 
 def brief_product(

@@ -92,5 +92,5 @@ def briefs(product: BriefProduct, args: argparse.Namespace) -> int:
 
 # the briefs' own commands, by name (`BRIEFS.commands` names this module)
 COMMANDS = {
-    "briefs": lambda ctx, args: briefs(ctx.product_of(BRIEFS, args.collection).engine, args)
+    "briefs": lambda ctx, args: briefs(ctx.product_of(BRIEFS, args.collection).product, args)
 }

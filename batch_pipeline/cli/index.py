@@ -50,7 +50,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def _search(ctx: CommandContext, args: argparse.Namespace) -> int:
     (name,) = ctx.collections(args.collection)  # a ConfigError naming the configured ones
-    collection = ctx.product_of(INDEX, name).engine
+    collection = ctx.product_of(INDEX, name).product
     hits = search(
         collection, args.query, args.k, where=args.where, mode=args.mode, rerank=args.rerank
     )

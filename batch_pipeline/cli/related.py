@@ -44,7 +44,7 @@ GONE = "(no longer in the live index: the next related run replaces it)"
 
 def _related(ctx: CommandContext, args: argparse.Namespace) -> int:
     """The live generation's list of one document (what readers use), best first."""
-    product = ctx.product_of(RELATED, _collection(ctx, args.collection)).engine
+    product = ctx.product_of(RELATED, _collection(ctx, args.collection)).product
     live = product.live()
     rows = product.related_of(args.doc_id, live.index)
     if not rows:

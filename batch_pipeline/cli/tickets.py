@@ -99,6 +99,6 @@ def classify(product: TicketProduct, args: argparse.Namespace) -> int:
 
 # the ticket product's own commands, by name (`TICKETS.commands` names this module)
 COMMANDS = {
-    "intents": lambda ctx, args: intents(ctx.kind_product(TICKETS).engine, args),
-    "classify": lambda ctx, args: classify(ctx.kind_product(TICKETS).engine, args),
+    "intents": lambda ctx, args: intents(ctx.kind_product(TICKETS).product, args),
+    "classify": lambda ctx, args: classify(ctx.kind_product(TICKETS).product, args),
 }

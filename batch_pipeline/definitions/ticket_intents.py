@@ -86,7 +86,7 @@ def build_ticket_exports_sensor(
         }
         try:
             tickets = open_tickets(pipeline.product_env(s3), targets(pipeline.config)[0])
-            states = day_states(tickets.engine, datetime.now(UTC))
+            states = day_states(tickets.product, datetime.now(UTC))
         except SourceUnavailableError as error:
             return dg.SensorResult(skip_reason=dg.SkipReason(f"export unavailable: {error}"))
         found = [s.arrival for s in states if s.arrival is not None and s.day not in in_flight]
@@ -135,7 +135,7 @@ def build_cascade_batches_sensor(
             for b in env.tracking.uncollected_provider_batches()
             if generation_product(b.generation) == settings.name and cascade_partition(b.partition)
         ]
-        product = None if not waiting else open_tickets(env, targets(pipeline.config)[0]).engine
+        product = None if not waiting else open_tickets(env, targets(pipeline.config)[0]).product
         return collecting_runs(
             context,
             waiting,

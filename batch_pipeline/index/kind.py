@@ -20,13 +20,13 @@ from batch_pipeline.index.review import FullPassRule, RetrievalScorer
 
 
 class VectorIndex(ProductFace):
-    """A collection's vector index, as a product (its engine: the whole collection, every
+    """A collection's vector index, as a product (its product object: the whole collection, every
     shard)."""
 
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: IndexProduct
+    product: IndexProduct
 
     def run_json(self, run: RunReport) -> dict[str, object]:
         return report.run_json(run)
@@ -36,15 +36,15 @@ class VectorIndex(ProductFace):
 
     def run_groups(self) -> list[list[str]]:
         """The collection's own key and, when sharded, each shard's, one group each."""
-        collection = self.engine.collection
+        collection = self.product.collection
         keys = [self.name] + (collection.partition_keys() if collection.shards > 1 else [])
         return [[key] for key in keys]
 
     def status(self) -> dict[str, object]:
-        return report.collection_status(self.engine)
+        return report.collection_status(self.product)
 
     def health(self) -> dict[str, object]:
-        return report.collection_health(self.engine)
+        return report.collection_health(self.product)
 
 
 def targets(config: PipelineConfig) -> list[ProductTarget]:

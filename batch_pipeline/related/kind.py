@@ -27,20 +27,20 @@ class RelatedDocuments(ProductFace):
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: RelatedProduct
+    product: RelatedProduct
 
     def run_lines(self, run: RunReport) -> list[str]:
-        return report.run_lines(self.engine, run)
+        return report.run_lines(self.product, run)
 
     def run_groups(self) -> list[list[str]]:
         """The whole collection, one run: a list's candidates are any of its documents."""
-        return [[self.engine.collection_name]]
+        return [[self.product.collection_name]]
 
     def status(self) -> dict[str, object]:
-        return report.product_status(self.engine)
+        return report.product_status(self.product)
 
     def health(self) -> dict[str, object]:
-        return report.product_health(self.engine)
+        return report.product_health(self.product)
 
 
 def targets(config: PipelineConfig) -> list[ProductTarget]:

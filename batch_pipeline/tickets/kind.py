@@ -27,7 +27,7 @@ class TicketIntents(ProductFace):
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: TicketProduct
+    product: TicketProduct
 
     def run_json(self, run: RunReport) -> dict[str, object]:
         return report.run_json(run)
@@ -37,17 +37,17 @@ class TicketIntents(ProductFace):
 
     def run_groups(self) -> list[list[str]]:
         """Every due day, in one group: a day runs once a night, as a rule."""
-        return [self.engine.partition_days()]
+        return [self.product.partition_days()]
 
     def partition(self, key: str) -> DayPartition:
         """One day (YYYY-MM-DD)."""
-        return self.engine.day(key)
+        return self.product.day(key)
 
     def status(self) -> dict[str, object]:
-        return report.product_status(self.engine)
+        return report.product_status(self.product)
 
     def health(self) -> dict[str, object]:
-        return report.product_health(self.engine)
+        return report.product_health(self.product)
 
 
 def targets(config: PipelineConfig) -> list[ProductTarget]:

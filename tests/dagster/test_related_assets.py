@@ -89,7 +89,7 @@ def test_the_scoring_resource_chooses_the_executor_related_documents_open_on(tmp
     }
     with dg.build_asset_context(resources=resources, partition_key="handbook") as context:
         product, _partition = open_declared(RELATED)(context)
-    chosen = product.engine.execution
+    chosen = product.product.execution
     assert (chosen.name, chosen.device) == ("vllm-run-batch", "cpu")
     assert chosen.spelled("executor") == "ScoringResource.executor"
 

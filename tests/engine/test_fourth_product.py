@@ -187,7 +187,7 @@ def test_the_frames_policies_cover_it(tmp_path, capsys):
     code, held = run(capsys, tmp_path)
     assert code == 3
     assert held["land"]["deletions_held"] == 3
-    assert opened(tmp_path).engine.store.count_rows(opened(tmp_path).index) == 3
+    assert opened(tmp_path).product.store.count_rows(opened(tmp_path).index) == 3
     code, confirmed = run(capsys, tmp_path, "--allow-mass-delete")
     assert code == 0 and confirmed["land"]["documents_deleted"] == 3
 
@@ -207,7 +207,7 @@ def test_the_frames_policies_cover_it(tmp_path, capsys):
     assert new.reviewer.drop_retired() == []  # not yet past retention
     dropped = new.reviewer.drop_retired(now=datetime.now(UTC) + timedelta(days=30))
     assert dropped == [old.index]
-    assert not new.engine.store.has_table(old.index)
+    assert not new.product.store.has_table(old.index)
     assert new.reviewer.registry.get(PRODUCT, old.fingerprint).state == DROPPED
 
 

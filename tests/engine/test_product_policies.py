@@ -141,7 +141,7 @@ def test_every_product_holds_back_a_mass_deletion_until_it_is_confirmed(
     assert held.metadata()["deletions_held"] == held.deletions_held  # the frame's, reported
     assert ws.rows(kind) == before  # nothing was deleted
     product = ws.product(kind)
-    (record, *_) = product.engine.tracking.partition_runs([ws.key(kind)], 1, product.index)
+    (record, *_) = product.product.tracking.partition_runs([ws.key(kind)], 1, product.index)
     assert record["run_id"] == "run-2" and record["deletions_held"] == held.deletions_held
 
     confirmed = ws.run(kind, "run-3", allow_mass_delete=True)
@@ -203,7 +203,7 @@ def test_every_product_drops_retired_generations_after_their_retention(
     newer = registry.ensure(name, "f" * 16, f"{name}__{'f' * 16}", {})
     registry.promote(name, newer.fingerprint, "a newer configuration")
     assert registry.get(name, product.fingerprint).state == RETIRED
-    store = product.engine.store
+    store = product.product.store
 
     assert reviewer.drop_retired() == []  # retired just now: kept for rollback
     assert store.has_table(product.index)

@@ -79,12 +79,12 @@ class Site:
         summaries = product.partition("handbook").run(run_id, lambda: self.runner)
         return {
             "summaries": summaries,
-            "review": product.engine.review(lambda m: self.runner),
-            "engine": product.engine,
+            "review": product.product.review(lambda m: self.runner),
+            "engine": product.product,
         }
 
     def lists(self) -> dict[str, list[str]]:
-        engine = self.product().engine
+        engine = self.product().product
         table = self.store.open(engine.live().index).to_arrow().to_pylist()
         found: dict[str, list[tuple[int, str]]] = {}
         for row in table:
@@ -146,7 +146,7 @@ def test_a_one_page_edit_rescores_that_page_and_its_neighbours_lists_only(site, 
     page = site / "docs" / EDITED
     page.write_text(page.read_text() + "\nAlso: exporting a workspace's audit log as CSV.\n")
     s.index("index-2")
-    engine = s.product().engine
+    engine = s.product().product
     reader = engine.live_index_reader()
     ((_, vector),) = reader.vectors([EDITED])
     title = reader.passages([EDITED])[EDITED].query

@@ -16,16 +16,16 @@ class DocumentLengths(ProductFace):
     kind: ClassVar[str] = report.KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
-    engine: LengthProduct
+    product: LengthProduct
 
     def run_groups(self) -> list[list[str]]:
-        return [[self.engine.collection_name]]
+        return [[self.product.collection_name]]
 
     def status(self) -> dict[str, object]:
-        return report.product_status(self.engine)
+        return report.product_status(self.product)
 
     def health(self) -> dict[str, object]:
-        return report.product_health(self.engine)
+        return report.product_health(self.product)
 
 
 def targets(config: PipelineConfig) -> list[ProductTarget]:
