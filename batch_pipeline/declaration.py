@@ -46,7 +46,9 @@ class Product(Protocol):
     """What the commands that cover every product (`status`, `doctor`, `report`,
     `failures`, `generations`) need of one."""
 
-    kind: ClassVar[str]  # vector_index, ticket_intents, document_briefs: its reports' kind
+    # what its reports say they are (`"kind"` in their JSON): vector_index, ticket_intents,
+    # document_briefs; its kind (`ProductKind.name`: index, tickets, briefs) is another word
+    report_kind: ClassVar[str]
     status_lines: ClassVar[Lines]  # a group of this kind's status reports, as text lines
     health_line: ClassVar[Callable[[dict[str, object]], str]]  # one doctor report, one line
 

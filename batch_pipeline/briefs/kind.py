@@ -42,7 +42,7 @@ from batch_pipeline.state.vector_store import VectorStore
 class DocumentBriefs(ProductFace):
     """A collection's document briefs, as a product."""
 
-    kind: ClassVar[str] = report.KIND
+    report_kind: ClassVar[str] = report.REPORT_KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     product: BriefProduct

@@ -18,7 +18,7 @@ from batch_pipeline.reports.text import (
 )
 from batch_pipeline.sources import SourceUnavailableError
 
-KIND = "document_briefs"
+REPORT_KIND = "document_briefs"
 
 
 def _live(product: BriefProduct):  # noqa: ANN202 - a GenerationRecord or None
@@ -33,7 +33,7 @@ def product_status(product: BriefProduct) -> dict[str, object]:
     last = product.tracking.last_run(reader or product.index)
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.collection_name,
         "generation": product.index,
         "generation_state": current.state if current else "not built",
@@ -63,7 +63,7 @@ def product_health(product: BriefProduct) -> dict[str, object]:
     briefs = product.store.count_rows(reader) if reader else 0
     health: dict[str, object] = {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "source_error": source_error,
         "briefs": briefs,
         "documents": live.documents if live is not None else 0,

@@ -66,7 +66,7 @@ def _status(ctx: CommandContext, args: argparse.Namespace) -> int:
         return _source_errors(rows)
     lines: list[str] = []
     pairs = list(zip(products, rows, strict=True))
-    for _, group in groupby(pairs, key=lambda pair: pair[0].kind):
+    for _, group in groupby(pairs, key=lambda pair: pair[0].report_kind):
         members = list(group)
         if lines:
             lines.append("")

@@ -23,7 +23,7 @@ class VectorIndex(ProductFace):
     """A collection's vector index, as a product (its product object: the whole collection, every
     shard)."""
 
-    kind: ClassVar[str] = report.KIND
+    report_kind: ClassVar[str] = report.REPORT_KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     product: IndexProduct

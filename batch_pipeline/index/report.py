@@ -23,7 +23,7 @@ from batch_pipeline.state.reconcile import reconcile_index
 from batch_pipeline.state.tracking import UNLISTABLE, UNREACHABLE
 from batch_pipeline.state.vector_store import missing_data_file
 
-KIND = "vector_index"
+REPORT_KIND = "vector_index"
 
 
 def collection_status(product: IndexProduct) -> dict[str, object]:
@@ -58,7 +58,7 @@ def collection_status(product: IndexProduct) -> dict[str, object]:
     counted = last["counts"] if last else {}
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.name,
         "live_table": live.index_name if live else None,
         "generation": product.index,
@@ -112,7 +112,7 @@ def damaged_table_health(product: IndexProduct, missing: str) -> dict[str, objec
     damage = damage_report(product.store, product.index, product.name, missing)
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.name,
         "source_error": None,
         "table_damaged": damage["table_damaged"],
@@ -138,7 +138,7 @@ def collection_health(product: IndexProduct) -> dict[str, object]:
     source_error = source_problem(product)
     health = {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.name,
         "source_error": source_error,
         **completeness,

@@ -24,7 +24,7 @@ from batch_pipeline.related.review import LinkRecallScorer, ListsEveryDocumentRu
 class RelatedDocuments(ProductFace):
     """A collection's related documents, as a product."""
 
-    kind: ClassVar[str] = report.KIND
+    report_kind: ClassVar[str] = report.REPORT_KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     product: RelatedProduct

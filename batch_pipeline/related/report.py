@@ -9,7 +9,7 @@ from batch_pipeline.related.prepare import stale_by_version
 from batch_pipeline.related.product import RelatedProduct
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary
 
-KIND = "related_documents"
+REPORT_KIND = "related_documents"
 
 
 def product_status(product: RelatedProduct) -> dict[str, object]:
@@ -27,7 +27,7 @@ def product_status(product: RelatedProduct) -> dict[str, object]:
     stale = _stale_lists(product, reader)
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.collection_name,
         "generation": generation,
         "generation_state": state,

@@ -24,7 +24,7 @@ from batch_pipeline.tickets.mix import IntentMix
 from batch_pipeline.tickets.product import TicketProduct
 
 MISSING_DAYS_SHOWN = 5  # the text output names at most this many missing days
-KIND = "ticket_intents"
+REPORT_KIND = "ticket_intents"
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def product_status(product: TicketProduct, today: date | None = None) -> dict[st
     current = product.registry.get(product.name, product.fingerprint)
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "generation": product.index,
         "generation_state": current.state if current else "not built",
         "start_date": product.settings.start_date,
@@ -99,7 +99,7 @@ def product_health(product: TicketProduct, today: date | None = None) -> dict[st
         source_error = str(error)
     health: dict[str, object] = {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "source_error": source_error,
         **coverage.metadata(),
         **product.store.table_health(reader),

@@ -13,7 +13,7 @@ from tests.lengths.product import NAME, SUFFIX, BucketScorer, CoversPassRule, Le
 
 
 class DocumentLengths(ProductFace):
-    kind: ClassVar[str] = report.KIND
+    report_kind: ClassVar[str] = report.REPORT_KIND
     status_lines: ClassVar[Lines] = staticmethod(report.status_lines)
     health_line = staticmethod(report.health_line)
     product: LengthProduct

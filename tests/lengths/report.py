@@ -3,7 +3,7 @@
 from batch_pipeline.reports.text import doctor_line, generations_line, table_summary
 from tests.lengths.product import LengthProduct
 
-KIND = "document_lengths"
+REPORT_KIND = "document_lengths"
 
 
 def product_status(product: LengthProduct) -> dict[str, object]:
@@ -12,7 +12,7 @@ def product_status(product: LengthProduct) -> dict[str, object]:
     reader = live.index_name if live else None
     return {
         "product": product.name,
-        "kind": KIND,
+        "kind": REPORT_KIND,
         "collection": product.collection_name,
         "generation": product.index,
         "generation_state": current.state if current else "not built",
