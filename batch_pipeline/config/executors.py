@@ -18,18 +18,13 @@ def _registry() -> Any:
 
 def known_executor(family: str, name: str) -> str:
     """`name`, if `family` has an executor so called; a ValueError naming them otherwise."""
-    names = _registry().executor_names(family)
-    if name not in names:
-        raise ValueError(f"{name!r} runs no {family} model; {family} executors: {', '.join(names)}")
+    problem = _registry().unknown_executor(family, name)
+    if problem is not None:
+        raise ValueError(problem)
     return name
 
 
 def provider_batch_executors(family: str) -> list[str]:
     """`family`'s executors that submit to a provider's Batch API (and so take its
     settings)."""
-    registry = _registry()
-    return [
-        n
-        for n in registry.executor_names(family)
-        if registry.capabilities(family, n).provider_batches
-    ]
+    return _registry().executors_with("provider_batches", family)

@@ -12,7 +12,7 @@ from batch_pipeline.executors.registry import (
     GENERATE,
     capabilities,
     executor_class,
-    executor_names,
+    executors_with,
 )
 from batch_pipeline.inference.chat_models import ChatModel
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -105,7 +105,7 @@ def parallel_problem(
     if data_parallel_size > 1 and not able.data_parallel:
         return (
             "data_parallel_size",
-            f"above 1 needs executor {' or '.join(_generate_executors_with('data_parallel'))} "
+            f"above 1 needs executor {' or '.join(executors_with('data_parallel', GENERATE))} "
             "(vLLM's offline engine in the run's process is one engine); or shard the "
             "collection and give each shard's run its own GPU",
         )
@@ -113,7 +113,3 @@ def parallel_problem(
         return ("tensor_parallel_size", f"splits a vLLM engine: executor {executor} runs none")
     why = model.tensor_parallel_problem(tensor_parallel_size)
     return ("tensor_parallel_size", why) if why is not None else None
-
-
-def _generate_executors_with(capability: str) -> list[str]:
-    return [n for n in executor_names(GENERATE) if getattr(capabilities(GENERATE, n), capability)]

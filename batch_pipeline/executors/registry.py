@@ -54,16 +54,22 @@ def all_executor_names() -> list[str]:
     return sorted({name for names in EXECUTORS.values() for name in names})
 
 
+def unknown_executor(family: str, name: str) -> str | None:
+    """Why `family` cannot run `name`, naming the family's executors; None if it can."""
+    names = executor_names(family)
+    if name in names:
+        return None
+    return f"{name!r} runs no {family} model; {family} executors: {', '.join(names)}"
+
+
 def check_executor(family: str, name: str | None, spelled: str = "executor") -> str:
     """`name`, or the family's default when None; a ConfigError in one line, naming the
     family's executors, when `family` has none called so."""
-    names = executor_names(family)
     if name is None:
-        return names[0]
-    if name not in names:
-        raise ConfigError(
-            f"{spelled} {name!r} runs no {family} model; {family} executors: {', '.join(names)}"
-        )
+        return default_executor(family)
+    problem = unknown_executor(family, name)
+    if problem is not None:
+        raise ConfigError(f"{spelled} {problem}")
     return name
 
 
@@ -78,14 +84,14 @@ def capabilities(family: str, name: str | None) -> Capabilities:
     return executor_class(family, name).capabilities
 
 
-def executors_with(capability: str) -> list[str]:
-    """The names of the executors, of any family, that declare `capability` (a field of
-    `Capabilities`), as a message names them."""
-    return sorted(
-        {
-            name
-            for family, names in EXECUTORS.items()
-            for name in names
-            if getattr(capabilities(family, name), capability)
-        }
-    )
+def executors_with(capability: str, family: str | None = None) -> list[str]:
+    """The names of the executors that declare `capability` (a field of `Capabilities`), as
+    a message names them: `family`'s in the registry's order, or every family's, sorted."""
+    families = EXECUTORS if family is None else {family: executor_names(family)}
+    found = [
+        name
+        for each, names in families.items()
+        for name in names
+        if getattr(capabilities(each, name), capability)
+    ]
+    return found if family is not None else sorted(set(found))
