@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -30,22 +30,17 @@ from batch_pipeline.executors.generation import GenerationExecutor
 from batch_pipeline.inference.generator import Generator
 from batch_pipeline.inference.vllm_generator import ENGINE_SEED, STRUCTURED_OUTPUTS
 from batch_pipeline.measures.progress import Progress, ProgressSink
-from batch_pipeline.stages import EXECUTE
-from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.checkpointed import CheckpointedOutput, execute_checkpointed
 from batch_pipeline.stages.generate import (
     GenerateSummary,
+    PromptRun,
     add_outputs,
-    counted,
-    generations_schema,
     output_rows,
     planned_prompts,
-    refuse_if_engine_failed,
     summary_of_plan,
 )
-from batch_pipeline.stages.prompt_plan import (
-    plan_record,
-)
-from batch_pipeline.state.staging import StagePath, read_table
+from batch_pipeline.stages.prompt_plan import plan_record
+from batch_pipeline.state.staging import StagePath
 
 RUN_BATCH = [sys.executable, "-m", "vllm.entrypoints.openai.run_batch"]
 TAIL_LINES = 12  # of a failed run-batch's output, in the error
@@ -212,39 +207,46 @@ class RunBatchExecutor(GenerationExecutor):
     ) -> GenerateSummary:
         """Run the plan's prompts no checkpoint holds; `load` is not used (the engine is the
         subprocess's)."""
-        started = time.perf_counter()
-        record = plan_record(planned)
+        family = RunBatchPrompts(self)
+        return execute_checkpointed(family, planned, out, checkpoints, progress, progress_interval)
+
+
+class RunBatchPrompts(PromptRun):
+    """The generate family's step in the checkpointed loop, through `vllm run-batch`: the
+    prompts no checkpoint holds as batch files, each run by a subprocess and one checkpoint."""
+
+    def __init__(self, executor: RunBatchExecutor) -> None:
+        super().__init__(lambda: executor.generator, executor.sampling, executor.schema)
+        self.generator = executor.generator
+
+    def start(self, plan_path: StagePath) -> GenerateSummary:
+        self.plan = plan_record(plan_path)
         settings = self.generator.settings
-        record.check_engine(settings.max_model_len)  # run-batch would shorten, not refuse
-        summary = summary_of_plan(record, settings.device, settings.dtype)
+        self.plan.check_engine(settings.max_model_len)  # run-batch would shorten, not refuse
+        summary = summary_of_plan(self.plan, settings.device, settings.dtype)
         summary.executor = "vllm-run-batch"
         summary.devices = settings.devices
-        rows = generations_schema()
-        with CheckpointedOutput(out, checkpoints, rows, every=1, started=started) as output:
-            keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())
-            resumed = output.resume(keys & output.done_keys, counted(summary))
-            summary.resumed_inputs = len(resumed)
-            if record.prompts > len(resumed):
-                tracker = Progress(
-                    EXECUTE.name,
-                    record.prompts - len(resumed),
-                    progress,
-                    unit="prompts",
-                    interval=progress_interval,
-                )
-                tracker.start()
-                tracker.working()
-                todo = (p for p in planned_prompts(planned) if p.key not in resumed)  # streamed
-                with tempfile.TemporaryDirectory(prefix="run-batch-") as work:
-                    files = write_request_files(
-                        todo, Path(work), self.generator.model.name, self.sampling, self.schema
-                    )
-                    for requests in files:
-                        self._run(requests, output, summary, tracker)
-                tracker.finish()
-            refuse_if_engine_failed(summary)
-            output.finish(summary, planned)
         return summary
+
+    def planned(self, plan_path: StagePath) -> Iterator[tuple[str, int]]:
+        yield from ((key, 0) for key, _tokens in super().planned(plan_path))  # a file at a time
+
+    def run(
+        self,
+        plan_path: StagePath,
+        output: CheckpointedOutput,
+        done: set[str],
+        summary: GenerateSummary,
+        progress: Progress,
+    ) -> None:
+        progress.working()
+        todo = (p for p in planned_prompts(plan_path) if p.key not in done)  # streamed
+        with tempfile.TemporaryDirectory(prefix="run-batch-") as work:
+            files = write_request_files(
+                todo, Path(work), self.generator.model.name, self.sampling, self.schema
+            )
+            for requests in files:
+                self._run(requests, output, summary, progress)
 
     def _run(
         self,

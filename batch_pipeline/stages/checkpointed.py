@@ -9,17 +9,24 @@ the end; `finish(record, plan)` writes the footer land reads: the execute's reco
 plan stage's seconds. A crash loses at most what no checkpoint holds, and the checkpoint
 count is where a crash can be injected (`faults.crash_point("execute", n)`).
 
-The embedding executor (`stages.execute`) and the generation executor (`stages.generate`)
-differ only in what they compute and record; the output's schema metadata names the
-checkpoint folders it used, for land to remove once their rows are in the table.
+Every local execute (embed, generate and score; in process, or through `vllm run-batch`)
+is the one loop `execute_checkpointed`. A family gives a `CheckpointedRun`: its rows, its
+summary, its planned keys and its step. The loop resumes, counts progress, loads nothing
+when nothing is left, and writes the footer. A provider's Batch API writes through the same
+output (`executors.provider_execute`). The output's schema metadata names the checkpoint
+folders it used, for land to remove once their rows are in the table.
 """
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
 from batch_pipeline.faults import crash_point
+from batch_pipeline.measures.progress import Progress, ProgressSink
+from batch_pipeline.stages import EXECUTE
+from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.state.checkpoints import (
     marked,
     not_finite,
@@ -116,3 +123,84 @@ class CheckpointedOutput:
             record = summary.record()
         planned = stage_summary(plan_path).get(STAGE_SECONDS)
         self.writer.summary = {**record, **extra, PLAN_SECONDS: planned}
+
+
+class CheckpointedRun:
+    """What one family's local execute gives `execute_checkpointed`: the rows it computes, how
+    it counts progress, and its step. Embed, generate and score (in process, or through
+    `vllm run-batch`) differ only in these; the loop around them is written once."""
+
+    rows: pa.Schema  # the computed rows' schema
+    unit: str = "inputs"  # what progress counts
+    token_unit: str = "tokens"  # what the ETA is reckoned in, where `planned` counts tokens
+    every: int = DEFAULT_CHECKPOINT_EVERY  # tables between checkpoints
+
+    def start(self, plan_path: StagePath | Path) -> ExecuteOutcome:
+        """The summary as the plan starts it, before anything runs."""
+        raise NotImplementedError
+
+    def planned(self, plan_path: StagePath | Path) -> Iterator[tuple[str, int]]:
+        """Each planned input's key and its tokens (0 where the ETA is not in tokens),
+        streamed."""
+        raise NotImplementedError
+
+    def counted(self, summary: ExecuteOutcome) -> Callable[[pa.Table], None] | None:
+        """What hears each table of resumed rows, for a family that counts them."""
+        return None
+
+    def run(
+        self,
+        plan_path: StagePath | Path,
+        output: "CheckpointedOutput",
+        done: set[str],
+        summary: ExecuteOutcome,
+        progress: Progress,
+    ) -> None:
+        """Compute the planned inputs not in `done` into `output`, counting into `summary`:
+        load the engine, tell `progress` when the work starts, and advance it."""
+        raise NotImplementedError
+
+    def finished(self, summary: ExecuteOutcome) -> None:
+        """A last check of the whole execute, before its footer is written."""
+
+
+def execute_checkpointed(
+    family: CheckpointedRun,
+    plan_path: StagePath | Path,
+    out_path: StagePath | Path,
+    checkpoint_dir: StagePath | Path | None = None,
+    progress: ProgressSink | None = None,
+    progress_interval: float = 15.0,
+) -> ExecuteOutcome:
+    """The one checkpointed loop of every local execute: resume what checkpoints hold of
+    this plan, run the rest through `family` (nothing loads when nothing is left), and
+    write the footer. The plan is streamed: memory holds the keys resumed, not the plan."""
+    started = time.perf_counter()
+    summary = family.start(plan_path)
+    with CheckpointedOutput(out_path, checkpoint_dir, family.rows, family.every, started) as output:
+        wanted: set[str] = set()  # checkpointed inputs that this plan asks for
+        todo = tokens = 0
+        for key, count in family.planned(plan_path):
+            if key in output.done_keys:
+                wanted.add(key)
+            else:
+                todo, tokens = todo + 1, tokens + count
+        done = output.resume(wanted, family.counted(summary))
+        summary.resumed_inputs = len(done)
+        todo += len(wanted - done)  # checkpointed rows no table can hold: computed again
+        if todo:
+            tracker = Progress(
+                EXECUTE.name,
+                todo,
+                progress,
+                unit=family.unit,
+                interval=progress_interval,
+                total_tokens=tokens,
+                token_unit=family.token_unit,
+            )
+            tracker.start()  # before the engine loads: the total is known now
+            family.run(plan_path, output, done, summary, tracker)
+            tracker.finish()
+        family.finished(summary)
+        output.finish(summary, plan_path)
+    return summary

@@ -23,8 +23,12 @@ import pyarrow as pa
 from batch_pipeline.inference.calibration import REFERENCE, SAMPLE_INPUTS, DtypeDecision
 from batch_pipeline.inference.embedder import Embedder, PlannedBatch, RunStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
-from batch_pipeline.stages import EXECUTE
-from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.stages.checkpointed import (
+    DEFAULT_CHECKPOINT_EVERY,
+    CheckpointedOutput,
+    CheckpointedRun,
+    execute_checkpointed,
+)
 from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.state.staging import StagePath, read_batches, read_groups, stage_summary
 
@@ -223,107 +227,86 @@ def execute_plan(
     without loading the model. The plan is streamed: memory holds the batches in flight, not
     the plan.
     """
-    started = time.perf_counter()
-    rows = embeddings_schema(dimension)
-    with CheckpointedOutput(out_path, checkpoint_dir, rows, checkpoint_every, started) as output:
-        resumed: set[str] = set()  # checkpointed inputs that this plan asks for
-        todo_count = todo_tokens = 0  # what is left to embed: the ETA is reckoned in tokens
+    family = EmbedRun(get_runner, dimension, checkpoint_every)
+    return execute_checkpointed(
+        family, plan_path, out_path, checkpoint_dir, progress, progress_interval
+    )
+
+
+class EmbedRun(CheckpointedRun):
+    """The embed family's step in the checkpointed loop: the plan's batches through an
+    `Embedder`, its vectors as rows; the ETA is reckoned in tokens."""
+
+    def __init__(self, get_runner: Callable[[], Embedder], dimension: int, every: int) -> None:
+        self.get_runner, self.dimension, self.every = get_runner, dimension, every
+        self.rows = embeddings_schema(dimension)
+
+    def start(self, plan_path: StagePath | Path) -> ExecuteSummary:
+        # nothing embedded yet: no model was loaded
+        return ExecuteSummary(
+            stats=RunStats(), device="none", dtype="none", dimension=self.dimension
+        )
+
+    def planned(self, plan_path: StagePath | Path) -> Iterator[tuple[str, int]]:
         columns = ["input_hash", "token_count"]
         for record_batch in read_batches(plan_path, columns, batch_rows=65536):
-            for key, tokens in zip(*(record_batch[c].to_pylist() for c in columns), strict=True):
-                if key in output.done_keys:
-                    resumed.add(key)
-                else:
-                    todo_count += 1
-                    todo_tokens += tokens
-        done_keys = output.resume(resumed)
-        todo_count += len(resumed - done_keys)
-        if not todo_count:
-            summary = ExecuteSummary(
-                stats=RunStats(),
-                device="none",  # nothing to embed: no model was loaded
-                dtype="none",
-                dimension=dimension,
-                resumed_inputs=len(done_keys),
+            yield from zip(*(record_batch[c].to_pylist() for c in columns), strict=True)
+
+    def run(
+        self,
+        plan_path: StagePath | Path,
+        output: CheckpointedOutput,
+        done: set[str],
+        summary: ExecuteSummary,
+        progress: Progress,
+    ) -> None:
+        """Embed the planned inputs not in `done` into `output`, which checkpoints them."""
+        loading = time.perf_counter()
+        runner = self.get_runner()
+        summary.load_seconds = time.perf_counter() - loading
+        stats = summary.stats
+        if runner.calibrating:  # choose the path on typical inputs, not the plan's shortest
+            before = getattr(runner, "calibration_seconds", 0.0)
+            size = getattr(runner, "calibration_inputs", 4 * SAMPLE_INPUTS)  # int8 wants more
+            runner.calibrate(_middle_inputs(plan_path, done, progress.total, size))
+            stats.calibration_seconds += getattr(runner, "calibration_seconds", 0.0) - before
+        progress.working()  # the rate counts from here: load and calibration are setup
+        if runner.dimension != self.dimension:
+            raise RuntimeError(
+                f"the loaded model embeds into {runner.dimension} dimensions, its files say "
+                f"{self.dimension}"
             )
-        else:
-            tracker = Progress(
-                EXECUTE.name,
-                todo_count,
-                progress,
-                interval=progress_interval,
-                total_tokens=todo_tokens,
+        in_flight: dict[int, str] = {}  # plan position -> input hash, until its vector is back
+        next_position = 0
+
+        def batches() -> Iterator[PlannedBatch]:
+            nonlocal next_position
+            for planned in _planned_batches(plan_path):
+                todo = [row for row in planned if row[0] not in done]
+                if todo:
+                    positions = list(range(next_position, next_position + len(todo)))
+                    next_position += len(todo)
+                    hashes, texts, token_ids = (list(column) for column in zip(*todo, strict=True))
+                    in_flight.update(zip(positions, hashes, strict=True))
+                    yield positions, texts, token_ids
+
+        tokens_seen = 0
+        for positions, vectors in runner.run(batches(), stats):
+            progress.advance(len(positions), stats.tokens - tokens_seen)
+            tokens_seen = stats.tokens
+            now = datetime.now(UTC)
+            table = pa.table(
+                {
+                    "input_hash": [in_flight.pop(p) for p in positions],
+                    "vector": pa.FixedSizeListArray.from_arrays(
+                        pa.array(vectors.reshape(-1)), runner.dimension
+                    ),
+                    "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
+                },
+                schema=self.rows,
             )
-            summary = _embed(plan_path, output, get_runner, dimension, done_keys, tracker)
-        output.finish(summary, plan_path)
-        return summary
-
-
-def _embed(
-    plan_path: StagePath | Path,
-    output: CheckpointedOutput,
-    get_runner: Callable[[], Embedder],
-    dimension: int,
-    done_keys: set[str],
-    progress: Progress,
-) -> ExecuteSummary:
-    """Embed the planned inputs not in `done_keys` into `output`, which checkpoints them."""
-    progress.start()  # before the model loads: the total is known now
-    loading = time.perf_counter()
-    runner = get_runner()
-    load_seconds = time.perf_counter() - loading
-    stats = RunStats()
-    if runner.calibrating:  # choose the path on typical inputs, not the plan's shortest
-        before = getattr(runner, "calibration_seconds", 0.0)
-        size = getattr(runner, "calibration_inputs", 4 * SAMPLE_INPUTS)  # int8 wants more
-        runner.calibrate(_middle_inputs(plan_path, done_keys, progress.total, size))
-        stats.calibration_seconds += getattr(runner, "calibration_seconds", 0.0) - before
-    progress.working()  # the rate counts from here: the model's load and calibration are setup
-    schema = embeddings_schema(dimension)
-    if runner.dimension != dimension:
-        raise RuntimeError(
-            f"the loaded model embeds into {runner.dimension} dimensions, its files say {dimension}"
-        )
-    in_flight: dict[int, str] = {}  # plan position -> input hash, until its vector is back
-    next_position = 0
-
-    def batches() -> Iterator[PlannedBatch]:
-        nonlocal next_position
-        for planned in _planned_batches(plan_path):
-            todo = [row for row in planned if row[0] not in done_keys]
-            if todo:
-                positions = list(range(next_position, next_position + len(todo)))
-                next_position += len(todo)
-                hashes, texts, token_ids = (list(column) for column in zip(*todo, strict=True))
-                in_flight.update(zip(positions, hashes, strict=True))
-                yield positions, texts, token_ids
-
-    tokens_seen = 0
-    for positions, vectors in runner.run(batches(), stats):
-        progress.advance(len(positions), stats.tokens - tokens_seen)
-        tokens_seen = stats.tokens
-        now = datetime.now(UTC)
-        table = pa.table(
-            {
-                "input_hash": [in_flight.pop(p) for p in positions],
-                "vector": pa.FixedSizeListArray.from_arrays(
-                    pa.array(vectors.reshape(-1)), runner.dimension
-                ),
-                "embedded_at": pa.array([now] * len(positions), pa.timestamp("us", "UTC")),
-            },
-            schema=schema,
-        )
-        output.add(table)
-    progress.advance(len(stats.failed), stats.tokens - tokens_seen)  # failed inputs are done too
-    progress.finish()
-    return ExecuteSummary(
-        stats=stats,
-        device=runner.device,
-        dtype=runner.dtype,
-        dimension=runner.dimension,
-        failed_inputs={in_flight[p]: reason for p, reason in stats.failed.items()},
-        resumed_inputs=len(done_keys),
-        dtype_decision=getattr(runner, "dtype_decision", None),
-        load_seconds=load_seconds,
-        backend=runner.backend,
-    )
+            output.add(table)
+        progress.advance(len(stats.failed), stats.tokens - tokens_seen)  # failed inputs: done
+        summary.failed_inputs.update({in_flight[p]: why for p, why in stats.failed.items()})
+        summary.device, summary.dtype, summary.backend = runner.device, runner.dtype, runner.backend
+        summary.dtype_decision = getattr(runner, "dtype_decision", None)

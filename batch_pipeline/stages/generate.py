@@ -40,11 +40,14 @@ from batch_pipeline.inference.generator import (
     check_output,
 )
 from batch_pipeline.measures.progress import Progress, ProgressSink
-from batch_pipeline.stages import EXECUTE
-from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.checkpointed import (
+    CheckpointedOutput,
+    CheckpointedRun,
+    execute_checkpointed,
+)
 from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.stages.prompt_plan import PROMPT_COLUMNS, PromptPlanSummary, plan_record
-from batch_pipeline.state.staging import StagePath, read_groups, read_table
+from batch_pipeline.state.staging import StagePath, read_batches, read_groups
 
 # finish reasons that say the engine failed the request, not that the input did
 ENGINE_FAULTS = ("error", "abort")
@@ -212,56 +215,89 @@ def execute_prompts(
     progress_interval: float = 15.0,
 ) -> GenerateSummary:
     """Generate the plan's prompts (see the module docstring); writes the output file."""
-    started = time.perf_counter()
-    planned = plan_record(plan_path)
-    plan_tokens = dict(  # each planned prompt's tokens, by its input
-        zip(*(c.to_pylist() for c in read_table(plan_path, PLAN_TOKENS).columns), strict=True)
+    family = PromptRun(get_generator, sampling, schema)
+    return execute_checkpointed(
+        family, plan_path, out_path, checkpoint_dir, progress, progress_interval
     )
-    summary = summary_of_plan(planned)
-    rows = generations_schema()  # each table `_generate` adds is one checkpoint
-    with CheckpointedOutput(out_path, checkpoint_dir, rows, every=1, started=started) as output:
-        resumed = output.resume(plan_tokens.keys() & output.done_keys, counted(summary))
-        summary.resumed_inputs = len(resumed)
-        todo = planned.prompts - len(resumed)
-        if todo > 0:
-            tracker = Progress(  # the ETA in the prompt tokens left: the plan counted them
-                EXECUTE.name,
-                todo,
-                progress,
-                unit="prompts",
-                interval=progress_interval,
-                total_tokens=sum(n for k, n in plan_tokens.items() if k not in resumed),
-                token_unit="prompt tokens",
-            )
-            _generate(
-                plan_path,
-                output,
-                checked(get_generator, planned),
-                sampling,
-                schema,
-                resumed,
-                summary,
-                tracker,
-                every=planned.chunk_size,
-            )
-        refuse_if_engine_failed(summary)
-        output.finish(summary, plan_path)
-    return summary
 
 
-def checked(get_generator: Callable[[], Generator], planned: PromptPlanSummary):  # noqa: ANN201
-    """`get_generator`, whose engine is checked against the plan once loaded: the
-    `max_model_len` the plan refused prompts against must be the engine's
-    (`PromptPlanSummary.check_engine`)."""
+class PromptRun(CheckpointedRun):
+    """The generate family's step in the checkpointed loop: the plan's prompts streamed
+    through a `Generator`, its outputs judged against `schema` as rows; the ETA is reckoned
+    in the prompt tokens the plan counted. Each table it adds is one checkpoint."""
 
-    def load() -> Generator:
-        generator = get_generator()
+    rows = generations_schema()
+    unit, token_unit, every = "prompts", "prompt tokens", 1
+
+    def __init__(
+        self, get_generator: Callable[[], Generator], sampling: Sampling, schema: dict | None
+    ) -> None:
+        self.get_generator, self.sampling, self.schema = get_generator, sampling, schema
+        self.plan: PromptPlanSummary | None = None  # the plan's record, once started
+
+    def start(self, plan_path: StagePath | Path) -> GenerateSummary:
+        self.plan = plan_record(plan_path)
+        return summary_of_plan(self.plan)
+
+    def planned(self, plan_path: StagePath | Path) -> Iterator[tuple[str, int]]:
+        for record_batch in read_batches(plan_path, PLAN_TOKENS):
+            yield from zip(*(record_batch[c].to_pylist() for c in PLAN_TOKENS), strict=True)
+
+    def counted(self, summary: GenerateSummary) -> Callable[[pa.Table], None]:
+        return counted(summary)
+
+    def run(
+        self,
+        plan_path: StagePath | Path,
+        output: CheckpointedOutput,
+        done: set[str],
+        summary: GenerateSummary,
+        progress: Progress,
+    ) -> None:
+        """The plan's prompts not in `done`, streamed through the engine (which is kept fed
+        across the plan's chunks), their outputs checkpointed every chunk's worth of outputs
+        or `CHECKPOINT_SECONDS`, whichever comes first."""
+        every = self.plan.chunk_size
+        generator = self.get_generator()
         settings = getattr(generator, "settings", None)
-        if settings is not None:
-            planned.check_engine(settings.max_model_len)
-        return generator
+        if settings is not None:  # the plan refused prompts against the engine's max_model_len
+            self.plan.check_engine(settings.max_model_len)
+        summary.device, summary.dtype = generator.device, generator.dtype
+        summary.devices = generator.devices
+        progress.working()  # the rate counts from here (and the engine's start is set aside)
+        stats = summary.stats
+        set_aside = stats.load_seconds
+        tokens: dict[str, int] = {}  # the prompt tokens the plan counted, while in flight
 
-    return load
+        def todo() -> Iterator[Prompt]:
+            for chunk in _planned_chunks(plan_path):
+                for prompt, count in chunk:
+                    if prompt.key not in done:
+                        tokens[prompt.key] = count
+                        yield prompt
+
+        pending: list = []
+        last = time.perf_counter()
+
+        def checkpoint() -> None:
+            nonlocal pending, last
+            summary.chunks_run += 1
+            add_outputs(output, output_rows(pending, self.schema, summary))
+            pending, last = [], time.perf_counter()
+
+        for finished in generator.stream(todo(), self.sampling, self.schema, stats, window=every):
+            if stats.load_seconds > set_aside:  # the engine started inside the stream
+                progress.set_aside(stats.load_seconds - set_aside)
+                set_aside = stats.load_seconds
+            pending.append(finished)
+            progress.advance(1, tokens.pop(finished.key, 0))
+            if len(pending) >= every or time.perf_counter() - last >= CHECKPOINT_SECONDS:
+                checkpoint()
+        if pending:
+            checkpoint()
+
+    def finished(self, summary: GenerateSummary) -> None:
+        refuse_if_engine_failed(summary)
 
 
 def refuse_if_engine_failed(summary: GenerateSummary) -> None:
@@ -292,59 +328,6 @@ def add_outputs(output: CheckpointedOutput, table: pa.Table) -> None:
         output.add(kept)
     if kept.num_rows < table.num_rows:
         output.add(table.filter(faults), checkpointed=False)
-
-
-def _generate(
-    plan_path: StagePath | Path,
-    output: CheckpointedOutput,
-    get_generator: Callable[[], Generator],
-    sampling: Sampling,
-    schema: dict | None,
-    done_keys: set[str],
-    summary: GenerateSummary,
-    progress: Progress,
-    every: int,
-    every_seconds: float = CHECKPOINT_SECONDS,
-) -> None:
-    """The plan's prompts no checkpoint holds, streamed through the engine (which is kept
-    fed across the plan's chunks), their outputs checkpointed every `every` outputs or
-    `every_seconds`, whichever comes first."""
-    progress.start()
-    generator = get_generator()
-    summary.device, summary.dtype = generator.device, generator.dtype
-    summary.devices = generator.devices
-    progress.working()  # the rate counts from here (and the engine's start is set aside)
-    stats = summary.stats
-    set_aside = stats.load_seconds
-    tokens: dict[str, int] = {}  # the prompt tokens the plan counted, while in flight
-
-    def todo() -> Iterator[Prompt]:
-        for chunk in _planned_chunks(plan_path):
-            for prompt, count in chunk:
-                if prompt.key not in done_keys:
-                    tokens[prompt.key] = count
-                    yield prompt
-
-    pending: list = []
-    last = time.perf_counter()
-
-    def checkpoint() -> None:
-        nonlocal pending, last
-        summary.chunks_run += 1
-        add_outputs(output, output_rows(pending, schema, summary))
-        pending, last = [], time.perf_counter()
-
-    for finished in generator.stream(todo(), sampling, schema, stats, window=every):
-        if stats.load_seconds > set_aside:  # the engine started inside the stream
-            progress.set_aside(stats.load_seconds - set_aside)
-            set_aside = stats.load_seconds
-        pending.append(finished)
-        progress.advance(1, tokens.pop(finished.key, 0))
-        if len(pending) >= every or time.perf_counter() - last >= every_seconds:
-            checkpoint()
-    if pending:
-        checkpoint()
-    progress.finish()
 
 
 def summary_of_plan(

@@ -25,8 +25,12 @@ import pyarrow as pa
 from batch_pipeline.inference.batching import PlanSettings, pack_batches
 from batch_pipeline.inference.scorer import Scorer, ScoreStats
 from batch_pipeline.measures.progress import Progress, ProgressSink
-from batch_pipeline.stages import EXECUTE
-from batch_pipeline.stages.checkpointed import DEFAULT_CHECKPOINT_EVERY, CheckpointedOutput
+from batch_pipeline.stages.checkpointed import (
+    DEFAULT_CHECKPOINT_EVERY,
+    CheckpointedOutput,
+    CheckpointedRun,
+    execute_checkpointed,
+)
 from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.state.spill import BucketSpill, bucket_count, hash_buckets, scratch_dir
 from batch_pipeline.state.staging import StagePath, StageWriter, read_batches, read_groups
@@ -154,6 +158,7 @@ class ScoreSummary(ExecuteOutcome):
             "inputs_unanswered": self.unanswered,
             "executor": self.executor,
             "token_cost": self.token_cost,
+            "window_seconds": self.window_seconds,
             **self.batches.record(),
         }
 
@@ -191,60 +196,69 @@ def execute_pairs(
     progress_interval: float = 15.0,
 ) -> ScoreSummary:
     """Score the plan into `out_path`, a batch at a time (see the module docstring)."""
-    started = time.perf_counter()
-    summary = ScoreSummary()
-    with CheckpointedOutput(
-        out_path, checkpoint_dir, SCORES_SCHEMA, checkpoint_every, started
-    ) as output:
-        keys = {
-            key
-            for batch in read_batches(plan_path, ["input_hash"])
-            for key in batch["input_hash"].to_pylist()
-        }
-        done = output.resume(keys & output.done_keys)
-        summary.resumed_inputs = len(done)
-        todo = len(keys) - len(done)
-        if todo:
-            tracker = Progress(
-                EXECUTE.name, todo, progress, unit="pairs", interval=progress_interval
-            )
-            tracker.start()
-            scorer = get_scorer()
-            tracker.working()
-            columns = ["input_hash", "query", "document", "token_count"]
-            waiting: deque[list[tuple]] = deque()  # planned batches handed to the scorer
+    family = PairRun(get_scorer, checkpoint_every)
+    return execute_checkpointed(
+        family, plan_path, out_path, checkpoint_dir, progress, progress_interval
+    )
 
-            def batches() -> Iterator[list[tuple[str, str]]]:
-                for group in read_groups(plan_path, "batch_index", columns):
-                    pending = [row for row in group if row[0] not in done]
-                    if pending:
-                        waiting.append(pending)
-                        yield [(q, d) for _, q, d, _ in pending]
 
-            began = time.perf_counter()
-            for scores in scorer.run(batches()):  # a scorer may take several batches at once
-                pending = waiting.popleft()
-                stats = summary.stats
-                stats.seconds += time.perf_counter() - began
-                stats.pairs += len(pending)
-                stats.tokens += sum(count for *_, count in pending)
-                stats.padded_tokens += len(pending) * max(count for *_, count in pending)
-                stats.batches += 1
-                now = datetime.now(UTC)
-                output.add(
-                    pa.table(
-                        {
-                            "input_hash": [row[0] for row in pending],
-                            "score": pa.array(scores, pa.float32()),
-                            "scored_at": pa.array([now] * len(pending), SCORES_SCHEMA[2].type),
-                        },
-                        schema=SCORES_SCHEMA,
-                    )
+class PairRun(CheckpointedRun):
+    """The score family's step in the checkpointed loop: the plan's batches of pairs through a
+    `Scorer`, its scores as rows."""
+
+    rows, unit = SCORES_SCHEMA, "pairs"
+
+    def __init__(self, get_scorer: Callable[[], Scorer], every: int) -> None:
+        self.get_scorer, self.every = get_scorer, every
+
+    def start(self, plan_path: StagePath | Path) -> ScoreSummary:
+        return ScoreSummary()
+
+    def planned(self, plan_path: StagePath | Path) -> Iterator[tuple[str, int]]:
+        for batch in read_batches(plan_path, ["input_hash"]):
+            yield from ((key, 0) for key in batch["input_hash"].to_pylist())
+
+    def run(
+        self,
+        plan_path: StagePath | Path,
+        output: CheckpointedOutput,
+        done: set[str],
+        summary: ScoreSummary,
+        progress: Progress,
+    ) -> None:
+        scorer = self.get_scorer()
+        progress.working()
+        columns = ["input_hash", "query", "document", "token_count"]
+        waiting: deque[list[tuple]] = deque()  # planned batches handed to the scorer
+
+        def batches() -> Iterator[list[tuple[str, str]]]:
+            for group in read_groups(plan_path, "batch_index", columns):
+                pending = [row for row in group if row[0] not in done]
+                if pending:
+                    waiting.append(pending)
+                    yield [(q, d) for _, q, d, _ in pending]
+
+        began = time.perf_counter()
+        for scores in scorer.run(batches()):  # a scorer may take several batches at once
+            pending = waiting.popleft()
+            stats = summary.stats
+            stats.seconds += time.perf_counter() - began
+            stats.pairs += len(pending)
+            stats.tokens += sum(count for *_, count in pending)
+            stats.padded_tokens += len(pending) * max(count for *_, count in pending)
+            stats.batches += 1
+            now = datetime.now(UTC)
+            output.add(
+                pa.table(
+                    {
+                        "input_hash": [row[0] for row in pending],
+                        "score": pa.array(scores, pa.float32()),
+                        "scored_at": pa.array([now] * len(pending), SCORES_SCHEMA[2].type),
+                    },
+                    schema=SCORES_SCHEMA,
                 )
-                tracker.advance(len(pending), 0)
-                began = time.perf_counter()
-            tracker.finish()
-            summary.backend, summary.device = scorer.backend, scorer.device
-            summary.load_seconds = scorer.load_seconds
-        output.finish(summary, plan_path)
-    return summary
+            )
+            progress.advance(len(pending), 0)
+            began = time.perf_counter()
+        summary.backend, summary.device = scorer.backend, scorer.device
+        summary.load_seconds = scorer.load_seconds
