@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from batch_pipeline.executors.generation import parallel_problem
-from batch_pipeline.executors.registry import GENERATE, default_executor, executor_names
+from batch_pipeline.executors.registry import GENERATE, default_executor
 from batch_pipeline.inference.calibration import CALIBRATION_FILE
 from batch_pipeline.inference.chat_models import ChatModel, resolve_chat_model
 from batch_pipeline.inference.generator import Generator, Sampling
@@ -127,11 +127,7 @@ class GenerationResource(BatchApiResource):
             generation_device(self.device)
         except ValueError as error:
             raise ValueError(f"GenerationResource.device: {error}") from None
-        if self.executor not in executor_names(GENERATE):
-            raise ValueError(
-                f"GenerationResource.executor must be one of "
-                f"{', '.join(executor_names(GENERATE))}, got {self.executor!r}"
-            )
+        self.check_executor(GENERATE)  # its name, its settings and its Batch API's
         if self.tensor_parallel_size > 1 or self.data_parallel_size > 1:
             problem = parallel_problem(
                 self.executor,
@@ -141,7 +137,6 @@ class GenerationResource(BatchApiResource):
             )
             if problem is not None:
                 raise ValueError(f"GenerationResource.{problem[0]}: {problem[1]}")
-        self.check_batch_api(GENERATE, self.executor)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._generator is not None:

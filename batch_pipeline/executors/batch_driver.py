@@ -36,7 +36,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
 
 from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger, ProviderBatchError
 from batch_pipeline.executors.batch_client import (
@@ -52,6 +51,7 @@ from batch_pipeline.executors.batch_file import BatchResult, read_results, write
 from batch_pipeline.faults import crash_point
 from batch_pipeline.measures.progress import Progress
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
+from batch_pipeline.stages.outcome import ExecuteOutcome
 from batch_pipeline.stages.provider_batches import ProviderBatches
 from batch_pipeline.state.staging import StagePath, read_batches
 from batch_pipeline.state.tracking import FINAL_STATUSES, GIVEN_UP, ProviderBatch
@@ -73,25 +73,18 @@ class BatchWork:
     take: Callable[[list[BatchResult]], None]
 
 
-class CountedSummary(Protocol):
-    """An execute summary a Batch API family counts answers into (embed, score)."""
-
-    stats: Any  # its RunStats: seconds, tokens, batches
-    failed_inputs: dict[str, str]
-    unanswered: int
-
-
 def kept_answers(
     answered: list[BatchResult],
     has_answer: Callable[[BatchResult], bool],
     missing: str,
-    summary: CountedSummary,
+    summary: ExecuteOutcome,
     planned_tokens: dict[str, int],
 ) -> tuple[list[BatchResult], int]:
     """Of a settled batch's answers, those that carry what the family asked for, and their
     tokens (the provider's usage, else the plan's count); the rest are their inputs'
-    failures in `summary` (their error, else `missing`). The provider's padding is not
-    billed, so the tokens are counted as padded tokens too."""
+    failures in `summary` (their error, else `missing`), whose family's `stats` count the
+    tokens and batches. The provider's padding is not billed, so the tokens are counted as
+    padded tokens too."""
     kept = [r for r in answered if has_answer(r)]
     for failed in (r for r in answered if not has_answer(r)):
         summary.failed_inputs[failed.key] = failed.error or missing
@@ -121,7 +114,7 @@ class BatchDriver:
         with batch_client(self.api, key) as client:
             self._drive(client, work)
 
-    def drive_counted(self, work: BatchWork, tracker: Progress, summary: CountedSummary) -> None:
+    def drive_counted(self, work: BatchWork, tracker: Progress, summary: ExecuteOutcome) -> None:
         """`drive`, with `tracker` showing the run at work meanwhile: the summary's seconds
         are the drive's (submitting, polling, reading), and its `unanswered` the plan's
         inputs the provider has answered neither way yet (neither landed nor failed)."""

@@ -53,6 +53,12 @@ class GenerationExecutor:
             )
         return cls(generator, sampling, schema, settings)
 
+    @staticmethod
+    def settings_problem(device: str, dtype: str) -> tuple[str, str] | None:
+        """The device or dtype this executor cannot run, and why: the engine's own settings
+        check them (`GenerationResource`), so None."""
+        return None
+
     def plan(
         self, prepared: StagePath, out: StagePath, options: ExecuteOptions
     ) -> PromptPlanSummary:

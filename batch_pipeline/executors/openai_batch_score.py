@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
-from batch_pipeline.executors.batch_api import DEVICE, NAME
+from batch_pipeline.executors.batch_api import DEVICE, NAME, window_seconds
 from batch_pipeline.executors.batch_driver import kept_answers, planned_token_counts
 from batch_pipeline.executors.batch_file import (
     CHAT_COMPLETIONS,
@@ -61,7 +61,11 @@ class OpenAIBatchScoreExecutor(ProviderExecutor, ScoreExecutor):
         """The plan's pairs as the judge's `/v1/chat/completions` lines, and each answer's
         score as a checkpoint row."""
         summary = ScoreSummary(
-            backend=NAME, device=DEVICE, executor=NAME, token_prices=self.api.token_prices
+            backend=NAME,
+            device=DEVICE,
+            executor=NAME,
+            token_prices=self.api.token_prices,
+            window_seconds=window_seconds(self.api.completion_window),
         )
         planned_tokens = planned_token_counts(planned)  # where usage says nothing
         judge = self.reranker
