@@ -255,10 +255,13 @@ class GenerationReviewer:
             decision=f"{decision}: {reason}",
             scores=json.dumps({**stored, **scores}, default=str),
         )
-        record = self.registry.get(self.product, record.fingerprint)
+        assessed, record = record, self.registry.get(self.product, record.fingerprint)
         live = self.registry.live(self.product)
         if written:
-            key = self._key(record, live, self.rule.assess(record, live))
+            # the key of the record this verdict was made on, not of the record now: a land
+            # that changed what completeness reads (rows, documents, a full pass) and not the
+            # `complete` the guard compares leaves a key the next review does not trust
+            key = self._key(assessed, live, self.rule.assess(assessed, live))
             self.registry.update(self.product, record.fingerprint, reviewed_key=key)
         else:
             reason += (

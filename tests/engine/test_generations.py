@@ -347,3 +347,59 @@ def test_a_review_overtaken_by_a_land_does_not_undo_its_completeness(sql_url):
     assert again.evaluated and again.decision == "live"  # the stale review left no key
     assert registry.get(name, "fp").complete
     tracking.dispose()
+
+
+def test_a_review_overtaken_by_a_land_that_completes_the_generation_leaves_no_trusted_key(
+    sql_url,
+):
+    """The briefs' shards: completeness is read from what the lands record (rows, a full
+    pass), which no review writes. One shard's review reads the generation one shard short,
+    the last shard's land completes it meanwhile, and the stale verdict is written. The last
+    shard's review must then decide on the complete generation and promote it, not keep the
+    stale verdict as if nothing had changed (CI's four-shard backfill ended with every brief
+    landed and none live)."""
+    import uuid
+
+    from batch_pipeline.config import GenerationsConfig
+    from batch_pipeline.generations.registry import GenerationRegistry
+    from batch_pipeline.generations.review import Completeness, GenerationReviewer
+    from batch_pipeline.state.tracking import TrackingStore
+
+    tracking = TrackingStore(sql_url)
+    registry = GenerationRegistry(tracking)
+    name = f"briefed_{uuid.uuid4().hex[:8]}"
+    registry.ensure(name, "fp", f"{name}__fp", {})
+    registry.update(name, "fp", rows=3, documents=4, full_pass=True)
+
+    class CoversEveryDocument:  # as the briefs' rule: from the lands' counts
+        def assess(self, record, live):  # noqa: ANN001, ANN202
+            key = {"rows": record.rows, "documents": record.documents}
+            complete = bool(record.full_pass and record.rows >= record.documents)
+            return Completeness(complete, None if complete else "one brief short", key)
+
+    class LandDuringScoring:  # the last shard's land records its brief while this one scores
+        tolerance, floors = 0.0, {}
+
+        def key(self, record):  # noqa: ANN001, ANN202
+            return {"table": record.index_name}
+
+        def score(self, record, embedder_for):  # noqa: ANN001, ANN202
+            if registry.get(name, "fp").rows < 4:
+                registry.update(name, "fp", rows=4)
+            return {"valid_share": 1.0}
+
+    reviewer = GenerationReviewer(
+        registry,
+        name,
+        CoversEveryDocument(),
+        LandDuringScoring(),
+        "land it",
+        GenerationsConfig(),
+        lambda table: None,
+    )
+    stale = reviewer.review(registry.get(name, "fp"), lambda model: None)
+    assert stale.decision == "refused" and registry.live(name) is None
+    last = reviewer.review(registry.get(name, "fp"), lambda model: None)
+    assert last.evaluated and last.decision == "promoted"
+    assert registry.live(name).fingerprint == "fp"
+    tracking.dispose()
