@@ -72,7 +72,10 @@ def product_env(
     chosen = replace(chosen, device=device or chosen.device, dtype=dtype or chosen.dtype)
 
     def documents_for(key: str) -> IndexPartition:
-        return index_partition(env, key)
+        # read through the index's collect, which embeds nothing for the product: the run's
+        # executor (another family's, as a briefs run's anthropic-batch) is not the index's
+        reader = replace(chosen, name=None, batch_api=None, engine_options={})
+        return index_partition(replace(env, execution=reader), key)
 
     env = ProductEnv(
         config,

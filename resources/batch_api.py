@@ -27,10 +27,11 @@ class BatchApiResource(dg.ConfigurableResource):
         description="openai-batch: the Batch API's base URL, a provider's "
         "(https://api.openai.com/v1) or a self-hosted gateway's.",
     )
-    api_key_env: str = Field(
-        default="OPENAI_API_KEY",
-        description="openai-batch: the environment variable holding the API key (the key "
-        "itself is never configured, logged or recorded).",
+    api_key_env: str | None = Field(
+        default=None,
+        description="A Batch API executor's: the environment variable holding the API key "
+        "(the key itself is never configured, logged or recorded); unset, the provider's "
+        "own: OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic-batch.",
     )
     api_model: str | None = Field(
         default=None,

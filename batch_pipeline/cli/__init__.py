@@ -34,7 +34,7 @@ from types import ModuleType
 import sqlalchemy as sa
 
 from batch_pipeline.cli import batches as provider_batch_commands
-from batch_pipeline.cli import generations, health, run
+from batch_pipeline.cli import executors, generations, health, run
 from batch_pipeline.cli.context import CommandContext
 from batch_pipeline.config import ConfigError, masked_url
 from batch_pipeline.executors.batch_api import ProviderBatchError
@@ -127,7 +127,7 @@ def command_modules() -> list[ModuleType]:
     command's name -> its function): those that cover every product, then the product
     kinds' own (`ProductKind.commands`)."""
     kinds = [importlib.import_module(kind.commands) for kind in KINDS if kind.commands]
-    return [health, run, generations, provider_batch_commands, *kinds]
+    return [health, run, generations, provider_batch_commands, executors, *kinds]
 
 
 def _main(args: argparse.Namespace) -> int:

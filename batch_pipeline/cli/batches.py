@@ -8,7 +8,8 @@ from batch_pipeline.cli.context import CommandContext, to_json
 from batch_pipeline.config import ConfigError
 from batch_pipeline.config.secrets import masked_url
 from batch_pipeline.executors.batch_api import BatchApiSettings
-from batch_pipeline.executors.batch_client import batch_client
+from batch_pipeline.executors.batch_client import NotFound
+from batch_pipeline.executors.registry import batch_client
 from batch_pipeline.health.provider_batches import batch_views
 from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES, GIVEN_UP, ProviderBatch
 
@@ -16,7 +17,7 @@ from batch_pipeline.state.tracking import DROPPED, FINAL_STATUSES, GIVEN_UP, Pro
 def add_commands(commands: argparse._SubParsersAction) -> None:
     batches = commands.add_parser(
         "batches",
-        help="the provider's batches (openai-batch): in flight, stuck, ended without answers",
+        help="the provider's batches (a Batch API executor's): in flight, stuck, ended badly",
     )
     batches.add_argument("--json", action="store_true", help="print JSON")
     actions = batches.add_subparsers(dest="action")
@@ -31,8 +32,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     drop.add_argument(
         "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="the environment variable holding the API key (with --api-base)",
+        default=None,
+        help="the environment variable holding the API key (with --api-base; default the "
+        "provider's: OPENAI_API_KEY, ANTHROPIC_API_KEY)",
     )
 
 
@@ -75,8 +77,9 @@ def _drop(ctx: CommandContext, args: argparse.Namespace) -> int:
     cancelled = ""
     if args.api_base and not batch.creating and batch.status not in FINAL_STATUSES:
         api = BatchApiSettings(api_base=args.api_base, api_key_env=args.api_key_env)
-        with batch_client(api, api.api_key()) as client:
-            client.batches.cancel(batch.batch_id)
+        client_type = batch_client(batch.wire)
+        with client_type.opened(api, api.api_key(client_type.key_env)) as client:
+            client.cancel(batch.batch_id)
         cancelled = "; cancelled at the provider"
     elif batch.status not in FINAL_STATUSES:
         cancelled = (
@@ -104,13 +107,12 @@ def _cancel_given_up(batch: ProviderBatch, args: argparse.Namespace) -> int:
     if not args.yes:
         print(f"would {plan}; run again with --yes to do it")
         return 1
-    import openai
-
     api = BatchApiSettings(api_base=args.api_base, api_key_env=args.api_key_env)
-    with batch_client(api, api.api_key()) as client:
+    client_type = batch_client(batch.wire)
+    with client_type.opened(api, api.api_key(client_type.key_env)) as client:
         try:
-            client.batches.cancel(batch.batch_id)
-        except openai.NotFoundError:
+            client.cancel(batch.batch_id)
+        except NotFound:
             raise ConfigError(
                 f"the Batch API at {api.shown_base} has no batch {batch.batch_id}: nothing to "
                 "cancel there"

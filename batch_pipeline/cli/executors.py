@@ -1,14 +1,23 @@
 """`run`'s executor flags, for every kind whose executor runs a model: which executor by name
 (`--executor`), the engine's parallel sizes, and where a Batch API executor submits. What they
-choose reaches the product through its `ProductEnv` (`executors.ExecutorChoice`)."""
+choose reaches the product through its `ProductEnv` (`executors.ExecutorChoice`). And
+`batch-pipeline executors`: the registry's executors by family, with their capabilities."""
 
 import argparse
+import json
+from dataclasses import asdict
 
 from batch_pipeline.arguments import whole_number
 from batch_pipeline.config import ConfigError
 from batch_pipeline.executors import ExecutorChoice
 from batch_pipeline.executors.batch_api import BatchApiSettings
-from batch_pipeline.executors.registry import EXECUTORS, all_executor_names, executors_with
+from batch_pipeline.executors.registry import (
+    EXECUTORS,
+    all_executor_names,
+    default_executor,
+    executor_class,
+    executors_with,
+)
 
 PARALLEL = ("tensor_parallel_size", "data_parallel_size")
 
@@ -51,8 +60,9 @@ def add_executor_flags(run: argparse.ArgumentParser) -> None:
     )
     api.add_argument(
         "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="the environment variable holding the key (default OPENAI_API_KEY)",
+        default=None,
+        help="the environment variable holding the key (default the provider's: "
+        "OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic-batch)",
     )
     api.add_argument("--completion-window", default="24h", help="default 24h")
     api.add_argument(
@@ -115,3 +125,43 @@ def executor_choice(args: argparse.Namespace) -> ExecutorChoice:
         engine_options={field: getattr(args, field, 1) or 1 for field in PARALLEL},
         spelled=lambda setting: "--" + setting.replace("_", "-"),
     )
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    listed = commands.add_parser(
+        "executors",
+        help="every executor by model family, with what it can do (its capabilities)",
+    )
+    listed.add_argument("--json", action="store_true", help="print JSON")
+
+
+def executors(ctx: object, args: argparse.Namespace) -> int:
+    """Each family's executors, its default first, with the capabilities each declares and,
+    for one that submits to a provider, the API it speaks."""
+    rows = []
+    for family, names in EXECUTORS.items():
+        for name in names:
+            cls = executor_class(family, name)
+            declared = asdict(cls.capabilities)
+            rows.append(
+                {
+                    "family": family,
+                    "executor": name,
+                    "default": name == default_executor(family),
+                    "capabilities": sorted(k for k, v in declared.items() if v),
+                    "api": cls.client.wire if declared["provider_batches"] else None,
+                }
+            )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'FAMILY':<9} {'EXECUTOR':<17} {'API':<10} CAPABILITIES")
+    for row in rows:
+        name = row["executor"] + (" *" if row["default"] else "")
+        said = ", ".join(row["capabilities"]) or "-"
+        print(f"{row['family']:<9} {name:<17} {row['api'] or '-':<10} {said}")
+    print("* the family's default")
+    return 0
+
+
+COMMANDS = {"executors": executors}

@@ -194,10 +194,11 @@ class CascadeBatchApiConfig(_Strict):
     api_base: str = Field(
         description="The Batch API's base URL (https://api.openai.com/v1, or a gateway's)."
     )
-    api_key_env: str = Field(
-        default="OPENAI_API_KEY",
+    api_key_env: str | None = Field(
+        default=None,
         description="The environment variable holding the API key (the key itself is never "
-        "configured, logged or recorded).",
+        "configured, logged or recorded); unset, the provider's own: OPENAI_API_KEY, or "
+        "ANTHROPIC_API_KEY for anthropic-batch.",
     )
     model: str | None = Field(
         default=None,

@@ -38,7 +38,7 @@ class BatchApiSettings:
     the generation and inference resources' fields, set these)."""
 
     api_base: str
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str | None = None  # None: the provider's own (OPENAI_API_KEY, ...)
     model: str | None = None  # the provider's name of the model; None: the configured one's
     completion_window: str = "24h"
     poll_seconds: float = 5.0  # the first wait between polls, doubled up to max_poll_seconds
@@ -50,12 +50,15 @@ class BatchApiSettings:
     def __post_init__(self) -> None:
         window_seconds(self.completion_window)  # a ConfigError naming the window it cannot read
 
-    def api_key(self) -> str:
-        key = os.environ.get(self.api_key_env)
+    def api_key(self, provider_env: str = "OPENAI_API_KEY") -> str:
+        """The key, from `api_key_env`, or where none is set from the provider's own
+        variable (`provider_env`: its client's `key_env`)."""
+        variable = self.api_key_env or provider_env
+        key = os.environ.get(variable)
         if not key:
             raise ConfigError(
-                f"the {NAME} executor reads its API key from ${self.api_key_env}, which is not "
-                "set (`run --api-key-env` or the resource's api_key_env names another variable)"
+                f"the Batch API's key is read from ${variable}, which is not set (`run "
+                "--api-key-env` or the resource's api_key_env names another variable)"
             )
         return key
 
@@ -103,9 +106,10 @@ class BatchLedger:
         custom_ids: list[str],
         attempt: int,
         api_base: str | None = None,
+        wire: str | None = None,
     ) -> str:
-        """Record a batch before it is created (its placeholder id), and where it goes
-        (`api_base`, credentials masked)."""
+        """Record a batch before it is created (its placeholder id), where it goes
+        (`api_base`, credentials masked) and the API it speaks there (`wire`)."""
         return self.tracking.record_batch_intent(
             self.generation,
             self.partition,
@@ -115,6 +119,7 @@ class BatchLedger:
             custom_ids,
             attempt,
             api_base,
+            wire,
         )
 
 
@@ -147,6 +152,6 @@ def provider_settings_problem(device: str, dtype: str) -> tuple[str, str] | None
         if value != "auto":
             return (
                 setting,
-                f"{value!r} is the provider's to choose on the {NAME} executor; leave it auto",
+                f"{value!r} is the provider's to choose on a Batch API executor; leave it auto",
             )
     return None

@@ -40,14 +40,13 @@ from pathlib import Path, PurePosixPath
 from batch_pipeline.executors.batch_api import BatchApiSettings, BatchLedger, ProviderBatchError
 from batch_pipeline.executors.batch_client import (
     FILE_HASH,
+    BatchClient,
     NotFound,
-    batch_client,
-    error_said,
-    file_content,
+    OpenAIBatches,
+    RemoteBatch,
     file_digest,
-    find_created,
 )
-from batch_pipeline.executors.batch_file import BatchResult, read_results, write_batch_files
+from batch_pipeline.executors.batch_file import BatchResult, write_batch_files
 from batch_pipeline.faults import crash_point
 from batch_pipeline.measures.progress import Progress
 from batch_pipeline.stages.checkpointed import CheckpointedOutput
@@ -107,11 +106,12 @@ class BatchDriver:
     sleep: Callable[[float], None] = time.sleep
     sent: set[str] = field(default_factory=set)  # keys this run submitted or collected
     submitted: bool = False
+    provider: type = OpenAIBatches  # the provider's client (`BatchClient`), by its API
 
     def drive(self, work: BatchWork) -> None:
         """Collect, submit, wait: until nothing is in flight or the wait is over."""
-        key = self.api.api_key()
-        with batch_client(self.api, key) as client:
+        key = self.api.api_key(self.provider.key_env)
+        with self.provider.opened(self.api, key) as client:
             self._drive(client, work)
 
     def drive_counted(self, work: BatchWork, tracker: Progress, summary: ExecuteOutcome) -> None:
@@ -126,7 +126,7 @@ class BatchDriver:
         summary.unanswered = len(work.keys - answered)
         tracker.finish()
 
-    def _drive(self, client, work: BatchWork) -> None:  # noqa: ANN001
+    def _drive(self, client: BatchClient, work: BatchWork) -> None:
         wait = self.api.wait_seconds
         deadline = None if wait is None else time.monotonic() + wait
         pause = self.api.poll_seconds
@@ -146,7 +146,7 @@ class BatchDriver:
         if not self.ledger.uncollected():
             self.batches.pending = 0
 
-    def _collect(self, client, work: BatchWork) -> list[ProviderBatch]:  # noqa: ANN001
+    def _collect(self, client: BatchClient, work: BatchWork) -> list[ProviderBatch]:
         """Each uncollected batch's status; a finished one's answers into the output. The
         batches in flight after that (resubmissions included)."""
         tracking = self.ledger.tracking
@@ -158,16 +158,16 @@ class BatchDriver:
             remote = self._retrieve(client, batch)
             if remote is None:
                 continue
-            status = str(remote.status)
+            status = remote.status
             if status not in FINAL_STATUSES:
                 if status != batch.status:
                     tracking.update_provider_batch(batch.batch_id, status)
                 continue
             if status == "failed":
-                errors = getattr(getattr(remote, "errors", None), "data", None) or []
+                errors = list(remote.errors)
                 if self._refused_requests(client, work, batch, errors):
                     continue
-                said = "; ".join(error_said(e) for e in errors[:3]) or "no reason given"
+                said = "; ".join(e.said() for e in errors[:3]) or "no reason given"
                 if len(errors) > 3:
                     said += f"; and {len(errors) - 3} more"
                 tracking.collect_provider_batch(batch.batch_id, status, self.run_id, said)
@@ -175,7 +175,7 @@ class BatchDriver:
             unreadable: list[str] = []
             try:
                 asked = self._asked(client, batch)
-                results = self._results(client, remote, unreadable)
+                results = client.results(remote, unreadable)
             except NotFound as gone:
                 self._give_up(batch, f"{gone.what} is gone at the provider")
                 continue
@@ -196,8 +196,8 @@ class BatchDriver:
         return self.ledger.uncollected()
 
     def _refused_requests(
-        self, client, work: BatchWork, batch: ProviderBatch, errors: list
-    ) -> bool:  # noqa: ANN001
+        self, client: BatchClient, work: BatchWork, batch: ProviderBatch, errors: list
+    ) -> bool:
         """A batch the provider's validation failed for some of its requests only (each error
         naming its line): those requests are their inputs' failures, and the rest are sent
         again at once, in a batch of their own, so one bad request never blocks the others.
@@ -209,10 +209,10 @@ class BatchDriver:
         lines = self.ledger.tracking.batch_request_lines(batch.file_sha256)
         refused: dict[str, str] = {}
         for error in errors:
-            key = lines.get(getattr(error, "line", None))
+            key = lines.get(error.line)
             if key is None:
                 return False  # an error of the whole file, or a line unknown here
-            refused.setdefault(key, f"refused by the provider: {error_said(error)}")
+            refused.setdefault(key, f"refused by the provider: {error.said()}")
         if not refused or len(refused) >= len(lines):
             return False
         self.sent |= set(lines.values())
@@ -229,14 +229,12 @@ class BatchDriver:
         self.batches.collected.append(batch.batch_id)
         return True
 
-    def _retrieve(self, client, batch: ProviderBatch):  # noqa: ANN001, ANN202
+    def _retrieve(self, client: BatchClient, batch: ProviderBatch) -> RemoteBatch | None:
         """The provider's view of the batch; None, and the batch given up, where the
         provider has no such batch."""
-        import openai
-
         try:
-            return client.batches.retrieve(batch.batch_id)
-        except openai.NotFoundError:
+            return client.retrieve(batch.batch_id)
+        except NotFound:
             self._give_up(batch, "the provider has no such batch (404)")
             return None
 
@@ -254,27 +252,27 @@ class BatchDriver:
         self.ledger.tracking.collect_provider_batch(batch.batch_id, GIVEN_UP, self.run_id, why)
         self.batches.given_up.append(batch.batch_id)
 
-    def _adopt(self, client, intent: ProviderBatch) -> ProviderBatch | None:  # noqa: ANN001
+    def _adopt(self, client: BatchClient, intent: ProviderBatch) -> ProviderBatch | None:
         """A batch recorded before its creation, which never answered (an error, or a run cut
-        off): the provider's batch carrying its file's hash, adopted; None, and the intent
+        off): the provider's batch made of it (`find_created`), adopted; None, and the intent
         forgotten (its requests are sent again), where the provider has none."""
         tracking = self.ledger.tracking
-        found = find_created(client, self.ledger, intent)
+        found = client.find_created(self.ledger, intent)
         if found is None:
             tracking.forget_batch_intent(intent.batch_id)
             return None
-        tracking.batch_created(intent.batch_id, found.id, str(found.status))
+        tracking.batch_created(intent.batch_id, found.id, found.status)
         self.batches.adopted.append(found.id)
         return tracking.provider_batch(found.id)
 
     def _settle(
         self,
-        client,
+        client: BatchClient,
         work: BatchWork,
         batch: ProviderBatch,
         asked: set[str],
         results: dict[str, BatchResult],
-    ) -> None:  # noqa: ANN001
+    ) -> None:
         """A finished batch's answers to the family (`take`); its retryable failures sent
         again once, in a batch of their own."""
         self.sent |= asked
@@ -286,7 +284,7 @@ class BatchDriver:
         self.batches.collected.append(batch.batch_id)
         work.take([r for r in fresh if r.error is None or not r.retryable])
 
-    def _submit(self, client, work: BatchWork) -> bool:  # noqa: ANN001
+    def _submit(self, client: BatchClient, work: BatchWork) -> bool:
         """The plan's inputs no checkpoint holds and this run has not sent, as new batches."""
         with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
             todo = work.requests(work.output.done_keys | self.sent)
@@ -295,7 +293,7 @@ class BatchDriver:
                 self._upload_and_create(client, work, path, FIRST)
         return bool(files)
 
-    def _send(self, client, work: BatchWork, keys: set[str], attempt: int) -> None:  # noqa: ANN001
+    def _send(self, client: BatchClient, work: BatchWork, keys: set[str], attempt: int) -> None:
         """The plan's request lines of `keys` as one new batch (made again from the plan: the
         provider's copy of the input file is not read)."""
         with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
@@ -306,29 +304,28 @@ class BatchDriver:
                         out.write(json.dumps(request) + "\n")
             self._upload_and_create(client, work, path, attempt)
 
-    def _upload_and_create(self, client, work: BatchWork, path: Path, attempt: int) -> None:  # noqa: ANN001
+    def _upload_and_create(
+        self, client: BatchClient, work: BatchWork, path: Path, attempt: int
+    ) -> None:
         """Upload the file, record the batch's intent (its file's hash and request ids), then
         create it once: with no retry by the client, since a retried creation that the
         provider had accepted is a second batch, billed twice. A creation that answers an
-        error is looked for at the provider (by the file's hash) before the error stands."""
+        error is looked for at the provider (`find_created`) before the error stands."""
         digest, ids = file_digest(path)
-        with path.open("rb") as handle:
-            uploaded = client.files.create(file=(path.name, handle), purpose="batch")
+        file_id = client.upload(path)
         intent = self.ledger.intend(
-            self.run_id, uploaded.id, digest, ids, attempt, self.api.shown_base
+            self.run_id, file_id, digest, ids, attempt, self.api.shown_base, client.wire
         )
         crash_point("intended", len(self.batches.submitted) + 1)
+        metadata = {
+            "generation": self.ledger.generation[:512],
+            "partition": self.ledger.partition[:512],
+            "run_id": self.run_id[:512],
+            FILE_HASH: digest,
+        }
         try:
-            created = client.with_options(max_retries=0).batches.create(
-                input_file_id=uploaded.id,
-                endpoint=work.endpoint,
-                completion_window=self.api.completion_window,
-                metadata={
-                    "generation": self.ledger.generation[:512],
-                    "partition": self.ledger.partition[:512],
-                    "run_id": self.run_id[:512],
-                    FILE_HASH: digest,
-                },
+            created = client.create(
+                path, file_id, work.endpoint, self.api.completion_window, metadata
             )
         except Exception:
             recorded = self.ledger.tracking.provider_batch(intent)
@@ -338,36 +335,17 @@ class BatchDriver:
             batch_id = adopted.batch_id
         else:
             batch_id = created.id
-            self.ledger.tracking.batch_created(intent, batch_id, str(created.status))
+            self.ledger.tracking.batch_created(intent, batch_id, created.status)
         self.batches.submitted.append(batch_id)
         crash_point("submitted", len(self.batches.submitted))
 
     # --------------------------------------------------------------- the files
 
-    def _asked(self, client, batch: ProviderBatch) -> set[str]:  # noqa: ANN001
+    def _asked(self, client: BatchClient, batch: ProviderBatch) -> set[str]:
         """The batch's request ids: recorded when it was submitted; for a batch recorded
-        before they were, read back from the provider's copy of its input file."""
+        before they were, read back from the provider (`request_ids`)."""
         recorded = self.ledger.tracking.batch_request_ids(batch.file_sha256)
-        if recorded is not None:
-            return recorded
-        text = file_content(client, batch.input_file_id, "its input file").text
-        requests = (json.loads(line) for line in text.splitlines() if line.strip())
-        return {r["custom_id"] for r in requests}
-
-    def _results(self, client, remote, unreadable: list[str]) -> dict[str, BatchResult]:  # noqa: ANN001
-        """The batch's output and error files, joined by custom_id; a line that cannot be
-        read is noted in `unreadable` (and is its request's failure where it names one)."""
-        with tempfile.TemporaryDirectory(prefix="openai-batch-") as folder:
-            outputs, errors = [], []
-            for file_id, found, what in (
-                (remote.output_file_id, outputs, "its output file"),
-                (remote.error_file_id, errors, "its error file"),
-            ):
-                if file_id:
-                    path = Path(folder) / f"{file_id}.jsonl"
-                    path.write_bytes(file_content(client, file_id, what).content)
-                    found.append(path)
-            return read_results(outputs, errors, unreadable)
+        return recorded if recorded is not None else client.request_ids(batch)
 
 
 def planned_token_counts(planned: StagePath | Path) -> dict[str, int]:

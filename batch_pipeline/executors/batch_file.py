@@ -200,7 +200,7 @@ class BatchResult:
 CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
 
 
-def _lines(path: Path, unreadable: list[str] | None = None) -> Iterator[tuple[int, dict]]:
+def read_lines(path: Path, unreadable: list[str] | None = None) -> Iterator[tuple[int, dict]]:
     """Each answer line of a results file. A line that is not JSON, or names no request, is
     a BatchFileError; with `unreadable`, it is noted there instead, and where the line still
     shows a custom_id, yielded as that request's failure (the rest of the file still reads)."""
@@ -289,10 +289,10 @@ def read_results(
     """Every request's result, by `custom_id`, from the files an engine wrote, in any order.
     An output beats an error for the same request (a resubmission that succeeded); of two
     outputs, the first read stands. With `unreadable`, a line that cannot be read is noted
-    there and is its request's failure where it names one (`_lines`), not the file's."""
+    there and is its request's failure where it names one (`read_lines`), not the file's."""
     results: dict[str, BatchResult] = {}
     for path in (*output_files, *error_files):
-        for _number, line in _lines(Path(path), unreadable):
+        for _number, line in read_lines(Path(path), unreadable):
             result = result_of(line)
             known = results.get(result.key)
             if known is None or (known.error is not None and result.error is None):

@@ -46,7 +46,8 @@ class OpenAIBatchExecutor(ProviderExecutor, GenerationExecutor):
         caller's `api_base` without one)."""
         if choice.batch_api is None:
             raise ConfigError(
-                f"{choice.spelled('api_base')}: the {NAME} executor needs the Batch API's address"
+                f"{choice.spelled('api_base')}: the {cls.name} executor needs the Batch API's "
+                "address"
             )
         return cls(generator, sampling, schema, settings, api=choice.batch_api)
 
@@ -59,7 +60,7 @@ class OpenAIBatchExecutor(ProviderExecutor, GenerationExecutor):
         every generation executor's outputs are (`output_rows`)."""
         record = plan_record(planned)
         summary = summary_of_plan(record, DEVICE, "provider")
-        summary.executor = NAME
+        summary.executor = self.name
         summary.window_seconds = window_seconds(self.api.completion_window)
         summary.token_prices = self.api.token_prices
         keys = set(read_table(planned, ["input_hash"])["input_hash"].to_pylist())

@@ -21,6 +21,7 @@ from batch_pipeline.executors.batch_api import (
     BatchLedger,
     provider_settings_problem,
 )
+from batch_pipeline.executors.batch_client import OpenAIBatches
 from batch_pipeline.executors.batch_driver import BatchDriver, BatchWork, run_of
 from batch_pipeline.executors.batch_file import BatchResult
 from batch_pipeline.measures.progress import Progress, ProgressSink
@@ -55,6 +56,8 @@ class ProviderExecutor:
     # the frame gives it the partition's ledger; the device and dtype are the provider's
     capabilities: ClassVar[Capabilities] = Capabilities(provider_batches=True)
     settings_problem = staticmethod(provider_settings_problem)
+    client: ClassVar[type] = OpenAIBatches  # the provider's API (`batch_client.BatchClient`)
+    name: ClassVar[str] = NAME  # the executor's name in the registry and its summaries
     api: BatchApiSettings | None = None
     ledger: BatchLedger | None = None
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
@@ -77,10 +80,10 @@ class ProviderExecutor:
         is the provider's). The family's summary."""
         if self.api is None or self.ledger is None:
             raise ConfigError(
-                f"the {NAME} executor runs inside a partition's run (its ledger), with the "
+                f"the {self.name} executor runs inside a partition's run (its ledger), with the "
                 "Batch API's address (api_base)"
             )
-        self.api.api_key()  # a missing key fails before anything is written
+        self.api.api_key(self.client.key_env)  # a missing key fails before anything is written
         started = time.perf_counter()
         family = self.batches(planned)
         summary = family.summary
@@ -103,7 +106,13 @@ class ProviderExecutor:
                 tracker.advance(len(answered), family.take(answered, output))
 
             driver = BatchDriver(
-                self.api, self.ledger, run_of(out), summary.batches, self.sleep, set(resumed)
+                self.api,
+                self.ledger,
+                run_of(out),
+                summary.batches,
+                self.sleep,
+                set(resumed),
+                provider=self.client,
             )
             work = BatchWork(family.endpoint, family.keys, output, family.requests, take)
             driver.drive_counted(work, tracker, summary)

@@ -27,6 +27,7 @@ EXECUTORS: dict[str, dict[str, str]] = {
         "vllm": "batch_pipeline.executors.generation:GenerationExecutor",
         "vllm-run-batch": "batch_pipeline.executors.run_batch:RunBatchExecutor",
         "openai-batch": "batch_pipeline.executors.openai_batch:OpenAIBatchExecutor",
+        "anthropic-batch": "batch_pipeline.executors.anthropic_batch:AnthropicBatchExecutor",
     },
     SCORE: {
         "local": "batch_pipeline.executors.scoring:ScoreExecutor",
@@ -95,3 +96,23 @@ def executors_with(capability: str, family: str | None = None) -> list[str]:
         if getattr(capabilities(each, name), capability)
     ]
     return found if family is not None else sorted(set(found))
+
+
+def batch_client(wire: str | None) -> type:
+    """The client of the provider API a recorded batch went through (its `wire`; None for
+    one recorded before batches said so: the OpenAI Batch API's), from the executors that
+    submit to one (`provider_batches`): a batch is asked, collected and cancelled through
+    the API that made it, whichever executor is configured now."""
+    clients = {
+        cls.client.wire: cls.client
+        for family, names in EXECUTORS.items()
+        for name in names
+        if (cls := executor_class(family, name)).capabilities.provider_batches
+    }
+    chosen = clients.get(wire or "openai")
+    if chosen is None:
+        raise ConfigError(
+            f"a provider batch was sent through the {wire!r} API, which no executor here "
+            f"speaks (they speak {', '.join(sorted(clients))})"
+        )
+    return chosen

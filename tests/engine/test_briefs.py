@@ -593,14 +593,17 @@ def test_a_briefs_run_that_lost_its_lease_to_a_long_outage_stops_before_landing(
             ["--tensor-parallel-size", "3"],
             "--tensor-parallel-size: for --kind briefs only, not --kind index",
         ),
-        (["--api-base", "http://127.0.0.1:9"], "--api-base: for --executor openai-batch only"),
+        (
+            ["--api-base", "http://127.0.0.1:9"],
+            "--api-base: for --executor anthropic-batch or openai-batch only",
+        ),
         (
             ["--executor", "openai-batch"],
             "--api-base: the openai-batch executor needs the Batch API's address",
         ),
         (
             ["--executor", "openai-batch", "--dtype", "float16", "--api-base", "http://x/v1"],
-            "--dtype: 'float16' is the provider's to choose on the openai-batch executor",
+            "--dtype: 'float16' is the provider's to choose on a Batch API executor",
         ),
         (
             ["--kind", "briefs", "--executor", "local"],

@@ -165,25 +165,32 @@ def test_a_bad_cascade_fails_at_load_naming_the_field(tmp_path, cascade, field):
         load_config(workspace.config)
 
 
+@pytest.mark.parametrize(
+    "executor, key_env",
+    [("openai-batch", "OPENAI_API_KEY"), ("anthropic-batch", "ANTHROPIC_API_KEY")],
+)
 def test_through_a_batch_api_answers_not_back_yet_are_collected_by_the_next_run(
-    tmp_path, runner, monkeypatch
+    tmp_path, runner, monkeypatch, executor, key_env
 ):
-    """The same plan through the Batch API emulator, whose "model" is the STAND-IN that
-    answers from the labels: the first run submits the held-out texts and lands every ticket
-    with the classifier's intent, marked awaiting; the next run collects them, chooses the
-    threshold and asks for the day's least sure tickets; a third asks nothing."""
+    """The same plan through the Batch API emulator (the OpenAI Batch API's, or Anthropic's
+    Message Batches', each with its provider's key variable by default), whose "model" is
+    the STAND-IN that answers from the labels: the first run submits the held-out texts and
+    lands every ticket with the classifier's intent, marked awaiting; the next run collects
+    them, chooses the threshold and asks for the day's least sure tickets; a third asks
+    nothing."""
     from tests.support.batch_api import BatchApiEmulator
 
     workspace = labelled_workspace(tmp_path, TRAINING_DAYS)
     emulator = BatchApiEmulator()
-    url = emulator.start()
+    emulator.start()
+    url = emulator.base if executor == "anthropic-batch" else emulator.url
     try:
-        monkeypatch.setenv("OPENAI_API_KEY", emulator.api_key)
+        monkeypatch.setenv(key_env, emulator.api_key)
         emulator._fake = LabelAnswering(labels_of(workspace))  # the provider's model
         emulator.polls_to_finish = 1
         with_cascade(
             workspace,
-            "{target_accuracy: 0.96, delta: 0.2, executor: openai-batch, batch_api: "
+            f"{{target_accuracy: 0.96, delta: 0.2, executor: {executor}, batch_api: "
             f"{{api_base: '{url}', wait_seconds: 0, price_per_million_input_tokens: 0.5, "
             "price_per_million_output_tokens: 1.5}}",
         )

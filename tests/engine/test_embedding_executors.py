@@ -52,7 +52,7 @@ def test_a_name_its_family_lacks_fails_in_one_line_naming_the_familys_executors(
         check_executor(GENERATE, "local", "--executor")
     assert str(refused.value) == (
         "--executor 'local' runs no generate model; generate executors: vllm, "
-        "vllm-run-batch, openai-batch"
+        "vllm-run-batch, openai-batch, anthropic-batch"
     )
     with pytest.raises(ConfigError, match="unknown model family 'rank'"):
         check_executor("rank", "local")

@@ -1,5 +1,7 @@
-"""A LOOPBACK EMULATOR of the OpenAI Batch API, for tests: like moto for S3, it stands in for
-a provider no test can reach, speaking the published API to the official `openai` client.
+"""A LOOPBACK EMULATOR of the OpenAI Batch API and of Anthropic's Message Batches API, for
+tests: like moto for S3, it stands in for providers no test can reach, speaking each
+published API to its official client (`openai`, `anthropic`), over one state and one set of
+knobs, so one test body runs against either.
 
 No server that installs from the package registries implements the Batch API (vLLM serves
 chat completions and runs batch files offline, not `/v1/batches`), so this one does, on
@@ -29,6 +31,17 @@ chat completions and runs batch files offline, not `/v1/batches`), so this one d
   batch fails at once with an error naming each one's line, as a provider's validation of
   an over-long or malformed request does).
 
+Anthropic's Message Batches (`/v1/messages/batches`; the key as `x-api-key` or, as the
+client sends it since 2026, a Bearer token), as its documentation
+publishes them: a batch is created with its requests in the call (`{custom_id, params}`,
+the system prompt as `system`, the schema as `output_config.format`); it is `in_progress`
+until it `ended` (`cancel_initiated_at` set where it was cancelled); its `results_url` gives
+one line per request in any order, `succeeded` (the message, its `stop_reason` and usage),
+`errored` (`api_error` for `fail`'s 5xx, `rate_limit_error` for a 429,
+`invalid_request_error` for a 4xx and for `refuse`'s requests: Anthropic validates each
+request on its own), `expired` (past `expire_after`) or `canceled`; no metadata; `invalid`
+refuses the whole creation with a 400, and `create_errors` answer 529 after making it.
+
 The chat answers are the FAKE generator's (`inference.fake`): schema-valid JSON built from the
 prompt's own words, so a brief can be checked against its document. The embeddings are
 `embed`'s: a hashed bag of tokens unless a test gives it the real model. The first token's
@@ -48,6 +61,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from batch_pipeline.inference.fake import FakeGenerator
@@ -78,6 +92,66 @@ def hashed_vector(given: list[int] | str, dimension: int = 384) -> list[float]:
     return [v / norm for v in vector]
 
 
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _chat_line(request: dict) -> dict:
+    """A Message Batch request as the chat completion line the emulator answers."""
+    params = request["params"]
+    messages = list(params["messages"])
+    if params.get("system"):
+        messages.insert(0, {"role": "system", "content": params["system"]})
+    body = {
+        "model": params["model"],
+        "messages": messages,
+        "max_tokens": params["max_tokens"],
+        "temperature": params.get("temperature", 1.0),
+    }
+    schema = ((params.get("output_config") or {}).get("format") or {}).get("schema")
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
+    return {"custom_id": request["custom_id"], "url": "/v1/chat/completions", "body": body}
+
+
+def _message_result(line: dict) -> dict:
+    """An answer or error line of the OpenAI Batch API's files as a Message Batch result."""
+    custom_id = line["custom_id"]
+    error = line.get("error")
+    if error and error.get("code") == "batch_expired":
+        return {"custom_id": custom_id, "result": {"type": "expired"}}
+    response = line.get("response") or {}
+    status = response.get("status_code")
+    if status != 200:
+        kind = (
+            "api_error"
+            if status >= 500
+            else "rate_limit_error"
+            if status == 429
+            else "invalid_request_error"
+        )
+        said = response["body"]["error"]["message"]
+        failed = {"type": "error", "error": {"type": kind, "message": said}}
+        return {"custom_id": custom_id, "result": {"type": "errored", "error": failed}}
+    body = response["body"]
+    choice = body["choices"][0]
+    stop = {"stop": "end_turn", "length": "max_tokens"}[choice["finish_reason"]]
+    message = {
+        "id": body["id"].replace("chatcmpl", "msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": [{"type": "text", "text": choice["message"]["content"]}],
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": body["usage"]["prompt_tokens"],
+            "output_tokens": body["usage"]["completion_tokens"],
+        },
+    }
+    return {"custom_id": custom_id, "result": {"type": "succeeded", "message": message}}
+
+
 def _cut(line: str, custom_id: str) -> str:
     """An answer line cut off a little after its custom_id: not JSON, though it names one."""
     return line[: line.index(custom_id) + len(custom_id) + 20]
@@ -98,6 +172,30 @@ class EmulatedBatch:
     counts: dict = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
     errors: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)  # read from its input file when made
+    wire: str = "openai"  # the API that made it: "openai" or "anthropic"
+    refused: dict = field(default_factory=dict)  # anthropic: custom_id -> why it was refused
+    cancelled_at: float | None = None
+
+    def as_message_batch(self, base: str) -> dict:
+        """The batch as Anthropic's API shows it."""
+        ended = self.status in FINISHED
+        answered = {"succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+        answered.update(self.counts.get("anthropic", {}))
+        processing = 0 if ended else len(self.requests)
+        return {
+            "id": self.id,
+            "type": "message_batch",
+            "processing_status": "ended" if ended else "in_progress",
+            "request_counts": {"processing": processing, **answered},
+            "created_at": _iso(self.created_at),
+            "expires_at": _iso(self.created_at + 86400),
+            "ended_at": _iso(time.time()) if ended else None,
+            "archived_at": None,
+            "cancel_initiated_at": _iso(self.cancelled_at or self.created_at)
+            if self.status == "cancelled"
+            else None,
+            "results_url": f"{base}/v1/messages/batches/{self.id}/results" if ended else None,
+        }
 
     def as_json(self) -> dict:
         return {
@@ -166,7 +264,9 @@ class BatchApiEmulator:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"  # Anthropic's client's
+        self.url = f"{self.base}/v1"  # the OpenAI client's
+        return self.url
 
     def stop(self) -> None:
         if self._server is not None:
@@ -184,6 +284,9 @@ class BatchApiEmulator:
     def _handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
+        path = request.path.split("?", 1)[0]
+        if path.startswith("/v1/messages/batches"):
+            return self._handle_messages(request, method, path, body)
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
             self.unauthorised += 1
             given = (request.headers.get("Authorization") or "").removeprefix("Bearer ")
@@ -200,7 +303,6 @@ class BatchApiEmulator:
                     }
                 },
             )
-        path = request.path.split("?", 1)[0]
         with self._lock:
             try:
                 status, answer = self._route(method, path, request, body)
@@ -253,6 +355,83 @@ class BatchApiEmulator:
         if match := re.fullmatch(r"/v1/batches/([^/]+)", path):
             return 200, self._poll(self.batches[match[1]]).as_json()
         return 404, {"error": {"message": f"no route {method} {path}"}}
+
+    def _handle_messages(
+        self, request: BaseHTTPRequestHandler, method: str, path: str, body: bytes
+    ) -> None:
+        """Anthropic's Message Batches (see the module docstring)."""
+        keys = {request.headers.get("x-api-key"), request.headers.get("Authorization")}
+        if not keys & {self.api_key, f"Bearer {self.api_key}"}:
+            self.unauthorised += 1
+            refused = {"type": "authentication_error", "message": "invalid x-api-key"}
+            return self._send(request, 401, {"type": "error", "error": refused})
+        with self._lock:
+            try:
+                status, answer = self._route_messages(method, path, body)
+            except KeyError as error:
+                missing = {"type": "not_found_error", "message": f"no such object: {error}"}
+                status, answer = 404, {"type": "error", "error": missing}
+        if isinstance(answer, bytes):
+            return self._send_bytes(request, status, answer, "application/binary")
+        return self._send(request, status, answer)
+
+    def _route_messages(self, method: str, path: str, body: bytes) -> tuple[int, dict | bytes]:
+        if method == "POST" and path == "/v1/messages/batches":
+            if self.invalid:
+                said = "; ".join(e["message"] for e in self.invalid)
+                refused = {"type": "invalid_request_error", "message": said}
+                return 400, {"type": "error", "error": refused}
+            batch = self._create_message_batch(json.loads(body)["requests"])
+            if self.create_errors:
+                self.create_errors -= 1
+                overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+                return 529, {"type": "error", "error": overloaded}
+            return 200, batch.as_message_batch(self.base)
+        if method == "GET" and path == "/v1/messages/batches":
+            mine = [b for b in self.batches.values() if b.wire == "anthropic"]
+            newest = sorted(mine, key=lambda b: b.id, reverse=True)
+            data = [b.as_message_batch(self.base) for b in newest]
+            first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+            return 200, {"data": data, "has_more": False, "first_id": first, "last_id": last}
+        if match := re.fullmatch(r"/v1/messages/batches/([^/]+)/cancel", path):
+            batch = self.batches[match[1]]
+            if batch.status not in FINISHED:
+                batch.status, batch.cancelled_at = "cancelled", time.time()
+                batch.counts["anthropic"] = {"canceled": len(batch.requests)}
+            return 200, batch.as_message_batch(self.base)
+        if match := re.fullmatch(r"/v1/messages/batches/([^/]+)/results", path):
+            batch = self.batches[match[1]]
+            if batch.status == "cancelled" and batch.output_file_id is None:
+                lines = [
+                    json.dumps({"custom_id": r["custom_id"], "result": {"type": "canceled"}})
+                    for r in batch.requests
+                ]
+                return 200, "".join(line + "\n" for line in lines).encode()
+            return 200, self.files[batch.output_file_id]
+        if match := re.fullmatch(r"/v1/messages/batches/([^/]+)", path):
+            return 200, self._poll(self.batches[match[1]]).as_message_batch(self.base)
+        return 404, {"type": "error", "error": {"type": "not_found_error", "message": path}}
+
+    def _create_message_batch(self, requests: list[dict]) -> EmulatedBatch:
+        batch = EmulatedBatch(
+            id=self._new_id("msgbatch"),
+            input_file_id="",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={},
+            created_at=int(time.time()),
+            wire="anthropic",
+        )
+        batch.requests = [_chat_line(r) for r in requests]
+        batch.counts["total"] = len(requests)
+        batch.refused = {
+            r["custom_id"]: said
+            for r in requests
+            if (said := self.refuse(r["custom_id"])) is not None
+        }
+        self.created.append([r["custom_id"] for r in requests])
+        self.batches[batch.id] = batch
+        return batch
 
     # ------------------------------------------------------------- the API's work
 
@@ -333,7 +512,7 @@ class BatchApiEmulator:
                     }
                 )
                 continue
-            status = self.fail(custom_id)
+            status = 400 if custom_id in batch.refused else self.fail(custom_id)
             if status is not None:
                 errors.append(
                     line
@@ -344,7 +523,9 @@ class BatchApiEmulator:
                             "request_id": self._new_id("req"),
                             "body": {
                                 "error": {
-                                    "message": f"emulated failure {status}",
+                                    "message": batch.refused.get(
+                                        custom_id, f"emulated failure {status}"
+                                    ),
                                     "type": "server_error"
                                     if status >= 500
                                     else "invalid_request_error",
@@ -367,6 +548,8 @@ class BatchApiEmulator:
             )
         for found in (outputs, errors):
             self._random.shuffle(found)
+        if batch.wire == "anthropic":  # one results file: every request's line
+            return self._finish_messages(batch, outputs + errors)
         if outputs:
             lines = [
                 _cut(json.dumps(o), o["custom_id"])
@@ -382,6 +565,23 @@ class BatchApiEmulator:
             batch.error_file_id = self._new_id("file")
             self.files[batch.error_file_id] = "".join(json.dumps(e) + "\n" for e in errors).encode()
         batch.counts.update(completed=len(outputs), failed=len(errors))
+        batch.status = "expired" if self.expire_after is not None else "completed"
+
+    def _finish_messages(self, batch: EmulatedBatch, answered: list[dict]) -> None:
+        results = [_message_result(line) for line in answered]
+        self._random.shuffle(results)
+        lines = [
+            _cut(json.dumps(r), r["custom_id"])
+            if self.garble(r["custom_id"]) and r["result"]["type"] == "succeeded"
+            else json.dumps(r)
+            for r in results
+        ]
+        lines += self.junk_lines
+        self.junk_lines = []
+        batch.output_file_id = self._new_id("file")
+        self.files[batch.output_file_id] = "".join(line + "\n" for line in lines).encode()
+        kinds = [r["result"]["type"] for r in results]
+        batch.counts["anthropic"] = {k: kinds.count(k) for k in ("succeeded", "errored", "expired")}
         batch.status = "expired" if self.expire_after is not None else "completed"
 
     def _answer(self, custom_id: str, request: dict) -> dict:

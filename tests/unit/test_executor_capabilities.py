@@ -5,6 +5,7 @@ registry line, and the CLI, the resources, the configuration and the products ta
 import argparse
 import ast
 import dataclasses
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -119,13 +120,19 @@ def test_a_second_provider_is_one_registry_line(second_provider, monkeypatch):
     `chosen()`, each asking its capabilities."""
     monkeypatch.setenv("ACME_KEY", "sk-test")
     assert capabilities(GENERATE, second_provider).provider_batches
-    assert executors_with("provider_batches") == [second_provider, "openai-batch"]
+    assert executors_with("provider_batches") == [
+        second_provider,
+        "anthropic-batch",
+        "openai-batch",
+    ]
 
     # the CLI: --api-base is the second provider's too, and spelled as a flag when missing
     flags = _run_flags("--executor", second_provider, "--api-base", "http://127.0.0.1:9/v1")
     choice = executor_choice(flags)
     assert choice.batch_api.api_base == "http://127.0.0.1:9/v1"
-    with pytest.raises(ConfigError, match=r"^--api-base: for --executor acme-batch or openai-"):
+    with pytest.raises(
+        ConfigError, match=r"^--api-base: for --executor acme-batch or anthropic-batch or openai-"
+    ):
         executor_choice(_run_flags("--executor", "vllm", "--api-base", "http://x/v1"))
 
     # the generate family's chosen(): the settings travel, the frame's ledger is taken
@@ -149,7 +156,9 @@ def test_a_second_provider_is_one_registry_line(second_provider, monkeypatch):
     assert CascadeConfig(target_accuracy=0.9, executor=second_provider, batch_api=api)
     with pytest.raises(ValueError, match="batch_api: the acme-batch executor needs one"):
         CascadeConfig(target_accuracy=0.9, executor=second_provider)
-    with pytest.raises(ValueError, match="batch_api: only openai-batch or acme-batch takes one"):
+    with pytest.raises(
+        ValueError, match="batch_api: only openai-batch or anthropic-batch or acme-batch takes one"
+    ):
         CascadeConfig(target_accuracy=0.9, executor="vllm-run-batch", batch_api=api)
 
 
@@ -163,3 +172,28 @@ def test_an_executor_that_starts_its_own_engine_refuses_a_stand_in_generator():
     assert generation_executor(ExecutorChoice(name="vllm"), *args).generator is args[0]
     with pytest.raises(ConfigError, match=r"^executor 'local' runs no generate model"):
         generation_executor(ExecutorChoice(name="local"), *args)
+
+
+def test_the_executors_command_lists_every_family_s_executors_with_capabilities(tmp_path, capsys):
+    from batch_pipeline import cli
+
+    (tmp_path / "docs").mkdir()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("collections:\n  - name: h\n    source: {kind: filesystem, path: docs}\n")
+    args = ["--config", str(config), "--home", str(tmp_path / "home"), "executors"]
+    assert cli.main([*args, "--json"]) == 0
+    rows = {(r["family"], r["executor"]): r for r in json.loads(capsys.readouterr().out)}
+    assert {(family, name) for family, names in EXECUTORS.items() for name in names} == set(rows)
+    anthropic = rows[(GENERATE, "anthropic-batch")]
+    assert anthropic["capabilities"] == ["provider_batches"] and anthropic["api"] == "anthropic"
+    assert rows[(GENERATE, "openai-batch")]["api"] == "openai"
+    assert rows[(GENERATE, "vllm")]["default"] and not anthropic["default"]
+    assert rows[(GENERATE, "vllm-run-batch")]["capabilities"] == [
+        "data_parallel",
+        "own_engine",
+        "tensor_parallel",
+    ]
+    assert cli.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["FAMILY", "EXECUTOR", "API", "CAPABILITIES"]
+    assert any(line.split()[:3] == ["generate", "anthropic-batch", "anthropic"] for line in lines)

@@ -42,6 +42,7 @@ class ProviderBatch:
     file_sha256: str | None = None
     note: str | None = None
     api_base: str | None = None  # where it was sent, credentials masked
+    wire: str | None = None  # the API it was sent through: "openai" (None: recorded before)
 
     @property
     def creating(self) -> bool:
@@ -69,6 +70,7 @@ class ProviderBatchRecords:
         custom_ids: Iterable[str],
         attempt: int,
         api_base: str | None = None,
+        wire: str | None = None,
     ) -> str:
         """Before a batch is created: its requests' ids under its file's hash, and a row under
         a placeholder id (returned), in one transaction."""
@@ -103,6 +105,7 @@ class ProviderBatchRecords:
                     submitted_at=time.time(),
                     file_sha256=file_sha256,
                     api_base=None if api_base is None else api_base[:512],
+                    wire=wire,
                 )
             )
         return intent

@@ -203,6 +203,9 @@ provider_batches = sa.Table(
     # the Batch API it was sent to, as it may be printed (credentials masked): a batch the
     # provider at another `api_base` does not know may still run, and bill, at this one
     sa.Column("api_base", sa.String(512)),
+    # the API it was sent through (a provider client's `wire`: "openai", "anthropic"); None
+    # for a batch recorded before batches said so, which went through the OpenAI Batch API
+    sa.Column("wire", sa.String(32)),
 )
 
 # The custom_ids of each batch file a run handed to a provider, by the file's SHA-256,
