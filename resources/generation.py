@@ -98,9 +98,8 @@ class GenerationResource(BatchApiResource):
     executor: str = Field(
         default=default_executor(GENERATE),
         description="What runs the plan: vllm (in the run's process), vllm-run-batch (vLLM's "
-        "own run-batch over the plan's OpenAI batch files, in a subprocess), openai-batch "
-        "(the same files through an OpenAI-compatible Batch API at api_base) or "
-        "anthropic-batch (Anthropic's Message Batches at api_base).",
+        "own run-batch over the plan's OpenAI batch files, in a subprocess) or openai-batch "
+        "(the same files through an OpenAI-compatible Batch API at api_base).",
     )
     tensor_parallel_size: int = Field(
         default=1,

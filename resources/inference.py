@@ -38,9 +38,8 @@ class InferenceResource(BatchApiResource):
         default="local",
         description="What embeds the plan: local (this process: torch or OpenVINO, as "
         "measured), vllm (vLLM's engine in this process), vllm-run-batch (vLLM's own "
-        "run-batch over the plan's OpenAI batch files, in a subprocess), openai-batch (the "
-        "same files through an OpenAI-compatible Batch API at api_base) or spark (the plan's "
-        "batches as Spark tasks, on the master Spark is configured with).",
+        "run-batch over the plan's OpenAI batch files, in a subprocess) or openai-batch (the "
+        "same files through an OpenAI-compatible Batch API at api_base).",
     )
     device: str = Field(default="auto", description="auto, cuda, cuda:N, mps or cpu.")
     dtype: str = Field(

@@ -22,7 +22,6 @@ EXECUTORS: dict[str, dict[str, str]] = {
         "vllm-run-batch": "batch_pipeline.executors.vllm_embedding:RunBatchEmbeddingExecutor",
         "openai-batch": "batch_pipeline.executors.openai_batch_embedding:"
         "OpenAIBatchEmbeddingExecutor",
-        "spark": "batch_pipeline.executors.spark_embedding:SparkEmbeddingExecutor",
     },
     GENERATE: {
         "vllm": "batch_pipeline.executors.generation:GenerationExecutor",
